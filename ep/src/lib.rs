@@ -1,0 +1,3 @@
+//! onnxruntime-ep-mlx: an ONNX Runtime plugin execution provider that runs ONNX graphs on MLX.
+
+pub mod ort;

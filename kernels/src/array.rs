@@ -1,0 +1,189 @@
+//! The owned MLX array handle.
+
+use std::fmt;
+
+use crate::dtype::{Dtype, Element};
+use crate::error::{capture, check, Error, Result};
+use crate::shape::{element_count, to_mlx_shape};
+use crate::stream::Stream;
+use crate::sys;
+
+/// An owned reference to an MLX array (MLX arrays are reference-counted and immutable; `clone`
+/// shares the same data). Lazy until evaluated.
+pub struct Array {
+    raw: sys::mlx_array,
+}
+
+impl Array {
+    /// Runs an mlx-c op that writes a new array into its out-parameter.
+    pub(crate) fn from_op(op: impl FnOnce(&mut sys::mlx_array) -> i32) -> Result<Array> {
+        crate::init();
+        // SAFETY: mlx_array_new returns an empty handle that `Array` owns from here on, so it is
+        // freed on both the success and the error path.
+        let mut out = Array { raw: unsafe { sys::mlx_array_new() } };
+        check(op(&mut out.raw))?;
+        Ok(out)
+    }
+
+    /// Takes ownership of a handle returned by mlx-c.
+    pub(crate) fn from_raw(raw: sys::mlx_array) -> Array {
+        Array { raw }
+    }
+
+    pub(crate) fn raw(&self) -> sys::mlx_array {
+        self.raw
+    }
+
+    /// Copies host bytes (row-major, native endian) into a new array. 16-bit floats are given
+    /// as their raw bits; `bytes.len()` must be exactly `prod(shape) * dtype.size_in_bytes()`.
+    pub fn from_bytes(bytes: &[u8], shape: &[i64], dtype: Dtype) -> Result<Array> {
+        crate::init();
+        let dims = to_mlx_shape(shape)?;
+        let expected = element_count(shape)?
+            .checked_mul(dtype.size_in_bytes())
+            .ok_or_else(|| Error::Shape(format!("shape {shape:?} is too large")))?;
+        if bytes.len() != expected {
+            return Err(Error::Shape(format!(
+                "{} bytes given for a {dtype:?} array of shape {shape:?} ({expected} needed)",
+                bytes.len()
+            )));
+        }
+        let ndim = i32::try_from(dims.len()).map_err(|_| Error::Shape("too many dims".into()))?;
+        capture(|| {
+            // SAFETY: `bytes` holds exactly prod(shape) elements of `dtype` (checked above) and
+            // mlx_array_new_data copies them before returning. On failure the handle is empty and
+            // freeing it is a no-op.
+            Array::from_raw(unsafe {
+                sys::mlx_array_new_data(bytes.as_ptr().cast(), dims.as_ptr(), ndim, dtype.to_sys())
+            })
+        })
+    }
+
+    /// Copies a typed host slice into a new array of the given shape.
+    pub fn from_slice<T: Element>(values: &[T], shape: &[i64]) -> Result<Array> {
+        // SAFETY: `T: Element` types are plain-old-data; viewing them as bytes is sound.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+        };
+        Array::from_bytes(bytes, shape, T::DTYPE)
+    }
+
+    /// A 0-d array.
+    pub fn scalar<T: Element>(value: T) -> Result<Array> {
+        Array::from_slice(&[value], &[])
+    }
+
+    pub fn dtype(&self) -> Dtype {
+        // SAFETY: `raw` is a live array handle.
+        Dtype::from_sys(unsafe { sys::mlx_array_dtype(self.raw) })
+    }
+
+    pub fn ndim(&self) -> usize {
+        // SAFETY: `raw` is a live array handle.
+        unsafe { sys::mlx_array_ndim(self.raw) }
+    }
+
+    pub fn shape(&self) -> Vec<i64> {
+        let ndim = self.ndim();
+        if ndim == 0 {
+            return Vec::new();
+        }
+        // SAFETY: mlx_array_shape points at `ndim` ints owned by the live array.
+        let dims = unsafe { std::slice::from_raw_parts(sys::mlx_array_shape(self.raw), ndim) };
+        dims.iter().map(|&d| i64::from(d)).collect()
+    }
+
+    pub fn size(&self) -> usize {
+        // SAFETY: `raw` is a live array handle.
+        unsafe { sys::mlx_array_size(self.raw) }
+    }
+
+    pub fn nbytes(&self) -> usize {
+        // SAFETY: `raw` is a live array handle.
+        unsafe { sys::mlx_array_nbytes(self.raw) }
+    }
+
+    /// Evaluates the lazy graph that produces this array.
+    pub fn eval(&self) -> Result<()> {
+        // SAFETY: `raw` is a live array handle.
+        check(unsafe { sys::mlx_array_eval(self.raw) })
+    }
+
+    /// Evaluates and copies the elements, row-major, into `dst` (exactly `nbytes` long).
+    pub fn copy_to(&self, dst: &mut [u8], stream: &Stream) -> Result<()> {
+        if dst.len() != self.nbytes() {
+            return Err(Error::Shape(format!(
+                "destination of {} bytes for an array of {} bytes",
+                dst.len(),
+                self.nbytes()
+            )));
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let dense = crate::ops::contiguous(self, stream)?;
+        dense.eval()?;
+        // SAFETY: `dense` is evaluated and row-contiguous, so its data pointer (offset already
+        // applied) addresses `nbytes` valid bytes. The byte accessor works for every dtype.
+        let src = unsafe { sys::mlx_array_data_uint8(dense.raw) };
+        if src.is_null() {
+            return Err(Error::Mlx("evaluated array has no data".into()));
+        }
+        // SAFETY: `src` is valid for `dst.len()` bytes (see above) and does not overlap `dst`.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Evaluates and returns the elements as row-major host bytes.
+    pub fn to_bytes(&self, stream: &Stream) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; self.nbytes()];
+        self.copy_to(&mut out, stream)?;
+        Ok(out)
+    }
+
+    /// Evaluates and returns the elements as a typed vector; the dtype must match `T`.
+    pub fn to_vec<T: Element>(&self, stream: &Stream) -> Result<Vec<T>> {
+        if self.dtype() != T::DTYPE {
+            return Err(Error::Dtype(format!(
+                "array is {:?}, asked for {:?}",
+                self.dtype(),
+                T::DTYPE
+            )));
+        }
+        let mut out = vec![T::default(); self.size()];
+        // SAFETY: `out` owns size * size_of::<T>() bytes of plain-old-data, all initialised.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out.as_slice()))
+        };
+        self.copy_to(bytes, stream)?;
+        Ok(out)
+    }
+}
+
+impl Clone for Array {
+    fn clone(&self) -> Self {
+        // SAFETY: mlx_array_set makes `copy` share `self`'s array (a reference-count bump).
+        // It cannot fail for a live source; the copy is owned and freed by its own Drop.
+        unsafe {
+            let mut copy = sys::mlx_array_new();
+            sys::mlx_array_set(&mut copy, self.raw);
+            Array { raw: copy }
+        }
+    }
+}
+
+impl Drop for Array {
+    fn drop(&mut self) {
+        // SAFETY: each Array owns exactly one handle, freed exactly once here.
+        unsafe { sys::mlx_array_free(self.raw) };
+    }
+}
+
+impl fmt::Debug for Array {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Array")
+            .field("dtype", &self.dtype())
+            .field("shape", &self.shape())
+            .finish()
+    }
+}

@@ -1,0 +1,29 @@
+//! Safe Rust over MLX, through mlx-c.
+//!
+//! Everything that touches MLX's C API lives here: the generated bindings ([`sys`]), RAII
+//! owners ([`Array`], [`Stream`], [`VectorArray`], [`Closure`]), the op builders ([`ops`]) and
+//! the BLAS check ([`blas`]). Every MLX failure comes back as an [`Error`] carrying MLX's own
+//! message; nothing here panics on bad input or exits the process.
+//!
+//! MLX objects are thread-affine (`!Send`): a graph is built, evaluated and read on one thread.
+
+mod array;
+pub mod blas;
+mod closure;
+mod dtype;
+mod error;
+pub mod ops;
+mod runtime;
+mod shape;
+mod stream;
+pub mod sys;
+mod vector;
+
+pub use array::Array;
+pub use closure::Closure;
+pub use dtype::{Dtype, Element};
+pub use error::{Error, Result};
+pub use runtime::{init, mlx_version};
+pub use shape::to_mlx_shape;
+pub use stream::{DeviceKind, Stream};
+pub use vector::VectorArray;

@@ -1,0 +1,95 @@
+//! MLX's fused `fast` kernels: attention, normalisation, rotary embeddings.
+
+use std::ffi::CString;
+
+use super::optional;
+use crate::{sys, Array, Result, Stream};
+
+/// The attention mask of [`scaled_dot_product_attention`].
+#[derive(Debug, Clone, Copy)]
+pub enum AttentionMask<'a> {
+    None,
+    /// Query i attends to keys ≤ i (aligned to the end when there are more keys than queries).
+    Causal,
+    /// Additive (float) or boolean mask, broadcastable to the score matrix.
+    Array(&'a Array),
+}
+
+/// `softmax(q·kᵀ·scale + mask)·v` for `[batch, heads, seq, dim]` operands (grouped-query
+/// attention when `k`/`v` have fewer heads).
+pub fn scaled_dot_product_attention(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+    mask: AttentionMask<'_>,
+    stream: &Stream,
+) -> Result<Array> {
+    let (mode, mask_array) = match mask {
+        AttentionMask::None => ("", None),
+        AttentionMask::Causal => ("causal", None),
+        AttentionMask::Array(m) => ("array", Some(m)),
+    };
+    let mode = CString::new(mode).expect("static mode strings have no NUL");
+    Array::from_op(|out| {
+        // SAFETY: `mode` outlives the call; absent arrays are passed as empty handles, which
+        // mlx-c documents as "may be null".
+        unsafe {
+            sys::mlx_fast_scaled_dot_product_attention(
+                out,
+                queries.raw(),
+                keys.raw(),
+                values.raw(),
+                scale,
+                mode.as_ptr(),
+                optional(mask_array),
+                optional(None),
+                false,
+                stream.raw(),
+            )
+        }
+    })
+}
+
+/// `x / sqrt(mean(x², last axis) + eps) * weight`.
+pub fn rms_norm(x: &Array, weight: Option<&Array>, eps: f32, stream: &Stream) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: all handles are live or empty ("may be null").
+        unsafe { sys::mlx_fast_rms_norm(out, x.raw(), optional(weight), eps, stream.raw()) }
+    })
+}
+
+/// Layer normalisation over the last axis, with optional affine weight and bias.
+pub fn layer_norm(
+    x: &Array,
+    weight: Option<&Array>,
+    bias: Option<&Array>,
+    eps: f32,
+    stream: &Stream,
+) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: all handles are live or empty ("may be null").
+        unsafe {
+            sys::mlx_fast_layer_norm(out, x.raw(), optional(weight), optional(bias), eps, stream.raw())
+        }
+    })
+}
+
+/// Rotary position embedding over the first `dims` features of the last axis.
+pub fn rope(
+    x: &Array,
+    dims: i32,
+    traditional: bool,
+    base: f32,
+    scale: f32,
+    offset: i32,
+    stream: &Stream,
+) -> Result<Array> {
+    let base = sys::mlx_optional_float { value: base, has_value: true };
+    Array::from_op(|out| {
+        // SAFETY: all handles are live; no custom frequencies (empty handle).
+        unsafe {
+            sys::mlx_fast_rope(out, x.raw(), dims, traditional, base, scale, offset, optional(None), stream.raw())
+        }
+    })
+}

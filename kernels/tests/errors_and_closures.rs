@@ -1,0 +1,90 @@
+//! MLX failures come back as values, and closures trace, compile and replay.
+
+mod common;
+
+use common::{array, cpu};
+use mlx_kernels::{ops, Array, Closure, Dtype, Error, Stream};
+
+#[test]
+fn mlx_error_is_an_err_with_mlx_message_and_the_process_lives_on() {
+    let s = cpu();
+    let a = array(&[1.0; 6], &[2, 3]);
+    let b = array(&[1.0; 8], &[4, 2]);
+    let err = ops::matmul(&a, &b, &s).unwrap_err();
+    let Error::Mlx(message) = &err else { panic!("expected an MLX error, got {err:?}") };
+    assert!(message.contains("matmul"), "MLX's own message expected, got {message:?}");
+    let err = ops::add(&a, &b, &s).unwrap_err();
+    assert!(matches!(&err, Error::Mlx(m) if m.contains("broadcast")), "{err:?}");
+    // The same thread keeps working, with no stale message attached to later results.
+    let ok = ops::add(&a, &a, &s).unwrap();
+    assert_eq!(ok.to_vec::<f32>(&s).unwrap(), vec![2.0; 6]);
+}
+
+#[test]
+fn host_data_must_match_its_shape() {
+    let err = Array::from_bytes(&[0u8; 5], &[2], Dtype::F32).unwrap_err();
+    assert!(matches!(err, Error::Shape(_)), "{err:?}");
+    let err = Array::from_slice::<f32>(&[], &[0, 1 << 31]).unwrap_err();
+    assert!(matches!(&err, Error::Shape(m) if m.contains("i32")), "{err:?}");
+    let err = array(&[1.0], &[1]).to_vec::<i32>(&cpu()).unwrap_err();
+    assert!(matches!(err, Error::Dtype(_)), "{err:?}");
+}
+
+#[test]
+fn no_gpu_on_the_cpu_backend_is_an_error_not_an_exit() {
+    if Stream::gpu_available() {
+        assert!(Stream::gpu().is_ok());
+    } else {
+        assert!(Stream::gpu().is_err());
+        assert_eq!(Stream::best().unwrap().kind(), mlx_kernels::DeviceKind::Cpu);
+    }
+}
+
+/// y = tanh(a * b + a) — several ops, so compilation has something to fuse.
+fn body(inputs: &[Array]) -> mlx_kernels::Result<Vec<Array>> {
+    let s = Stream::cpu()?;
+    let prod = ops::multiply(&inputs[0], &inputs[1], &s)?;
+    let sum = ops::add(&prod, &inputs[0], &s)?;
+    Ok(vec![ops::tanh(&sum, &s)?])
+}
+
+fn reference(a: &[f32], b: &[f32]) -> Vec<f32> {
+    a.iter().zip(b).map(|(a, b)| (a * b + a).tanh()).collect()
+}
+
+#[test]
+fn compiled_closure_applied_twice_with_different_inputs() {
+    let s = cpu();
+    let compiled = Closure::new(body).compile(false).unwrap();
+    let runs = [
+        (vec![0.5f32, -1.0, 2.0, 0.0], vec![1.0f32, 3.0, -0.5, 9.0]),
+        (vec![-0.25f32, 4.0, 1.5, -3.0], vec![2.0f32, 0.1, 0.2, 0.3]),
+    ];
+    for (a, b) in &runs {
+        let out = compiled.apply(&[array(a, &[4]), array(b, &[4])]).unwrap();
+        assert_eq!(out.len(), 1);
+        common::assert_close(&out[0].to_vec::<f32>(&s).unwrap(), &reference(a, b), 1e-6);
+    }
+    // A new shape retraces (not shapeless) and still gives the right answer.
+    let (a, b) = (vec![1.0f32; 6], vec![0.5f32; 6]);
+    let out = compiled.apply(&[array(&a, &[2, 3]), array(&b, &[2, 3])]).unwrap();
+    assert_eq!(out[0].shape(), vec![2, 3]);
+    common::assert_close(&out[0].to_vec::<f32>(&s).unwrap(), &reference(&a, &b), 1e-6);
+}
+
+#[test]
+fn closure_errors_and_panics_surface_from_apply() {
+    let failing = Closure::new(|inputs: &[Array]| {
+        let s = Stream::cpu()?;
+        Ok(vec![ops::matmul(&inputs[0], &inputs[0], &s)?])
+    });
+    let err = failing.apply(&[array(&[1.0; 6], &[2, 3])]).unwrap_err();
+    assert!(matches!(&err, Error::Mlx(m) if m.contains("matmul")), "{err:?}");
+
+    let panicking = Closure::new(|_: &[Array]| -> mlx_kernels::Result<Vec<Array>> { panic!("boom") });
+    let err = panicking.apply(&[]).unwrap_err();
+    assert!(matches!(&err, Error::Callback(m) if m.contains("boom")), "{err:?}");
+    // Compiling a failing body fails on the traced apply, cleanly.
+    let err = failing.compile(false).unwrap().apply(&[array(&[1.0; 6], &[2, 3])]).unwrap_err();
+    assert!(matches!(&err, Error::Mlx(m) if m.contains("matmul")), "{err:?}");
+}
