@@ -33,7 +33,9 @@ fn main() {
         .allowlist_type("Ort.*")
         .allowlist_function("OrtGetApiBase")
         .allowlist_var("ORT_.*")
-        .default_enum_style(bindgen::EnumVariation::Rust { non_exhaustive: false })
+        .default_enum_style(bindgen::EnumVariation::Rust {
+            non_exhaustive: false,
+        })
         .layout_tests(false)
         .generate_comments(false)
         .generate()
@@ -53,6 +55,9 @@ fn main() {
         if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
             println!("cargo:rustc-link-arg=-Wl,--enable-new-dtags");
         }
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", PathBuf::from(libdir).display());
+        println!(
+            "cargo:rustc-link-arg=-Wl,-rpath,{}",
+            PathBuf::from(libdir).display()
+        );
     }
 }

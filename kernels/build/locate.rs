@@ -24,7 +24,10 @@ impl Paths {
             }),
         };
         if !mlx_root.join("include/mlx/mlx.h").is_file() {
-            fail(&format!("{} has no include/mlx/mlx.h: set MLX_ROOT to an MLX prefix", mlx_root.display()));
+            fail(&format!(
+                "{} has no include/mlx/mlx.h: set MLX_ROOT to an MLX prefix",
+                mlx_root.display()
+            ));
         }
 
         let mlx_c_src = env::var_os("MLX_C_SRC")
@@ -37,9 +40,18 @@ impl Paths {
             ));
         }
         // setup.sh rewrites this stamp whenever it replaces the sources.
-        println!("cargo:rerun-if-changed={}", mlx_c_src.join(".sha256").display());
-        println!("cargo:rerun-if-changed={}", mlx_root.join("include/mlx/version.h").display());
-        Paths { mlx_root, mlx_c_src }
+        println!(
+            "cargo:rerun-if-changed={}",
+            mlx_c_src.join(".sha256").display()
+        );
+        println!(
+            "cargo:rerun-if-changed={}",
+            mlx_root.join("include/mlx/version.h").display()
+        );
+        Paths {
+            mlx_root,
+            mlx_c_src,
+        }
     }
 
     pub fn mlx_include_dir(&self) -> PathBuf {

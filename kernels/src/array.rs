@@ -20,7 +20,8 @@ impl Array {
         crate::init();
         // SAFETY: mlx_array_new returns an empty handle that `Array` owns from here on, so it is
         // freed on both the success and the error path.
-        let mut out = Array { raw: unsafe { sys::mlx_array_new() } };
+        let raw = unsafe { sys::mlx_array_new() };
+        let mut out = Array { raw };
         check(op(&mut out.raw))?;
         Ok(out)
     }
@@ -153,7 +154,10 @@ impl Array {
         let mut out = vec![T::default(); self.size()];
         // SAFETY: `out` owns size * size_of::<T>() bytes of plain-old-data, all initialised.
         let bytes = unsafe {
-            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out.as_slice()))
+            std::slice::from_raw_parts_mut(
+                out.as_mut_ptr().cast::<u8>(),
+                std::mem::size_of_val(out.as_slice()),
+            )
         };
         self.copy_to(bytes, stream)?;
         Ok(out)

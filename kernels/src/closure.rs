@@ -49,7 +49,9 @@ impl Closure {
         let status = unsafe { sys::mlx_closure_apply(&mut out, self.raw, args.raw()) };
         let results = VectorArray::from_raw(out);
         if let Err(mlx_error) = check(status) {
-            return Err(BODY_ERROR.with(|slot| slot.borrow_mut().take()).unwrap_or(mlx_error));
+            return Err(BODY_ERROR
+                .with(|slot| slot.borrow_mut().take())
+                .unwrap_or(mlx_error));
         }
         results.to_vec()
     }
@@ -57,8 +59,9 @@ impl Closure {
     /// Compiles the closure (`mlx_compile`): the first apply traces, later ones replay with
     /// fused kernels. `shapeless` replays across input shapes without retracing.
     pub fn compile(&self, shapeless: bool) -> Result<Closure> {
-        // SAFETY: `compiled` is an owned empty closure handle that receives the result.
-        let mut compiled = Closure { raw: unsafe { sys::mlx_closure_new() } };
+        // SAFETY: an owned empty closure handle that receives the result.
+        let raw = unsafe { sys::mlx_closure_new() };
+        let mut compiled = Closure { raw };
         // SAFETY: both handles are live.
         check(unsafe { sys::mlx_compile(&mut compiled.raw, self.raw, shapeless) })?;
         Ok(compiled)

@@ -47,7 +47,9 @@ pub(crate) extern "C" fn record_mlx_error(message: *const c_char, _data: *mut c_
         "unknown MLX error".to_owned()
     } else {
         // SAFETY: mlx-c passes a NUL-terminated string valid for the duration of the call.
-        unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(message) }
+            .to_string_lossy()
+            .into_owned()
     };
     // try_with: the handler may run during thread teardown, when the slot is gone.
     let _ = LAST_MLX_ERROR.try_with(|slot| *slot.borrow_mut() = Some(text));
@@ -72,7 +74,11 @@ pub(crate) fn check(status: i32) -> Result<()> {
 pub(crate) fn capture<T>(make: impl FnOnce() -> T) -> Result<T> {
     let _ = LAST_MLX_ERROR.try_with(|slot| slot.borrow_mut().take());
     let value = make();
-    match LAST_MLX_ERROR.try_with(|slot| slot.borrow_mut().take()).ok().flatten() {
+    match LAST_MLX_ERROR
+        .try_with(|slot| slot.borrow_mut().take())
+        .ok()
+        .flatten()
+    {
         Some(message) => Err(Error::Mlx(message)),
         None => Ok(value),
     }

@@ -5,7 +5,10 @@ use crate::error::{Error, Result};
 /// Converts an ONNX-style shape to MLX's, refusing negative or oversized dimensions.
 pub fn to_mlx_shape(dims: &[i64]) -> Result<Vec<i32>> {
     if dims.len() > i32::MAX as usize {
-        return Err(Error::Shape(format!("{} dimensions is more than MLX supports", dims.len())));
+        return Err(Error::Shape(format!(
+            "{} dimensions is more than MLX supports",
+            dims.len()
+        )));
     }
     dims.iter()
         .map(|&d| {

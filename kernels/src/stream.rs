@@ -24,17 +24,25 @@ impl Stream {
         // SAFETY: returns an owned stream handle (freed by Drop), or an empty one plus a
         // recorded error, which `capture` turns into Err.
         let raw = capture(|| unsafe { sys::mlx_default_cpu_stream_new() })?;
-        Ok(Stream { raw, kind: DeviceKind::Cpu })
+        Ok(Stream {
+            raw,
+            kind: DeviceKind::Cpu,
+        })
     }
 
     /// The default stream of the GPU device; an error when MLX's backend has no GPU.
     pub fn gpu() -> Result<Stream> {
         if !Stream::gpu_available() {
-            return Err(Error::Mlx("MLX was built without a GPU backend (no Metal, no CUDA)".into()));
+            return Err(Error::Mlx(
+                "MLX was built without a GPU backend (no Metal, no CUDA)".into(),
+            ));
         }
         // SAFETY: as in `cpu`.
         let raw = capture(|| unsafe { sys::mlx_default_gpu_stream_new() })?;
-        Ok(Stream { raw, kind: DeviceKind::Gpu })
+        Ok(Stream {
+            raw,
+            kind: DeviceKind::Gpu,
+        })
     }
 
     /// The GPU when the loaded MLX has one, else the CPU: the same binary runs on both the

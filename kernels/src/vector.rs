@@ -14,14 +14,16 @@ impl VectorArray {
     pub fn new() -> VectorArray {
         crate::init();
         // SAFETY: returns an owned empty vector, freed by Drop.
-        VectorArray { raw: unsafe { sys::mlx_vector_array_new() } }
+        let raw = unsafe { sys::mlx_vector_array_new() };
+        VectorArray { raw }
     }
 
     pub fn from_arrays(arrays: &[Array]) -> Result<VectorArray> {
         crate::init();
         let handles: Vec<sys::mlx_array> = arrays.iter().map(Array::raw).collect();
         // SAFETY: `handles` are live arrays; the new vector takes its own references to them.
-        Ok(VectorArray { raw: unsafe { sys::mlx_vector_array_new_data(handles.as_ptr(), handles.len()) } })
+        let raw = unsafe { sys::mlx_vector_array_new_data(handles.as_ptr(), handles.len()) };
+        Ok(VectorArray { raw })
     }
 
     /// Appends a shared reference to `array`.
@@ -81,6 +83,8 @@ impl Drop for VectorArray {
 
 impl fmt::Debug for VectorArray {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("VectorArray").field("len", &self.len()).finish()
+        f.debug_struct("VectorArray")
+            .field("len", &self.len())
+            .finish()
     }
 }

@@ -11,10 +11,18 @@ fn mlx_error_is_an_err_with_mlx_message_and_the_process_lives_on() {
     let a = array(&[1.0; 6], &[2, 3]);
     let b = array(&[1.0; 8], &[4, 2]);
     let err = ops::matmul(&a, &b, &s).unwrap_err();
-    let Error::Mlx(message) = &err else { panic!("expected an MLX error, got {err:?}") };
-    assert!(message.contains("matmul"), "MLX's own message expected, got {message:?}");
+    let Error::Mlx(message) = &err else {
+        panic!("expected an MLX error, got {err:?}")
+    };
+    assert!(
+        message.contains("matmul"),
+        "MLX's own message expected, got {message:?}"
+    );
     let err = ops::add(&a, &b, &s).unwrap_err();
-    assert!(matches!(&err, Error::Mlx(m) if m.contains("broadcast")), "{err:?}");
+    assert!(
+        matches!(&err, Error::Mlx(m) if m.contains("broadcast")),
+        "{err:?}"
+    );
     // The same thread keeps working, with no stale message attached to later results.
     let ok = ops::add(&a, &a, &s).unwrap();
     assert_eq!(ok.to_vec::<f32>(&s).unwrap(), vec![2.0; 6]);
@@ -25,7 +33,10 @@ fn host_data_must_match_its_shape() {
     let err = Array::from_bytes(&[0u8; 5], &[2], Dtype::F32).unwrap_err();
     assert!(matches!(err, Error::Shape(_)), "{err:?}");
     let err = Array::from_slice::<f32>(&[], &[0, 1 << 31]).unwrap_err();
-    assert!(matches!(&err, Error::Shape(m) if m.contains("i32")), "{err:?}");
+    assert!(
+        matches!(&err, Error::Shape(m) if m.contains("i32")),
+        "{err:?}"
+    );
     let err = array(&[1.0], &[1]).to_vec::<i32>(&cpu()).unwrap_err();
     assert!(matches!(err, Error::Dtype(_)), "{err:?}");
 }
@@ -67,7 +78,9 @@ fn compiled_closure_applied_twice_with_different_inputs() {
     }
     // A new shape retraces (not shapeless) and still gives the right answer.
     let (a, b) = (vec![1.0f32; 6], vec![0.5f32; 6]);
-    let out = compiled.apply(&[array(&a, &[2, 3]), array(&b, &[2, 3])]).unwrap();
+    let out = compiled
+        .apply(&[array(&a, &[2, 3]), array(&b, &[2, 3])])
+        .unwrap();
     assert_eq!(out[0].shape(), vec![2, 3]);
     common::assert_close(&out[0].to_vec::<f32>(&s).unwrap(), &reference(&a, &b), 1e-6);
 }
@@ -79,12 +92,26 @@ fn closure_errors_and_panics_surface_from_apply() {
         Ok(vec![ops::matmul(&inputs[0], &inputs[0], &s)?])
     });
     let err = failing.apply(&[array(&[1.0; 6], &[2, 3])]).unwrap_err();
-    assert!(matches!(&err, Error::Mlx(m) if m.contains("matmul")), "{err:?}");
+    assert!(
+        matches!(&err, Error::Mlx(m) if m.contains("matmul")),
+        "{err:?}"
+    );
 
-    let panicking = Closure::new(|_: &[Array]| -> mlx_kernels::Result<Vec<Array>> { panic!("boom") });
+    let panicking =
+        Closure::new(|_: &[Array]| -> mlx_kernels::Result<Vec<Array>> { panic!("boom") });
     let err = panicking.apply(&[]).unwrap_err();
-    assert!(matches!(&err, Error::Callback(m) if m.contains("boom")), "{err:?}");
+    assert!(
+        matches!(&err, Error::Callback(m) if m.contains("boom")),
+        "{err:?}"
+    );
     // Compiling a failing body fails on the traced apply, cleanly.
-    let err = failing.compile(false).unwrap().apply(&[array(&[1.0; 6], &[2, 3])]).unwrap_err();
-    assert!(matches!(&err, Error::Mlx(m) if m.contains("matmul")), "{err:?}");
+    let err = failing
+        .compile(false)
+        .unwrap()
+        .apply(&[array(&[1.0; 6], &[2, 3])])
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Mlx(m) if m.contains("matmul")),
+        "{err:?}"
+    );
 }

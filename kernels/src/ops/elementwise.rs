@@ -81,7 +81,11 @@ pub fn where_(
 }
 
 /// Round half to even, to `decimals` places.
-pub fn round(a: &crate::Array, decimals: i32, stream: &crate::Stream) -> crate::Result<crate::Array> {
+pub fn round(
+    a: &crate::Array,
+    decimals: i32,
+    stream: &crate::Stream,
+) -> crate::Result<crate::Array> {
     crate::Array::from_op(|out| {
         // SAFETY: all handles are live; mlx-c writes the result into `out`.
         unsafe { crate::sys::mlx_round(out, a.raw(), decimals, stream.raw()) }

@@ -70,7 +70,14 @@ pub fn layer_norm(
     Array::from_op(|out| {
         // SAFETY: all handles are live or empty ("may be null").
         unsafe {
-            sys::mlx_fast_layer_norm(out, x.raw(), optional(weight), optional(bias), eps, stream.raw())
+            sys::mlx_fast_layer_norm(
+                out,
+                x.raw(),
+                optional(weight),
+                optional(bias),
+                eps,
+                stream.raw(),
+            )
         }
     })
 }
@@ -85,11 +92,24 @@ pub fn rope(
     offset: i32,
     stream: &Stream,
 ) -> Result<Array> {
-    let base = sys::mlx_optional_float { value: base, has_value: true };
+    let base = sys::mlx_optional_float {
+        value: base,
+        has_value: true,
+    };
     Array::from_op(|out| {
         // SAFETY: all handles are live; no custom frequencies (empty handle).
         unsafe {
-            sys::mlx_fast_rope(out, x.raw(), dims, traditional, base, scale, offset, optional(None), stream.raw())
+            sys::mlx_fast_rope(
+                out,
+                x.raw(),
+                dims,
+                traditional,
+                base,
+                scale,
+                offset,
+                optional(None),
+                stream.raw(),
+            )
         }
     })
 }

@@ -43,9 +43,17 @@ pub(crate) use {binary_ops, unary_ops};
 
 /// An optional array argument as mlx-c takes it: an empty handle means "absent".
 pub(crate) fn optional(array: Option<&crate::Array>) -> crate::sys::mlx_array {
-    array.map_or(crate::sys::mlx_array { ctx: std::ptr::null_mut() }, |a| a.raw())
+    array.map_or(
+        crate::sys::mlx_array {
+            ctx: std::ptr::null_mut(),
+        },
+        |a| a.raw(),
+    )
 }
 
 pub(crate) fn optional_int(value: Option<i32>) -> crate::sys::mlx_optional_int {
-    crate::sys::mlx_optional_int { value: value.unwrap_or(0), has_value: value.is_some() }
+    crate::sys::mlx_optional_int {
+        value: value.unwrap_or(0),
+        has_value: value.is_some(),
+    }
 }

@@ -41,15 +41,26 @@ pub fn quantize(w: &Array, group_size: i32, bits: i32, stream: &Stream) -> Resul
     crate::error::check(status)?;
     let mut parts = parts.to_vec()?.into_iter();
     match (parts.next(), parts.next(), parts.next()) {
-        (Some(weight), Some(scales), Some(biases)) => {
-            Ok(Quantized { weight, scales, biases, group_size, bits })
-        }
-        _ => Err(Error::Mlx("affine quantize returned fewer than three arrays".into())),
+        (Some(weight), Some(scales), Some(biases)) => Ok(Quantized {
+            weight,
+            scales,
+            biases,
+            group_size,
+            bits,
+        }),
+        _ => Err(Error::Mlx(
+            "affine quantize returned fewer than three arrays".into(),
+        )),
     }
 }
 
 /// `x · wᵀ` (or `x · w` when `transpose` is false) with `w` quantised.
-pub fn quantized_matmul(x: &Array, w: &Quantized, transpose: bool, stream: &Stream) -> Result<Array> {
+pub fn quantized_matmul(
+    x: &Array,
+    w: &Quantized,
+    transpose: bool,
+    stream: &Stream,
+) -> Result<Array> {
     let mode = affine();
     Array::from_op(|out| {
         // SAFETY: all handles are live; `mode` outlives the call.
@@ -73,7 +84,10 @@ pub fn quantized_matmul(x: &Array, w: &Quantized, transpose: bool, stream: &Stre
 /// Reconstructs the float weight from its quantised form.
 pub fn dequantize(w: &Quantized, stream: &Stream) -> Result<Array> {
     let mode = affine();
-    let no_dtype = sys::mlx_optional_dtype { value: sys::mlx_dtype::MLX_FLOAT32, has_value: false };
+    let no_dtype = sys::mlx_optional_dtype {
+        value: sys::mlx_dtype::MLX_FLOAT32,
+        has_value: false,
+    };
     Array::from_op(|out| {
         // SAFETY: all handles are live; `mode` outlives the call.
         unsafe {

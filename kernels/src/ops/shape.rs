@@ -9,7 +9,13 @@ pub fn reshape(a: &Array, shape: &[i64], stream: &Stream) -> Result<Array> {
     // -1 is MLX's "infer" marker; everything else must be a valid dimension.
     let dims: Vec<i32> = shape
         .iter()
-        .map(|&d| if d == -1 { Ok(-1) } else { to_mlx_shape(&[d]).map(|v| v[0]) })
+        .map(|&d| {
+            if d == -1 {
+                Ok(-1)
+            } else {
+                to_mlx_shape(&[d]).map(|v| v[0])
+            }
+        })
         .collect::<Result<_>>()?;
     Array::from_op(|out| {
         // SAFETY: `dims` outlives the call; all handles are live.
@@ -65,7 +71,14 @@ pub fn sum(a: &Array, axes: &[i32], keepdims: bool, stream: &Stream) -> Result<A
             if axes.is_empty() {
                 sys::mlx_sum(out, a.raw(), keepdims, stream.raw())
             } else {
-                sys::mlx_sum_axes(out, a.raw(), axes.as_ptr(), axes.len(), keepdims, stream.raw())
+                sys::mlx_sum_axes(
+                    out,
+                    a.raw(),
+                    axes.as_ptr(),
+                    axes.len(),
+                    keepdims,
+                    stream.raw(),
+                )
             }
         }
     })
