@@ -3,6 +3,9 @@
 //!
 //! ORT is never linked: it hands us its `OrtApi` table at registration.
 
+#[path = "../../build-support/runpath.rs"]
+mod runpath;
+
 use std::env;
 use std::path::PathBuf;
 
@@ -48,16 +51,5 @@ fn main() {
         .write_to_file(out.join("ort_bindings.rs"))
         .expect("write ORT bindings");
 
-    // A link-arg from mlx-kernels' build script does not reach this cdylib: set our own
-    // runpath from the folder it publishes. RUNPATH (not RPATH) lets LD_LIBRARY_PATH swap in
-    // another libmlx.so (the CUDA build) at run time.
-    if let Some(libdir) = env::var_os("DEP_MLX_LIBDIR") {
-        if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
-            println!("cargo:rustc-link-arg=-Wl,--enable-new-dtags");
-        }
-        println!(
-            "cargo:rustc-link-arg=-Wl,-rpath,{}",
-            PathBuf::from(libdir).display()
-        );
-    }
+    runpath::link_to_mlx();
 }

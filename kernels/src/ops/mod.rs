@@ -5,12 +5,14 @@ mod elementwise;
 mod fast;
 mod linalg;
 mod quant;
+mod reduce;
 mod shape;
 
 pub use elementwise::*;
 pub use fast::*;
 pub use linalg::*;
 pub use quant::*;
+pub use reduce::*;
 pub use shape::*;
 
 /// `fn name(a, stream)` for each `mlx_*(res, a, stream)` function.

@@ -1,0 +1,257 @@
+//! Activation functions, Clip and Where.
+
+use mlx_kernels::{ops, Array, Stream};
+
+use crate::table::consts::scalar_like;
+use crate::{onnx_op, Lower, OpError, Result};
+
+/// `k * x` with `k` in `x`'s type.
+fn scale(x: &Array, k: f64, s: &Stream) -> Result<Array> {
+    Ok(ops::multiply(x, &scalar_like(k, x, s)?, s)?)
+}
+
+fn zero_like(x: &Array, s: &Stream) -> Result<Array> {
+    scalar_like(0.0, x, s)
+}
+
+/// `max(x, 0)`.
+#[onnx_op(op = "Relu", since = 6, types(T = SIGNED), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn relu(cx: &mut Lower, x: Array) -> Result<Array> {
+    let s = cx.stream();
+    Ok(ops::maximum(&x, &zero_like(&x, s)?, s)?)
+}
+
+/// `x` where `x >= 0`, else `alpha * x`.
+#[onnx_op(op = "LeakyRelu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn leaky_relu(cx: &mut Lower, x: Array, #[attr(default = 0.01)] alpha: f32) -> Result<Array> {
+    let s = cx.stream();
+    let positive = ops::greater_equal(&x, &zero_like(&x, s)?, s)?;
+    Ok(ops::where_(&positive, &x, &scale(&x, alpha.into(), s)?, s)?)
+}
+
+/// `alpha * (e^x - 1)` for `x < 0`, else `x`.
+fn elu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> {
+    let negative = ops::less(x, &zero_like(x, s)?, s)?;
+    Ok(ops::where_(
+        &negative,
+        &scale(&ops::expm1(x, s)?, alpha, s)?,
+        x,
+        s,
+    )?)
+}
+
+/// Exponential linear unit: `alpha * (e^x - 1)` below zero, `x` above.
+#[onnx_op(op = "Elu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn elu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<Array> {
+    elu_of(&x, alpha.into(), cx.stream())
+}
+
+/// Scaled ELU: `gamma * (alpha * (e^x - 1))` for `x <= 0`, `gamma * x` above.
+#[onnx_op(op = "Selu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn selu(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = 1.673_263_2)] alpha: f32,
+    #[attr(default = 1.050_701)] gamma: f32,
+) -> Result<Array> {
+    let s = cx.stream();
+    scale(&elu_of(&x, alpha.into(), s)?, gamma.into(), s)
+}
+
+/// Continuously differentiable ELU: `max(0, x) + min(0, alpha * (e^(x/alpha) - 1))`.
+#[onnx_op(op = "Celu", since = 12, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn celu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<Array> {
+    let s = cx.stream();
+    let alpha = f64::from(alpha);
+    let zero = zero_like(&x, s)?;
+    let curve = scale(&ops::expm1(&scale(&x, 1.0 / alpha, s)?, s)?, alpha, s)?;
+    Ok(ops::add(
+        &ops::maximum(&x, &zero, s)?,
+        &ops::minimum(&curve, &zero, s)?,
+        s,
+    )?)
+}
+
+/// `0.5 x (1 + erf(x / √2))`.
+pub(crate) fn gelu_erf(x: &Array, s: &Stream) -> Result<Array> {
+    let inner = ops::erf(&scale(x, std::f64::consts::FRAC_1_SQRT_2, s)?, s)?;
+    let one_plus = ops::add(&inner, &scalar_like(1.0, x, s)?, s)?;
+    Ok(ops::multiply(&scale(x, 0.5, s)?, &one_plus, s)?)
+}
+
+/// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+pub(crate) fn gelu_tanh(x: &Array, s: &Stream) -> Result<Array> {
+    let cube = ops::multiply(&ops::multiply(x, x, s)?, x, s)?;
+    let inner = ops::add(x, &scale(&cube, 0.044_715, s)?, s)?;
+    let t = ops::tanh(&scale(&inner, (2.0 / std::f64::consts::PI).sqrt(), s)?, s)?;
+    let one_plus = ops::add(&t, &scalar_like(1.0, x, s)?, s)?;
+    Ok(ops::multiply(&scale(x, 0.5, s)?, &one_plus, s)?)
+}
+
+/// Gaussian error linear unit, exact (`approximate = "none"`) or the tanh approximation.
+#[onnx_op(
+    op = "Gelu", since = 20, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless,
+    claim = gelu_claim, declines = "approximate other than \"none\" or \"tanh\""
+)]
+fn gelu(cx: &mut Lower, x: Array, #[attr(default = "none")] approximate: String) -> Result<Array> {
+    match approximate.as_str() {
+        "tanh" => gelu_tanh(&x, cx.stream()),
+        _ => gelu_erf(&x, cx.stream()),
+    }
+}
+
+fn gelu_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    match node.attribute("approximate") {
+        None => crate::Verdict::Claim,
+        Some(crate::AttrValue::String(a)) if a == "none" || a == "tanh" => crate::Verdict::Claim,
+        Some(other) => {
+            crate::Verdict::decline(format!("approximate={other:?} is not an ONNX Gelu mode"))
+        }
+    }
+}
+
+/// `clamp(alpha * x + beta, 0, 1)`.
+fn hard_sigmoid_of(x: &Array, alpha: f64, beta: f64, s: &Stream) -> Result<Array> {
+    let linear = ops::add(&scale(x, alpha, s)?, &scalar_like(beta, x, s)?, s)?;
+    let low = ops::maximum(&linear, &zero_like(x, s)?, s)?;
+    Ok(ops::minimum(&low, &scalar_like(1.0, x, s)?, s)?)
+}
+
+/// `max(0, min(1, alpha * x + beta))`.
+#[onnx_op(op = "HardSigmoid", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn hard_sigmoid(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = 0.2)] alpha: f32,
+    #[attr(default = 0.5)] beta: f32,
+) -> Result<Array> {
+    hard_sigmoid_of(&x, alpha.into(), beta.into(), cx.stream())
+}
+
+/// `x * max(0, min(1, x / 6 + 0.5))`.
+#[onnx_op(op = "HardSwish", since = 14, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn hard_swish(cx: &mut Lower, x: Array) -> Result<Array> {
+    let s = cx.stream();
+    Ok(ops::multiply(
+        &x,
+        &hard_sigmoid_of(&x, 1.0 / 6.0, 0.5, s)?,
+        s,
+    )?)
+}
+
+/// `ln(1 + e^x)`, computed without overflow.
+fn softplus_of(x: &Array, s: &Stream) -> Result<Array> {
+    Ok(ops::logaddexp(x, &zero_like(x, s)?, s)?)
+}
+
+/// `x * tanh(softplus(x))`.
+#[onnx_op(op = "Mish", since = 18, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn mish(cx: &mut Lower, x: Array) -> Result<Array> {
+    let s = cx.stream();
+    Ok(ops::multiply(&x, &ops::tanh(&softplus_of(&x, s)?, s)?, s)?)
+}
+
+/// `slope * x` where `x < 0`, else `x`; `slope` broadcasts to `X`.
+#[onnx_op(op = "PRelu", since = 9, types(T = SIGNED), inputs(X: T, slope: T), outputs(Y: T), shape = Shapeless)]
+fn prelu(cx: &mut Lower, x: Array, slope: Array) -> Result<Array> {
+    let s = cx.stream();
+    let negative = ops::less(&x, &zero_like(&x, s)?, s)?;
+    let scaled = ops::multiply(&x, &slope, s)?;
+    if scaled.shape() != x.shape() {
+        return Err(OpError::new(format!(
+            "slope of shape {:?} does not broadcast to X of shape {:?}",
+            slope.shape(),
+            x.shape()
+        )));
+    }
+    Ok(ops::where_(&negative, &scaled, &x, s)?)
+}
+
+/// `x + bias` below `-lambd`, `x - bias` above `lambd`, 0 between.
+#[onnx_op(op = "Shrink", since = 9, types(T = SIGNED), inputs(input: T), outputs(output: T), shape = Shapeless)]
+fn shrink(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = 0.0)] bias: f32,
+    #[attr(default = 0.5)] lambd: f32,
+) -> Result<Array> {
+    let s = cx.stream();
+    let (bias, lambd) = (f64::from(bias), f64::from(lambd));
+    // Compare in the input's type, as ORT does.
+    let below = ops::less(&x, &scalar_like(-lambd, &x, s)?, s)?;
+    let above = ops::greater(&x, &scalar_like(lambd, &x, s)?, s)?;
+    let raised = ops::add(&x, &scalar_like(bias, &x, s)?, s)?;
+    let lowered = ops::subtract(&x, &scalar_like(bias, &x, s)?, s)?;
+    let middle = ops::where_(&above, &lowered, &zero_like(&x, s)?, s)?;
+    Ok(ops::where_(&below, &raised, &middle, s)?)
+}
+
+/// `ln(1 + e^x)`.
+#[onnx_op(op = "Softplus", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn softplus(cx: &mut Lower, x: Array) -> Result<Array> {
+    softplus_of(&x, cx.stream())
+}
+
+/// `x / (1 + |x|)`.
+#[onnx_op(op = "Softsign", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn softsign(cx: &mut Lower, x: Array) -> Result<Array> {
+    let s = cx.stream();
+    let denominator = ops::add(&ops::abs(&x, s)?, &scalar_like(1.0, &x, s)?, s)?;
+    Ok(ops::divide(&x, &denominator, s)?)
+}
+
+/// `x` where `x > alpha`, else 0.
+#[onnx_op(op = "ThresholdedRelu", since = 10, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn thresholded_relu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<Array> {
+    let s = cx.stream();
+    let above = ops::greater(&x, &scalar_like(alpha.into(), &x, s)?, s)?;
+    Ok(ops::where_(&above, &x, &zero_like(&x, s)?, s)?)
+}
+
+/// `1 / (1 + e^-x)`.
+#[onnx_op(op = "Sigmoid", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn sigmoid(cx: &mut Lower, x: Array) -> Result<Array> {
+    Ok(ops::sigmoid(&x, cx.stream())?)
+}
+
+/// Hyperbolic tangent.
+#[onnx_op(op = "Tanh", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn tanh(cx: &mut Lower, x: Array) -> Result<Array> {
+    Ok(ops::tanh(&x, cx.stream())?)
+}
+
+/// `min(max(x, min), max)` with bounds from attributes (defaults: the float range).
+#[onnx_op(op = "Clip", opset = 6..=10, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
+fn clip_attrs(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = f32::MIN)] min: f32,
+    #[attr(default = f32::MAX)] max: f32,
+) -> Result<Array> {
+    let s = cx.stream();
+    let low = ops::maximum(&x, &scalar_like(min.into(), &x, s)?, s)?;
+    Ok(ops::minimum(&low, &scalar_like(max.into(), &x, s)?, s)?)
+}
+
+/// `min(max(x, min), max)`; an absent bound does not clip.
+#[onnx_op(op = "Clip", since = 11, types(T = NUMERIC), inputs(input: T, min: T, max: T), outputs(output: T), shape = Shapeless)]
+fn clip(cx: &mut Lower, x: Array, min: Option<Array>, max: Option<Array>) -> Result<Array> {
+    let s = cx.stream();
+    let low = match min {
+        Some(min) => ops::maximum(&x, &min, s)?,
+        None => x,
+    };
+    Ok(match max {
+        Some(max) => ops::minimum(&low, &max, s)?,
+        None => low,
+    })
+}
+
+/// `X` where `condition`, else `Y`, all three broadcasting together.
+#[onnx_op(
+    op = "Where", since = 9, types(B = BOOL, T = ANY),
+    inputs(condition: B, X: T, Y: T), outputs(output: T), shape = Shapeless
+)]
+fn where_op(cx: &mut Lower, condition: Array, x: Array, y: Array) -> Result<Array> {
+    Ok(ops::where_(&condition, &x, &y, cx.stream())?)
+}

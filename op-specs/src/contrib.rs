@@ -1,0 +1,55 @@
+//! `com.microsoft` fusions that exporters and ORT's optimisers emit.
+
+use mlx_kernels::{ops, Array};
+
+use crate::activation::{gelu_erf, gelu_tanh};
+use crate::table::consts::scalar_like;
+use crate::{onnx_op, Lower, Result};
+
+/// Exact GELU, `0.5 x (1 + erf(x / √2))`.
+#[onnx_op(domain = "com.microsoft", op = "Gelu", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn ms_gelu(cx: &mut Lower, x: Array) -> Result<Array> {
+    gelu_erf(&x, cx.stream())
+}
+
+/// Tanh-approximated GELU of `X + bias` (bias optional).
+#[onnx_op(
+    domain = "com.microsoft", op = "FastGelu", since = 1, types(T = FLOAT),
+    inputs(X: T, bias: T), outputs(Y: T), shape = Shapeless
+)]
+fn fast_gelu(cx: &mut Lower, x: Array, bias: Option<Array>) -> Result<Array> {
+    let s = cx.stream();
+    let x = match bias {
+        Some(b) => ops::add(&x, &b, s)?,
+        None => x,
+    };
+    gelu_tanh(&x, s)
+}
+
+/// Exact GELU of `A + B`.
+#[onnx_op(
+    domain = "com.microsoft", op = "BiasGelu", since = 1, types(T = FLOAT),
+    inputs(A: T, B: T), outputs(C: T), shape = Shapeless
+)]
+fn bias_gelu(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
+    let s = cx.stream();
+    gelu_erf(&ops::add(&a, &b, s)?, s)
+}
+
+/// `x * sigmoid(alpha * x)`.
+#[onnx_op(domain = "com.microsoft", op = "QuickGelu", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn quick_gelu(cx: &mut Lower, x: Array, #[attr(default = 1.702)] alpha: f32) -> Result<Array> {
+    let s = cx.stream();
+    let scaled = ops::multiply(&x, &scalar_like(alpha.into(), &x, s)?, s)?;
+    Ok(ops::multiply(&x, &ops::sigmoid(&scaled, s)?, s)?)
+}
+
+/// `X + bias + skip` (bias over the channel axis, skip of X's shape).
+#[onnx_op(
+    domain = "com.microsoft", op = "BiasAdd", since = 1, types(T = FLOAT),
+    inputs(X: T, bias: T, skip: T), outputs(Y: T), shape = Shapeless
+)]
+fn bias_add(cx: &mut Lower, x: Array, bias: Array, skip: Array) -> Result<Array> {
+    let s = cx.stream();
+    Ok(ops::add(&ops::add(&x, &bias, s)?, &skip, s)?)
+}

@@ -1,0 +1,40 @@
+//! The op table: one `#[onnx_op]` declaration per ONNX op and opset range.
+//!
+//! `table/` holds the machinery (row type, generic claim rules, lowering context, registry,
+//! coverage doc); every other module is one op family. The EP reads only [`decide`] and the
+//! [`OpSpec`] it returns, so an op author touches one family file and nothing else.
+
+// The macro's expansion names `::op_specs::...`, which must resolve inside this crate too.
+extern crate self as op_specs;
+
+pub mod table;
+
+mod activation;
+mod arithmetic;
+mod cast;
+mod compare;
+mod contrib;
+mod logic;
+mod math;
+mod softmax;
+
+pub use ops_macros::onnx_op;
+pub use table::dtypes::sets as dtypes;
+pub use table::dtypes::{DtypeSet, ElemType};
+pub use table::lower::{FromAttr, IntoOutputs, Lower, OpError, Result};
+pub use table::node::{AttrValue, NodeView, SimpleNode};
+pub use table::registry::{all, decide, lookup, overlaps, Decision};
+pub use table::spec::{AttrKind, AttrSpec, OpSpec, Port, PortKind, ShapeSafety, TypeVar, Verdict};
+
+/// What the `#[onnx_op]` expansion refers to. Not for hand-written code.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::table::dtypes::DtypeSet;
+    pub use crate::table::lower::{optional_input, required_input, variadic_inputs};
+    pub use crate::table::lower::{FromAttr, IntoOutputs, Lower, Result};
+    pub use crate::table::spec::{
+        AttrSpec, OpSpec, Port, PortKind, ShapeRule, ShapeSafety, TypeVar,
+    };
+    pub use inventory;
+    pub use mlx_kernels::Array;
+}

@@ -1,0 +1,74 @@
+//! Boolean logic and bitwise integer ops.
+
+use mlx_kernels::{ops, Array};
+
+use crate::table::consts::scalar_like;
+use crate::{onnx_op, Lower, OpError, Result};
+
+/// Elementwise logical and, numpy broadcasting.
+#[onnx_op(op = "And", since = 7, types(T = BOOL), inputs(A: T, B: T), outputs(C: T), shape = Shapeless)]
+fn and(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
+    Ok(ops::logical_and(&a, &b, cx.stream())?)
+}
+
+/// Elementwise logical or, numpy broadcasting.
+#[onnx_op(op = "Or", since = 7, types(T = BOOL), inputs(A: T, B: T), outputs(C: T), shape = Shapeless)]
+fn or(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
+    Ok(ops::logical_or(&a, &b, cx.stream())?)
+}
+
+/// Elementwise logical exclusive or, numpy broadcasting.
+#[onnx_op(op = "Xor", since = 7, types(T = BOOL), inputs(A: T, B: T), outputs(C: T), shape = Shapeless)]
+fn xor(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
+    Ok(ops::not_equal(&a, &b, cx.stream())?)
+}
+
+/// Elementwise logical negation.
+#[onnx_op(op = "Not", since = 1, types(T = BOOL), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn not(cx: &mut Lower, x: Array) -> Result<Array> {
+    Ok(ops::logical_not(&x, cx.stream())?)
+}
+
+/// Elementwise bitwise and of integers.
+#[onnx_op(op = "BitwiseAnd", since = 18, types(T = INTEGER), inputs(A: T, B: T), outputs(C: T), shape = Shapeless)]
+fn bitwise_and(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
+    Ok(ops::bitwise_and(&a, &b, cx.stream())?)
+}
+
+/// Elementwise bitwise or of integers.
+#[onnx_op(op = "BitwiseOr", since = 18, types(T = INTEGER), inputs(A: T, B: T), outputs(C: T), shape = Shapeless)]
+fn bitwise_or(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
+    Ok(ops::bitwise_or(&a, &b, cx.stream())?)
+}
+
+/// Elementwise bitwise exclusive or of integers.
+#[onnx_op(op = "BitwiseXor", since = 18, types(T = INTEGER), inputs(A: T, B: T), outputs(C: T), shape = Shapeless)]
+fn bitwise_xor(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
+    Ok(ops::bitwise_xor(&a, &b, cx.stream())?)
+}
+
+/// Elementwise bitwise complement of integers.
+#[onnx_op(op = "BitwiseNot", since = 18, types(T = INTEGER), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn bitwise_not(cx: &mut Lower, x: Array) -> Result<Array> {
+    Ok(ops::bitwise_invert(&x, cx.stream())?)
+}
+
+/// Logical shift of unsigned integers; shifting by the bit width or more gives 0.
+#[onnx_op(op = "BitShift", since = 11, types(T = UINT), inputs(X: T, Y: T), outputs(Z: T), shape = Shapeless)]
+fn bit_shift(cx: &mut Lower, x: Array, y: Array, #[attr] direction: String) -> Result<Array> {
+    let s = cx.stream();
+    let width = scalar_like((x.dtype().size_in_bytes() * 8) as f64, &y, s)?;
+    let shifted = match direction.as_str() {
+        "LEFT" => ops::left_shift(&x, &y, s)?,
+        "RIGHT" => ops::right_shift(&x, &y, s)?,
+        other => {
+            return Err(OpError::new(format!(
+                "direction must be LEFT or RIGHT, not {other:?}"
+            )))
+        }
+    };
+    // C leaves over-wide shifts undefined; a shift past the width moves every bit out.
+    let too_far = ops::greater_equal(&y, &width, s)?;
+    let zero = scalar_like(0.0, &shifted, s)?;
+    Ok(ops::where_(&too_far, &zero, &shifted, s)?)
+}

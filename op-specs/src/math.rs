@@ -1,0 +1,93 @@
+//! Elementwise math functions of one tensor, plus the IsNaN/IsInf predicates.
+
+use mlx_kernels::{ops, Array, Dtype};
+
+use crate::table::consts::scalar;
+
+use crate::{onnx_op, Lower, Result};
+
+/// Declares `Y = f(X)` ops that map one-to-one onto an MLX function.
+macro_rules! unary {
+    ($($(#[$doc:meta])* $name:ident = $op:tt since $since:tt over $set:ident by $mlx:path;)*) => {$(
+        $(#[$doc])*
+        #[onnx_op(op = $op, since = $since, types(T = $set), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+        fn $name(cx: &mut Lower, x: Array) -> Result<Array> {
+            Ok($mlx(&x, cx.stream())?)
+        }
+    )*};
+}
+
+unary! {
+    /// Absolute value (integers wrap at their minimum).
+    abs = "Abs" since 6 over NUMERIC by ops::abs;
+    /// Negation (integers wrap at their minimum).
+    neg = "Neg" since 6 over SIGNED by ops::negative;
+    /// -1, 0 or 1 by the sign of the value.
+    sign = "Sign" since 9 over NUMERIC by ops::sign;
+    /// `1 / x`.
+    reciprocal = "Reciprocal" since 6 over FLOAT by ops::reciprocal;
+    /// Square root (NaN below zero).
+    sqrt = "Sqrt" since 6 over FLOAT by ops::sqrt;
+    /// `e^x`.
+    exp = "Exp" since 6 over FLOAT by ops::exp;
+    /// Natural logarithm (NaN below zero, -inf at zero).
+    log = "Log" since 6 over FLOAT by ops::log;
+    /// Round toward +inf.
+    ceil = "Ceil" since 6 over FLOAT by ops::ceil;
+    /// Round toward -inf.
+    floor = "Floor" since 6 over FLOAT by ops::floor;
+    /// Gauss error function.
+    erf = "Erf" since 9 over FLOAT by ops::erf;
+    /// Sine.
+    sin = "Sin" since 7 over FLOAT by ops::sin;
+    /// Cosine.
+    cos = "Cos" since 7 over FLOAT by ops::cos;
+    /// Tangent.
+    tan = "Tan" since 7 over FLOAT by ops::tan;
+    /// Arcsine.
+    asin = "Asin" since 7 over FLOAT by ops::arcsin;
+    /// Arccosine.
+    acos = "Acos" since 7 over FLOAT by ops::arccos;
+    /// Arctangent.
+    atan = "Atan" since 7 over FLOAT by ops::arctan;
+    /// Hyperbolic sine.
+    sinh = "Sinh" since 9 over FLOAT by ops::sinh;
+    /// Hyperbolic cosine.
+    cosh = "Cosh" since 9 over FLOAT by ops::cosh;
+    /// Inverse hyperbolic sine.
+    asinh = "Asinh" since 9 over FLOAT by ops::arcsinh;
+    /// Inverse hyperbolic cosine.
+    acosh = "Acosh" since 9 over FLOAT by ops::arccosh;
+    /// Inverse hyperbolic tangent.
+    atanh = "Atanh" since 9 over FLOAT by ops::arctanh;
+}
+
+/// Round to the nearest integer, halves to even.
+#[onnx_op(op = "Round", since = 11, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn round(cx: &mut Lower, x: Array) -> Result<Array> {
+    Ok(ops::round(&x, 0, cx.stream())?)
+}
+
+/// True where the value is NaN.
+#[onnx_op(op = "IsNaN", since = 9, types(T1 = FLOAT, T2 = BOOL), inputs(X: T1), outputs(Y: T2), shape = Shapeless)]
+fn is_nan(cx: &mut Lower, x: Array) -> Result<Array> {
+    Ok(ops::isnan(&x, cx.stream())?)
+}
+
+/// True where the value is +inf (if `detect_positive`) or -inf (if `detect_negative`).
+#[onnx_op(op = "IsInf", since = 10, types(T1 = FLOAT, T2 = BOOL), inputs(X: T1), outputs(Y: T2), shape = Shapeless)]
+fn is_inf(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = 1)] detect_negative: i64,
+    #[attr(default = 1)] detect_positive: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    Ok(match (detect_negative != 0, detect_positive != 0) {
+        (true, true) => ops::isinf(&x, s)?,
+        (true, false) => ops::isneginf(&x, s)?,
+        (false, true) => ops::isposinf(&x, s)?,
+        // Neither sign selected: nothing is reported.
+        (false, false) => ops::logical_and(&ops::isinf(&x, s)?, &scalar(0.0, Dtype::Bool, s)?, s)?,
+    })
+}

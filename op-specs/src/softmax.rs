@@ -1,0 +1,104 @@
+//! Softmax, LogSoftmax and Hardmax: the opset-13 per-axis form, and the older form that
+//! flattens the input to 2-D at `axis`.
+
+use mlx_kernels::{ops, Array, Stream};
+
+use crate::{onnx_op, Lower, OpError, Result};
+
+type AxisFn = fn(&Array, i32, &Stream) -> Result<Array>;
+
+fn normalise_axis(axis: i64, rank: usize) -> Result<i32> {
+    let rank = rank as i64;
+    let resolved = if axis < 0 { axis + rank } else { axis };
+    if resolved < 0 || resolved >= rank.max(1) {
+        return Err(OpError::new(format!(
+            "axis {axis} is out of range for rank {rank}"
+        )));
+    }
+    Ok(resolved as i32)
+}
+
+/// Opset 13+: apply `f` along `axis`.
+fn along_axis(x: &Array, axis: i64, s: &Stream, f: AxisFn) -> Result<Array> {
+    if x.ndim() == 0 {
+        return Err(OpError::new("input must have rank >= 1"));
+    }
+    f(x, normalise_axis(axis, x.ndim())?, s)
+}
+
+/// Opsets 1–12: view the input as `[prod(dims[..axis]), prod(dims[axis..])]`, apply `f` on the
+/// second axis, and restore the shape.
+fn flattened(x: &Array, axis: i64, s: &Stream, f: AxisFn) -> Result<Array> {
+    let shape = x.shape();
+    let axis = if x.ndim() == 0 {
+        0
+    } else {
+        normalise_axis(axis, x.ndim())? as usize
+    };
+    let outer: i64 = shape[..axis].iter().product();
+    let inner: i64 = shape[axis..].iter().product();
+    let flat = ops::reshape(x, &[outer, inner], s)?;
+    Ok(ops::reshape(&f(&flat, 1, s)?, &shape, s)?)
+}
+
+fn softmax_axis(x: &Array, axis: i32, s: &Stream) -> Result<Array> {
+    Ok(ops::softmax(x, axis, true, s)?)
+}
+
+fn log_softmax_axis(x: &Array, axis: i32, s: &Stream) -> Result<Array> {
+    Ok(ops::subtract(x, &ops::logsumexp(x, axis, true, s)?, s)?)
+}
+
+/// 1 at the first maximum along `axis`, 0 elsewhere.
+fn hardmax_axis(x: &Array, axis: i32, s: &Stream) -> Result<Array> {
+    let width = x.shape()[axis as usize];
+    let winner = ops::argmax(x, axis, true, s)?;
+    let mut index_shape = vec![1i64; x.ndim()];
+    index_shape[axis as usize] = width;
+    let positions = ops::reshape(
+        &ops::arange(0.0, width as f64, 1.0, winner.dtype(), s)?,
+        &index_shape,
+        s,
+    )?;
+    Ok(ops::astype(
+        &ops::equal(&positions, &winner, s)?,
+        x.dtype(),
+        s,
+    )?)
+}
+
+/// `exp(x) / sum(exp(x))` along `axis`.
+#[onnx_op(op = "Softmax", since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
+fn softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<Array> {
+    along_axis(&x, axis, cx.stream(), softmax_axis)
+}
+
+/// Softmax over the input flattened to 2-D at `axis`.
+#[onnx_op(op = "Softmax", opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
+fn softmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
+    flattened(&x, axis, cx.stream(), softmax_axis)
+}
+
+/// `x - log(sum(exp(x)))` along `axis`.
+#[onnx_op(op = "LogSoftmax", since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
+fn log_softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<Array> {
+    along_axis(&x, axis, cx.stream(), log_softmax_axis)
+}
+
+/// LogSoftmax over the input flattened to 2-D at `axis`.
+#[onnx_op(op = "LogSoftmax", opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
+fn log_softmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
+    flattened(&x, axis, cx.stream(), log_softmax_axis)
+}
+
+/// One-hot of the first maximum along `axis`.
+#[onnx_op(op = "Hardmax", since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
+fn hardmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<Array> {
+    along_axis(&x, axis, cx.stream(), hardmax_axis)
+}
+
+/// Hardmax over the input flattened to 2-D at `axis`.
+#[onnx_op(op = "Hardmax", opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
+fn hardmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
+    flattened(&x, axis, cx.stream(), hardmax_axis)
+}

@@ -1,0 +1,128 @@
+//! The generic part of every claim: attributes, input/output slots, and type constraints,
+//! read off the spec. A custom claim function runs only after these pass.
+
+use std::collections::HashMap;
+
+use super::dtypes::ElemType;
+use super::node::{AttrValue, NodeView};
+use super::spec::{AttrKind, OpSpec, Port, PortKind, Verdict};
+
+pub fn check(spec: &OpSpec, node: &dyn NodeView) -> Verdict {
+    let verdict = attributes(spec, node)
+        .and_then(|()| ports(spec, node))
+        .and_then(|()| type_constraints(spec, node));
+    match (verdict, spec.custom_claim) {
+        (Err(reason), _) => Verdict::Decline { reason },
+        (Ok(()), Some(custom)) => custom(node),
+        (Ok(()), None) => Verdict::Claim,
+    }
+}
+
+fn attributes(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
+    for name in node.attribute_names() {
+        // An attribute the declaration does not read would be silently ignored: refuse it.
+        let Some(declared) = spec.attributes.iter().find(|a| a.name == name) else {
+            return Err(format!(
+                "attribute '{name}' is not supported by this EP's {}",
+                spec.op
+            ));
+        };
+        if let Some(value) = node.attribute(&name) {
+            if !kind_matches(declared.kind, &value) {
+                return Err(format!(
+                    "attribute '{name}' is a {} where {:?} is expected",
+                    value.kind_name(),
+                    declared.kind
+                ));
+            }
+        }
+    }
+    match spec
+        .attributes
+        .iter()
+        .find(|a| a.required && node.attribute(a.name).is_none())
+    {
+        Some(missing) => Err(format!("required attribute '{}' is missing", missing.name)),
+        None => Ok(()),
+    }
+}
+
+fn kind_matches(kind: AttrKind, value: &AttrValue) -> bool {
+    matches!(
+        (kind, value),
+        (AttrKind::Int, AttrValue::Int(_))
+            | (AttrKind::Float, AttrValue::Float(_))
+            | (AttrKind::String, AttrValue::String(_))
+            | (AttrKind::Ints, AttrValue::Ints(_))
+            | (AttrKind::Floats, AttrValue::Floats(_))
+            | (AttrKind::Strings, AttrValue::Strings(_))
+    )
+}
+
+/// The declared port for slot `index`, following a variadic last port.
+fn port_for(ports: &[Port], index: usize) -> Option<&Port> {
+    ports
+        .get(index)
+        .or_else(|| ports.last().filter(|p| p.kind == PortKind::Variadic))
+}
+
+fn ports(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
+    for (what, count, declared) in [
+        ("inputs", node.input_count(), spec.inputs),
+        ("outputs", node.output_count(), spec.outputs),
+    ] {
+        if (0..count).any(|i| port_for(declared, i).is_none()) {
+            return Err(format!(
+                "{count} {what} where the op takes {}",
+                declared.len()
+            ));
+        }
+    }
+    for (index, port) in spec.inputs.iter().enumerate() {
+        let present = index < node.input_count() && node.input_type(index).is_some();
+        if port.kind == PortKind::Required && !present {
+            return Err(format!("required input '{}' is missing", port.name));
+        }
+    }
+    Ok(())
+}
+
+fn type_constraints(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
+    let mut bound: HashMap<&str, (ElemType, &str)> = HashMap::new();
+    let slots = (0..node.input_count())
+        .map(|i| (port_for(spec.inputs, i), node.input_type(i)))
+        .chain((0..node.output_count()).map(|i| (port_for(spec.outputs, i), node.output_type(i))));
+    for (port, elem) in slots {
+        let (Some(port), Some(elem)) = (port, elem) else {
+            continue;
+        };
+        let var = spec
+            .type_var(port.type_var)
+            .ok_or_else(|| format!("declaration error: no type variable {}", port.type_var))?;
+        if !var.allowed.contains(elem) {
+            return Err(format!(
+                "'{}' is {}; this EP runs {} with {} = {{{}}}",
+                port.name,
+                elem.short_name(),
+                spec.op,
+                var.name,
+                var.allowed.describe()
+            ));
+        }
+        match bound.get(var.name) {
+            Some((first, first_port)) if *first != elem => {
+                return Err(format!(
+                    "'{first_port}' is {} but '{}' is {} (both {})",
+                    first.short_name(),
+                    port.name,
+                    elem.short_name(),
+                    var.name
+                ))
+            }
+            _ => {
+                bound.insert(var.name, (elem, port.name));
+            }
+        }
+    }
+    Ok(())
+}

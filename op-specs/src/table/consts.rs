@@ -1,0 +1,31 @@
+//! Small constant arrays that lowerings mix into their graphs.
+
+use mlx_kernels::{ops, Array, Dtype, Stream};
+
+use super::lower::Result;
+
+/// A 0-d array holding `value` converted to `dtype` (integers truncate toward zero, bool is
+/// `value != 0`), so that mixing it in never promotes the other operand's type.
+pub fn scalar(value: f64, dtype: Dtype, stream: &Stream) -> Result<Array> {
+    let array = match dtype {
+        Dtype::Bool => Array::scalar(value != 0.0)?,
+        Dtype::U8 => Array::scalar(value as u8)?,
+        Dtype::U16 => Array::scalar(value as u16)?,
+        Dtype::U32 => Array::scalar(value as u32)?,
+        Dtype::U64 => Array::scalar(value as u64)?,
+        Dtype::I8 => Array::scalar(value as i8)?,
+        Dtype::I16 => Array::scalar(value as i16)?,
+        Dtype::I32 => Array::scalar(value as i32)?,
+        Dtype::I64 => Array::scalar(value as i64)?,
+        Dtype::F64 => Array::scalar(value)?,
+        Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::Complex64 => {
+            ops::astype(&Array::scalar(value as f32)?, dtype, stream)?
+        }
+    };
+    Ok(array)
+}
+
+/// `scalar(value, like.dtype())`.
+pub fn scalar_like(value: f64, like: &Array, stream: &Stream) -> Result<Array> {
+    scalar(value, like.dtype(), stream)
+}

@@ -1,0 +1,98 @@
+//! `docs/COVERAGE.md`, generated from the table.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use super::registry;
+use super::spec::{OpSpec, ShapeRule};
+
+pub const PATH_IN_REPO: &str = "docs/COVERAGE.md";
+
+pub fn markdown() -> String {
+    let specs = registry::all();
+    let mut families: BTreeMap<&str, Vec<&OpSpec>> = BTreeMap::new();
+    for spec in &specs {
+        families.entry(spec.family()).or_default().push(spec);
+    }
+    let distinct = |list: &[&OpSpec]| {
+        let mut ops: Vec<(&str, &str)> = list.iter().map(|s| (s.domain, s.op)).collect();
+        ops.dedup();
+        ops.len()
+    };
+
+    let mut out = String::new();
+    out.push_str("# Op coverage\n\n");
+    out.push_str(
+        "Generated from the op table by `cargo run -p op-specs --bin gen-coverage`; a test fails \
+         when this file is stale. Each row is one `#[onnx_op]` declaration. A node outside a row's \
+         types, or with an attribute the row does not name, is declined with that reason and runs \
+         on ORT's CPU EP.\n\n",
+    );
+    let _ = writeln!(
+        out,
+        "**{} entries, {} ops.**\n",
+        specs.len(),
+        distinct(&specs)
+    );
+    out.push_str("| family | entries | ops |\n|---|---|---|\n");
+    for (family, list) in &families {
+        let _ = writeln!(out, "| {family} | {} | {} |", list.len(), distinct(list));
+    }
+    for (family, list) in &families {
+        let _ = writeln!(out, "\n## {family}\n");
+        out.push_str("| domain | op | opsets | types | attributes | shape | also declines |\n");
+        out.push_str("|---|---|---|---|---|---|---|\n");
+        for spec in list {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                if spec.domain.is_empty() {
+                    "ai.onnx"
+                } else {
+                    spec.domain
+                },
+                spec.op,
+                spec.opsets(),
+                types(spec),
+                attributes(spec),
+                shape(spec),
+                if spec.declines.is_empty() {
+                    "—"
+                } else {
+                    spec.declines
+                },
+            );
+        }
+    }
+    out
+}
+
+fn types(spec: &OpSpec) -> String {
+    spec.type_vars
+        .iter()
+        .map(|t| format!("{}: {}", t.name, t.allowed.describe()))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn attributes(spec: &OpSpec) -> String {
+    if spec.attributes.is_empty() {
+        return "—".into();
+    }
+    spec.attributes
+        .iter()
+        .map(|a| match (a.required, a.default) {
+            (true, _) => format!("{} (required)", a.name),
+            (false, "") => a.name.to_owned(),
+            (false, d) => format!("{}={}", a.name, d.replace(' ', "")),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn shape(spec: &OpSpec) -> String {
+    match spec.shape {
+        ShapeRule::Fixed(s) => format!("{s:?}"),
+        ShapeRule::OfNode(_) => "per node".into(),
+    }
+}

@@ -1,0 +1,150 @@
+//! What a lowering function gets: the MLX stream, the node's attributes, and typed helpers the
+//! generated adapters call.
+
+use std::fmt;
+
+use mlx_kernels::{Array, Dtype, Stream};
+
+use super::dtypes::ElemType;
+use super::node::{AttrValue, NodeView};
+use super::spec::AttrKind;
+
+/// A lowering failure. The EP adds the node's name and op type when it reports one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpError {
+    pub message: String,
+}
+
+impl OpError {
+    pub fn new(message: impl Into<String>) -> OpError {
+        OpError {
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for OpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for OpError {}
+
+impl From<mlx_kernels::Error> for OpError {
+    fn from(e: mlx_kernels::Error) -> Self {
+        OpError::new(e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, OpError>;
+
+/// The lowering context of one node.
+pub struct Lower<'a> {
+    stream: &'a Stream,
+    node: &'a dyn NodeView,
+}
+
+impl fmt::Debug for Lower<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Lower({} {})", self.node.op_type(), self.node.name())
+    }
+}
+
+impl<'a> Lower<'a> {
+    pub fn new(stream: &'a Stream, node: &'a dyn NodeView) -> Lower<'a> {
+        Lower { stream, node }
+    }
+
+    pub fn stream(&self) -> &'a Stream {
+        self.stream
+    }
+
+    pub fn node(&self) -> &'a dyn NodeView {
+        self.node
+    }
+
+    /// An attribute, `None` when the node does not carry it.
+    pub fn attr<T: FromAttr>(&self, name: &str) -> Result<Option<T>> {
+        match self.node.attribute(name) {
+            None => Ok(None),
+            Some(value) => T::from_attr(&value).map(Some).ok_or_else(|| {
+                OpError::new(format!("attribute '{name}' has kind {}", value.kind_name()))
+            }),
+        }
+    }
+
+    pub fn required_attr<T: FromAttr>(&self, name: &str) -> Result<T> {
+        self.attr(name)?
+            .ok_or_else(|| OpError::new(format!("required attribute '{name}' is missing")))
+    }
+
+    /// The MLX dtype of output `index`, as the graph declares it.
+    pub fn output_dtype(&self, index: usize) -> Result<Dtype> {
+        self.node
+            .output_type(index)
+            .and_then(ElemType::to_mlx)
+            .ok_or_else(|| OpError::new(format!("output {index} has no MLX dtype")))
+    }
+}
+
+/// Attribute value types a lowering can ask for.
+pub trait FromAttr: Sized {
+    const KIND: AttrKind;
+    fn from_attr(value: &AttrValue) -> Option<Self>;
+}
+
+macro_rules! from_attr {
+    ($($t:ty => $kind:ident),* $(,)?) => {$(
+        impl FromAttr for $t {
+            const KIND: AttrKind = AttrKind::$kind;
+            fn from_attr(value: &AttrValue) -> Option<Self> {
+                match value {
+                    AttrValue::$kind(v) => Some(v.clone()),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+from_attr!(i64 => Int, f32 => Float, String => String, Vec<i64> => Ints, Vec<f32> => Floats, Vec<String> => Strings);
+
+/// What a lowering returns: one array or several.
+pub trait IntoOutputs {
+    fn into_outputs(self) -> Result<Vec<Array>>;
+}
+
+impl IntoOutputs for Array {
+    fn into_outputs(self) -> Result<Vec<Array>> {
+        Ok(vec![self])
+    }
+}
+
+impl IntoOutputs for Vec<Array> {
+    fn into_outputs(self) -> Result<Vec<Array>> {
+        Ok(self)
+    }
+}
+
+pub fn required_input(inputs: &[Option<Array>], index: usize, name: &str) -> Result<Array> {
+    inputs
+        .get(index)
+        .cloned()
+        .flatten()
+        .ok_or_else(|| OpError::new(format!("required input '{name}' is missing")))
+}
+
+pub fn optional_input(inputs: &[Option<Array>], index: usize) -> Option<Array> {
+    inputs.get(index).cloned().flatten()
+}
+
+pub fn variadic_inputs(inputs: &[Option<Array>], from: usize, name: &str) -> Result<Vec<Array>> {
+    inputs
+        .iter()
+        .skip(from)
+        .map(|a| {
+            a.clone()
+                .ok_or_else(|| OpError::new(format!("variadic input '{name}' has an empty slot")))
+        })
+        .collect()
+}

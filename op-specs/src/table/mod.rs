@@ -1,0 +1,10 @@
+//! The table machinery; op declarations live in the family files beside this folder.
+
+pub mod claim;
+pub mod consts;
+pub mod coverage;
+pub mod dtypes;
+pub mod lower;
+pub mod node;
+pub mod registry;
+pub mod spec;

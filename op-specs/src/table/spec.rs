@@ -1,0 +1,150 @@
+//! The table's row type, filled in by `#[onnx_op]`.
+
+use super::dtypes::DtypeSet;
+use super::lower::{Lower, Result};
+use super::node::NodeView;
+use mlx_kernels::Array;
+
+/// Whether a node can live inside a compiled MLX closure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ShapeSafety {
+    /// Safe in a shape-agnostic compiled closure.
+    Shapeless,
+    /// Needs concrete input shapes: safe in a closure that retraces per shape.
+    ShapeKeyed,
+    /// Needs data on the host mid-graph or has a data-dependent output shape: runs eagerly.
+    Eager,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum ShapeRule {
+    Fixed(ShapeSafety),
+    OfNode(fn(&dyn NodeView) -> ShapeSafety),
+}
+
+/// A claim decision, always with a reason when it is a no.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Claim,
+    Decline { reason: String },
+}
+
+impl Verdict {
+    pub fn decline(reason: impl Into<String>) -> Verdict {
+        Verdict::Decline {
+            reason: reason.into(),
+        }
+    }
+
+    pub fn is_claim(&self) -> bool {
+        matches!(self, Verdict::Claim)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct TypeVar {
+    pub name: &'static str,
+    pub allowed: DtypeSet,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortKind {
+    Required,
+    Optional,
+    Variadic,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Port {
+    pub name: &'static str,
+    pub type_var: &'static str,
+    pub kind: PortKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttrKind {
+    Int,
+    Float,
+    String,
+    Ints,
+    Floats,
+    Strings,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct AttrSpec {
+    pub name: &'static str,
+    pub kind: AttrKind,
+    pub required: bool,
+    /// The default as written in the declaration (empty when none), for docs.
+    pub default: &'static str,
+}
+
+pub type LowerFn = fn(&mut Lower<'_>, &[Option<Array>]) -> Result<Vec<Array>>;
+
+/// One row of the op table: an ONNX op over one opset range.
+#[derive(Clone, Copy)]
+pub struct OpSpec {
+    /// `""` for the default ONNX domain.
+    pub domain: &'static str,
+    pub op: &'static str,
+    pub since: i64,
+    /// Last opset covered (inclusive); `None` for "and later".
+    pub until: Option<i64>,
+    /// Rust module of the declaration; its last segment is the op family.
+    pub module: &'static str,
+    pub function: &'static str,
+    pub doc: &'static str,
+    pub type_vars: &'static [TypeVar],
+    pub inputs: &'static [Port],
+    pub outputs: &'static [Port],
+    pub attributes: &'static [AttrSpec],
+    pub shape: ShapeRule,
+    pub custom_claim: Option<fn(&dyn NodeView) -> Verdict>,
+    /// What the custom claim declines, in words (for the coverage doc).
+    pub declines: &'static str,
+    pub lower: LowerFn,
+}
+
+impl OpSpec {
+    pub fn family(&self) -> &'static str {
+        self.module.rsplit("::").next().unwrap_or(self.module)
+    }
+
+    pub fn covers(&self, since_version: i64) -> bool {
+        self.since <= since_version && self.until.is_none_or(|u| since_version <= u)
+    }
+
+    pub fn shape_safety(&self, node: &dyn NodeView) -> ShapeSafety {
+        match self.shape {
+            ShapeRule::Fixed(s) => s,
+            ShapeRule::OfNode(f) => f(node),
+        }
+    }
+
+    pub fn type_var(&self, name: &str) -> Option<&TypeVar> {
+        self.type_vars.iter().find(|t| t.name == name)
+    }
+
+    /// `7..=12` or `14+`.
+    pub fn opsets(&self) -> String {
+        match self.until {
+            Some(u) if u == self.since => format!("{u}"),
+            Some(u) => format!("{}–{u}", self.since),
+            None => format!("{}+", self.since),
+        }
+    }
+}
+
+impl std::fmt::Debug for OpSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "OpSpec({}{}{} opset {})",
+            self.domain,
+            if self.domain.is_empty() { "" } else { "." },
+            self.op,
+            self.opsets()
+        )
+    }
+}

@@ -1,0 +1,226 @@
+//! `#[onnx_op(...)]`: declares one ONNX op (for one opset range) from its MLX lowering.
+//!
+//! ```ignore
+//! /// Elementwise sum with numpy broadcasting.
+//! #[onnx_op(op = "Add", since = 14, types(T = NUMERIC), inputs(A: T, B: T), outputs(C: T), shape = Shapeless)]
+//! fn add(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
+//!     Ok(ops::add(&a, &b, cx.stream())?)
+//! }
+//! ```
+//!
+//! Arguments: `op`, `domain` (default: the ONNX domain), `since = N` or `opset = A..=B`,
+//! `types(T = SET | SET, ...)` (sets from `op_specs::dtypes`), `inputs(Name: T, ...)`,
+//! `outputs(Name: T, ...)`, `shape = Shapeless | ShapeKeyed | Eager | function_of_node`,
+//! optionally `claim = function_of_node` (extra checks, each decline with a reason) and
+//! `declines = "..."` (what the custom claim declines, for the coverage doc).
+//!
+//! Parameters after the context bind, in order, to the declared inputs: `Array` (required),
+//! `Option<Array>` (optional), `Vec<Array>` (variadic, last). Parameters marked `#[attr]`,
+//! `#[attr(default = ...)]` or `#[attr(name = "onnx_name", ...)]` read node attributes; an
+//! `Option<T>` attribute may be absent. The function returns `Result<Array>` or
+//! `Result<Vec<Array>>`.
+//!
+//! The expansion keeps the function, adds an adapter from the node's inputs and attributes, and
+//! submits an `op_specs::OpSpec` (with the doc comment) to the `inventory` registry.
+
+mod args;
+mod params;
+
+use proc_macro::TokenStream;
+use proc_macro2::TokenStream as Tokens;
+use quote::{format_ident, quote};
+use syn::{ItemFn, LitStr};
+
+use args::{OpArgs, Shape};
+use params::{InputKind, Signature};
+
+#[proc_macro_attribute]
+pub fn onnx_op(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand(attr.into(), item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
+    let args = OpArgs::parse(attr)?;
+    let mut function: ItemFn = syn::parse2(item)?;
+    let signature = Signature::analyse(&mut function)?;
+    check_ports(&args, &signature, &function)?;
+
+    let p = quote!(::op_specs::__private);
+    let name = &function.sig.ident;
+    let lower = format_ident!("__lower_{}", name);
+    let doc = doc_comment(&function);
+    let op = &args.op;
+    let domain = args
+        .domain
+        .clone()
+        .unwrap_or_else(|| LitStr::new("", op.span()));
+    let since = &args.since;
+    let until = match &args.until {
+        Some(end) => quote!(::core::option::Option::Some(#end)),
+        None => quote!(::core::option::Option::None),
+    };
+
+    let type_vars = args.types.iter().map(|var| {
+        let var_name = var.name.to_string();
+        let sets = &var.sets;
+        quote!(#p::TypeVar { name: #var_name, allowed: #p::DtypeSet::EMPTY #(.union(::op_specs::dtypes::#sets))* })
+    });
+    let ports = |ports: &[args::Port], kinds: &[InputKind]| -> Vec<Tokens> {
+        ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                let (port_name, var) = (port.name.to_string(), port.type_var.to_string());
+                let kind = match kinds.get(i).copied().unwrap_or(InputKind::Required) {
+                    InputKind::Required => quote!(Required),
+                    InputKind::Optional => quote!(Optional),
+                    InputKind::Variadic => quote!(Variadic),
+                };
+                quote!(#p::Port { name: #port_name, type_var: #var, kind: #p::PortKind::#kind })
+            })
+            .collect()
+    };
+    let input_kinds: Vec<InputKind> = signature.inputs.iter().map(|i| i.kind).collect();
+    let inputs = ports(&args.inputs, &input_kinds);
+    let outputs = ports(&args.outputs, &[]);
+
+    let attr_specs = signature.attrs.iter().map(|a| {
+        let (attr_name, ty) = (&a.onnx_name, &a.value_type);
+        let required = a.default.is_none() && !a.optional;
+        let default = a.default.as_ref().map(|d| quote!(#d).to_string()).unwrap_or_default();
+        quote!(#p::AttrSpec { name: #attr_name, kind: <#ty as #p::FromAttr>::KIND, required: #required, default: #default })
+    });
+
+    let input_bindings = signature.inputs.iter().enumerate().map(|(index, input)| {
+        let binding = &input.binding;
+        let port = args.inputs[index].name.to_string();
+        match input.kind {
+            InputKind::Required => {
+                quote!(let #binding = #p::required_input(inputs, #index, #port)?;)
+            }
+            InputKind::Optional => quote!(let #binding = #p::optional_input(inputs, #index);),
+            InputKind::Variadic => {
+                quote!(let #binding = #p::variadic_inputs(inputs, #index, #port)?;)
+            }
+        }
+    });
+    let attr_bindings = signature.attrs.iter().map(|a| {
+        let (binding, attr_name, ty) = (&a.binding, &a.onnx_name, &a.value_type);
+        if a.optional {
+            quote!(let #binding: ::core::option::Option<#ty> = cx.attr::<#ty>(#attr_name)?;)
+        } else if let Some(default) = &a.default {
+            let default = if is_string(ty) {
+                quote!(::std::string::String::from(#default))
+            } else {
+                quote!(#default)
+            };
+            quote!(let #binding: #ty = cx.attr::<#ty>(#attr_name)?.unwrap_or_else(|| #default);)
+        } else {
+            quote!(let #binding: #ty = cx.required_attr::<#ty>(#attr_name)?;)
+        }
+    });
+    let call_args = signature
+        .inputs
+        .iter()
+        .map(|i| &i.binding)
+        .chain(signature.attrs.iter().map(|a| &a.binding));
+
+    let shape = match &args.shape {
+        Shape::Fixed(kind) => quote!(#p::ShapeRule::Fixed(#p::ShapeSafety::#kind)),
+        Shape::Dynamic(f) => quote!(#p::ShapeRule::OfNode(#f)),
+    };
+    let claim = match &args.claim {
+        Some(f) => quote!(::core::option::Option::Some(#f)),
+        None => quote!(::core::option::Option::None),
+    };
+    let declines = args
+        .declines
+        .as_ref()
+        .map(LitStr::value)
+        .unwrap_or_default();
+
+    Ok(quote! {
+        #function
+
+        #[doc(hidden)]
+        #[allow(non_snake_case)]
+        fn #lower(
+            cx: &mut #p::Lower<'_>,
+            inputs: &[::core::option::Option<#p::Array>],
+        ) -> #p::Result<::std::vec::Vec<#p::Array>> {
+            #(#input_bindings)*
+            #(#attr_bindings)*
+            #p::IntoOutputs::into_outputs(#name(cx, #(#call_args),*)?)
+        }
+
+        #p::inventory::submit! {
+            #p::OpSpec {
+                domain: #domain,
+                op: #op,
+                since: #since,
+                until: #until,
+                module: ::core::module_path!(),
+                function: ::core::stringify!(#name),
+                doc: #doc,
+                type_vars: &[#(#type_vars),*],
+                inputs: &[#(#inputs),*],
+                outputs: &[#(#outputs),*],
+                attributes: &[#(#attr_specs),*],
+                shape: #shape,
+                custom_claim: #claim,
+                declines: #declines,
+                lower: #lower,
+            }
+        }
+    })
+}
+
+/// The attribute's port list and the function's input parameters must agree one to one.
+fn check_ports(args: &OpArgs, signature: &Signature, function: &ItemFn) -> syn::Result<()> {
+    let (declared, taken) = (args.inputs.len(), signature.inputs.len());
+    if declared != taken {
+        let span = args
+            .inputs
+            .get(taken)
+            .map_or(function.sig.ident.span(), |p| p.name.span());
+        return Err(syn::Error::new(
+            span,
+            format!(
+                "`inputs(...)` declares {declared} input(s) but `{}` takes {taken}",
+                function.sig.ident
+            ),
+        ));
+    }
+    if args.outputs.is_empty() {
+        return Err(syn::Error::new(
+            function.sig.ident.span(),
+            "`outputs(...)` must name at least one output",
+        ));
+    }
+    Ok(())
+}
+
+fn doc_comment(function: &ItemFn) -> String {
+    let lines: Vec<String> = function
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value().trim().to_owned()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    lines.join(" ").trim().to_owned()
+}
+
+fn is_string(ty: &syn::Type) -> bool {
+    matches!(ty, syn::Type::Path(p) if p.path.is_ident("String"))
+}
