@@ -2,12 +2,12 @@
 
 mod common;
 
-use common::{array, cpu};
+use common::{array, stream};
 use mlx_kernels::{ops, Array, Closure, Dtype, Error, Stream};
 
 #[test]
 fn mlx_error_is_an_err_with_mlx_message_and_the_process_lives_on() {
-    let s = cpu();
+    let s = stream();
     let a = array(&[1.0; 6], &[2, 3]);
     let b = array(&[1.0; 8], &[4, 2]);
     let err = ops::matmul(&a, &b, &s).unwrap_err();
@@ -37,7 +37,7 @@ fn host_data_must_match_its_shape() {
         matches!(&err, Error::Shape(m) if m.contains("i32")),
         "{err:?}"
     );
-    let err = array(&[1.0], &[1]).to_vec::<i32>(&cpu()).unwrap_err();
+    let err = array(&[1.0], &[1]).to_vec::<i32>(&stream()).unwrap_err();
     assert!(matches!(err, Error::Dtype(_)), "{err:?}");
 }
 
@@ -53,7 +53,7 @@ fn no_gpu_on_the_cpu_backend_is_an_error_not_an_exit() {
 
 /// y = tanh(a * b + a) — several ops, so compilation has something to fuse.
 fn body(inputs: &[Array]) -> mlx_kernels::Result<Vec<Array>> {
-    let s = Stream::cpu()?;
+    let s = Stream::best()?;
     let prod = ops::multiply(&inputs[0], &inputs[1], &s)?;
     let sum = ops::add(&prod, &inputs[0], &s)?;
     Ok(vec![ops::tanh(&sum, &s)?])
@@ -65,7 +65,7 @@ fn reference(a: &[f32], b: &[f32]) -> Vec<f32> {
 
 #[test]
 fn compiled_closure_applied_twice_with_different_inputs() {
-    let s = cpu();
+    let s = stream();
     let compiled = Closure::new(body).compile(false).unwrap();
     let runs = [
         (vec![0.5f32, -1.0, 2.0, 0.0], vec![1.0f32, 3.0, -0.5, 9.0]),
@@ -88,7 +88,7 @@ fn compiled_closure_applied_twice_with_different_inputs() {
 #[test]
 fn closure_errors_and_panics_surface_from_apply() {
     let failing = Closure::new(|inputs: &[Array]| {
-        let s = Stream::cpu()?;
+        let s = Stream::best()?;
         Ok(vec![ops::matmul(&inputs[0], &inputs[0], &s)?])
     });
     let err = failing.apply(&[array(&[1.0; 6], &[2, 3])]).unwrap_err();

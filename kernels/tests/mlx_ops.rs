@@ -2,13 +2,13 @@
 
 mod common;
 
-use common::{array, assert_close, cpu, matmul_ref, Rng};
+use common::{array, assert_close, matmul_ref, stream, Rng};
 use mlx_kernels::ops::{self, AttentionMask};
 use mlx_kernels::{Array, Dtype};
 
 #[test]
 fn add_broadcasts_like_numpy() {
-    let s = cpu();
+    let s = stream();
     let a = array(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
     let b = array(&[10.0, 20.0, 30.0], &[3]);
     let c = array(&[100.0, 200.0], &[2, 1]);
@@ -34,7 +34,7 @@ fn add_broadcasts_like_numpy() {
 
 #[test]
 fn matmul_matches_reference() {
-    let s = cpu();
+    let s = stream();
     let mut rng = Rng::new(1);
     let (m, k, n) = (17, 33, 9);
     let (a, b) = (rng.vec(m * k), rng.vec(k * n));
@@ -54,7 +54,7 @@ fn matmul_matches_reference() {
 
 #[test]
 fn transposed_views_copy_out_row_major() {
-    let s = cpu();
+    let s = stream();
     let a = array(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
     let t = ops::transpose(&a, &[1, 0], &s).unwrap();
     assert_eq!(t.shape(), vec![3, 2]);
@@ -106,7 +106,7 @@ fn attention_ref(
 
 #[test]
 fn fast_sdpa_with_and_without_causal_mask() {
-    let s = cpu();
+    let s = stream();
     let mut rng = Rng::new(2);
     let (lq, lk, d) = (5, 7, 16);
     let (q, k, v) = (rng.vec(lq * d), rng.vec(lk * d), rng.vec(lk * d));
@@ -130,7 +130,7 @@ fn fast_sdpa_with_and_without_causal_mask() {
 
 #[test]
 fn fast_rms_norm_matches_reference() {
-    let s = cpu();
+    let s = stream();
     let mut rng = Rng::new(3);
     let (rows, d) = (4, 32);
     let (x, w) = (rng.vec(rows * d), rng.vec(d));
@@ -157,7 +157,7 @@ fn fast_rms_norm_matches_reference() {
 
 #[test]
 fn four_bit_quantized_matmul() {
-    let s = cpu();
+    let s = stream();
     let mut rng = Rng::new(4);
     let (m, k, n, group) = (3, 128, 8, 64);
     let x = rng.vec(m * k);
@@ -208,7 +208,7 @@ fn four_bit_quantized_matmul() {
 
 #[test]
 fn fp16_and_bf16_round_trip_through_host_bytes() {
-    let s = cpu();
+    let s = stream();
     // 1.0, -2.5, 65504 (max f16), smallest subnormal, NaN, -0.0 as IEEE half bits.
     let half_bits: [u16; 6] = [0x3C00, 0xC100, 0x7BFF, 0x0001, 0x7E00, 0x8000];
     // 1.0, -2.5, 3.389e38 (max bf16), NaN, -0.0 as bfloat16 bits.
@@ -250,7 +250,7 @@ fn fp16_and_bf16_round_trip_through_host_bytes() {
 
 #[test]
 fn zero_size_and_scalar_arrays() {
-    let s = cpu();
+    let s = stream();
     let empty = Array::from_slice::<f32>(&[], &[0, 3]).unwrap();
     let sum = ops::add(&empty, &array(&[1.0, 2.0, 3.0], &[3]), &s).unwrap();
     assert_eq!(sum.shape(), vec![0, 3]);

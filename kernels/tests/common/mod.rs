@@ -25,8 +25,10 @@ impl Rng {
     }
 }
 
-pub fn cpu() -> Stream {
-    Stream::cpu().expect("the CPU stream always exists")
+/// The GPU when the loaded libmlx has one (the CUDA build on the GPU machine), else the CPU:
+/// the same tests check both backends.
+pub fn stream() -> Stream {
+    Stream::best().expect("MLX always has a default device")
 }
 
 pub fn array(values: &[f32], shape: &[i64]) -> Array {
