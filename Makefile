@@ -7,7 +7,7 @@ CARGO_FLAGS := --locked --release
 LIBRARY := $(abspath target/release/libonnxruntime_mlx_ep.$(if $(filter Darwin,$(shell uname -s)),dylib,so))
 export ORT_MLX_EP_LIBRARY := $(LIBRARY)
 
-.PHONY: setup build lint test test-rust test-python demo bench-matmul clean
+.PHONY: setup build lint test test-rust test-python demo bench-matmul docs clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
@@ -41,3 +41,8 @@ bench-matmul: build
 
 clean:
 	cargo clean
+
+## Regenerate docs/COVERAGE.md (and its insta snapshot) from the op table.
+docs: setup
+	cargo run $(CARGO_FLAGS) -q -p op-specs --bin gen-coverage
+	INSTA_UPDATE=always cargo test $(CARGO_FLAGS) -q -p op-specs --test coverage_doc

@@ -152,7 +152,7 @@ fn mish(cx: &mut Lower, x: Array) -> Result<Array> {
 }
 
 /// `slope * x` where `x < 0`, else `x`; `slope` broadcasts to `X`.
-#[onnx_op(op = "PRelu", since = 9, types(T = SIGNED), inputs(X: T, slope: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "PRelu", since = 7, types(T = SIGNED), inputs(X: T, slope: T), outputs(Y: T), shape = Shapeless)]
 fn prelu(cx: &mut Lower, x: Array, slope: Array) -> Result<Array> {
     let s = cx.stream();
     let negative = ops::less(&x, &zero_like(&x, s)?, s)?;

@@ -25,36 +25,95 @@ fn mul(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
 }
 
 /// Elementwise quotient. Integers divide truncating toward zero, as C (and ORT) do; an integer
-/// division by zero gives 0 instead of trapping the process.
+/// division by zero gives 0 instead of trapping the process, and `MIN / -1` wraps.
 #[onnx_op(op = "Div", since = 7, types(T = NUMERIC), inputs(A: T, B: T), outputs(C: T), shape = Shapeless)]
 fn div(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
     let s = cx.stream();
     if a.dtype().is_float() {
         return Ok(ops::divide(&a, &b, s)?);
     }
-    truncating_int_division(&a, &b, s)
+    let divisor = SafeDivisor::new(&b, s)?;
+    let quotient = divisor.truncating_quotient(&a, s)?;
+    // x / -1 = -x (wrapping at MIN), computed only for signed types.
+    let negated = match divisor.is_minus_one {
+        Some(_) => Some(ops::negative(&a, s)?),
+        None => None,
+    };
+    divisor.patch(&a, quotient, negated.as_ref(), s)
 }
 
-/// `a / b` rounded toward zero for integer arrays, never trapping: zero divisors give 0, and
-/// `MIN / -1` wraps like two's complement.
-fn truncating_int_division(a: &Array, b: &Array, s: &Stream) -> Result<Array> {
-    let zero = scalar_like(0.0, b, s)?;
-    let one = scalar_like(1.0, b, s)?;
-    let divisor_is_zero = ops::equal(b, &zero, s)?;
-    let safe_b = ops::where_(&divisor_is_zero, &one, b, s)?;
-    let floor = ops::floor_divide(a, &safe_b, s)?;
-    let rest = ops::remainder(a, &safe_b, s)?;
-    // Floor and trunc differ by one when the division is inexact and the signs differ.
-    let inexact = ops::not_equal(&rest, &zero, s)?;
-    let signs_differ = ops::not_equal(&ops::less(a, &zero, s)?, &ops::less(&safe_b, &zero, s)?, s)?;
-    let adjust = ops::logical_and(&inexact, &signs_differ, s)?;
-    let trunc = ops::where_(&adjust, &ops::add(&floor, &one, s)?, &floor, s)?;
-    Ok(ops::where_(
-        &divisor_is_zero,
-        &scalar_like(0.0, &trunc, s)?,
-        &trunc,
-        s,
-    )?)
+/// An integer divisor with the two values that trap in C replaced by 1: zero, and -1 (for
+/// `MIN / -1`). `patch` then writes the right answers back where they were.
+struct SafeDivisor {
+    safe: Array,
+    is_zero: Array,
+    is_minus_one: Option<Array>,
+}
+
+impl SafeDivisor {
+    fn new(b: &Array, s: &Stream) -> Result<SafeDivisor> {
+        let is_zero = ops::equal(b, &scalar_like(0.0, b, s)?, s)?;
+        let is_minus_one = match is_signed_int(b) {
+            true => Some(ops::equal(b, &scalar_like(-1.0, b, s)?, s)?),
+            false => None,
+        };
+        let trapping = match &is_minus_one {
+            Some(m) => ops::logical_or(&is_zero, m, s)?,
+            None => is_zero.clone(),
+        };
+        let safe = ops::where_(&trapping, &scalar_like(1.0, b, s)?, b, s)?;
+        Ok(SafeDivisor {
+            safe,
+            is_zero,
+            is_minus_one,
+        })
+    }
+
+    /// `a / b` rounded toward zero (with `b` made safe).
+    fn truncating_quotient(&self, a: &Array, s: &Stream) -> Result<Array> {
+        let zero = scalar_like(0.0, a, s)?;
+        let floor = ops::floor_divide(a, &self.safe, s)?;
+        let rest = ops::remainder(a, &self.safe, s)?;
+        // Floor and trunc differ by one when the division is inexact and the signs differ.
+        let inexact = ops::not_equal(&rest, &zero, s)?;
+        let signs_differ = ops::not_equal(
+            &ops::less(a, &zero, s)?,
+            &ops::less(&self.safe, &zero, s)?,
+            s,
+        )?;
+        let adjust = ops::logical_and(&inexact, &signs_differ, s)?;
+        Ok(ops::where_(
+            &adjust,
+            &ops::add(&floor, &scalar_like(1.0, a, s)?, s)?,
+            &floor,
+            s,
+        )?)
+    }
+
+    /// Zero where the divisor was zero, `when_minus_one` where it was -1, `value` elsewhere.
+    fn patch(
+        &self,
+        a: &Array,
+        value: Array,
+        when_minus_one: Option<&Array>,
+        s: &Stream,
+    ) -> Result<Array> {
+        let value = match (&self.is_minus_one, when_minus_one) {
+            (Some(mask), Some(replacement)) => ops::where_(mask, replacement, &value, s)?,
+            _ => value,
+        };
+        Ok(ops::where_(
+            &self.is_zero,
+            &scalar_like(0.0, a, s)?,
+            &value,
+            s,
+        )?)
+    }
+}
+
+fn is_signed_int(a: &Array) -> bool {
+    use mlx_kernels::Dtype::*;
+    matches!(a.dtype(), I8 | I16 | I32 | I64)
 }
 
 /// Elementwise power. The exponent is converted to the base's type when both are floats;
@@ -98,34 +157,29 @@ fn is_float(t: crate::ElemType) -> bool {
 )]
 fn modulo(cx: &mut Lower, a: Array, b: Array, #[attr(default = 0)] fmod: i64) -> Result<Array> {
     let s = cx.stream();
-    let zero = scalar_like(0.0, &b, s)?;
-    let divisor_is_zero = ops::equal(&b, &zero, s)?;
-    let safe_b = if b.dtype().is_float() {
-        b.clone()
-    } else {
-        ops::where_(&divisor_is_zero, &scalar_like(1.0, &b, s)?, &b, s)?
-    };
-    // MLX's remainder has Python semantics (sign of the divisor).
-    let python = ops::remainder(&a, &safe_b, s)?;
-    let result = if fmod == 0 {
-        python
-    } else {
-        // C fmod: shift by one divisor when the Python result's sign disagrees with the dividend.
-        let nonzero = ops::not_equal(&python, &zero, s)?;
-        let signs_differ =
-            ops::not_equal(&ops::less(&python, &zero, s)?, &ops::less(&a, &zero, s)?, s)?;
-        let shift = ops::logical_and(&nonzero, &signs_differ, s)?;
-        ops::where_(&shift, &ops::subtract(&python, &safe_b, s)?, &python, s)?
-    };
-    if b.dtype().is_float() {
-        return Ok(result);
+    if a.dtype().is_float() {
+        // fmod(a, b) = ±(|a| mod |b|): both operands positive, so MLX's Python-style remainder
+        // is the exact C one; the sign comes from the dividend. (Shifting a Python remainder by
+        // one divisor instead would round tiny results away.)
+        let magnitude = ops::remainder(&ops::abs(&a, s)?, &ops::abs(&b, s)?, s)?;
+        let negative = ops::less(&a, &scalar_like(0.0, &a, s)?, s)?;
+        return Ok(ops::where_(
+            &negative,
+            &ops::negative(&magnitude, s)?,
+            &magnitude,
+            s,
+        )?);
     }
-    Ok(ops::where_(
-        &divisor_is_zero,
-        &scalar_like(0.0, &result, s)?,
-        &result,
-        s,
-    )?)
+    let divisor = SafeDivisor::new(&b, s)?;
+    let rest = if fmod == 0 {
+        ops::remainder(&a, &divisor.safe, s)?
+    } else {
+        // a - b * trunc(a / b), exact in wrapping integer arithmetic.
+        let quotient = divisor.truncating_quotient(&a, s)?;
+        ops::subtract(&a, &ops::multiply(&divisor.safe, &quotient, s)?, s)?
+    };
+    // Anything modulo -1 is 0, which `rest` already is (the divisor was made 1).
+    divisor.patch(&a, rest, None, s)
 }
 
 fn mod_claim(node: &dyn crate::NodeView) -> crate::Verdict {

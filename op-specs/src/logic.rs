@@ -54,7 +54,10 @@ fn bitwise_not(cx: &mut Lower, x: Array) -> Result<Array> {
 }
 
 /// Logical shift of unsigned integers; shifting by the bit width or more gives 0.
-#[onnx_op(op = "BitShift", since = 11, types(T = UINT), inputs(X: T, Y: T), outputs(Z: T), shape = Shapeless)]
+#[onnx_op(
+    op = "BitShift", since = 11, types(T = UINT), inputs(X: T, Y: T), outputs(Z: T), shape = Shapeless,
+    claim = bit_shift_claim, declines = "direction other than LEFT or RIGHT"
+)]
 fn bit_shift(cx: &mut Lower, x: Array, y: Array, #[attr] direction: String) -> Result<Array> {
     let s = cx.stream();
     let width = scalar_like((x.dtype().size_in_bytes() * 8) as f64, &y, s)?;
@@ -71,4 +74,11 @@ fn bit_shift(cx: &mut Lower, x: Array, y: Array, #[attr] direction: String) -> R
     let too_far = ops::greater_equal(&y, &width, s)?;
     let zero = scalar_like(0.0, &shifted, s)?;
     Ok(ops::where_(&too_far, &zero, &shifted, s)?)
+}
+
+fn bit_shift_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    match node.attribute("direction") {
+        Some(crate::AttrValue::String(d)) if d == "LEFT" || d == "RIGHT" => crate::Verdict::Claim,
+        other => crate::Verdict::decline(format!("direction {other:?} is neither LEFT nor RIGHT")),
+    }
 }

@@ -1,7 +1,9 @@
 //! Writes docs/COVERAGE.md from the op table: `cargo run -p op-specs --bin gen-coverage [PATH]`.
 
 fn main() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("op-specs lives in the workspace");
     let path = std::env::args()
         .nth(1)
         .map(std::path::PathBuf::from)

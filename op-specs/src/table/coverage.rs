@@ -26,7 +26,8 @@ pub fn markdown() -> String {
         "Generated from the op table by `cargo run -p op-specs --bin gen-coverage`; a test fails \
          when this file is stale. Each row is one `#[onnx_op]` declaration. A node outside a row's \
          types, or with an attribute the row does not name, is declined with that reason and runs \
-         on ORT's CPU EP.\n\n",
+         on ORT's CPU EP. Opsets older than a row's first one (the legacy `consumed_inputs` and \
+         `broadcast`/`axis` attribute forms) are not claimed.\n\n",
     );
     let _ = writeln!(
         out,

@@ -1,9 +1,9 @@
 //! The table's row type, filled in by `#[onnx_op]`.
 
 use super::dtypes::DtypeSet;
-use super::lower::{Lower, Result};
+use super::lower::{Lower, OpError, Result};
 use super::node::NodeView;
-use mlx_kernels::Array;
+use mlx_kernels::{Array, Stream};
 
 /// Whether a node can live inside a compiled MLX closure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -120,6 +120,25 @@ impl OpSpec {
             ShapeRule::Fixed(s) => s,
             ShapeRule::OfNode(f) => f(node),
         }
+    }
+
+    /// Lowers `node` through this entry's generated adapter; the result has one array per
+    /// output slot of the node (at least).
+    pub fn lower_node(
+        &self,
+        stream: &Stream,
+        node: &dyn NodeView,
+        inputs: &[Option<Array>],
+    ) -> Result<Vec<Array>> {
+        let outputs = (self.lower)(&mut Lower::new(stream, node), inputs)?;
+        if outputs.len() < node.output_count() {
+            return Err(OpError::new(format!(
+                "the lowering produced {} output(s) for {} output slot(s)",
+                outputs.len(),
+                node.output_count()
+            )));
+        }
+        Ok(outputs)
     }
 
     pub fn type_var(&self, name: &str) -> Option<&TypeVar> {

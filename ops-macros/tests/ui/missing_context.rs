@@ -1,0 +1,8 @@
+use ops_macros::onnx_op;
+
+#[onnx_op(op = "Relu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn relu(x: Array) -> Result<Array> {
+    todo!()
+}
+
+fn main() {}
