@@ -36,6 +36,8 @@ fn main() {
         .allowlist_type("Ort.*")
         .allowlist_function("OrtGetApiBase")
         .allowlist_var("ORT_.*")
+        // Vtables start all-None: functions we do not implement stay NULL.
+        .derive_default(true)
         .default_enum_style(bindgen::EnumVariation::Rust {
             non_exhaustive: false,
         })

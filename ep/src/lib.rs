@@ -1,4 +1,17 @@
 //! onnxruntime-ep-mlx: an ONNX Runtime plugin execution provider that runs ONNX graphs on MLX.
+//!
+//! `abi/` is what ORT loads (factory, EP and compute vtables); `ort/` reads ORT's objects into
+//! owned Rust values. The core never names an op: `capability` asks the op table which nodes
+//! to take, `partition` groups them, `plan` lowers each group through the table and runs it.
 
+mod abi;
+pub mod capability;
+pub mod device;
+pub mod diagnostics;
 pub mod ort;
+pub mod partition;
+pub mod plan;
 pub mod selftest;
+pub mod table_json;
+
+pub use abi::{CreateEpFactories, OrtMlxEp_OpTableJson, ReleaseEpFactory};

@@ -91,6 +91,35 @@ impl ElemType {
         }
     }
 
+    /// The lower-case name of `onnx.TensorProto.DataType` (`float`, `int64`, `bfloat16`, ...).
+    pub fn onnx_name(self) -> &'static str {
+        match self {
+            ElemType::Float => "float",
+            ElemType::Uint8 => "uint8",
+            ElemType::Int8 => "int8",
+            ElemType::Uint16 => "uint16",
+            ElemType::Int16 => "int16",
+            ElemType::Int32 => "int32",
+            ElemType::Int64 => "int64",
+            ElemType::String => "string",
+            ElemType::Bool => "bool",
+            ElemType::Float16 => "float16",
+            ElemType::Double => "double",
+            ElemType::Uint32 => "uint32",
+            ElemType::Uint64 => "uint64",
+            ElemType::Complex64 => "complex64",
+            ElemType::Complex128 => "complex128",
+            ElemType::BFloat16 => "bfloat16",
+            ElemType::Float8E4M3FN => "float8e4m3fn",
+            ElemType::Float8E4M3FNUZ => "float8e4m3fnuz",
+            ElemType::Float8E5M2 => "float8e5m2",
+            ElemType::Float8E5M2FNUZ => "float8e5m2fnuz",
+            ElemType::Uint4 => "uint4",
+            ElemType::Int4 => "int4",
+            ElemType::Float4E2M1 => "float4e2m1",
+        }
+    }
+
     /// The MLX dtype holding the same values exactly, if there is one.
     pub fn to_mlx(self) -> Option<Dtype> {
         Some(match self {

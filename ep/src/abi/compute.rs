@@ -1,0 +1,133 @@
+//! The `OrtNodeComputeInfo` vtable: runs one plan per call of the fused node.
+
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use mlx_kernels::Array;
+
+use crate::diagnostics::Stats;
+use crate::ort::api::guard;
+use crate::ort::kernel;
+use crate::ort::sys;
+use crate::ort::thread_bound::ThreadBound;
+use crate::plan::{Plan, RunTimes, Runtime};
+
+/// `base` first, so ORT's `OrtNodeComputeInfo*` is also a pointer to the whole struct.
+#[repr(C)]
+pub struct ComputeInfo {
+    base: sys::OrtNodeComputeInfo,
+    plan: Plan,
+    runtime: ThreadBound<Option<Runtime>>,
+    stats: Arc<Mutex<Stats>>,
+}
+
+impl ComputeInfo {
+    pub fn create(plan: Plan, stats: Arc<Mutex<Stats>>) -> *mut sys::OrtNodeComputeInfo {
+        let info = Box::new(ComputeInfo {
+            base: sys::OrtNodeComputeInfo {
+                ort_version_supported: sys::ORT_API_VERSION,
+                CreateState: Some(create_state),
+                Compute: Some(compute),
+                ReleaseState: Some(release_state),
+            },
+            plan,
+            runtime: ThreadBound::new(None),
+            stats,
+        });
+        Box::into_raw(info).cast()
+    }
+
+    /// # Safety
+    /// `info` must come from `create`, released once.
+    pub unsafe fn destroy(info: *mut sys::OrtNodeComputeInfo) {
+        if !info.is_null() {
+            // SAFETY: per the contract, this is the Box made in `create`.
+            drop(unsafe { Box::from_raw(info.cast::<ComputeInfo>()) });
+        }
+    }
+}
+
+/// The plan itself is the state: nothing per kernel instance.
+unsafe extern "C" fn create_state(
+    this: *mut sys::OrtNodeComputeInfo,
+    _context: *mut sys::OrtNodeComputeContext,
+    state: *mut *mut c_void,
+) -> sys::OrtStatusPtr {
+    guard("CreateState", || {
+        // SAFETY: a valid out-pointer from ORT.
+        unsafe { *state = this.cast() };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn release_state(_this: *mut sys::OrtNodeComputeInfo, _state: *mut c_void) {}
+
+unsafe extern "C" fn compute(
+    this: *mut sys::OrtNodeComputeInfo,
+    _state: *mut c_void,
+    context: *mut sys::OrtKernelContext,
+) -> sys::OrtStatusPtr {
+    guard("Compute", || {
+        // SAFETY: ORT passes one of our compute infos.
+        let info = unsafe { &*this.cast::<ComputeInfo>() };
+        info.runtime
+            .with(|runtime| run(info, runtime, context))
+            .and_then(|r| r)
+            .map_err(|e| format!("{}: {e}", info.plan.name))
+    })
+}
+
+fn run(
+    info: &ComputeInfo,
+    runtime: &mut Option<Runtime>,
+    context: *mut sys::OrtKernelContext,
+) -> Result<(), String> {
+    if runtime.is_none() {
+        *runtime = Some(info.plan.start()?);
+    }
+    let runtime = runtime.as_ref().expect("set above");
+    let copying = Instant::now();
+    let count = kernel::input_count(context)?;
+    let mut inputs = Vec::with_capacity(count);
+    for index in 0..count {
+        // SAFETY: ORT keeps the inputs alive and unchanged during this compute call, and the
+        // arrays borrowing them are held (Evaluated::keep_alive) until the outputs are copied.
+        let array = match unsafe { kernel::input(context, index) }? {
+            None => None,
+            Some(tensor) => {
+                let dtype = tensor
+                    .elem
+                    .to_mlx()
+                    .ok_or("an input type MLX cannot hold")?;
+                Some(
+                    unsafe { Array::from_borrowed_bytes(tensor.bytes, &tensor.shape, dtype) }
+                        .map_err(|e| e.to_string())?,
+                )
+            }
+        };
+        inputs.push(array);
+    }
+    let mut times = RunTimes::default();
+    let mut copies = copying.elapsed();
+    let evaluated = info.plan.run(runtime, inputs, &mut times)?;
+    let copying = Instant::now();
+    for (index, array) in evaluated.outputs.iter().enumerate() {
+        let shape = array.shape();
+        // SAFETY: the live kernel context of this call; ORT allocates the output.
+        let bytes =
+            unsafe { kernel::output(context, index, &shape, array.dtype().size_in_bytes()) }?;
+        array
+            .copy_to(bytes, &runtime.stream)
+            .map_err(|e| e.to_string())?;
+    }
+    drop(evaluated);
+    copies += copying.elapsed();
+    if let Ok(mut stats) = info.stats.lock() {
+        stats.runs += 1;
+        stats.translate += times.translate;
+        stats.eval += times.eval;
+        stats.copies += copies;
+    }
+    Ok(())
+}

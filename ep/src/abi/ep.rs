@@ -1,0 +1,197 @@
+//! The `OrtEp` vtable: claim nodes (GetCapability), build plans (Compile), release them.
+
+use std::ffi::{c_char, CStr, CString};
+use std::sync::{Arc, Mutex};
+
+use super::compute::ComputeInfo;
+use crate::capability::analyse;
+use crate::diagnostics::{report_capability, Flags, Stats};
+use crate::ort::api::{call, check, guard};
+use crate::ort::graph::{self, GraphNode};
+use crate::ort::kernel;
+use crate::ort::sys;
+use crate::plan::{HostConstant, Plan};
+
+/// `base` first, so ORT's `OrtEp*` is also a pointer to the whole struct.
+#[repr(C)]
+pub struct MlxEp {
+    base: sys::OrtEp,
+    name: CString,
+    flags: Flags,
+    stats: Arc<Mutex<Stats>>,
+}
+
+impl MlxEp {
+    pub fn create(name: &CStr, _registration_name: &str) -> *mut sys::OrtEp {
+        let ep = Box::new(MlxEp {
+            base: sys::OrtEp {
+                ort_version_supported: sys::ORT_API_VERSION,
+                GetName: Some(get_name),
+                GetCapability: Some(get_capability),
+                Compile: Some(compile),
+                ReleaseNodeComputeInfos: Some(release_node_compute_infos),
+                ..Default::default()
+            },
+            name: name.to_owned(),
+            flags: Flags::from_env(),
+            stats: Arc::new(Mutex::new(Stats {
+                device: crate::device::describe(),
+                ..Stats::default()
+            })),
+        });
+        Box::into_raw(ep).cast()
+    }
+
+    /// # Safety
+    /// `ep` must come from `create`, released once.
+    pub unsafe fn destroy(ep: *mut sys::OrtEp) {
+        if ep.is_null() {
+            return;
+        }
+        // SAFETY: per the contract, this is the Box made in `create`.
+        let ep = unsafe { Box::from_raw(ep.cast::<MlxEp>()) };
+        if ep.flags.verbose {
+            if let Ok(stats) = ep.stats.lock() {
+                eprintln!("{}", stats.summary());
+            }
+        }
+    }
+
+    /// # Safety
+    /// `this` must be an EP made by `create`.
+    unsafe fn from<'a>(this: *const sys::OrtEp) -> &'a MlxEp {
+        // SAFETY: `base` is the first field of the repr(C) MlxEp.
+        unsafe { &*this.cast::<MlxEp>() }
+    }
+}
+
+unsafe extern "C" fn get_name(this: *const sys::OrtEp) -> *const c_char {
+    // SAFETY: ORT passes our EP.
+    unsafe { MlxEp::from(this) }.name.as_ptr()
+}
+
+unsafe extern "C" fn get_capability(
+    this: *mut sys::OrtEp,
+    graph: *const sys::OrtGraph,
+    support: *mut sys::OrtEpGraphSupportInfo,
+) -> sys::OrtStatusPtr {
+    guard("GetCapability", || {
+        // SAFETY: ORT passes our EP.
+        let ep = unsafe { MlxEp::from(this) };
+        let (nodes, handles): (Vec<GraphNode>, Vec<*const sys::OrtNode>) =
+            graph::nodes(graph)?.into_iter().unzip();
+        let capability = analyse(&nodes);
+        report_capability(&ep.flags, &nodes, &capability);
+        if let Ok(mut stats) = ep.stats.lock() {
+            // ORT may ask about the same graph more than once; the last answer is the one used.
+            stats.nodes_total = nodes.len();
+            stats.nodes_claimed = capability.decisions.iter().filter(|d| d.claimed).count();
+            stats.clusters = capability.clusters.len();
+        }
+        // We keep our own copy of constant initializers, so ORT need not feed them each run.
+        let options = sys::OrtNodeFusionOptions {
+            ort_version_supported: sys::ORT_API_VERSION,
+            drop_constant_initializers: true,
+        };
+        for cluster in &capability.clusters {
+            let members: Vec<*const sys::OrtNode> = cluster.iter().map(|&i| handles[i]).collect();
+            // SAFETY: the node handles belong to `graph`, live for this call.
+            check(unsafe {
+                call!(ep.EpGraphSupportInfo_AddNodesToFuse(
+                    support,
+                    members.as_ptr(),
+                    members.len(),
+                    &options
+                ))
+            })?;
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn compile(
+    this: *mut sys::OrtEp,
+    graphs: *mut *const sys::OrtGraph,
+    fused_nodes: *mut *const sys::OrtNode,
+    count: usize,
+    compute_infos: *mut *mut sys::OrtNodeComputeInfo,
+    _ep_context_nodes: *mut *mut sys::OrtNode,
+) -> sys::OrtStatusPtr {
+    guard("Compile", || {
+        // SAFETY: ORT passes our EP and `count` graphs, fused nodes and output slots.
+        let (ep, graphs, fused, infos) = unsafe {
+            (
+                MlxEp::from(this),
+                std::slice::from_raw_parts(graphs, count),
+                std::slice::from_raw_parts(fused_nodes, count),
+                std::slice::from_raw_parts_mut(compute_infos, count),
+            )
+        };
+        let mut built = Vec::with_capacity(count);
+        for (&graph, &node) in graphs.iter().zip(fused) {
+            match build_plan(graph, node) {
+                Ok(plan) => built.push(plan),
+                Err(e) => return Err(format!("cannot compile a fused subgraph: {e}")),
+            }
+        }
+        if let Ok(mut stats) = ep.stats.lock() {
+            stats.plans += built.len();
+        }
+        for (slot, plan) in infos.iter_mut().zip(built) {
+            *slot = ComputeInfo::create(plan, Arc::clone(&ep.stats));
+        }
+        Ok(())
+    })
+}
+
+fn build_plan(
+    graph: *const sys::OrtGraph,
+    fused_node: *const sys::OrtNode,
+) -> Result<Plan, String> {
+    let fused = graph::read_node(fused_node)?;
+    let nodes: Vec<GraphNode> = graph::nodes(graph)?.into_iter().map(|(n, _)| n).collect();
+    let constants = graph::initializers(graph)?
+        .into_iter()
+        .map(|(name, value)| {
+            if value.is_null() {
+                return Err(format!("initializer '{name}' has no data in memory"));
+            }
+            // SAFETY: ORT keeps initializer values alive during Compile; we copy the bytes now.
+            let tensor = unsafe { kernel::tensor(value) }
+                .map_err(|e| format!("initializer '{name}': {e}"))?;
+            Ok(HostConstant {
+                name,
+                elem: tensor.elem,
+                shape: tensor.shape,
+                bytes: tensor.bytes.to_vec(),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let inputs: Vec<String> = fused
+        .inputs
+        .iter()
+        .map(|v| v.as_ref().map_or(String::new(), |v| v.name.clone()))
+        .collect();
+    let outputs: Vec<(String, Option<op_specs::ElemType>)> = fused
+        .outputs
+        .iter()
+        .flatten()
+        .map(|v| (v.name.clone(), v.elem))
+        .collect();
+    Plan::build(fused.name.clone(), nodes, &inputs, &outputs, constants)
+}
+
+unsafe extern "C" fn release_node_compute_infos(
+    _this: *mut sys::OrtEp,
+    infos: *mut *mut sys::OrtNodeComputeInfo,
+    count: usize,
+) {
+    crate::ort::api::guard_void("ReleaseNodeComputeInfos", || {
+        // SAFETY: ORT passes the `count` infos our Compile made.
+        let infos = unsafe { std::slice::from_raw_parts(infos, count) };
+        for &info in infos {
+            // SAFETY: each was made by ComputeInfo::create and is released once.
+            unsafe { ComputeInfo::destroy(info) };
+        }
+    })
+}

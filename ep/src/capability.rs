@@ -1,0 +1,83 @@
+//! What the EP takes from a graph: the table's decision for each node, then the clusters.
+
+use op_specs::{decide, Decision};
+
+use crate::ort::graph::GraphNode;
+use crate::partition;
+
+/// The EP's answer for one node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeDecision {
+    pub claimed: bool,
+    /// Why a node is declined (`None` when claimed).
+    pub reason: Option<String>,
+    pub cluster: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Capability {
+    pub decisions: Vec<NodeDecision>,
+    /// Node indices of each cluster to fuse, each in dependency order.
+    pub clusters: Vec<Vec<usize>>,
+}
+
+pub const DISABLE_ENV: &str = "ONNXRUNTIME_EP_MLX_DISABLE";
+
+pub fn analyse(nodes: &[GraphNode]) -> Capability {
+    let disabled = std::env::var(DISABLE_ENV).is_ok_and(|v| v == "1");
+    let mut decisions: Vec<NodeDecision> = nodes
+        .iter()
+        .map(|node| {
+            let reason = if disabled {
+                Some(format!("{DISABLE_ENV}=1"))
+            } else if node.has_subgraphs {
+                Some("nodes with subgraphs (If, Loop, Scan) are not taken".into())
+            } else {
+                match decide(node) {
+                    Decision::Claim { .. } => None,
+                    Decision::Decline { reason } => Some(reason),
+                }
+            };
+            NodeDecision {
+                claimed: reason.is_none(),
+                reason,
+                cluster: None,
+            }
+        })
+        .collect();
+    let producer: std::collections::HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| {
+            n.outputs
+                .iter()
+                .flatten()
+                .map(move |v| (v.name.as_str(), i))
+        })
+        .collect();
+    let predecessors: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|n| {
+            let mut preds: Vec<usize> = n
+                .inputs
+                .iter()
+                .flatten()
+                .filter_map(|v| producer.get(v.name.as_str()).copied())
+                .collect();
+            preds.sort_unstable();
+            preds.dedup();
+            preds
+        })
+        .collect();
+    let claimed: Vec<bool> = decisions.iter().map(|d| d.claimed).collect();
+    let clusters = partition::clusters(&predecessors, &claimed);
+    for (c, cluster) in clusters.iter().enumerate() {
+        for &v in cluster {
+            decisions[v].cluster = Some(c);
+        }
+    }
+    Capability {
+        decisions,
+        clusters,
+    }
+}

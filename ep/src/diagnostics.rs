@@ -1,0 +1,139 @@
+//! What the EP tells its user: declined nodes (`ONNXRUNTIME_EP_MLX_CLAIM_DEBUG=1`), a
+//! machine-readable claim report (`ONNXRUNTIME_EP_MLX_EXPLAIN=<file>`, JSON lines, used by
+//! `python -m onnxruntime_ep_mlx explain`), and a session summary at teardown
+//! (`ONNXRUNTIME_EP_MLX_VERBOSE=1`).
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::time::Duration;
+
+use op_specs::NodeView;
+
+use crate::capability::Capability;
+use crate::ort::graph::GraphNode;
+
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    pub claim_debug: bool,
+    pub verbose: bool,
+    pub explain: Option<std::path::PathBuf>,
+}
+
+impl Flags {
+    pub fn from_env() -> Flags {
+        let on = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0");
+        Flags {
+            claim_debug: on("ONNXRUNTIME_EP_MLX_CLAIM_DEBUG"),
+            verbose: on("ONNXRUNTIME_EP_MLX_VERBOSE"),
+            explain: std::env::var_os("ONNXRUNTIME_EP_MLX_EXPLAIN")
+                .filter(|p| !p.is_empty())
+                .map(Into::into),
+        }
+    }
+}
+
+/// Counters of one EP instance (one session).
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    pub nodes_total: usize,
+    pub nodes_claimed: usize,
+    pub clusters: usize,
+    pub plans: usize,
+    pub runs: u64,
+    pub translate: Duration,
+    pub eval: Duration,
+    pub copies: Duration,
+    pub device: &'static str,
+}
+
+impl Stats {
+    pub fn summary(&self) -> String {
+        let mut out = String::new();
+        let _ = write!(
+            out,
+            "[MLX EP] session summary: {}/{} nodes claimed in {} subgraph(s) ({} compiled), device {}; {} run(s): \
+             translation {:.3} ms, MLX eval {:.3} ms, copies {:.3} ms",
+            self.nodes_claimed,
+            self.nodes_total,
+            self.clusters,
+            self.plans,
+            self.device,
+            self.runs,
+            self.translate.as_secs_f64() * 1e3,
+            self.eval.as_secs_f64() * 1e3,
+            self.copies.as_secs_f64() * 1e3,
+        );
+        out
+    }
+}
+
+/// Reports one GetCapability pass as the flags ask.
+pub fn report_capability(flags: &Flags, nodes: &[GraphNode], capability: &Capability) {
+    if flags.claim_debug {
+        for (node, decision) in nodes.iter().zip(&capability.decisions) {
+            if let Some(reason) = &decision.reason {
+                eprintln!(
+                    "[MLX EP] declined '{}' ({}): {reason}",
+                    node.name(),
+                    qualified_op(node)
+                );
+            }
+        }
+    }
+    if let Some(path) = &flags.explain {
+        let mut lines = String::new();
+        for (node, decision) in nodes.iter().zip(&capability.decisions) {
+            let _ = writeln!(
+                lines,
+                "{{\"node\": {}, \"op\": {}, \"domain\": {}, \"opset\": {}, \"claimed\": {}, \"reason\": {}, \"cluster\": {}}}",
+                json_string(node.name()),
+                json_string(node.op_type()),
+                json_string(node.domain()),
+                node.since_version(),
+                decision.claimed,
+                decision.reason.as_deref().map_or("null".into(), json_string),
+                decision.cluster.map_or("null".into(), |c| c.to_string()),
+            );
+        }
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(lines.as_bytes()));
+        if let Err(e) = written {
+            eprintln!(
+                "[MLX EP] cannot write the explain report to {}: {e}",
+                path.display()
+            );
+        }
+    }
+}
+
+fn qualified_op(node: &GraphNode) -> String {
+    if node.domain().is_empty() {
+        node.op_type().to_owned()
+    } else {
+        format!("{}.{}", node.domain(), node.op_type())
+    }
+}
+
+/// A JSON string literal.
+pub fn json_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

@@ -1,0 +1,314 @@
+//! Owned copies of ORT's graph objects. ORT's `OrtGraph`/`OrtNode` live only during
+//! `GetCapability` and `Compile`; everything the EP keeps is copied into these types.
+
+use std::ptr;
+
+use op_specs::{AttrValue, ElemType, NodeView};
+
+use super::api::{call, check, owned_str};
+use super::sys;
+
+/// A value's name and, when it is a tensor, its element type and (possibly symbolic) shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValueRef {
+    pub name: String,
+    /// `None` for non-tensor values (sequences, maps, optionals) and unknown element types.
+    pub elem: Option<ElemType>,
+    /// `None` for an unknown rank; `None` dimensions are symbolic.
+    pub shape: Option<Vec<Option<i64>>>,
+}
+
+/// A node, copied.
+#[derive(Debug, Clone)]
+pub struct GraphNode {
+    pub name: String,
+    pub op_type: String,
+    pub domain: String,
+    pub since_version: i64,
+    pub inputs: Vec<Option<ValueRef>>,
+    pub outputs: Vec<Option<ValueRef>>,
+    pub attributes: Vec<(String, AttrValue)>,
+    pub has_subgraphs: bool,
+}
+
+impl NodeView for GraphNode {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn op_type(&self) -> &str {
+        &self.op_type
+    }
+    fn domain(&self) -> &str {
+        &self.domain
+    }
+    fn since_version(&self) -> i64 {
+        self.since_version
+    }
+    fn input_count(&self) -> usize {
+        self.inputs.len()
+    }
+    fn input_type(&self, index: usize) -> Option<ElemType> {
+        self.inputs.get(index)?.as_ref()?.elem
+    }
+    fn output_count(&self) -> usize {
+        self.outputs.len()
+    }
+    fn output_type(&self, index: usize) -> Option<ElemType> {
+        self.outputs.get(index)?.as_ref()?.elem
+    }
+    fn attribute_names(&self) -> Vec<String> {
+        self.attributes.iter().map(|(n, _)| n.clone()).collect()
+    }
+    fn attribute(&self, name: &str) -> Option<AttrValue> {
+        self.attributes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+/// The nodes of `graph`, in ORT's order, each paired with its ORT handle (valid only for the
+/// duration of the current `GetCapability`/`Compile` call).
+pub fn nodes(graph: *const sys::OrtGraph) -> Result<Vec<(GraphNode, *const sys::OrtNode)>, String> {
+    let mut count = 0usize;
+    // SAFETY: `graph` is the live graph ORT passed to the current call.
+    check(unsafe { call!(api.Graph_GetNumNodes(graph, &mut count)) })?;
+    let mut handles = vec![ptr::null(); count];
+    // SAFETY: `handles` has room for `count` node pointers.
+    check(unsafe { call!(api.Graph_GetNodes(graph, handles.as_mut_ptr(), count)) })?;
+    handles
+        .into_iter()
+        .map(|h| read_node(h).map(|n| (n, h)))
+        .collect()
+}
+
+/// The value infos of `graph`'s initializers, by name, with the tensors ORT holds for them.
+pub fn initializers(
+    graph: *const sys::OrtGraph,
+) -> Result<Vec<(String, *const sys::OrtValue)>, String> {
+    let mut count = 0usize;
+    // SAFETY: `graph` is live for the current call.
+    check(unsafe { call!(api.Graph_GetNumInitializers(graph, &mut count)) })?;
+    let mut infos = vec![ptr::null(); count];
+    // SAFETY: `infos` has room for `count` entries.
+    check(unsafe { call!(api.Graph_GetInitializers(graph, infos.as_mut_ptr(), count)) })?;
+    infos
+        .into_iter()
+        .map(|info| {
+            let name = value_name(info)?;
+            let mut value = ptr::null();
+            // SAFETY: `info` is a live initializer value info; ORT keeps the value alive for
+            // the current call.
+            check(unsafe { call!(api.ValueInfo_GetInitializerValue(info, &mut value)) })?;
+            Ok((name, value))
+        })
+        .collect()
+}
+
+/// Copies one node (also used for the fused node ORT hands to `Compile`).
+pub fn read_node(node: *const sys::OrtNode) -> Result<GraphNode, String> {
+    let mut name = ptr::null();
+    let mut op_type = ptr::null();
+    let mut domain = ptr::null();
+    let mut since = 0i32;
+    let mut subgraphs = 0usize;
+    // SAFETY: `node` is live for the current call; out-parameters are valid.
+    unsafe {
+        check(call!(api.Node_GetName(node, &mut name)))?;
+        check(call!(api.Node_GetOperatorType(node, &mut op_type)))?;
+        check(call!(api.Node_GetDomain(node, &mut domain)))?;
+        check(call!(api.Node_GetSinceVersion(node, &mut since)))?;
+        check(call!(api.Node_GetNumSubgraphs(node, &mut subgraphs)))?;
+    }
+    Ok(GraphNode {
+        // SAFETY: ORT's strings are valid for the current call; we copy them.
+        name: unsafe { owned_str(name) },
+        op_type: unsafe { owned_str(op_type) },
+        domain: unsafe { owned_str(domain) },
+        since_version: i64::from(since),
+        inputs: values(node, Direction::Inputs)?,
+        outputs: values(node, Direction::Outputs)?,
+        attributes: attributes(node)?,
+        has_subgraphs: subgraphs > 0,
+    })
+}
+
+enum Direction {
+    Inputs,
+    Outputs,
+}
+
+fn values(
+    node: *const sys::OrtNode,
+    direction: Direction,
+) -> Result<Vec<Option<ValueRef>>, String> {
+    let mut count = 0usize;
+    // SAFETY: `node` is live; `count` is a valid out-parameter.
+    check(unsafe {
+        match direction {
+            Direction::Inputs => call!(api.Node_GetNumInputs(node, &mut count)),
+            Direction::Outputs => call!(api.Node_GetNumOutputs(node, &mut count)),
+        }
+    })?;
+    let mut infos = vec![ptr::null(); count];
+    // SAFETY: `infos` has room for `count` entries; absent optional slots come back null.
+    check(unsafe {
+        match direction {
+            Direction::Inputs => call!(api.Node_GetInputs(node, infos.as_mut_ptr(), count)),
+            Direction::Outputs => call!(api.Node_GetOutputs(node, infos.as_mut_ptr(), count)),
+        }
+    })?;
+    infos
+        .into_iter()
+        .map(|info| {
+            if info.is_null() {
+                Ok(None)
+            } else {
+                value_ref(info).map(Some)
+            }
+        })
+        .collect()
+}
+
+pub fn value_name(info: *const sys::OrtValueInfo) -> Result<String, String> {
+    let mut name = ptr::null();
+    // SAFETY: `info` is live for the current call.
+    check(unsafe { call!(api.GetValueInfoName(info, &mut name)) })?;
+    // SAFETY: valid for the current call; copied.
+    Ok(unsafe { owned_str(name) })
+}
+
+pub fn value_ref(info: *const sys::OrtValueInfo) -> Result<ValueRef, String> {
+    let name = value_name(info)?;
+    let mut type_info = ptr::null();
+    // SAFETY: `info` is live; the type info it returns is owned by `info`.
+    check(unsafe { call!(api.GetValueInfoTypeInfo(info, &mut type_info)) })?;
+    let mut onnx_type = sys::ONNXType::ONNX_TYPE_UNKNOWN;
+    // SAFETY: `type_info` is live.
+    check(unsafe { call!(api.GetOnnxTypeFromTypeInfo(type_info, &mut onnx_type)) })?;
+    if onnx_type != sys::ONNXType::ONNX_TYPE_TENSOR {
+        return Ok(ValueRef {
+            name,
+            elem: None,
+            shape: None,
+        });
+    }
+    let mut tensor = ptr::null();
+    // SAFETY: a tensor type info casts to its tensor info (owned by the type info).
+    check(unsafe { call!(api.CastTypeInfoToTensorInfo(type_info, &mut tensor)) })?;
+    let (elem, shape) = tensor_type_and_shape(tensor)?;
+    Ok(ValueRef {
+        name,
+        elem,
+        shape: Some(shape),
+    })
+}
+
+/// Element type and shape (symbolic dims as `None`) of a tensor type-and-shape info.
+pub fn tensor_type_and_shape(
+    info: *const sys::OrtTensorTypeAndShapeInfo,
+) -> Result<(Option<ElemType>, Vec<Option<i64>>), String> {
+    let mut elem = sys::ONNXTensorElementDataType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    let mut rank = 0usize;
+    // SAFETY: `info` is live; out-parameters are valid.
+    unsafe {
+        check(call!(api.GetTensorElementType(info, &mut elem)))?;
+        check(call!(api.GetDimensionsCount(info, &mut rank)))?;
+    }
+    let mut dims = vec![0i64; rank];
+    // SAFETY: `dims` has room for `rank` values.
+    check(unsafe { call!(api.GetDimensions(info, dims.as_mut_ptr(), rank)) })?;
+    let shape = dims.into_iter().map(|d| (d >= 0).then_some(d)).collect();
+    Ok((ElemType::from_code(elem as i64), shape))
+}
+
+fn attributes(node: *const sys::OrtNode) -> Result<Vec<(String, AttrValue)>, String> {
+    let mut count = 0usize;
+    // SAFETY: `node` is live.
+    check(unsafe { call!(api.Node_GetNumAttributes(node, &mut count)) })?;
+    let mut handles = vec![ptr::null(); count];
+    // SAFETY: `handles` has room for `count` attributes.
+    check(unsafe { call!(api.Node_GetAttributes(node, handles.as_mut_ptr(), count)) })?;
+    handles
+        .into_iter()
+        .map(|attr| {
+            let mut name = ptr::null();
+            let mut kind = sys::OrtOpAttrType::ORT_OP_ATTR_UNDEFINED;
+            // SAFETY: `attr` is live for the current call.
+            unsafe {
+                check(call!(api.OpAttr_GetName(attr, &mut name)))?;
+                check(call!(api.OpAttr_GetType(attr, &mut kind)))?;
+            }
+            // SAFETY: copied while valid.
+            let name = unsafe { owned_str(name) };
+            Ok((name, read_attribute(attr, kind)?))
+        })
+        .collect()
+}
+
+fn read_attribute(
+    attr: *const sys::OrtOpAttr,
+    kind: sys::OrtOpAttrType,
+) -> Result<AttrValue, String> {
+    use sys::OrtOpAttrType as K;
+    Ok(match kind {
+        K::ORT_OP_ATTR_INT => AttrValue::Int(read_scalar::<i64>(attr, kind)?),
+        K::ORT_OP_ATTR_FLOAT => AttrValue::Float(read_scalar::<f32>(attr, kind)?),
+        K::ORT_OP_ATTR_INTS => AttrValue::Ints(read_vec::<i64>(attr, kind)?),
+        K::ORT_OP_ATTR_FLOATS => AttrValue::Floats(read_vec::<f32>(attr, kind)?),
+        K::ORT_OP_ATTR_STRING => {
+            AttrValue::String(String::from_utf8_lossy(&read_vec::<u8>(attr, kind)?).into_owned())
+        }
+        K::ORT_OP_ATTR_STRINGS => AttrValue::Other("strings"),
+        K::ORT_OP_ATTR_GRAPH => AttrValue::Other("graph"),
+        K::ORT_OP_ATTR_TENSOR => AttrValue::Other("tensor"),
+        K::ORT_OP_ATTR_UNDEFINED => AttrValue::Other("undefined"),
+    })
+}
+
+fn read_scalar<T: Copy + Default>(
+    attr: *const sys::OrtOpAttr,
+    kind: sys::OrtOpAttrType,
+) -> Result<T, String> {
+    let mut value = T::default();
+    let mut written = 0usize;
+    // SAFETY: `value` provides size_of::<T>() writable bytes.
+    check(unsafe {
+        call!(api.ReadOpAttr(
+            attr,
+            kind,
+            (&mut value as *mut T).cast(),
+            std::mem::size_of::<T>(),
+            &mut written
+        ))
+    })?;
+    Ok(value)
+}
+
+/// Reads a list attribute: ORT reports the byte size it needs when asked with no buffer.
+fn read_vec<T: Copy + Default>(
+    attr: *const sys::OrtOpAttr,
+    kind: sys::OrtOpAttrType,
+) -> Result<Vec<T>, String> {
+    let mut needed = 0usize;
+    // SAFETY: a zero-length query; ORT writes the size it needs (and reports "too small").
+    let _ = check(unsafe { call!(api.ReadOpAttr(attr, kind, ptr::null_mut(), 0, &mut needed)) });
+    let item = std::mem::size_of::<T>();
+    let mut values = vec![T::default(); needed.div_ceil(item)];
+    if needed == 0 {
+        return Ok(values);
+    }
+    let mut written = 0usize;
+    // SAFETY: `values` provides at least `needed` writable bytes.
+    check(unsafe {
+        call!(api.ReadOpAttr(
+            attr,
+            kind,
+            values.as_mut_ptr().cast(),
+            values.len() * item,
+            &mut written
+        ))
+    })?;
+    values.truncate(written / item);
+    Ok(values)
+}

@@ -1,0 +1,309 @@
+//! A fused subgraph, copied out of ORT at compile time, and its execution on MLX.
+//!
+//! Values are numbered slots. Constant initializers are copied once at compile time and become
+//! MLX arrays at the first run (on the thread that will own them); every run then builds one
+//! lazy MLX graph from the table's lowerings and evaluates it once, at the boundary.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use mlx_kernels::{Array, Stream};
+use op_specs::{decide, Decision, ElemType, NodeView, OpSpec};
+
+use crate::device;
+use crate::ort::graph::GraphNode;
+
+/// A tensor the plan owns: an initializer copied out of ORT.
+#[derive(Debug, Clone)]
+pub struct HostConstant {
+    pub name: String,
+    pub elem: ElemType,
+    pub shape: Vec<i64>,
+    pub bytes: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct PlanNode {
+    node: GraphNode,
+    spec: &'static OpSpec,
+    inputs: Vec<Option<usize>>,
+    outputs: Vec<Option<usize>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct PlanOutput {
+    pub slot: usize,
+    pub elem: ElemType,
+}
+
+#[derive(Debug)]
+pub struct Plan {
+    pub name: String,
+    nodes: Vec<PlanNode>,
+    slot_count: usize,
+    inputs: Vec<usize>,
+    pub outputs: Vec<PlanOutput>,
+    constants: Vec<(usize, HostConstant)>,
+}
+
+/// The MLX side of a plan, created on (and owned by) the thread that first runs it.
+pub struct Runtime {
+    pub stream: Stream,
+    constants: Vec<(usize, Array)>,
+}
+
+/// Time spent per phase of one run.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RunTimes {
+    pub translate: Duration,
+    pub eval: Duration,
+}
+
+/// The outputs of one run, evaluated. `keep_alive` holds every array of the run, inputs
+/// included, until the outputs are copied out: MLX must never become the sole owner of an
+/// input that borrows ORT's memory (it could reuse the buffer).
+pub struct Evaluated {
+    pub outputs: Vec<Array>,
+    #[allow(dead_code)]
+    keep_alive: Vec<Option<Array>>,
+}
+
+impl Plan {
+    /// Builds a plan from a fused subgraph: its nodes (any order), the names of the fused
+    /// node's inputs and outputs, and its constant initializers.
+    pub fn build(
+        name: String,
+        nodes: Vec<GraphNode>,
+        input_names: &[String],
+        outputs: &[(String, Option<ElemType>)],
+        constants: Vec<HostConstant>,
+    ) -> Result<Plan, String> {
+        let mut slots = Slots::default();
+        let constants: Vec<(usize, HostConstant)> = constants
+            .into_iter()
+            .map(|c| (slots.of(&c.name), c))
+            .collect();
+        let inputs: Vec<usize> = input_names.iter().map(|n| slots.of(n)).collect();
+        let mut available: Vec<bool> = vec![true; slots.len()];
+
+        let mut plan_nodes = Vec::with_capacity(nodes.len());
+        for node in order_by_dependencies(nodes)? {
+            let spec = match decide(&node) {
+                Decision::Claim { spec, .. } => spec,
+                Decision::Decline { reason } => {
+                    return Err(format!(
+                        "node '{}' ({}) was fused but is now declined: {reason}",
+                        node.name, node.op_type
+                    ))
+                }
+            };
+            let inputs = node
+                .inputs
+                .iter()
+                .map(|v| {
+                    v.as_ref()
+                        .filter(|v| !v.name.is_empty())
+                        .map(|v| slots.of(&v.name))
+                })
+                .collect::<Vec<_>>();
+            for (value, s) in node.inputs.iter().zip(&inputs) {
+                if let (Some(value), Some(s)) = (value, s) {
+                    if !available.get(*s).copied().unwrap_or(false) {
+                        return Err(format!(
+                            "node '{}' ({}) reads '{}', which nothing in the fused graph provides",
+                            node.name, node.op_type, value.name
+                        ));
+                    }
+                }
+            }
+            let outputs: Vec<Option<usize>> = node
+                .outputs
+                .iter()
+                .map(|v| {
+                    v.as_ref()
+                        .filter(|v| !v.name.is_empty())
+                        .map(|v| slots.of(&v.name))
+                })
+                .collect();
+            available.resize(slots.len(), false);
+            for s in outputs.iter().flatten() {
+                available[*s] = true;
+            }
+            plan_nodes.push(PlanNode {
+                node,
+                spec,
+                inputs,
+                outputs,
+            });
+        }
+        let outputs = outputs
+            .iter()
+            .map(|(name, elem)| {
+                let slot = slots
+                    .find(name)
+                    .ok_or_else(|| format!("fused output '{name}' is produced by no node"))?;
+                let elem = elem.ok_or_else(|| {
+                    format!("fused output '{name}' is not a tensor of a known type")
+                })?;
+                Ok(PlanOutput { slot, elem })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Plan {
+            name,
+            nodes: plan_nodes,
+            slot_count: slots.len(),
+            inputs,
+            outputs,
+            constants,
+        })
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The MLX state of this plan: its stream and its constants as arrays.
+    pub fn start(&self) -> Result<Runtime, String> {
+        let stream = device::stream().map_err(|e| e.to_string())?;
+        let constants = self
+            .constants
+            .iter()
+            .map(|(slot, c)| {
+                let dtype = c
+                    .elem
+                    .to_mlx()
+                    .ok_or_else(|| format!("initializer '{}' has no MLX type", c.name))?;
+                Array::from_bytes(&c.bytes, &c.shape, dtype)
+                    .map(|a| (*slot, a))
+                    .map_err(|e| format!("initializer '{}': {e}", c.name))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Runtime { stream, constants })
+    }
+
+    /// Lowers every node into one lazy MLX graph and evaluates the outputs together.
+    pub fn run(
+        &self,
+        runtime: &Runtime,
+        inputs: Vec<Option<Array>>,
+        times: &mut RunTimes,
+    ) -> Result<Evaluated, String> {
+        let started = Instant::now();
+        let mut env: Vec<Option<Array>> = vec![None; self.slot_count];
+        for (slot, array) in &runtime.constants {
+            env[*slot] = Some(array.clone());
+        }
+        if inputs.len() != self.inputs.len() {
+            return Err(format!(
+                "{} inputs given, the fused graph takes {}",
+                inputs.len(),
+                self.inputs.len()
+            ));
+        }
+        for (slot, array) in self.inputs.iter().zip(inputs) {
+            env[*slot] = array;
+        }
+        for planned in &self.nodes {
+            let args: Vec<Option<Array>> = planned
+                .inputs
+                .iter()
+                .map(|s| s.and_then(|s| env[s].clone()))
+                .collect();
+            let results = planned
+                .spec
+                .lower_node(&runtime.stream, &planned.node, &args)
+                .map_err(|e| node_error(&planned.node, &e.message))?;
+            for (slot, result) in planned.outputs.iter().zip(results) {
+                if let Some(slot) = slot {
+                    env[*slot] = Some(result);
+                }
+            }
+        }
+        let outputs = self
+            .outputs
+            .iter()
+            .map(|o| {
+                env[o.slot]
+                    .clone()
+                    .ok_or_else(|| "a fused output was never computed".to_owned())
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        for (array, expected) in outputs.iter().zip(&self.outputs) {
+            let produced = ElemType::from_mlx(array.dtype());
+            if produced != expected.elem {
+                return Err(format!(
+                    "a lowering produced {} where the graph declares {} (table bug; set \
+                     ONNXRUNTIME_EP_MLX_CLAIM_DEBUG=1 to see which node)",
+                    produced.short_name(),
+                    expected.elem.short_name()
+                ));
+            }
+        }
+        times.translate += started.elapsed();
+        let evaluating = Instant::now();
+        Array::eval_all(&outputs)
+            .map_err(|e| format!("MLX evaluation of {} failed: {e}", self.name))?;
+        times.eval += evaluating.elapsed();
+        Ok(Evaluated {
+            outputs,
+            keep_alive: env,
+        })
+    }
+}
+
+/// Value names numbered in order of first appearance.
+#[derive(Default)]
+struct Slots(HashMap<String, usize>);
+
+impl Slots {
+    fn of(&mut self, name: &str) -> usize {
+        let next = self.0.len();
+        *self.0.entry(name.to_owned()).or_insert(next)
+    }
+
+    fn find(&self, name: &str) -> Option<usize> {
+        self.0.get(name).copied()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+fn node_error(node: &GraphNode, message: &str) -> String {
+    format!(
+        "node '{}' ({}{}{}): {message}. Set ONNXRUNTIME_EP_MLX_DISABLE=1 to run the model on ORT's CPU EP \
+         and please report the model",
+        node.name(),
+        node.domain(),
+        if node.domain().is_empty() { "" } else { "." },
+        node.op_type()
+    )
+}
+
+/// Orders nodes so that every value is produced before it is consumed.
+fn order_by_dependencies(nodes: Vec<GraphNode>) -> Result<Vec<GraphNode>, String> {
+    let producer: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| {
+            n.outputs
+                .iter()
+                .flatten()
+                .map(move |v| (v.name.as_str(), i))
+        })
+        .collect();
+    let predecessors: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|n| {
+            n.inputs
+                .iter()
+                .flatten()
+                .filter_map(|v| producer.get(v.name.as_str()).copied())
+                .collect()
+        })
+        .collect();
+    let order = crate::partition::topological_order(&predecessors);
+    let mut slots: Vec<Option<GraphNode>> = nodes.into_iter().map(Some).collect();
+    Ok(order.into_iter().filter_map(|i| slots[i].take()).collect())
+}
