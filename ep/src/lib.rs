@@ -5,13 +5,14 @@
 //! to take, `partition` groups them, `plan` lowers each group through the table and runs it.
 
 mod abi;
-pub mod capability;
-pub mod device;
-pub mod diagnostics;
-pub mod ort;
-pub mod partition;
-pub mod plan;
-pub mod selftest;
-pub mod table_json;
+mod capability;
+mod device;
+mod diagnostics;
+mod ort;
+mod partition;
+mod plan;
+mod selftest;
+mod table_json;
 
 pub use abi::{CreateEpFactories, OrtMlxEp_OpTableJson, ReleaseEpFactory};
+pub use selftest::{OrtMlxEp_BenchMatmul, OrtMlxEp_BlasDescription};

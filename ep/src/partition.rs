@@ -165,8 +165,8 @@ mod tests {
         let n = preds.len();
         let mut sets = DisjointSets::new(n);
         let mut leader = std::collections::HashMap::new();
-        for v in 0..n {
-            if let Some(c) = cluster_of[v] {
+        for (v, cluster) in cluster_of.iter().enumerate() {
+            if let Some(c) = *cluster {
                 let l = *leader.entry(c).or_insert(v);
                 let (rl, rv) = (sets.find(l), sets.find(v));
                 sets.parent[rv] = rl;

@@ -158,10 +158,6 @@ impl Plan {
         })
     }
 
-    pub fn node_count(&self) -> usize {
-        self.nodes.len()
-    }
-
     /// The MLX state of this plan: its stream and its constants as arrays.
     pub fn start(&self) -> Result<Runtime, String> {
         let stream = device::stream().map_err(|e| e.to_string())?;

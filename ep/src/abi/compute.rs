@@ -100,10 +100,10 @@ fn run(
                     .elem
                     .to_mlx()
                     .ok_or("an input type MLX cannot hold")?;
-                Some(
-                    unsafe { Array::from_borrowed_bytes(tensor.bytes, &tensor.shape, dtype) }
-                        .map_err(|e| e.to_string())?,
-                )
+                // SAFETY: as above: the bytes outlive every use, and `inputs` holds the arrays.
+                let array =
+                    unsafe { Array::from_borrowed_bytes(tensor.bytes, &tensor.shape, dtype) };
+                Some(array.map_err(|e| e.to_string())?)
             }
         };
         inputs.push(array);

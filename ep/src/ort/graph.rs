@@ -120,11 +120,13 @@ pub fn read_node(node: *const sys::OrtNode) -> Result<GraphNode, String> {
         check(call!(api.Node_GetSinceVersion(node, &mut since)))?;
         check(call!(api.Node_GetNumSubgraphs(node, &mut subgraphs)))?;
     }
+    // SAFETY: ORT's strings are valid for the current call; we copy them.
+    let (name, op_type, domain) =
+        unsafe { (owned_str(name), owned_str(op_type), owned_str(domain)) };
     Ok(GraphNode {
-        // SAFETY: ORT's strings are valid for the current call; we copy them.
-        name: unsafe { owned_str(name) },
-        op_type: unsafe { owned_str(op_type) },
-        domain: unsafe { owned_str(domain) },
+        name,
+        op_type,
+        domain,
         since_version: i64::from(since),
         inputs: values(node, Direction::Inputs)?,
         outputs: values(node, Direction::Outputs)?,

@@ -1,0 +1,62 @@
+"""Fixtures for end-to-end tests of the EP through ORT's Python API."""
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxruntime_ep_mlx as mlx_ep
+
+MLX = "MLXExecutionProvider"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def registered():
+    mlx_ep.register_execution_provider_library()
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17, domains=()):
+    """A model from helper.make_node/... pieces; IR 10 (ORT 1.31.1 rejects IR 14)."""
+    graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))
+    imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in domains]
+    model = helper.make_model(graph, opset_imports=imports, ir_version=10)
+
+    return model.SerializeToString()
+
+
+def tensor(name, elem=TensorProto.FLOAT, shape=None):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+class Run:
+    """One MLX-first session: outputs, and which provider ran each kernel."""
+
+    def __init__(self, model, feeds, providers=(MLX, "CPUExecutionProvider"), optimize=True):
+        options = ort.SessionOptions()
+        options.enable_profiling = True
+        if not optimize:
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        self.session = ort.InferenceSession(model, options, providers=list(providers))
+        self.outputs = self.session.run(None, feeds)
+        with open(self.session.end_profiling()) as f:
+            events = json.load(f)
+        self.kernels = [
+            (e["name"], e["args"].get("provider"))
+            for e in events
+            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")
+        ]
+
+    def providers_of_kernels(self):
+        return {provider for _, provider in self.kernels}
+
+    def assert_all_on_mlx(self):
+        assert self.session.get_providers()[0] == MLX
+        assert self.kernels, "no kernel ran"
+        assert self.providers_of_kernels() == {MLX}, self.kernels
+
+
+def cpu_outputs(model, feeds):
+    return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
