@@ -25,6 +25,7 @@ system_packages() {
   local missing=()
   ldconfig -p | grep -q 'libclang.*\.so' || missing+=(libclang-dev)
   ldconfig -p | grep -q 'libopenblas\.so\.0' || missing+=(libopenblas0-pthread)
+  command -v valgrind >/dev/null || missing+=(valgrind)
   [ ${#missing[@]} = 0 ] && return 0
   log "apt-get install ${missing[*]}"
   as_root apt-get update -qq
