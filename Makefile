@@ -7,7 +7,7 @@ CARGO_FLAGS := --locked --release
 LIBRARY := $(abspath target/release/libonnxruntime_mlx_ep.$(if $(filter Darwin,$(shell uname -s)),dylib,so))
 export ORT_MLX_EP_LIBRARY := $(LIBRARY)
 
-.PHONY: setup build lint test test-rust test-python demo bench-matmul docs clean
+.PHONY: setup build lint test test-rust test-python demo demo-model bench-ep bench-matmul leaks docs clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
@@ -31,9 +31,22 @@ test-python: build
 ## Everything CI runs.
 test: lint test-rust test-python
 
-## Build, then show MLX running through our library next to ORT's CPU EP.
-demo: build
-	$(PYTHON) scripts/bench_matmul.py
+## Build, then run the bundled model through the EP: what ran where, the difference from
+## ORT's CPU EP, and the speed of each.
+demo: build demo-model
+	PYTHONPATH=python $(PYTHON) -m onnxruntime_ep_mlx explain models/demo.onnx
+	PYTHONPATH=python $(PYTHON) -m onnxruntime_ep_mlx run models/demo.onnx --dim batch=64
+
+demo-model: setup
+	$(PYTHON) scripts/make_demo_model.py
+
+## The EP vs ORT's CPU EP on a 1-node graph and a 50-op elementwise chain (1M elements).
+bench-ep: build
+	$(PYTHON) scripts/bench_ep.py
+
+## No definite leak through our library under valgrind, RSS flat over 500 session cycles.
+leaks: build
+	$(PYTHON) -m pytest -q -s tests/stress
 
 ## f32 matmul 256x768x3072: MLX through our library vs ORT's CPU EP.
 bench-matmul: build

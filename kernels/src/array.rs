@@ -60,6 +60,51 @@ impl Array {
         })
     }
 
+    /// Wraps host bytes as an array without copying them.
+    ///
+    /// # Safety
+    /// `bytes` must stay valid and unchanged until every array computed from the result has
+    /// been evaluated, and the caller must hold the returned array until then: MLX reads the
+    /// bytes lazily, and would reuse (write into) the buffer of an array it solely owns.
+    pub unsafe fn from_borrowed_bytes(bytes: &[u8], shape: &[i64], dtype: Dtype) -> Result<Array> {
+        let count = element_count(shape)?;
+        if bytes.len() != count * dtype.size_in_bytes() {
+            return Err(Error::Shape(format!(
+                "{} bytes given for a {dtype:?} array of shape {shape:?}",
+                bytes.len()
+            )));
+        }
+        if bytes.is_empty() {
+            // Nothing to borrow (and MLX wants a real pointer).
+            return Array::from_bytes(bytes, shape, dtype);
+        }
+        crate::init();
+        let dims = to_mlx_shape(shape)?;
+        let ndim = i32::try_from(dims.len()).map_err(|_| Error::Shape("too many dims".into()))?;
+        extern "C" fn keep(_: *mut std::ffi::c_void) {}
+        capture(|| {
+            // SAFETY: the buffer holds exactly the described elements and, per this function's
+            // contract, outlives every use; the no-op deleter leaves ownership with the caller.
+            Array::from_raw(unsafe {
+                sys::mlx_array_new_data_managed_payload(
+                    bytes.as_ptr().cast_mut().cast(),
+                    dims.as_ptr(),
+                    ndim,
+                    dtype.to_sys(),
+                    std::ptr::null_mut(),
+                    Some(keep),
+                )
+            })
+        })
+    }
+
+    /// Evaluates several arrays in one pass over their shared graph.
+    pub fn eval_all(arrays: &[Array]) -> Result<()> {
+        let vector = crate::VectorArray::from_arrays(arrays)?;
+        // SAFETY: `vector` holds live arrays.
+        check(unsafe { sys::mlx_eval(vector.raw()) })
+    }
+
     /// Copies a typed host slice into a new array of the given shape.
     pub fn from_slice<T: Element>(values: &[T], shape: &[i64]) -> Result<Array> {
         // SAFETY: `T: Element` types are plain-old-data; viewing them as bytes is sound.

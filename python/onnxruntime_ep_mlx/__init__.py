@@ -1,38 +1,39 @@
-"""Locate (and prepare to load) the onnxruntime-ep-mlx plugin library."""
+"""onnxruntime-ep-mlx: run ONNX models on MLX through an ONNX Runtime plugin execution provider.
+
+    import onnxruntime as ort
+    import onnxruntime_ep_mlx as mlx_ep
+
+    so = ort.SessionOptions()
+    mlx_ep.append_to_session_options(so)            # or: mlx_ep.register_execution_provider_library()
+    session = ort.InferenceSession("model.onnx", so)  #     and providers=mlx_ep.providers()
+
+``python -m onnxruntime_ep_mlx {info,run,explain}`` is the command line.
+"""
 
 from __future__ import annotations
 
-import ctypes
-import os
-import sys
-from pathlib import Path
+from .library import library_path, preload_mlx
+from .profiling import NodePlacement, node_providers
+from .registration import (
+    EP_NAME,
+    append_to_session_options,
+    ep_name,
+    mlx_ep_devices,
+    providers,
+    register_execution_provider_library,
+    version,
+)
 
-_LIBRARY_NAME = "libonnxruntime_mlx_ep.dylib" if sys.platform == "darwin" else "libonnxruntime_mlx_ep.so"
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def library_path() -> str:
-    """Path of the built EP library.
-
-    ``ORT_MLX_EP_LIBRARY`` wins; otherwise the library next to this package (an installed
-    wheel), then the workspace's release build.
-    """
-    override = os.environ.get("ORT_MLX_EP_LIBRARY")
-    candidates = [Path(override)] if override else []
-    candidates += [Path(__file__).with_name(_LIBRARY_NAME), _REPO_ROOT / "target" / "release" / _LIBRARY_NAME]
-    for candidate in candidates:
-        if candidate.is_file():
-            return str(candidate)
-    raise FileNotFoundError(
-        f"{_LIBRARY_NAME} not found (looked at {', '.join(map(str, candidates))}); run `make build` "
-        "or set ORT_MLX_EP_LIBRARY"
-    )
-
-
-def preload_mlx() -> None:
-    """Load ``$MLX_LIB_DIR/libmlx`` first, so the EP binds that MLX (e.g. the CUDA build)
-    instead of the one it was linked against. A no-op when ``MLX_LIB_DIR`` is unset."""
-    lib_dir = os.environ.get("MLX_LIB_DIR")
-    if lib_dir:
-        name = "libmlx.dylib" if sys.platform == "darwin" else "libmlx.so"
-        ctypes.CDLL(os.path.join(lib_dir, name), mode=ctypes.RTLD_GLOBAL)
+__all__ = [
+    "EP_NAME",
+    "NodePlacement",
+    "append_to_session_options",
+    "ep_name",
+    "library_path",
+    "mlx_ep_devices",
+    "node_providers",
+    "preload_mlx",
+    "providers",
+    "register_execution_provider_library",
+    "version",
+]

@@ -1,6 +1,8 @@
 """Fixtures for end-to-end tests of the EP through ORT's Python API."""
 
 import json
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -37,6 +39,7 @@ class Run:
     def __init__(self, model, feeds, providers=(MLX, "CPUExecutionProvider"), optimize=True):
         options = ort.SessionOptions()
         options.enable_profiling = True
+        options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_test")
         if not optimize:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         self.session = ort.InferenceSession(model, options, providers=list(providers))

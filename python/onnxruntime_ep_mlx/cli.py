@@ -1,0 +1,245 @@
+"""``python -m onnxruntime_ep_mlx {info,run,explain}``: check, compare and explain the MLX EP on a model.
+
+Exit status: 0 fine; 1 the MLX session did not put MLXExecutionProvider first (ORT silently
+falls back to CPU otherwise); 2 the library could not be loaded or registered, or the model
+could not be run; 3 an output differs from the CPU EP's by more than --atol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from .compare import compare_outputs
+from .explain import explain_to, format_explanation, read_explain_records
+from .feeds import make_feeds, parse_dims
+from .library import library_path
+from .profiling import by_provider, node_providers
+from .registration import EP_NAME, register_execution_provider_library, version
+from .sessions import OPTIMIZATION_LEVELS, cpu_session, median_run_ms, mlx_session, nodes_per_provider
+from .tables import format_table, shorten
+
+EXIT_NOT_MLX = 1
+EXIT_SETUP = 2
+EXIT_MISMATCH = 3
+
+T = TypeVar("T")
+
+
+class CommandError(Exception):
+    """A failure the user can act on: printed without a traceback, with its exit status."""
+
+    def __init__(self, message: str, status: int = EXIT_SETUP) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _register() -> None:
+    try:
+        register_execution_provider_library()
+    except Exception as error:  # noqa: BLE001 - ORT raises plain RuntimeErrors/Fail for load errors
+        raise CommandError(f"cannot register the MLX EP library: {error}") from error
+
+
+def _or_fail(what: str, action: Callable[[], T]) -> T:
+    """ORT's own message, without a Python traceback through our code."""
+    try:
+        return action()
+    except Exception as error:  # noqa: BLE001 - ORT raises several unrelated exception types
+        raise CommandError(f"cannot {what}: {error}") from error
+
+
+def _parse_options(assignments: Sequence[str]) -> dict[str, str]:
+    options = {}
+    for assignment in assignments:
+        key, separator, value = assignment.partition("=")
+        if not separator or not key:
+            raise CommandError(f"--ep-option expects KEY=VALUE, got {assignment!r}")
+        options[key] = value
+    return options
+
+
+def _describe(node_arg: ort.NodeArg, fed: np.ndarray) -> str:
+    """``x float[batch, 4096] = [8, 4096]``: declared type and shape, then what was fed."""
+    dims = ", ".join("?" if d is None else str(d) for d in node_arg.shape)
+    declared = f"{node_arg.name} {node_arg.type.removeprefix('tensor(').removesuffix(')')}[{dims}]"
+    return f"{declared} = {list(fed.shape)}"
+
+
+# ---------------------------------------------------------------------------------------- info
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    print(f"onnxruntime   {ort.__version__}")
+    try:
+        print(f"library       {library_path()}")
+    except FileNotFoundError as error:
+        raise CommandError(str(error)) from error
+    try:
+        register_execution_provider_library()
+        status, source = 0, "reported by the EP factory"
+    except Exception as error:  # noqa: BLE001
+        print(f"registration  FAILED: {error}")
+        status, source = EXIT_SETUP, "from Cargo.toml: the library did not register"
+    print(f"version       {version()}  ({source})")
+    print("EP devices")
+    rows = [
+        (device.ep_name, device.ep_vendor, device.device.type.name, device.device.vendor,
+         ", ".join(f"{k}={v}" for k, v in sorted(device.ep_metadata.items())))
+        for device in ort.get_ep_devices()
+    ]
+    print(format_table(["ep", "vendor", "device", "device vendor", "metadata"], rows))
+    return status
+
+
+# ----------------------------------------------------------------------------------------- run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    model = onnx.load(str(args.model), load_external_data=False)
+    ep_options = _parse_options(args.ep_option)
+    try:
+        dims = parse_dims(args.dim)
+    except ValueError as error:
+        raise CommandError(str(error)) from error
+    _register()
+
+    cpu = _or_fail("create the CPU session", lambda: cpu_session(args.model, args.optimization))
+    feeds = make_feeds(cpu.get_inputs(), dims, args.seed, args.inputs)
+    with tempfile.TemporaryDirectory(prefix="ort-mlx-profile-") as profile_dir:
+        mlx = _or_fail(
+            "create the MLX session",
+            lambda: mlx_session(args.model, ep_options, args.optimization, Path(profile_dir) / "mlx"),
+        )
+        session_providers = mlx.get_providers()
+        if not session_providers or session_providers[0] != EP_NAME:
+            raise CommandError(
+                f"the MLX session's providers are {session_providers}: {EP_NAME} is not first, so ORT would "
+                "run everything on CPU. Is the library registered and does it report that EP name?",
+                EXIT_NOT_MLX,
+            )
+        # One profiled run records placement (and warms up); profiling stops before timing.
+        mlx_outputs = _or_fail("run the MLX session", lambda: mlx.run(None, feeds))
+        placements = node_providers(mlx.end_profiling())
+    cpu_outputs = _or_fail("run the CPU session", lambda: cpu.run(None, feeds))
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), "?")
+    print(f"model      {args.model}  ({len(model.graph.node)} nodes, opset {opset})")
+    print(f"inputs     {'; '.join(_describe(node_arg, feeds[node_arg.name]) for node_arg in cpu.get_inputs())}")
+    print(f"providers  {', '.join(session_providers)}")
+
+    print("\nwhere nodes ran (ORT profile of one run; a fused MLX cluster is one kernel)")
+    assigned = nodes_per_provider(mlx)
+    rows = []
+    for provider, kernels in by_provider(placements).items():
+        graph_nodes = str(assigned.get(provider, "?"))
+        names = [f"{k.node} ({k.op})" for k in kernels] if provider != EP_NAME else [k.node for k in kernels]
+        rows.append((provider, f"{len(kernels)} kernel(s)", graph_nodes, shorten(names, 1000 if args.verbose else 4)))
+    print(format_table(["provider", "kernels", "nodes assigned", "names"], rows))
+    if EP_NAME not in {placement.provider for placement in placements}:
+        print(f"  warning: no node ran on {EP_NAME}; `explain` tells why")
+
+    print("\noutputs: max |MLX - CPU|")
+    differences = compare_outputs([o.name for o in cpu.get_outputs()], cpu_outputs, mlx_outputs)
+    print(format_table(
+        ["output", "shape", "dtype", "max abs diff", ""],
+        [(d.name, list(d.shape), d.dtype, f"{d.max_abs_diff:.3g}", d.note) for d in differences],
+    ))
+
+    mlx_ms = median_run_ms(mlx, feeds, args.runs)
+    cpu_ms = median_run_ms(cpu, feeds, args.runs)
+    print(f"\nlatency: median of {args.runs} warm runs")
+    print(format_table(["session", "ms"], [("MLX first", f"{mlx_ms:.3f}"), ("CPU only", f"{cpu_ms:.3f}")]))
+    print(f"  MLX / CPU = {mlx_ms / cpu_ms:.2f}x  (below 1: the MLX session is faster)")
+
+    if args.atol is not None:
+        failing = [d.name for d in differences if not d.max_abs_diff <= args.atol and not d.note.startswith("not a tensor")]
+        if failing:
+            print(f"\nFAIL: {', '.join(failing)} differ by more than --atol {args.atol}")
+            return EXIT_MISMATCH
+    return 0
+
+
+# ------------------------------------------------------------------------------------- explain
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    model = onnx.load(str(args.model), load_external_data=False)
+    ep_options = _parse_options(args.ep_option)
+    with tempfile.TemporaryDirectory(prefix="ort-mlx-explain-") as directory:
+        explain_file = Path(directory) / "explain.jsonl"
+        # Set before the library is registered too, in case the EP reads it when it loads.
+        with explain_to(explain_file):
+            _register()
+            try:
+                mlx_session(args.model, ep_options, args.optimization)
+            except Exception as error:  # noqa: BLE001 - the records written so far still explain
+                print(f"note: session creation failed after partitioning: {error}", file=sys.stderr)
+        records = read_explain_records(explain_file)
+    if not records:
+        raise CommandError(
+            f"the EP wrote no explain records (it should append JSON lines to $ONNXRUNTIME_EP_MLX_EXPLAIN "
+            f"during GetCapability); is {library_path()} a build that supports it?"
+        )
+    print(f"model  {args.model}  ({len(model.graph.node)} nodes)\n")
+    print(format_explanation(records, [node.name for node in model.graph.node]))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m onnxruntime_ep_mlx", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    info = commands.add_parser("info", help="library path, version, EP devices")
+    info.set_defaults(handler=cmd_info)
+
+    def session_arguments(command: argparse.ArgumentParser) -> None:
+        command.add_argument("model", type=Path, help="ONNX model file")
+        command.add_argument("--optimization", choices=list(OPTIMIZATION_LEVELS), default="all",
+                             help="ORT graph optimisation level (default %(default)s)")
+        command.add_argument("--ep-option", action="append", default=[], metavar="KEY=VALUE",
+                             help="EP option (session config ep.MLXExecutionProvider.KEY); repeatable")
+
+    run = commands.add_parser("run", help="run MLX-first and CPU-only sessions; compare outputs and latency")
+    session_arguments(run)
+    run.add_argument("--inputs", type=Path, help=".npz with arrays named after the model's inputs (others random)")
+    run.add_argument("--runs", type=int, default=20, help="warm runs per session to time (default %(default)s)")
+    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default %(default)s)")
+    run.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                     help="value of a symbolic input dimension (default 1); repeatable")
+    run.add_argument("--atol", type=float, help="exit 3 when an output differs by more than this")
+    run.add_argument("-v", "--verbose", action="store_true", help="list every kernel, not a preview")
+    run.set_defaults(handler=cmd_run)
+
+    explain = commands.add_parser("explain", help="per node: does the MLX EP claim it, and why not")
+    session_arguments(explain)
+    explain.set_defaults(handler=cmd_explain)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "runs", 1) < 1:
+        print("error: --runs must be at least 1", file=sys.stderr)
+        return EXIT_SETUP
+    try:
+        return args.handler(args)
+    except CommandError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.status
+    except (FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_SETUP
