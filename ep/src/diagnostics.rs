@@ -32,9 +32,19 @@ impl Flags {
     }
 }
 
+/// How one plan ran: its path, compiled traces and cache hits, and why it fell back, if it did.
+#[derive(Debug, Default, Clone)]
+pub struct PlanReport {
+    pub path: &'static str,
+    pub traces: u64,
+    pub hits: u64,
+    pub fallback: Option<String>,
+}
+
 /// Counters of one EP instance (one session).
 #[derive(Debug, Default, Clone)]
 pub struct Stats {
+    pub plan_reports: std::collections::BTreeMap<String, PlanReport>,
     pub nodes_total: usize,
     pub nodes_claimed: usize,
     pub clusters: usize,
@@ -63,6 +73,16 @@ impl Stats {
             self.eval.as_secs_f64() * 1e3,
             self.copies.as_secs_f64() * 1e3,
         );
+        for (name, report) in &self.plan_reports {
+            let _ = write!(
+                out,
+                "\n[MLX EP]   {name}: {} path, {} trace(s), {} cache hit(s)",
+                report.path, report.traces, report.hits
+            );
+            if let Some(reason) = &report.fallback {
+                let _ = write!(out, "; fell back to eager: {reason}");
+            }
+        }
         out
     }
 }

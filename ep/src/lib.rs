@@ -2,10 +2,12 @@
 //!
 //! `abi/` is what ORT loads (factory, EP and compute vtables); `ort/` reads ORT's objects into
 //! owned Rust values. The core never names an op: `capability` asks the op table which nodes
-//! to take, `partition` groups them, `plan` lowers each group through the table and runs it.
+//! to take, `partition` groups them, `plan` lowers each group through the table and runs it, and `capture` compiles
+//! plans into MLX closures and replays them.
 
 mod abi;
 mod capability;
+mod capture;
 mod device;
 mod diagnostics;
 mod ort;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use mlx_kernels::{Array, Stream};
-use op_specs::{decide, Decision, ElemType, NodeView, OpSpec};
+use op_specs::{decide, Decision, ElemType, NodeView, OpSpec, ShapeSafety};
 
 use crate::device;
 use crate::ort::graph::GraphNode;
@@ -30,6 +30,12 @@ struct PlanNode {
     outputs: Vec<Option<usize>>,
 }
 
+impl PlanNode {
+    fn shape_safety(&self) -> ShapeSafety {
+        self.spec.shape_safety(&self.node)
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct PlanOutput {
     pub slot: usize,
@@ -49,7 +55,7 @@ pub struct Plan {
 /// The MLX side of a plan, created on (and owned by) the thread that first runs it.
 pub struct Runtime {
     pub stream: Stream,
-    constants: Vec<(usize, Array)>,
+    pub constants: Vec<(usize, Array)>,
 }
 
 /// Time spent per phase of one run.
@@ -177,6 +183,15 @@ impl Plan {
         Ok(Runtime { stream, constants })
     }
 
+    /// The least flexible shape safety of the plan's nodes: `Shapeless` only if every node is.
+    pub fn shape_safety(&self) -> ShapeSafety {
+        self.nodes
+            .iter()
+            .map(PlanNode::shape_safety)
+            .max()
+            .unwrap_or(ShapeSafety::Shapeless)
+    }
+
     /// Lowers every node into one lazy MLX graph and evaluates the outputs together.
     pub fn run(
         &self,
@@ -185,8 +200,51 @@ impl Plan {
         times: &mut RunTimes,
     ) -> Result<Evaluated, String> {
         let started = Instant::now();
+        let (outputs, keep_alive) = self.lower(&runtime.stream, &runtime.constants, inputs)?;
+        times.translate += started.elapsed();
+        self.evaluate(outputs, keep_alive, times)
+    }
+
+    /// Evaluates `outputs` (checking their types against the graph's), keeping `keep_alive`
+    /// until the caller has copied them out.
+    pub fn evaluate(
+        &self,
+        outputs: Vec<Array>,
+        keep_alive: Vec<Option<Array>>,
+        times: &mut RunTimes,
+    ) -> Result<Evaluated, String> {
+        for (array, expected) in outputs.iter().zip(&self.outputs) {
+            let produced = ElemType::from_mlx(array.dtype());
+            if produced != expected.elem {
+                return Err(format!(
+                    "a lowering produced {} where the graph declares {} (table bug; set \
+                     ONNXRUNTIME_EP_MLX_CLAIM_DEBUG=1 to see which node)",
+                    produced.short_name(),
+                    expected.elem.short_name()
+                ));
+            }
+        }
+        let evaluating = Instant::now();
+        Array::eval_all(&outputs)
+            .map_err(|e| format!("MLX evaluation of {} failed: {e}", self.name))?;
+        times.eval += evaluating.elapsed();
+        Ok(Evaluated {
+            outputs,
+            keep_alive,
+        })
+    }
+
+    /// Builds the lazy MLX graph of the plan over `inputs` (one per fused-node input). Returns
+    /// the outputs and every array of the graph (which the caller keeps until evaluation).
+    /// Also the body of a compiled closure, where `inputs` are MLX's tracers.
+    pub fn lower(
+        &self,
+        stream: &Stream,
+        constants: &[(usize, Array)],
+        inputs: Vec<Option<Array>>,
+    ) -> Result<(Vec<Array>, Vec<Option<Array>>), String> {
         let mut env: Vec<Option<Array>> = vec![None; self.slot_count];
-        for (slot, array) in &runtime.constants {
+        for (slot, array) in constants {
             env[*slot] = Some(array.clone());
         }
         if inputs.len() != self.inputs.len() {
@@ -207,7 +265,7 @@ impl Plan {
                 .collect();
             let results = planned
                 .spec
-                .lower_node(&runtime.stream, &planned.node, &args)
+                .lower_node(stream, &planned.node, &args)
                 .map_err(|e| node_error(&planned.node, &e.message))?;
             for (slot, result) in planned.outputs.iter().zip(results) {
                 if let Some(slot) = slot {
@@ -224,26 +282,7 @@ impl Plan {
                     .ok_or_else(|| "a fused output was never computed".to_owned())
             })
             .collect::<Result<Vec<_>, String>>()?;
-        for (array, expected) in outputs.iter().zip(&self.outputs) {
-            let produced = ElemType::from_mlx(array.dtype());
-            if produced != expected.elem {
-                return Err(format!(
-                    "a lowering produced {} where the graph declares {} (table bug; set \
-                     ONNXRUNTIME_EP_MLX_CLAIM_DEBUG=1 to see which node)",
-                    produced.short_name(),
-                    expected.elem.short_name()
-                ));
-            }
-        }
-        times.translate += started.elapsed();
-        let evaluating = Instant::now();
-        Array::eval_all(&outputs)
-            .map_err(|e| format!("MLX evaluation of {} failed: {e}", self.name))?;
-        times.eval += evaluating.elapsed();
-        Ok(Evaluated {
-            outputs,
-            keep_alive: env,
-        })
+        Ok((outputs, env))
     }
 }
 

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use mlx_kernels::Array;
 
-use crate::diagnostics::Stats;
+use crate::capture::{Capture, Settings};
+use crate::diagnostics::{PlanReport, Stats};
 use crate::ort::api::guard;
 use crate::ort::kernel;
 use crate::ort::sys;
@@ -17,9 +18,15 @@ use crate::plan::{Plan, RunTimes, Runtime};
 #[repr(C)]
 pub struct ComputeInfo {
     base: sys::OrtNodeComputeInfo,
-    plan: Plan,
-    runtime: ThreadBound<Option<Runtime>>,
+    plan: Arc<Plan>,
+    state: ThreadBound<Option<PlanState>>,
     stats: Arc<Mutex<Stats>>,
+}
+
+/// What a plan builds on its first run, on its owning thread.
+struct PlanState {
+    runtime: Runtime,
+    capture: Capture,
 }
 
 impl ComputeInfo {
@@ -31,8 +38,8 @@ impl ComputeInfo {
                 Compute: Some(compute),
                 ReleaseState: Some(release_state),
             },
-            plan,
-            runtime: ThreadBound::new(None),
+            plan: Arc::new(plan),
+            state: ThreadBound::new(None),
             stats,
         });
         Box::into_raw(info).cast()
@@ -71,8 +78,8 @@ unsafe extern "C" fn compute(
     guard("Compute", || {
         // SAFETY: ORT passes one of our compute infos.
         let info = unsafe { &*this.cast::<ComputeInfo>() };
-        info.runtime
-            .with(|runtime| run(info, runtime, context))
+        info.state
+            .with(|state| run(info, state, context))
             .and_then(|r| r)
             .map_err(|e| format!("{}: {e}", info.plan.name))
     })
@@ -80,13 +87,15 @@ unsafe extern "C" fn compute(
 
 fn run(
     info: &ComputeInfo,
-    runtime: &mut Option<Runtime>,
+    state: &mut Option<PlanState>,
     context: *mut sys::OrtKernelContext,
 ) -> Result<(), String> {
-    if runtime.is_none() {
-        *runtime = Some(info.plan.start()?);
+    if state.is_none() {
+        let runtime = info.plan.start()?;
+        let capture = Capture::new(&info.plan, Settings::from_env());
+        *state = Some(PlanState { runtime, capture });
     }
-    let runtime = runtime.as_ref().expect("set above");
+    let PlanState { runtime, capture } = state.as_mut().expect("set above");
     let copying = Instant::now();
     let count = kernel::input_count(context)?;
     let mut inputs = Vec::with_capacity(count);
@@ -110,7 +119,7 @@ fn run(
     }
     let mut times = RunTimes::default();
     let mut copies = copying.elapsed();
-    let evaluated = info.plan.run(runtime, inputs, &mut times)?;
+    let evaluated = capture.run(&info.plan, runtime, inputs, &mut times)?;
     let copying = Instant::now();
     for (index, array) in evaluated.outputs.iter().enumerate() {
         let shape = array.shape();
@@ -128,6 +137,15 @@ fn run(
         stats.translate += times.translate;
         stats.eval += times.eval;
         stats.copies += copies;
+        stats.plan_reports.insert(
+            info.plan.name.clone(),
+            PlanReport {
+                path: capture.path().name(),
+                traces: capture.traces,
+                hits: capture.hits,
+                fallback: capture.fallback.clone(),
+            },
+        );
     }
     Ok(())
 }

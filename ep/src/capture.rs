@@ -1,0 +1,250 @@
+//! Compiled capture: trace a plan once into an MLX closure, compile it (`mlx_compile` fuses
+//! kernels) and replay it on later runs.
+//!
+//! The path follows the table: a plan whose nodes are all `Shapeless` gets one closure for
+//! every shape (retraced only when the rank, dtype or broadcast pattern of an input changes);
+//! one whose nodes are at most `ShapeKeyed` gets one closure per input-shape key, in a bounded
+//! least-recently-used cache; a plan with an `Eager` node, or whose trace, compile or replay
+//! fails, runs eagerly. Environment knobs:
+//! `ONNXRUNTIME_EP_MLX_NO_COMPILE=1` (eager only), `ONNXRUNTIME_EP_MLX_COMPILE_CACHE=N` (entries
+//! per plan, default 16), `ONNXRUNTIME_EP_MLX_COMPILE_AFTER=N` (eager runs of a shape before
+//! it is compiled, default 1: one-shot sessions never pay for compilation),
+//! `ONNXRUNTIME_EP_MLX_NO_SHAPELESS=1` (shape-keyed closures even for shapeless plans).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use mlx_kernels::{Array, Closure, Dtype};
+use op_specs::ShapeSafety;
+
+use crate::device;
+use crate::plan::{Evaluated, Plan, RunTimes, Runtime};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    Eager,
+    ShapeKeyed,
+    Shapeless,
+}
+
+impl Path {
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Eager => "eager",
+            Path::ShapeKeyed => "shape-keyed",
+            Path::Shapeless => "shapeless",
+        }
+    }
+}
+
+/// Settings read from the environment once per plan.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub enabled: bool,
+    pub shapeless: bool,
+    /// Fault injection for tests of the fallback: `ONNXRUNTIME_EP_MLX_FAULT=compile` makes
+    /// every compile fail.
+    pub fail_compile: bool,
+    pub capacity: usize,
+    pub compile_after: u32,
+}
+
+impl Settings {
+    pub fn from_env() -> Settings {
+        let number = |name: &str, default: usize| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(default)
+        };
+        Settings {
+            enabled: !std::env::var("ONNXRUNTIME_EP_MLX_NO_COMPILE").is_ok_and(|v| v == "1"),
+            shapeless: !std::env::var("ONNXRUNTIME_EP_MLX_NO_SHAPELESS").is_ok_and(|v| v == "1"),
+            fail_compile: std::env::var("ONNXRUNTIME_EP_MLX_FAULT").is_ok_and(|v| v == "compile"),
+            capacity: number("ONNXRUNTIME_EP_MLX_COMPILE_CACHE", 16).max(1),
+            compile_after: number("ONNXRUNTIME_EP_MLX_COMPILE_AFTER", 1) as u32,
+        }
+    }
+}
+
+/// What identifies a trace: per input, its dtype and its dims. For a shapeless path the dims
+/// are abstracted to which are 1 and which are equal to which (across all inputs, and the
+/// plan's constants, whose dims are baked into the trace): broadcasts are decided at trace
+/// time, and a replay is only valid when the same dims still meet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ShapeKey(Vec<(Dtype, Vec<i64>)>);
+
+impl ShapeKey {
+    fn of(inputs: &[Array], constants: &[(usize, Array)], path: Path) -> ShapeKey {
+        let mut classes: Vec<i64> = Vec::new();
+        let mut class_of = |d: i64| -> i64 {
+            if d == 1 {
+                return -1;
+            }
+            match classes.iter().position(|&c| c == d) {
+                Some(i) => i as i64,
+                None => {
+                    classes.push(d);
+                    classes.len() as i64 - 1
+                }
+            }
+        };
+        if path == Path::Shapeless {
+            for dim in constants.iter().flat_map(|(_, c)| c.shape()) {
+                class_of(dim);
+            }
+        }
+        ShapeKey(
+            inputs
+                .iter()
+                .map(|a| {
+                    let dims = a.shape();
+                    let dims = match path {
+                        Path::Shapeless => dims.into_iter().map(&mut class_of).collect(),
+                        _ => dims,
+                    };
+                    (a.dtype(), dims)
+                })
+                .collect(),
+        )
+    }
+}
+
+enum Entry {
+    /// Seen this many times, still below the compile threshold.
+    Warming(u32),
+    Compiled(Closure),
+}
+
+/// The compiled path of one plan (owned by the plan's thread, like its runtime).
+pub struct Capture {
+    path: Path,
+    settings: Settings,
+    cache: Vec<(ShapeKey, Entry)>,
+    pub traces: u64,
+    pub hits: u64,
+    pub fallback: Option<String>,
+}
+
+impl Capture {
+    pub fn new(plan: &Plan, settings: Settings) -> Capture {
+        let path = match (settings.enabled, plan.shape_safety()) {
+            (false, _) | (_, ShapeSafety::Eager) => Path::Eager,
+            (true, ShapeSafety::Shapeless) if settings.shapeless => Path::Shapeless,
+            (true, _) => Path::ShapeKeyed,
+        };
+        Capture {
+            path,
+            settings,
+            cache: Vec::new(),
+            traces: 0,
+            hits: 0,
+            fallback: None,
+        }
+    }
+
+    pub fn path(&self) -> Path {
+        self.path
+    }
+
+    /// Runs the plan on its compiled path when it has one. A compile or replay failure falls
+    /// back to the eager path for good (with the reason kept), unless the eager path fails
+    /// too: then the inputs were at fault, and the error is the eager one.
+    pub fn run(
+        &mut self,
+        plan: &Arc<Plan>,
+        runtime: &Runtime,
+        inputs: Vec<Option<Array>>,
+        times: &mut RunTimes,
+    ) -> Result<Evaluated, String> {
+        let present: Option<Vec<Array>> = inputs.iter().cloned().collect();
+        let (Path::ShapeKeyed | Path::Shapeless, Some(arrays)) = (self.path, present) else {
+            return plan.run(runtime, inputs, times);
+        };
+        match self.compiled(plan, runtime, &arrays, times) {
+            Ok(Some(evaluated)) => Ok(evaluated),
+            Ok(None) => plan.run(runtime, inputs, times),
+            Err(reason) => {
+                let evaluated = plan.run(runtime, inputs, times)?;
+                self.path = Path::Eager;
+                self.cache.clear();
+                self.fallback = Some(reason);
+                Ok(evaluated)
+            }
+        }
+    }
+
+    /// `Ok(None)`: this shape is still warming up, run it eagerly.
+    fn compiled(
+        &mut self,
+        plan: &Arc<Plan>,
+        runtime: &Runtime,
+        inputs: &[Array],
+        times: &mut RunTimes,
+    ) -> Result<Option<Evaluated>, String> {
+        let started = Instant::now();
+        let key = ShapeKey::of(inputs, &runtime.constants, self.path);
+        let index = match self.cache.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                self.cache.push((key, Entry::Warming(0)));
+                if self.cache.len() > self.settings.capacity {
+                    self.cache.remove(0);
+                }
+                self.cache.len() - 1
+            }
+        };
+        // Most recently used last.
+        let (key, entry) = self.cache.remove(index);
+        let entry = match entry {
+            Entry::Warming(seen) if seen < self.settings.compile_after => {
+                self.cache.push((key, Entry::Warming(seen + 1)));
+                return Ok(None);
+            }
+            Entry::Warming(_) if self.settings.fail_compile => {
+                return Err("compile failed: injected by ONNXRUNTIME_EP_MLX_FAULT=compile".into());
+            }
+            Entry::Warming(_) => {
+                self.traces += 1;
+                let body = trace_body(Arc::clone(plan), runtime.constants.clone());
+                Entry::Compiled(
+                    Closure::new(body)
+                        .compile(self.path == Path::Shapeless)
+                        .map_err(|e| format!("compile failed: {e}"))?,
+                )
+            }
+            compiled => {
+                self.hits += 1;
+                compiled
+            }
+        };
+        let Entry::Compiled(closure) = &entry else {
+            unreachable!("compiled above")
+        };
+        let applied = closure
+            .apply(inputs)
+            .map_err(|e| format!("compiled replay failed: {e}"));
+        self.cache.push((key, entry));
+        let outputs = applied?;
+        times.translate += started.elapsed();
+        let keep_alive = inputs.iter().cloned().map(Some).collect();
+        plan.evaluate(outputs, keep_alive, times).map(Some)
+    }
+}
+
+/// The closure MLX traces: the plan's lowering over its inputs, constants captured.
+fn trace_body(
+    plan: Arc<Plan>,
+    constants: Vec<(usize, Array)>,
+) -> impl Fn(&[Array]) -> mlx_kernels::Result<Vec<Array>> {
+    move |inputs: &[Array]| {
+        let stream = device::stream()?;
+        plan.lower(
+            &stream,
+            &constants,
+            inputs.iter().cloned().map(Some).collect(),
+        )
+        .map(|(outputs, _)| outputs)
+        .map_err(mlx_kernels::Error::Callback)
+    }
+}
