@@ -2,7 +2,7 @@
 
 use op_specs::{decide, Decision};
 
-use crate::ort::graph::GraphNode;
+use crate::ort::graph::{self, GraphNode};
 use crate::partition;
 
 /// The EP's answer for one node.
@@ -45,30 +45,7 @@ pub fn analyse(nodes: &[GraphNode]) -> Capability {
             }
         })
         .collect();
-    let producer: std::collections::HashMap<&str, usize> = nodes
-        .iter()
-        .enumerate()
-        .flat_map(|(i, n)| {
-            n.outputs
-                .iter()
-                .flatten()
-                .map(move |v| (v.name.as_str(), i))
-        })
-        .collect();
-    let predecessors: Vec<Vec<usize>> = nodes
-        .iter()
-        .map(|n| {
-            let mut preds: Vec<usize> = n
-                .inputs
-                .iter()
-                .flatten()
-                .filter_map(|v| producer.get(v.name.as_str()).copied())
-                .collect();
-            preds.sort_unstable();
-            preds.dedup();
-            preds
-        })
-        .collect();
+    let predecessors = graph::predecessors(nodes);
     let claimed: Vec<bool> = decisions.iter().map(|d| d.claimed).collect();
     let clusters = partition::clusters(&predecessors, &claimed);
     for (c, cluster) in clusters.iter().enumerate() {

@@ -93,7 +93,7 @@ impl Plan {
         let mut available: Vec<bool> = vec![true; slots.len()];
 
         let mut plan_nodes = Vec::with_capacity(nodes.len());
-        for node in order_by_dependencies(nodes)? {
+        for node in order_by_dependencies(nodes) {
             let spec = match decide(&node) {
                 Decision::Claim { spec, .. } => spec,
                 Decision::Decline { reason } => {
@@ -317,28 +317,9 @@ fn node_error(node: &GraphNode, message: &str) -> String {
 }
 
 /// Orders nodes so that every value is produced before it is consumed.
-fn order_by_dependencies(nodes: Vec<GraphNode>) -> Result<Vec<GraphNode>, String> {
-    let producer: HashMap<&str, usize> = nodes
-        .iter()
-        .enumerate()
-        .flat_map(|(i, n)| {
-            n.outputs
-                .iter()
-                .flatten()
-                .map(move |v| (v.name.as_str(), i))
-        })
-        .collect();
-    let predecessors: Vec<Vec<usize>> = nodes
-        .iter()
-        .map(|n| {
-            n.inputs
-                .iter()
-                .flatten()
-                .filter_map(|v| producer.get(v.name.as_str()).copied())
-                .collect()
-        })
-        .collect();
+fn order_by_dependencies(nodes: Vec<GraphNode>) -> Vec<GraphNode> {
+    let predecessors = crate::ort::graph::predecessors(&nodes);
     let order = crate::partition::topological_order(&predecessors);
     let mut slots: Vec<Option<GraphNode>> = nodes.into_iter().map(Some).collect();
-    Ok(order.into_iter().filter_map(|i| slots[i].take()).collect())
+    order.into_iter().filter_map(|i| slots[i].take()).collect()
 }

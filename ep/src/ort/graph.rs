@@ -67,6 +67,34 @@ impl NodeView for GraphNode {
     }
 }
 
+/// For each node, the indices of the nodes whose outputs it reads (each once).
+pub fn predecessors(nodes: &[GraphNode]) -> Vec<Vec<usize>> {
+    let producer: std::collections::HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| {
+            n.outputs
+                .iter()
+                .flatten()
+                .map(move |v| (v.name.as_str(), i))
+        })
+        .collect();
+    nodes
+        .iter()
+        .map(|n| {
+            let mut preds: Vec<usize> = n
+                .inputs
+                .iter()
+                .flatten()
+                .filter_map(|v| producer.get(v.name.as_str()).copied())
+                .collect();
+            preds.sort_unstable();
+            preds.dedup();
+            preds
+        })
+        .collect()
+}
+
 /// The nodes of `graph`, in ORT's order, each paired with its ORT handle (valid only for the
 /// duration of the current `GetCapability`/`Compile` call).
 pub fn nodes(graph: *const sys::OrtGraph) -> Result<Vec<(GraphNode, *const sys::OrtNode)>, String> {
