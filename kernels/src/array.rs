@@ -38,18 +38,7 @@ impl Array {
     /// Copies host bytes (row-major, native endian) into a new array. 16-bit floats are given
     /// as their raw bits; `bytes.len()` must be exactly `prod(shape) * dtype.size_in_bytes()`.
     pub fn from_bytes(bytes: &[u8], shape: &[i64], dtype: Dtype) -> Result<Array> {
-        crate::init();
-        let dims = to_mlx_shape(shape)?;
-        let expected = element_count(shape)?
-            .checked_mul(dtype.size_in_bytes())
-            .ok_or_else(|| Error::Shape(format!("shape {shape:?} is too large")))?;
-        if bytes.len() != expected {
-            return Err(Error::Shape(format!(
-                "{} bytes given for a {dtype:?} array of shape {shape:?} ({expected} needed)",
-                bytes.len()
-            )));
-        }
-        let ndim = i32::try_from(dims.len()).map_err(|_| Error::Shape("too many dims".into()))?;
+        let (dims, ndim) = host_layout(bytes, shape, dtype)?;
         capture(|| {
             // SAFETY: `bytes` holds exactly prod(shape) elements of `dtype` (checked above) and
             // mlx_array_new_data copies them before returning. On failure the handle is empty and
@@ -67,20 +56,11 @@ impl Array {
     /// been evaluated, and the caller must hold the returned array until then: MLX reads the
     /// bytes lazily, and would reuse (write into) the buffer of an array it solely owns.
     pub unsafe fn from_borrowed_bytes(bytes: &[u8], shape: &[i64], dtype: Dtype) -> Result<Array> {
-        let count = element_count(shape)?;
-        if bytes.len() != count * dtype.size_in_bytes() {
-            return Err(Error::Shape(format!(
-                "{} bytes given for a {dtype:?} array of shape {shape:?}",
-                bytes.len()
-            )));
-        }
+        let (dims, ndim) = host_layout(bytes, shape, dtype)?;
         if bytes.is_empty() {
             // Nothing to borrow (and MLX wants a real pointer).
             return Array::from_bytes(bytes, shape, dtype);
         }
-        crate::init();
-        let dims = to_mlx_shape(shape)?;
-        let ndim = i32::try_from(dims.len()).map_err(|_| Error::Shape("too many dims".into()))?;
         extern "C" fn keep(_: *mut std::ffi::c_void) {}
         capture(|| {
             // SAFETY: the buffer holds exactly the described elements and, per this function's
@@ -207,6 +187,23 @@ impl Array {
         self.copy_to(bytes, stream)?;
         Ok(out)
     }
+}
+
+/// MLX's dims and rank for host bytes of `shape` and `dtype`, checking that the byte count fits.
+fn host_layout(bytes: &[u8], shape: &[i64], dtype: Dtype) -> Result<(Vec<i32>, i32)> {
+    crate::init();
+    let dims = to_mlx_shape(shape)?;
+    let expected = element_count(shape)?
+        .checked_mul(dtype.size_in_bytes())
+        .ok_or_else(|| Error::Shape(format!("shape {shape:?} is too large")))?;
+    if bytes.len() != expected {
+        return Err(Error::Shape(format!(
+            "{} bytes given for a {dtype:?} array of shape {shape:?} ({expected} needed)",
+            bytes.len()
+        )));
+    }
+    let ndim = i32::try_from(dims.len()).map_err(|_| Error::Shape("too many dims".into()))?;
+    Ok((dims, ndim))
 }
 
 impl Clone for Array {

@@ -22,7 +22,7 @@ pub struct MlxEp {
 }
 
 impl MlxEp {
-    pub fn create(name: &CStr, _registration_name: &str) -> *mut sys::OrtEp {
+    pub fn create(name: &CStr) -> *mut sys::OrtEp {
         let ep = Box::new(MlxEp {
             base: sys::OrtEp {
                 ort_version_supported: sys::ORT_API_VERSION,

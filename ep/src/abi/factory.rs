@@ -19,11 +19,10 @@ pub struct Factory {
     name: CString,
     vendor: CString,
     version: CString,
-    registration_name: String,
 }
 
 impl Factory {
-    pub fn create(registration_name: String) -> *mut sys::OrtEpFactory {
+    pub fn create() -> *mut sys::OrtEpFactory {
         let factory = Box::new(Factory {
             base: sys::OrtEpFactory {
                 ort_version_supported: sys::ORT_API_VERSION,
@@ -44,7 +43,6 @@ impl Factory {
             name: CString::new(EP_NAME).expect("no NUL"),
             vendor: CString::new(VENDOR).expect("no NUL"),
             version: CString::new(VERSION).expect("no NUL"),
-            registration_name,
         });
         Box::into_raw(factory).cast()
     }
@@ -154,7 +152,7 @@ unsafe extern "C" fn create_ep(
     guard("CreateEp", || {
         // SAFETY: ORT passes our factory.
         let factory = unsafe { Factory::from(this) };
-        let created = MlxEp::create(&factory.name, &factory.registration_name);
+        let created = MlxEp::create(&factory.name);
         // SAFETY: ORT passes a valid out-pointer.
         unsafe { *ep = created };
         Ok(())

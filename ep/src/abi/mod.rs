@@ -17,7 +17,7 @@ use crate::ort::sys;
 /// Called by ORT with valid pointers, `factories` having room for `max_factories` entries.
 #[no_mangle]
 pub unsafe extern "C" fn CreateEpFactories(
-    registered_name: *const c_char,
+    _registered_name: *const c_char,
     ort_api_base: *const sys::OrtApiBase,
     _default_logger: *const sys::OrtLogger,
     factories: *mut *mut sys::OrtEpFactory,
@@ -35,9 +35,7 @@ pub unsafe extern "C" fn CreateEpFactories(
         if max_factories < 1 {
             return Err("ORT offered no room for a factory".into());
         }
-        // SAFETY: a NUL-terminated name from ORT (or null).
-        let registration = unsafe { api::owned_str(registered_name) };
-        let factory = factory::Factory::create(registration);
+        let factory = factory::Factory::create();
         // SAFETY: ORT gave room for at least one factory pointer and a count.
         unsafe {
             *factories = factory;
