@@ -14,14 +14,16 @@ mod arithmetic;
 mod cast;
 mod compare;
 mod contrib;
+mod indexing;
 mod logic;
 mod math;
+mod shape;
 mod softmax;
 
 pub use ops_macros::onnx_op;
 pub use table::dtypes::sets as dtypes;
 pub use table::dtypes::{DtypeSet, ElemType};
-pub use table::lower::{FromAttr, IntoOutputs, Lower, OpError, Result};
+pub use table::lower::{FromAttr, FromHost, IntoOutputs, Lower, OpError, Result};
 pub use table::node::{AttrValue, NodeView, SimpleNode};
 pub use table::registry::{all, decide, lookup, overlaps, Decision};
 pub use table::spec::{AttrKind, AttrSpec, OpSpec, Port, PortKind, ShapeSafety, TypeVar, Verdict};
@@ -30,7 +32,9 @@ pub use table::spec::{AttrKind, AttrSpec, OpSpec, Port, PortKind, ShapeSafety, T
 #[doc(hidden)]
 pub mod __private {
     pub use crate::table::dtypes::DtypeSet;
-    pub use crate::table::lower::{optional_input, required_input, variadic_inputs};
+    pub use crate::table::lower::{
+        host_input, optional_host_input, optional_input, required_input, variadic_inputs,
+    };
     pub use crate::table::lower::{FromAttr, IntoOutputs, Lower, Result};
     pub use crate::table::spec::{
         AttrSpec, OpSpec, Port, PortKind, ShapeRule, ShapeSafety, TypeVar,

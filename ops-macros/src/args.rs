@@ -5,18 +5,22 @@ use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Expr, ExprLit, Ident, Lit, LitInt, LitStr, Path, Token};
 
-/// One `Name: TypeVar` entry of `inputs(...)` / `outputs(...)`.
+/// One `Name: TypeVar` entry of `inputs(...)` / `outputs(...)`; `Name...: TypeVar` marks a
+/// variadic output (inputs take their kind from the parameter's type).
 pub struct Port {
     pub name: Ident,
+    pub variadic: bool,
     pub type_var: Ident,
 }
 
 impl Parse for Port {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let name = input.parse()?;
+        let variadic = input.parse::<Option<Token![...]>>()?.is_some();
         input.parse::<Token![:]>()?;
         Ok(Port {
             name,
+            variadic,
             type_var: input.parse()?,
         })
     }

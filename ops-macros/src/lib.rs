@@ -15,7 +15,11 @@
 //! `declines = "..."` (what the custom claim declines, for the coverage doc).
 //!
 //! Parameters after the context bind, in order, to the declared inputs: `Array` (required),
-//! `Option<Array>` (optional), `Vec<Array>` (variadic, last). Parameters marked `#[attr]`,
+//! `Option<Array>` (optional), `Vec<Array>` (variadic, last), or `#[host] v: Vec<i64>` / `i64`
+//! (optionally in an `Option`) for an input whose value the lowering needs on the host (a
+//! constant, or computed from shapes; else the value is read back from MLX, which a compiled
+//! trace cannot do, so such plans fall back to eager). `outputs(Name...: T)` declares a
+//! variadic output. Parameters marked `#[attr]`,
 //! `#[attr(default = ...)]` or `#[attr(name = "onnx_name", ...)]` read node attributes; an
 //! `Option<T>` attribute may be absent. The function returns `Result<Array>` or
 //! `Result<Vec<Array>>`.
@@ -73,10 +77,11 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
             .enumerate()
             .map(|(i, port)| {
                 let (port_name, var) = (port.name.to_string(), port.type_var.to_string());
-                let kind = match kinds.get(i).copied().unwrap_or(InputKind::Required) {
-                    InputKind::Required => quote!(Required),
-                    InputKind::Optional => quote!(Optional),
-                    InputKind::Variadic => quote!(Variadic),
+                let kind = match kinds.get(i).copied() {
+                    _ if port.variadic => quote!(Variadic),
+                    Some(InputKind::Optional) => quote!(Optional),
+                    Some(InputKind::Variadic) => quote!(Variadic),
+                    Some(InputKind::Required) | None => quote!(Required),
                 };
                 quote!(#p::Port { name: #port_name, type_var: #var, kind: #p::PortKind::#kind })
             })
@@ -96,14 +101,14 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
     let input_bindings = signature.inputs.iter().enumerate().map(|(index, input)| {
         let binding = &input.binding;
         let port = args.inputs[index].name.to_string();
-        match input.kind {
-            InputKind::Required => {
-                quote!(let #binding = #p::required_input(inputs, #index, #port)?;)
+        match (&input.host, input.kind) {
+            (Some(ty), InputKind::Optional) => {
+                quote!(let #binding: ::core::option::Option<#ty> = #p::optional_host_input(cx, inputs, #index, #port)?;)
             }
-            InputKind::Optional => quote!(let #binding = #p::optional_input(inputs, #index);),
-            InputKind::Variadic => {
-                quote!(let #binding = #p::variadic_inputs(inputs, #index, #port)?;)
-            }
+            (Some(ty), _) => quote!(let #binding: #ty = #p::host_input(cx, inputs, #index, #port)?;),
+            (None, InputKind::Required) => quote!(let #binding = #p::required_input(inputs, #index, #port)?;),
+            (None, InputKind::Optional) => quote!(let #binding = #p::optional_input(inputs, #index);),
+            (None, InputKind::Variadic) => quote!(let #binding = #p::variadic_inputs(inputs, #index, #port)?;),
         }
     });
     let attr_bindings = signature.attrs.iter().map(|a| {
@@ -152,7 +157,8 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
         ) -> #p::Result<::std::vec::Vec<#p::Array>> {
             #(#input_bindings)*
             #(#attr_bindings)*
-            #p::IntoOutputs::into_outputs(#name(cx, #(#call_args),*)?)
+            // `self::` so that a parameter named like the function cannot shadow it.
+            #p::IntoOutputs::into_outputs(self::#name(cx, #(#call_args),*)?)
         }
 
         #p::inventory::submit! {

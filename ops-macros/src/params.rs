@@ -13,6 +13,8 @@ pub enum InputKind {
 pub struct Input {
     pub binding: Ident,
     pub kind: InputKind,
+    /// `#[host]`: the value is read on the host (`Vec<i64>`, `i64`, or an `Option` of those).
+    pub host: Option<Type>,
 }
 
 pub struct Attr {
@@ -65,10 +67,24 @@ impl Signature {
                 attrs.push(parse_attr(binding, &marker, &param.ty)?);
                 continue;
             }
+            let host_marker = param.attrs.iter().position(|a| a.path().is_ident("host"));
+            if let Some(index) = host_marker {
+                param.attrs.remove(index);
+                let (value_type, kind) = match generic_inner(&param.ty, "Option") {
+                    Some(inner) => (inner.clone(), InputKind::Optional),
+                    None => ((*param.ty).clone(), InputKind::Required),
+                };
+                inputs.push(Input {
+                    binding,
+                    kind,
+                    host: Some(value_type),
+                });
+                continue;
+            }
             if let Some(other) = param.attrs.first() {
                 return Err(syn::Error::new(
                     other.span(),
-                    "unknown parameter marker; expected `#[attr(...)]`",
+                    "unknown parameter marker; expected `#[attr(...)]` or `#[host]`",
                 ));
             }
             let kind = input_kind(&param.ty).ok_or_else(|| {
@@ -86,7 +102,11 @@ impl Signature {
                     "only the last input may be variadic",
                 ));
             }
-            inputs.push(Input { binding, kind });
+            inputs.push(Input {
+                binding,
+                kind,
+                host: None,
+            });
         }
         Ok(Signature { inputs, attrs })
     }

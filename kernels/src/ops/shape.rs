@@ -83,3 +83,82 @@ pub fn sum(a: &Array, axes: &[i32], keepdims: bool, stream: &Stream) -> Result<A
         }
     })
 }
+
+/// Joins arrays along `axis`.
+pub fn concatenate(arrays: &[Array], axis: i32, stream: &Stream) -> Result<Array> {
+    let vector = crate::VectorArray::from_arrays(arrays)?;
+    Array::from_op(|out| {
+        // SAFETY: `vector` holds live arrays; MLX validates shapes and the axis.
+        unsafe { sys::mlx_concatenate_axis(out, vector.raw(), axis, stream.raw()) }
+    })
+}
+
+/// Splits `a` along `axis` before each of `indices` (ascending).
+pub fn split_at(a: &Array, indices: &[i32], axis: i32, stream: &Stream) -> Result<Vec<Array>> {
+    // SAFETY: an owned empty vector, filled in place and owned by `parts`.
+    let mut raw = unsafe { sys::mlx_vector_array_new() };
+    // SAFETY: `indices` outlives the call; all handles are live.
+    let status = unsafe {
+        sys::mlx_split_sections(
+            &mut raw,
+            a.raw(),
+            indices.as_ptr(),
+            indices.len(),
+            axis,
+            stream.raw(),
+        )
+    };
+    let parts = crate::VectorArray::from_raw(raw);
+    crate::error::check(status)?;
+    parts.to_vec()
+}
+
+/// Elements of `a` at `indices` along `axis` (indices must be in range; MLX does not check).
+pub fn take(a: &Array, indices: &Array, axis: i32, stream: &Stream) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: all handles are live.
+        unsafe { sys::mlx_take_axis(out, a.raw(), indices.raw(), axis, stream.raw()) }
+    })
+}
+
+/// Removes the given size-1 axes.
+pub fn squeeze(a: &Array, axes: &[i32], stream: &Stream) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: `axes` outlives the call; MLX validates them.
+        unsafe { sys::mlx_squeeze_axes(out, a.raw(), axes.as_ptr(), axes.len(), stream.raw()) }
+    })
+}
+
+/// Inserts size-1 axes at the given positions of the result.
+pub fn expand_dims(a: &Array, axes: &[i32], stream: &Stream) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: `axes` outlives the call; MLX validates them.
+        unsafe { sys::mlx_expand_dims_axes(out, a.raw(), axes.as_ptr(), axes.len(), stream.raw()) }
+    })
+}
+
+/// `a[start:stop:step]` per axis (all three of length ndim; negative steps allowed).
+pub fn slice(
+    a: &Array,
+    start: &[i32],
+    stop: &[i32],
+    step: &[i32],
+    stream: &Stream,
+) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: the slices outlive the call; MLX validates their lengths.
+        unsafe {
+            sys::mlx_slice(
+                out,
+                a.raw(),
+                start.as_ptr(),
+                start.len(),
+                stop.as_ptr(),
+                stop.len(),
+                step.as_ptr(),
+                step.len(),
+                stream.raw(),
+            )
+        }
+    })
+}

@@ -148,3 +148,62 @@ pub fn variadic_inputs(inputs: &[Option<Array>], from: usize, name: &str) -> Res
         })
         .collect()
 }
+
+/// Values a lowering reads on the host (`#[host]` parameters): integer tensors as `i64`s.
+pub trait FromHost: Sized {
+    fn from_host(values: Vec<i64>, name: &str) -> Result<Self>;
+}
+
+impl FromHost for Vec<i64> {
+    fn from_host(values: Vec<i64>, _name: &str) -> Result<Self> {
+        Ok(values)
+    }
+}
+
+impl FromHost for i64 {
+    fn from_host(values: Vec<i64>, name: &str) -> Result<Self> {
+        match values.as_slice() {
+            [one] => Ok(*one),
+            _ => Err(OpError::new(format!(
+                "input '{name}' must hold one value, not {}",
+                values.len()
+            ))),
+        }
+    }
+}
+
+/// Reads an integer input's values on the host. Constants and values computed from shapes are
+/// plain MLX arrays even inside a compiled trace; a value computed from the data cannot be
+/// read while tracing, and the resulting error sends the plan to its eager path.
+fn host_values(cx: &Lower, array: &Array, name: &str) -> Result<Vec<i64>> {
+    use mlx_kernels::Dtype::*;
+    if !matches!(array.dtype(), I8 | I16 | I32 | I64 | U8 | U16 | U32 | U64) {
+        return Err(OpError::new(format!(
+            "input '{name}' must be an integer tensor"
+        )));
+    }
+    let wide = mlx_kernels::ops::astype(array, Dtype::I64, cx.stream())?;
+    Ok(wide.to_vec::<i64>(cx.stream())?)
+}
+
+pub fn host_input<T: FromHost>(
+    cx: &Lower,
+    inputs: &[Option<Array>],
+    index: usize,
+    name: &str,
+) -> Result<T> {
+    let array = required_input(inputs, index, name)?;
+    T::from_host(host_values(cx, &array, name)?, name)
+}
+
+pub fn optional_host_input<T: FromHost>(
+    cx: &Lower,
+    inputs: &[Option<Array>],
+    index: usize,
+    name: &str,
+) -> Result<Option<T>> {
+    match optional_input(inputs, index) {
+        None => Ok(None),
+        Some(array) => T::from_host(host_values(cx, &array, name)?, name).map(Some),
+    }
+}

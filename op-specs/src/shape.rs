@@ -1,0 +1,445 @@
+//! Shape and data movement: Shape, Size, Reshape, Squeeze, Unsqueeze, Flatten, Transpose,
+//! Concat, Split, Expand. Target shapes, axes and split sizes are host-known inputs (constants,
+//! or values computed from shapes), so plans with these ops compile per input shape.
+
+use mlx_kernels::{ops, Array};
+
+use crate::{onnx_op, Lower, OpError, Result};
+
+/// `axis` in `[-rank, rank)` as a non-negative index.
+pub(crate) fn normalise_axis(axis: i64, rank: usize) -> Result<usize> {
+    let r = rank as i64;
+    let resolved = if axis < 0 { axis + r } else { axis };
+    if resolved < 0 || resolved >= r {
+        return Err(OpError::new(format!(
+            "axis {axis} is out of range for rank {rank}"
+        )));
+    }
+    Ok(resolved as usize)
+}
+
+fn as_mlx_axes(axes: &[usize]) -> Vec<i32> {
+    axes.iter().map(|&a| a as i32).collect()
+}
+
+/// The dims of `x` from `start` to `end`, clamped as ONNX's Shape-15 says.
+fn shape_slice(x: &Array, start: i64, end: Option<i64>) -> Result<Array> {
+    let dims = x.shape();
+    let rank = dims.len() as i64;
+    let clamp = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
+    let (from, to) = (clamp(start), clamp(end.unwrap_or(rank)));
+    let picked: Vec<i64> = if from < to {
+        dims[from..to].to_vec()
+    } else {
+        Vec::new()
+    };
+    let len = picked.len() as i64;
+    Ok(Array::from_slice(&picked, &[len])?)
+}
+
+/// The input's dims as a 1-D int64 tensor.
+#[onnx_op(op = "Shape", opset = 1..=14, types(T = ANY, T1 = I64), inputs(data: T), outputs(shape: T1), shape = ShapeKeyed)]
+fn shape_full(_cx: &mut Lower, x: Array) -> Result<Array> {
+    shape_slice(&x, 0, None)
+}
+
+/// The input's dims from `start` to `end` (negative values count from the end; clamped).
+#[onnx_op(op = "Shape", since = 15, types(T = ANY, T1 = I64), inputs(data: T), outputs(shape: T1), shape = ShapeKeyed)]
+fn shape(
+    _cx: &mut Lower,
+    x: Array,
+    #[attr(default = 0)] start: i64,
+    #[attr] end: Option<i64>,
+) -> Result<Array> {
+    shape_slice(&x, start, end)
+}
+
+/// The number of elements, as an int64 scalar.
+#[onnx_op(op = "Size", since = 1, types(T = ANY, T1 = I64), inputs(data: T), outputs(size: T1), shape = ShapeKeyed)]
+fn size(_cx: &mut Lower, x: Array) -> Result<Array> {
+    Ok(Array::scalar(x.size() as i64)?)
+}
+
+/// ONNX Reshape's target: 0 copies the input dim (unless `allowzero`), one -1 is inferred.
+pub(crate) fn reshape_target(input: &[i64], shape: &[i64], allowzero: bool) -> Result<Vec<i64>> {
+    let mut dims = Vec::with_capacity(shape.len());
+    let mut infer = None;
+    for (i, &d) in shape.iter().enumerate() {
+        match d {
+            -1 if infer.is_none() => {
+                infer = Some(i);
+                dims.push(1);
+            }
+            -1 => return Err(OpError::new("shape has more than one -1")),
+            0 if !allowzero => dims.push(*input.get(i).ok_or_else(|| {
+                OpError::new(format!(
+                    "shape[{i}] = 0 copies a dim the input does not have"
+                ))
+            })?),
+            d if d < 0 => return Err(OpError::new(format!("shape[{i}] = {d} is negative"))),
+            d => dims.push(d),
+        }
+    }
+    let total: i64 = input.iter().product();
+    if let Some(i) = infer {
+        let known: i64 = dims.iter().product();
+        if known == 0 || total % known != 0 {
+            return Err(OpError::new(format!(
+                "cannot infer -1 reshaping {input:?} to {shape:?}"
+            )));
+        }
+        dims[i] = total / known;
+    }
+    if dims.iter().product::<i64>() != total {
+        return Err(OpError::new(format!(
+            "cannot reshape {input:?} to {shape:?}"
+        )));
+    }
+    Ok(dims)
+}
+
+/// The same elements in a new shape (0 copies a dim, one -1 is inferred).
+#[onnx_op(
+    op = "Reshape", opset = 5..=13, types(T = ANY, I = I64), inputs(data: T, shape: I), outputs(reshaped: T),
+    shape = ShapeKeyed
+)]
+fn reshape_legacy(cx: &mut Lower, x: Array, #[host] shape: Vec<i64>) -> Result<Array> {
+    Ok(ops::reshape(
+        &x,
+        &reshape_target(&x.shape(), &shape, false)?,
+        cx.stream(),
+    )?)
+}
+
+/// The same elements in a new shape; with `allowzero = 1` a 0 is a real zero-size dim.
+#[onnx_op(
+    op = "Reshape", since = 14, types(T = ANY, I = I64), inputs(data: T, shape: I), outputs(reshaped: T),
+    shape = ShapeKeyed
+)]
+fn reshape(
+    cx: &mut Lower,
+    x: Array,
+    #[host] shape: Vec<i64>,
+    #[attr(default = 0)] allowzero: i64,
+) -> Result<Array> {
+    Ok(ops::reshape(
+        &x,
+        &reshape_target(&x.shape(), &shape, allowzero != 0)?,
+        cx.stream(),
+    )?)
+}
+
+/// Removes `axes` (all size-1 axes when absent); each must have size 1.
+fn squeeze_axes(cx: &Lower, x: &Array, axes: Option<Vec<i64>>) -> Result<Array> {
+    let dims = x.shape();
+    let axes: Vec<usize> = match axes {
+        None => (0..dims.len()).filter(|&a| dims[a] == 1).collect(),
+        Some(axes) => axes
+            .iter()
+            .map(|&a| normalise_axis(a, dims.len()))
+            .collect::<Result<_>>()?,
+    };
+    if let Some(&bad) = axes.iter().find(|&&a| dims[a] != 1) {
+        return Err(OpError::new(format!(
+            "cannot squeeze axis {bad} of size {}",
+            dims[bad]
+        )));
+    }
+    Ok(ops::squeeze(x, &as_mlx_axes(&axes), cx.stream())?)
+}
+
+/// Removes size-1 axes (`axes` attribute).
+#[onnx_op(op = "Squeeze", opset = 1..=12, types(T = ANY), inputs(data: T), outputs(squeezed: T), shape = ShapeKeyed)]
+fn squeeze_legacy(cx: &mut Lower, x: Array, #[attr] axes: Option<Vec<i64>>) -> Result<Array> {
+    squeeze_axes(cx, &x, axes)
+}
+
+/// Removes size-1 axes (`axes` input).
+#[onnx_op(
+    op = "Squeeze", since = 13, types(T = ANY, I = I64), inputs(data: T, axes: I), outputs(squeezed: T),
+    shape = ShapeKeyed
+)]
+fn squeeze(cx: &mut Lower, x: Array, #[host] axes: Option<Vec<i64>>) -> Result<Array> {
+    squeeze_axes(cx, &x, axes)
+}
+
+/// Inserts size-1 axes at `axes`, positions of the output (negative: from its end).
+fn unsqueeze_axes(cx: &Lower, x: &Array, axes: &[i64]) -> Result<Array> {
+    let out_rank = x.ndim() + axes.len();
+    let mut resolved: Vec<usize> = axes
+        .iter()
+        .map(|&a| normalise_axis(a, out_rank))
+        .collect::<Result<_>>()?;
+    resolved.sort_unstable();
+    if resolved.windows(2).any(|w| w[0] == w[1]) {
+        return Err(OpError::new(format!("axes {axes:?} repeat a position")));
+    }
+    Ok(ops::expand_dims(x, &as_mlx_axes(&resolved), cx.stream())?)
+}
+
+/// Inserts size-1 axes (`axes` attribute).
+#[onnx_op(op = "Unsqueeze", opset = 1..=12, types(T = ANY), inputs(data: T), outputs(expanded: T), shape = ShapeKeyed)]
+fn unsqueeze_legacy(cx: &mut Lower, x: Array, #[attr] axes: Vec<i64>) -> Result<Array> {
+    unsqueeze_axes(cx, &x, &axes)
+}
+
+/// Inserts size-1 axes (`axes` input).
+#[onnx_op(
+    op = "Unsqueeze", since = 13, types(T = ANY, I = I64), inputs(data: T, axes: I), outputs(expanded: T),
+    shape = ShapeKeyed
+)]
+fn unsqueeze(cx: &mut Lower, x: Array, #[host] axes: Vec<i64>) -> Result<Array> {
+    unsqueeze_axes(cx, &x, &axes)
+}
+
+/// The input as a matrix `[prod(dims[..axis]), prod(dims[axis..])]`; `axis` in `[-rank, rank]`.
+#[onnx_op(op = "Flatten", since = 1, types(T = ANY), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
+fn flatten(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
+    let dims = x.shape();
+    let rank = dims.len() as i64;
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..=rank).contains(&axis) {
+        return Err(OpError::new(format!(
+            "axis is out of range for rank {rank}"
+        )));
+    }
+    let (outer, inner) = dims.split_at(axis as usize);
+    Ok(ops::reshape(
+        &x,
+        &[outer.iter().product(), inner.iter().product()],
+        cx.stream(),
+    )?)
+}
+
+/// Permutes the axes by `perm` (default: reversed).
+#[onnx_op(op = "Transpose", since = 1, types(T = ANY), inputs(data: T), outputs(transposed: T), shape = ShapeKeyed)]
+fn transpose(cx: &mut Lower, x: Array, #[attr] perm: Option<Vec<i64>>) -> Result<Array> {
+    let rank = x.ndim();
+    let perm: Vec<usize> = match perm {
+        None => (0..rank).rev().collect(),
+        Some(p) => p
+            .iter()
+            .map(|&a| normalise_axis(a, rank))
+            .collect::<Result<_>>()?,
+    };
+    let mut seen = vec![false; rank];
+    if perm.len() != rank || perm.iter().any(|&a| std::mem::replace(&mut seen[a], true)) {
+        return Err(OpError::new(format!(
+            "perm {perm:?} is not a permutation of {rank} axes"
+        )));
+    }
+    Ok(ops::transpose(&x, &as_mlx_axes(&perm), cx.stream())?)
+}
+
+/// Joins the inputs along `axis`.
+#[onnx_op(op = "Concat", since = 4, types(T = ANY), inputs(inputs: T), outputs(concat_result: T), shape = ShapeKeyed)]
+fn concat(cx: &mut Lower, inputs: Vec<Array>, #[attr] axis: i64) -> Result<Array> {
+    let rank = inputs
+        .first()
+        .map(Array::ndim)
+        .ok_or_else(|| OpError::new("Concat needs an input"))?;
+    let axis = normalise_axis(axis, rank)?;
+    Ok(ops::concatenate(&inputs, axis as i32, cx.stream())?)
+}
+
+/// Sizes of the parts of a Split: the given `split`, else `parts` (near-)equal chunks.
+pub(crate) fn split_sizes(
+    dim: i64,
+    split: Option<Vec<i64>>,
+    parts: usize,
+    uneven_ok: bool,
+) -> Result<Vec<i64>> {
+    if let Some(split) = split {
+        if split.len() != parts || split.iter().any(|&s| s < 0) || split.iter().sum::<i64>() != dim
+        {
+            return Err(OpError::new(format!(
+                "split {split:?} does not cut a dim of {dim} into {parts} parts"
+            )));
+        }
+        return Ok(split);
+    }
+    if parts == 0 {
+        return Err(OpError::new("Split needs at least one output"));
+    }
+    let n = parts as i64;
+    if dim % n == 0 {
+        return Ok(vec![dim / n; parts]);
+    }
+    if !uneven_ok {
+        return Err(OpError::new(format!(
+            "a dim of {dim} does not split evenly into {parts} parts"
+        )));
+    }
+    // Opset 18: chunks of ceil(dim / n), the last one smaller.
+    let chunk = (dim + n - 1) / n;
+    Ok((0..n).map(|i| (dim - i * chunk).clamp(0, chunk)).collect())
+}
+
+fn split_along(cx: &Lower, x: &Array, axis: i64, sizes: &[i64]) -> Result<Vec<Array>> {
+    let axis = normalise_axis(axis, x.ndim())?;
+    let cuts: Vec<i32> = sizes[..sizes.len().saturating_sub(1)]
+        .iter()
+        .scan(0i64, |at, &s| {
+            *at += s;
+            Some(*at as i32)
+        })
+        .collect();
+    Ok(ops::split_at(x, &cuts, axis as i32, cx.stream())?)
+}
+
+/// Cuts the input along `axis` into the node's outputs (`split` attribute, or equal parts).
+#[onnx_op(op = "Split", opset = 2..=12, types(T = ANY), inputs(input: T), outputs(outputs...: T), shape = ShapeKeyed)]
+fn split_legacy(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = 0)] axis: i64,
+    #[attr] split: Option<Vec<i64>>,
+) -> Result<Vec<Array>> {
+    let parts = cx.node().output_count();
+    let dim = x.shape()[normalise_axis(axis, x.ndim())?];
+    split_along(cx, &x, axis, &split_sizes(dim, split, parts, false)?)
+}
+
+/// Cuts the input along `axis` into the node's outputs (`split` input, or equal parts).
+#[onnx_op(
+    op = "Split", opset = 13..=17, types(T = ANY, I = I64), inputs(input: T, split: I), outputs(outputs...: T),
+    shape = ShapeKeyed
+)]
+fn split_13(
+    cx: &mut Lower,
+    x: Array,
+    #[host] split: Option<Vec<i64>>,
+    #[attr(default = 0)] axis: i64,
+) -> Result<Vec<Array>> {
+    let parts = cx.node().output_count();
+    let dim = x.shape()[normalise_axis(axis, x.ndim())?];
+    split_along(cx, &x, axis, &split_sizes(dim, split, parts, false)?)
+}
+
+/// Cuts the input along `axis`: by the `split` input, or into `num_outputs` chunks (the last
+/// one smaller when the dim does not divide).
+#[onnx_op(
+    op = "Split", since = 18, types(T = ANY, I = I64), inputs(input: T, split: I), outputs(outputs...: T),
+    shape = ShapeKeyed
+)]
+fn split(
+    cx: &mut Lower,
+    x: Array,
+    #[host] split: Option<Vec<i64>>,
+    #[attr(default = 0)] axis: i64,
+    #[attr] num_outputs: Option<i64>,
+) -> Result<Vec<Array>> {
+    let parts = cx.node().output_count();
+    if num_outputs.is_some_and(|n| n != parts as i64) {
+        return Err(OpError::new(format!(
+            "num_outputs {num_outputs:?} but the node has {parts} outputs"
+        )));
+    }
+    let dim = x.shape()[normalise_axis(axis, x.ndim())?];
+    split_along(
+        cx,
+        &x,
+        axis,
+        &split_sizes(dim, split, parts, num_outputs.is_some())?,
+    )
+}
+
+/// numpy's broadcast of two shapes.
+pub(crate) fn broadcast_shapes(a: &[i64], b: &[i64]) -> Result<Vec<i64>> {
+    let rank = a.len().max(b.len());
+    let at = |s: &[i64], i: usize| {
+        if i + s.len() >= rank {
+            s[i + s.len() - rank]
+        } else {
+            1
+        }
+    };
+    (0..rank)
+        .map(|i| match (at(a, i), at(b, i)) {
+            (x, y) if x == y => Ok(x),
+            (1, y) => Ok(y),
+            (x, 1) => Ok(x),
+            (x, y) => Err(OpError::new(format!(
+                "shapes {a:?} and {b:?} do not broadcast ({x} vs {y})"
+            ))),
+        })
+        .collect()
+}
+
+/// Broadcasts the input and `shape` together (numpy rules, either side may be 1).
+#[onnx_op(
+    op = "Expand", since = 8, types(T = ANY, I = I64), inputs(input: T, shape: I), outputs(output: T),
+    shape = ShapeKeyed
+)]
+fn expand(cx: &mut Lower, x: Array, #[host] shape: Vec<i64>) -> Result<Array> {
+    let target = broadcast_shapes(&x.shape(), &shape)?;
+    Ok(ops::broadcast_to(&x, &target, cx.stream())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn reshape_copies_zeros_and_infers_one_dim() {
+        assert_eq!(
+            reshape_target(&[2, 3, 4], &[0, -1], false).unwrap(),
+            vec![2, 12]
+        );
+        assert_eq!(
+            reshape_target(&[2, 3, 4], &[4, 0, -1], false).unwrap(),
+            vec![4, 3, 2]
+        );
+        assert_eq!(reshape_target(&[0, 3], &[3, 0], true).unwrap(), vec![3, 0]);
+        assert!(reshape_target(&[2, 3], &[-1, -1], false).is_err());
+        assert!(reshape_target(&[2, 3], &[4, -1], false).is_err());
+        assert!(reshape_target(&[0, 3], &[-1, 0], true).is_err()); // -1 next to a zero is ambiguous
+    }
+
+    proptest! {
+        /// Splits cover the dim exactly, in as many parts as asked, each at most one chunk.
+        #[test]
+        fn split_sizes_partition_the_dim(dim in 0i64..40, parts in 1usize..8) {
+            match split_sizes(dim, None, parts, true) {
+                Ok(sizes) => {
+                    prop_assert_eq!(sizes.len(), parts);
+                    prop_assert_eq!(sizes.iter().sum::<i64>(), dim);
+                    let chunk = (dim + parts as i64 - 1) / parts as i64;
+                    prop_assert!(sizes.iter().all(|&s| (0..=chunk).contains(&s)));
+                    prop_assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{:?}", sizes);
+                }
+                Err(e) => prop_assert!(false, "{}", e.message),
+            }
+            let even = split_sizes(dim, None, parts, false);
+            prop_assert_eq!(even.is_ok(), dim % parts as i64 == 0);
+        }
+
+        /// Broadcasting agrees with a dim-by-dim reference and is symmetric.
+        #[test]
+        fn broadcast_shapes_follow_numpy(a in prop::collection::vec(1i64..4, 0..4), b in prop::collection::vec(1i64..4, 0..4)) {
+            let rank = a.len().max(b.len());
+            let pad = |s: &Vec<i64>| [vec![1; rank - s.len()], s.clone()].concat();
+            let (pa, pb) = (pad(&a), pad(&b));
+            let expected: Option<Vec<i64>> = pa.iter().zip(&pb).map(|(&x, &y)| {
+                if x == y || y == 1 { Some(x) } else if x == 1 { Some(y) } else { None }
+            }).collect();
+            let got = broadcast_shapes(&a, &b).ok();
+            prop_assert_eq!(&got, &expected);
+            prop_assert_eq!(got, broadcast_shapes(&b, &a).ok());
+        }
+
+        /// Reshaping keeps the element count, and the result reshapes back.
+        #[test]
+        fn reshape_keeps_the_count(dims in prop::collection::vec(1i64..5, 1..4), infer in any::<prop::sample::Index>()) {
+            let total: i64 = dims.iter().product();
+            let mut target = vec![total];
+            target.push(1);
+            let i = infer.index(target.len());
+            target[i] = -1;
+            let out = reshape_target(&dims, &target, false).unwrap();
+            prop_assert_eq!(out.iter().product::<i64>(), total);
+            prop_assert_eq!(reshape_target(&out, &dims, false).unwrap(), dims);
+        }
+    }
+}
