@@ -113,3 +113,18 @@ def test_verbose_summary_at_teardown(capfd, monkeypatch):
     gc.collect()
     err = capfd.readouterr().err
     assert "session summary: 1/1 nodes claimed in 1 subgraph(s)" in err and "1 run(s)" in err, err
+
+
+def test_multi_output_nodes_feed_several_consumers_and_graph_outputs():
+    nodes = [
+        helper.make_node("Split", ["x"], ["a", "b", "c"], axis=1, num_outputs=3),
+        helper.make_node("Mul", ["a", "b"], ["ab"]),
+        helper.make_node("Neg", ["c"], ["nc"]),
+    ]
+    model = make_model(nodes, [tensor("x", shape=[2, 7])], [tensor("ab"), tensor("nc"), tensor("b")], opset=18)
+    feeds = {"x": np.arange(14, dtype=np.float32).reshape(2, 7)}
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    for got, want in zip(run.outputs, cpu_outputs(model, feeds)):
+        np.testing.assert_array_equal(got, want)
+    assert [o.shape for o in run.outputs] == [(2, 3), (2, 1), (2, 3)]
