@@ -17,6 +17,7 @@ mod contrib;
 mod indexing;
 mod logic;
 mod math;
+mod reduce;
 mod shape;
 mod softmax;
 

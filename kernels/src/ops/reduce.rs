@@ -34,3 +34,37 @@ pub fn arange(start: f64, stop: f64, step: f64, dtype: Dtype, stream: &Stream) -
         unsafe { sys::mlx_arange(out, start, stop, step, dtype.to_sys(), stream.raw()) }
     })
 }
+
+/// `fn name(a, axes, keepdims, stream)` for each `mlx_*_axes` reduction.
+macro_rules! axis_reductions {
+    ($($(#[$doc:meta])* $name:ident => $ffi:ident),* $(,)?) => {$(
+        $(#[$doc])*
+        pub fn $name(a: &Array, axes: &[i32], keepdims: bool, stream: &Stream) -> Result<Array> {
+            Array::from_op(|out| {
+                // SAFETY: `axes` outlives the call; MLX validates them.
+                unsafe { sys::$ffi(out, a.raw(), axes.as_ptr(), axes.len(), keepdims, stream.raw()) }
+            })
+        }
+    )*};
+}
+
+axis_reductions! {
+    /// Mean over `axes`.
+    mean => mlx_mean_axes,
+    /// Maximum over `axes`.
+    max => mlx_max_axes,
+    /// Minimum over `axes`.
+    min => mlx_min_axes,
+    /// Product over `axes`.
+    prod => mlx_prod_axes,
+    /// `log(sum(exp(a)))` over `axes`, computed stably.
+    logsumexp_axes => mlx_logsumexp_axes,
+}
+
+/// Index of the minimum along `axis` (uint32).
+pub fn argmin(a: &Array, axis: i32, keepdims: bool, stream: &Stream) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: all handles are live; MLX validates the axis.
+        unsafe { sys::mlx_argmin_axis(out, a.raw(), axis, keepdims, stream.raw()) }
+    })
+}

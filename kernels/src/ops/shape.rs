@@ -162,3 +162,11 @@ pub fn slice(
         }
     })
 }
+
+/// Reverses the order of elements along each of `axes`.
+pub fn flip(a: &Array, axes: &[i32], stream: &Stream) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: `axes` outlives the call; MLX validates them.
+        unsafe { sys::mlx_flip_axes(out, a.raw(), axes.as_ptr(), axes.len(), stream.raw()) }
+    })
+}

@@ -1,0 +1,181 @@
+//! Reductions over axes (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd,
+//! ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp) and ArgMax/ArgMin.
+//!
+//! Axes are an attribute before opset 18 (ReduceSum: 13) and a host-known input after, where
+//! `noop_with_empty_axes = 1` turns an empty axes list into the identity.
+
+use mlx_kernels::{ops, Array, Dtype, Stream};
+
+use crate::shape::normalise_axis;
+use crate::{onnx_op, Lower, OpError, Result};
+
+/// How each reduction combines values; `Sum`-based ones pre- and post-process.
+#[derive(Clone, Copy)]
+enum Reduction {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+    SumSquare,
+    L1,
+    L2,
+    LogSum,
+    LogSumExp,
+}
+
+fn reduce(
+    cx: &Lower,
+    x: &Array,
+    how: Reduction,
+    axes: Option<Vec<i64>>,
+    keepdims: i64,
+    noop_with_empty_axes: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    let axes = axes.unwrap_or_default();
+    if axes.is_empty() && noop_with_empty_axes != 0 {
+        return Ok(x.clone());
+    }
+    let resolved: Vec<i32> = if axes.is_empty() {
+        (0..x.ndim() as i32).collect()
+    } else {
+        let mut r: Vec<i32> = axes
+            .iter()
+            .map(|&a| normalise_axis(a, x.ndim()).map(|a| a as i32))
+            .collect::<Result<_>>()?;
+        r.sort_unstable();
+        r.dedup();
+        r
+    };
+    let keep = keepdims != 0;
+    let sum = |v: &Array| -> Result<Array> { Ok(ops::sum(v, &resolved, keep, s)?) };
+    let result = match how {
+        Reduction::Sum => sum(x)?,
+        Reduction::Mean => ops::mean(x, &resolved, keep, s)?,
+        Reduction::Max => ops::max(x, &resolved, keep, s)?,
+        Reduction::Min => ops::min(x, &resolved, keep, s)?,
+        Reduction::Prod => ops::prod(x, &resolved, keep, s)?,
+        Reduction::SumSquare => sum(&ops::multiply(x, x, s)?)?,
+        Reduction::L1 => sum(&ops::abs(x, s)?)?,
+        Reduction::L2 => ops::sqrt(&sum(&ops::multiply(x, x, s)?)?, s)?,
+        Reduction::LogSum => ops::log(&sum(x)?, s)?,
+        Reduction::LogSumExp => ops::logsumexp_axes(x, &resolved, keep, s)?,
+    };
+    // MLX widens some integer reductions; ONNX keeps the input type.
+    Ok(same_type(result, x.dtype(), s)?)
+}
+
+fn same_type(a: Array, dtype: Dtype, s: &Stream) -> mlx_kernels::Result<Array> {
+    if a.dtype() == dtype {
+        Ok(a)
+    } else {
+        ops::astype(&a, dtype, s)
+    }
+}
+
+/// Declares one reduction for both opset forms: `axes` attribute up to `$last_attr`, `axes`
+/// input (with `noop_with_empty_axes`) from the next opset on.
+macro_rules! reduction {
+    ($($(#[$doc:meta])* $legacy:ident, $modern:ident = $op:tt over $set:ident by $how:ident, input axes since $since:tt, attribute axes until $until:tt;)*) => {$(
+        $(#[$doc])*
+        #[onnx_op(op = $op, opset = 1..=$until, types(T = $set), inputs(data: T), outputs(reduced: T), shape = ShapeKeyed)]
+        fn $legacy(cx: &mut Lower, x: Array, #[attr] axes: Option<Vec<i64>>, #[attr(default = 1)] keepdims: i64) -> Result<Array> {
+            reduce(cx, &x, Reduction::$how, axes, keepdims, 0)
+        }
+
+        $(#[$doc])*
+        #[onnx_op(
+            op = $op, since = $since, types(T = $set, I = I64), inputs(data: T, axes: I), outputs(reduced: T),
+            shape = ShapeKeyed
+        )]
+        fn $modern(
+            cx: &mut Lower,
+            x: Array,
+            #[host] axes: Option<Vec<i64>>,
+            #[attr(default = 1)] keepdims: i64,
+            #[attr(default = 0)] noop_with_empty_axes: i64,
+        ) -> Result<Array> {
+            reduce(cx, &x, Reduction::$how, axes, keepdims, noop_with_empty_axes)
+        }
+    )*};
+}
+
+reduction! {
+    /// Sum over `axes` (all axes when none are given).
+    reduce_sum_legacy, reduce_sum = "ReduceSum" over NUMERIC by Sum, input axes since 13, attribute axes until 12;
+    /// Mean over `axes`.
+    reduce_mean_legacy, reduce_mean = "ReduceMean" over FLOAT by Mean, input axes since 18, attribute axes until 17;
+    /// Maximum over `axes`.
+    reduce_max_legacy, reduce_max = "ReduceMax" over NUMERIC by Max, input axes since 18, attribute axes until 17;
+    /// Minimum over `axes`.
+    reduce_min_legacy, reduce_min = "ReduceMin" over NUMERIC by Min, input axes since 18, attribute axes until 17;
+    /// Product over `axes`.
+    reduce_prod_legacy, reduce_prod = "ReduceProd" over NUMERIC by Prod, input axes since 18, attribute axes until 17;
+    /// Sum of squares over `axes`.
+    reduce_sum_square_legacy, reduce_sum_square = "ReduceSumSquare" over SIGNED by SumSquare, input axes since 18, attribute axes until 17;
+    /// Sum of absolute values over `axes`.
+    reduce_l1_legacy, reduce_l1 = "ReduceL1" over SIGNED by L1, input axes since 18, attribute axes until 17;
+    /// Euclidean norm over `axes`.
+    reduce_l2_legacy, reduce_l2 = "ReduceL2" over FLOAT by L2, input axes since 18, attribute axes until 17;
+    /// `log(sum(x))` over `axes`.
+    reduce_log_sum_legacy, reduce_log_sum = "ReduceLogSum" over FLOAT by LogSum, input axes since 18, attribute axes until 17;
+    /// `log(sum(exp(x)))` over `axes`, computed stably.
+    reduce_log_sum_exp_legacy, reduce_log_sum_exp = "ReduceLogSumExp" over FLOAT by LogSumExp, input axes since 18, attribute axes until 17;
+}
+
+/// Index of the first (or, with `select_last_index`, last) extreme along `axis`, as int64.
+fn arg_extreme(
+    cx: &Lower,
+    x: &Array,
+    axis: i64,
+    keepdims: i64,
+    last: i64,
+    max: bool,
+) -> Result<Array> {
+    let s = cx.stream();
+    if x.size() == 0 {
+        return Err(OpError::new("ArgMax/ArgMin of an empty tensor"));
+    }
+    let axis = normalise_axis(axis, x.ndim())?;
+    let pick = |v: &Array| -> mlx_kernels::Result<Array> {
+        if max {
+            ops::argmax(v, axis as i32, keepdims != 0, s)
+        } else {
+            ops::argmin(v, axis as i32, keepdims != 0, s)
+        }
+    };
+    let index = if last != 0 {
+        // The first extreme of the reversed axis is the last one of the original.
+        let reversed = pick(&ops::flip(x, &[axis as i32], s)?)?;
+        let top = crate::table::consts::scalar_like((x.shape()[axis] - 1) as f64, &reversed, s)?;
+        ops::subtract(&top, &reversed, s)?
+    } else {
+        pick(x)?
+    };
+    Ok(ops::astype(&index, Dtype::I64, s)?)
+}
+
+/// Index of the maximum along `axis` (ties: the first, or the last with `select_last_index`).
+#[onnx_op(op = "ArgMax", since = 1, types(T = NUMERIC, I = I64), inputs(data: T), outputs(reduced: I), shape = ShapeKeyed)]
+fn arg_max(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = 0)] axis: i64,
+    #[attr(default = 1)] keepdims: i64,
+    #[attr(default = 0)] select_last_index: i64,
+) -> Result<Array> {
+    arg_extreme(cx, &x, axis, keepdims, select_last_index, true)
+}
+
+/// Index of the minimum along `axis` (ties: the first, or the last with `select_last_index`).
+#[onnx_op(op = "ArgMin", since = 1, types(T = NUMERIC, I = I64), inputs(data: T), outputs(reduced: I), shape = ShapeKeyed)]
+fn arg_min(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = 0)] axis: i64,
+    #[attr(default = 1)] keepdims: i64,
+    #[attr(default = 0)] select_last_index: i64,
+) -> Result<Array> {
+    arg_extreme(cx, &x, axis, keepdims, select_last_index, false)
+}
