@@ -1,5 +1,5 @@
 //! Shape and data movement: Shape, Size, Reshape, Squeeze, Unsqueeze, Flatten, Transpose,
-//! Concat, Split, Expand. Target shapes, axes and split sizes are host-known inputs (constants,
+//! Concat, Split, Slice, Expand. Target shapes, axes and split sizes are host-known inputs (constants,
 //! or values computed from shapes), so plans with these ops compile per input shape.
 
 use mlx_kernels::{ops, Array};
@@ -376,6 +376,126 @@ fn expand(cx: &mut Lower, x: Array, #[host] shape: Vec<i64>) -> Result<Array> {
     Ok(ops::broadcast_to(&x, &target, cx.stream())?)
 }
 
+/// One axis of a Slice, resolved: `[start, stop)` by a positive `step`, on the axis reversed
+/// first when ONNX's step was negative.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AxisSlice {
+    pub reversed: bool,
+    pub start: i64,
+    pub stop: i64,
+    pub step: i64,
+}
+
+/// ONNX Slice's clamping rules for one axis of size `dim`.
+pub(crate) fn resolve_slice(dim: i64, start: i64, end: i64, step: i64) -> Result<AxisSlice> {
+    if step == 0 {
+        return Err(OpError::new("slice step 0"));
+    }
+    let from_end = |v: i64| if v < 0 { v.saturating_add(dim) } else { v };
+    if dim == 0 {
+        return Ok(AxisSlice {
+            reversed: false,
+            start: 0,
+            stop: 0,
+            step: 1,
+        });
+    }
+    if step > 0 {
+        let start = from_end(start).clamp(0, dim);
+        let stop = from_end(end).clamp(0, dim).max(start);
+        return Ok(AxisSlice {
+            reversed: false,
+            start,
+            stop,
+            step,
+        });
+    }
+    // Negative step: start in [0, dim - 1], end in [-1, dim - 1]; on the reversed axis,
+    // original index i is dim - 1 - i.
+    let start = from_end(start).clamp(0, dim - 1);
+    let end = from_end(end).clamp(-1, dim - 1);
+    let (start, stop) = (dim - 1 - start, dim - 1 - end);
+    Ok(AxisSlice {
+        reversed: true,
+        start: start.min(dim),
+        stop: stop.max(start).min(dim),
+        step: step.saturating_neg(),
+    })
+}
+
+fn slice_with(
+    cx: &Lower,
+    x: &Array,
+    starts: &[i64],
+    ends: &[i64],
+    axes: Option<Vec<i64>>,
+    steps: Option<Vec<i64>>,
+) -> Result<Array> {
+    let dims = x.shape();
+    let axes: Vec<usize> = match axes {
+        Some(a) => a
+            .iter()
+            .map(|&a| normalise_axis(a, dims.len()))
+            .collect::<Result<_>>()?,
+        None => (0..starts.len()).collect(),
+    };
+    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err(OpError::new(
+            "starts, ends, axes and steps differ in length",
+        ));
+    }
+    let mut start: Vec<i32> = vec![0; dims.len()];
+    let mut stop: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
+    let mut stride: Vec<i32> = vec![1; dims.len()];
+    let mut reverse = Vec::new();
+    for (i, &axis) in axes.iter().enumerate() {
+        let resolved = resolve_slice(dims[axis], starts[i], ends[i], steps[i])?;
+        if resolved.reversed {
+            reverse.push(axis as i32);
+        }
+        start[axis] = resolved.start as i32;
+        stop[axis] = resolved.stop as i32;
+        // A step beyond the dim takes one element, like any step that large.
+        stride[axis] = resolved.step.min(i64::from(i32::MAX)) as i32;
+    }
+    let s = cx.stream();
+    let source = if reverse.is_empty() {
+        x.clone()
+    } else {
+        ops::flip(x, &reverse, s)?
+    };
+    Ok(ops::slice(&source, &start, &stop, &stride, s)?)
+}
+
+/// `data[starts:ends]` on `axes` (attributes; steps of 1).
+#[onnx_op(op = "Slice", opset = 1..=9, types(T = ANY), inputs(data: T), outputs(output: T), shape = ShapeKeyed)]
+fn slice_legacy(
+    cx: &mut Lower,
+    x: Array,
+    #[attr] starts: Vec<i64>,
+    #[attr] ends: Vec<i64>,
+    #[attr] axes: Option<Vec<i64>>,
+) -> Result<Array> {
+    slice_with(cx, &x, &starts, &ends, axes, None)
+}
+
+/// `data[starts:ends:steps]` on `axes`, clamped as ONNX says; negative steps walk backwards.
+#[onnx_op(
+    op = "Slice", since = 10, types(T = ANY, I = I32 | I64),
+    inputs(data: T, starts: I, ends: I, axes: I, steps: I), outputs(output: T), shape = ShapeKeyed
+)]
+fn slice(
+    cx: &mut Lower,
+    x: Array,
+    #[host] starts: Vec<i64>,
+    #[host] ends: Vec<i64>,
+    #[host] axes: Option<Vec<i64>>,
+    #[host] steps: Option<Vec<i64>>,
+) -> Result<Array> {
+    slice_with(cx, &x, &starts, &ends, axes, steps)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,7 +517,43 @@ mod tests {
         assert!(reshape_target(&[0, 3], &[-1, 0], true).is_err()); // -1 next to a zero is ambiguous
     }
 
+    /// The indices a Slice takes on one axis, by ONNX's definition.
+    fn onnx_slice_indices(dim: i64, start: i64, end: i64, step: i64) -> Vec<i64> {
+        if dim == 0 {
+            return Vec::new();
+        }
+        let adjust = |v: i64| if v < 0 { v + dim } else { v };
+        let (mut i, end) = if step > 0 {
+            (adjust(start).clamp(0, dim), adjust(end).clamp(0, dim))
+        } else {
+            (
+                adjust(start).clamp(0, dim - 1),
+                adjust(end).clamp(-1, dim - 1),
+            )
+        };
+        let mut out = Vec::new();
+        while (step > 0 && i < end) || (step < 0 && i > end) {
+            out.push(i);
+            i += step;
+        }
+        out
+    }
+
+    fn resolved_indices(dim: i64, r: AxisSlice) -> Vec<i64> {
+        (r.start..r.stop)
+            .step_by(r.step as usize)
+            .map(|i| if r.reversed { dim - 1 - i } else { i })
+            .collect()
+    }
+
     proptest! {
+        /// Slice's clamping and negative steps pick exactly ONNX's indices.
+        #[test]
+        fn slices_pick_onnx_indices(dim in 0i64..12, start in -15i64..15, end in -15i64..15, step in prop_oneof![-5i64..=-1, 1i64..=5]) {
+            let resolved = resolve_slice(dim, start, end, step).unwrap();
+            prop_assert_eq!(resolved_indices(dim, resolved), onnx_slice_indices(dim, start, end, step));
+        }
+
         /// Splits cover the dim exactly, in as many parts as asked, each at most one chunk.
         #[test]
         fn split_sizes_partition_the_dim(dim in 0i64..40, parts in 1usize..8) {

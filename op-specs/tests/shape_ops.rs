@@ -151,3 +151,38 @@ fn gather_takes_negative_indices_and_clamps_out_of_range_ones() {
         vec![8.0, 9.0, 10.0, 11.0]
     );
 }
+
+#[test]
+fn slice_clamps_and_walks_backwards() {
+    let x = f32s(20, &[4, 5]);
+    let s = stream();
+    // Rows 3, 1 (step -2 from the end); columns 1..end (INT64_MAX end), every other.
+    let n = node("Slice", 13, &[F, I, I, I, I], F);
+    let inputs = [
+        Some(x.clone()),
+        Some(ints(&[-1, 1])),
+        Some(ints(&[-10, i64::MAX])),
+        Some(ints(&[0, 1])),
+        Some(ints(&[-2, 2])),
+    ];
+    let out = run(&n, &inputs).unwrap().remove(0);
+    assert_eq!(out.shape(), vec![2, 2]);
+    assert_eq!(out.to_vec::<f32>(&s).unwrap(), vec![16.0, 18.0, 6.0, 8.0]);
+    // Attribute form, axes omitted; an empty range gives a zero-size result.
+    let legacy = node("Slice", 9, &[F], F)
+        .attr("starts", AttrValue::Ints(vec![2, 3]))
+        .attr("ends", AttrValue::Ints(vec![2, 5]));
+    assert_eq!(out_shape(&legacy, x.clone()), vec![0, 2]);
+    let zero_step = [
+        Some(x),
+        Some(ints(&[0])),
+        Some(ints(&[1])),
+        Some(ints(&[0])),
+        Some(ints(&[0])),
+    ];
+    assert!(run(&n, &zero_step).is_err());
+}
+
+fn out_shape(n: &op_specs::SimpleNode, x: Array) -> Vec<i64> {
+    out(n, &[Some(x)])[0].shape()
+}
