@@ -22,14 +22,30 @@ pub struct Capability {
 }
 
 pub const DISABLE_ENV: &str = "ONNXRUNTIME_EP_MLX_DISABLE";
+/// Comma-separated op types the EP leaves to ORT (for bisecting a numeric difference).
+pub const EXCLUDE_ENV: &str = "ONNXRUNTIME_EP_MLX_EXCLUDE_OPS";
 
-pub fn analyse(nodes: &[GraphNode]) -> Capability {
+/// `in_subgraph`: the graph is the body of an If/Loop/Scan. ORT cannot host a plugin EP's
+/// fused nodes there (the body's opset imports do not know the EP's domain), so nothing in
+/// such a body is taken.
+pub fn analyse(nodes: &[GraphNode], in_subgraph: bool) -> Capability {
     let disabled = std::env::var(DISABLE_ENV).is_ok_and(|v| v == "1");
+    let excluded: Vec<String> = std::env::var(EXCLUDE_ENV)
+        .unwrap_or_default()
+        .split(',')
+        .map(|op| op.trim().to_owned())
+        .collect();
     let mut decisions: Vec<NodeDecision> = nodes
         .iter()
         .map(|node| {
             let reason = if disabled {
                 Some(format!("{DISABLE_ENV}=1"))
+            } else if excluded.iter().any(|op| op == &node.op_type) {
+                Some(format!("excluded by {EXCLUDE_ENV}"))
+            } else if in_subgraph {
+                Some(
+                    "nodes inside control-flow bodies (If, Loop, Scan) stay on ORT's CPU EP".into(),
+                )
             } else if node.has_subgraphs {
                 Some("nodes with subgraphs (If, Loop, Scan) are not taken".into())
             } else {

@@ -49,6 +49,23 @@ fn reduce(
         r
     };
     let keep = keepdims != 0;
+    let dims = x.shape();
+    if resolved.iter().any(|&a| dims[a as usize] == 0) {
+        if let Some(identity) = empty_set_value(how) {
+            // MLX refuses max/min over nothing; ONNX gives the reduction's identity.
+            let shape: Vec<i64> = dims
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &d)| match (resolved.contains(&(i as i32)), keep) {
+                    (false, _) => Some(d),
+                    (true, true) => Some(1),
+                    (true, false) => None,
+                })
+                .collect();
+            let value = crate::table::consts::scalar(identity, x.dtype(), s)?;
+            return Ok(ops::broadcast_to(&value, &shape, s)?);
+        }
+    }
     let sum = |v: &Array| -> Result<Array> { Ok(ops::sum(v, &resolved, keep, s)?) };
     let result = match how {
         Reduction::Sum => sum(x)?,
@@ -64,6 +81,16 @@ fn reduce(
     };
     // MLX widens some integer reductions; ONNX keeps the input type.
     Ok(same_type(result, x.dtype(), s)?)
+}
+
+/// What ONNX gives for a max or min over an empty set (the type's extreme, via saturating
+/// casts for integers); the other reductions are defined there by MLX already.
+fn empty_set_value(how: Reduction) -> Option<f64> {
+    match how {
+        Reduction::Max => Some(f64::NEG_INFINITY),
+        Reduction::Min => Some(f64::INFINITY),
+        _ => None,
+    }
 }
 
 fn same_type(a: Array, dtype: Dtype, s: &Stream) -> mlx_kernels::Result<Array> {

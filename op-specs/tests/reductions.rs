@@ -137,3 +137,26 @@ fn arg_extremes_break_ties_first_or_last() {
         (vec![2], vec![0, 1])
     );
 }
+
+#[test]
+fn max_and_min_over_an_empty_set_give_the_identity() {
+    let empty = Array::from_slice::<f32>(&[], &[2, 0, 3]).unwrap();
+    let s = stream();
+    let max = node("ReduceMax", 18, &[F, I], F).attr("keepdims", AttrValue::Int(1));
+    let axes = Array::from_slice(&[1i64], &[1]).unwrap();
+    let out = run(&max, &[Some(empty.clone()), Some(axes.clone())])
+        .unwrap()
+        .remove(0);
+    assert_eq!(out.shape(), vec![2, 1, 3]);
+    assert!(out
+        .to_vec::<f32>(&s)
+        .unwrap()
+        .iter()
+        .all(|v| *v == f32::NEG_INFINITY));
+    let ints = Array::from_slice::<i32>(&[], &[0, 2]).unwrap();
+    let min = node("ReduceMin", 13, &[ElemType::Int32], ElemType::Int32)
+        .attr("axes", AttrValue::Ints(vec![0]))
+        .attr("keepdims", AttrValue::Int(0));
+    let out = run(&min, &[Some(ints)]).unwrap().remove(0);
+    assert_eq!(out.to_vec::<i32>(&s).unwrap(), vec![i32::MAX, i32::MAX]);
+}

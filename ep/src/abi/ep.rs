@@ -80,7 +80,7 @@ unsafe extern "C" fn get_capability(
         let ep = unsafe { MlxEp::from(this) };
         let (nodes, handles): (Vec<GraphNode>, Vec<*const sys::OrtNode>) =
             graph::nodes(graph)?.into_iter().unzip();
-        let capability = analyse(&nodes);
+        let capability = analyse(&nodes, graph::is_subgraph(graph)?);
         report_capability(&ep.flags, &nodes, &capability);
         if let Ok(mut stats) = ep.stats.lock() {
             // ORT may ask about the same graph more than once; the last answer is the one used.

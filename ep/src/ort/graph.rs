@@ -110,6 +110,14 @@ pub fn nodes(graph: *const sys::OrtGraph) -> Result<Vec<(GraphNode, *const sys::
         .collect()
 }
 
+/// Whether `graph` is the body of a control-flow node (If, Loop, Scan).
+pub fn is_subgraph(graph: *const sys::OrtGraph) -> Result<bool, String> {
+    let mut parent = ptr::null();
+    // SAFETY: `graph` is live for the current call; `parent` may come back null.
+    check(unsafe { call!(api.Graph_GetParentNode(graph, &mut parent)) })?;
+    Ok(!parent.is_null())
+}
+
 /// The value infos of `graph`'s initializers, by name, with the tensors ORT holds for them.
 pub fn initializers(
     graph: *const sys::OrtGraph,
@@ -265,13 +273,17 @@ fn attributes(node: *const sys::OrtNode) -> Result<Vec<(String, AttrValue)>, Str
             let mut name = ptr::null();
             let mut kind = sys::OrtOpAttrType::ORT_OP_ATTR_UNDEFINED;
             // SAFETY: `attr` is live for the current call.
-            unsafe {
-                check(call!(api.OpAttr_GetName(attr, &mut name)))?;
-                check(call!(api.OpAttr_GetType(attr, &mut kind)))?;
-            }
+            check(unsafe { call!(api.OpAttr_GetName(attr, &mut name)) })?;
             // SAFETY: copied while valid.
             let name = unsafe { owned_str(name) };
-            Ok((name, read_attribute(attr, kind)?))
+            // ORT cannot describe some kinds (type protos, sparse tensors): such an attribute
+            // makes the node unclaimable, not the graph unreadable.
+            // SAFETY: `attr` is live for the current call.
+            let value = match check(unsafe { call!(api.OpAttr_GetType(attr, &mut kind)) }) {
+                Ok(()) => read_attribute(attr, kind).unwrap_or(AttrValue::Other("unreadable")),
+                Err(_) => AttrValue::Other("of a kind ORT cannot describe"),
+            };
+            Ok((name, value))
         })
         .collect()
 }
