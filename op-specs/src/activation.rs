@@ -167,7 +167,8 @@ fn prelu(cx: &mut Lower, x: Array, slope: Array) -> Result<Array> {
     Ok(ops::where_(&negative, &scaled, &x, s)?)
 }
 
-/// `x + bias` below `-lambd`, `x - bias` above `lambd`, 0 between.
+/// `x + bias` below `-lambd`, `x - bias` above `lambd`, 0 between. Integers are compared and
+/// shifted in float32 and truncated back, as ORT does (so a fractional `bias` matters).
 #[onnx_op(op = "Shrink", since = 9, types(T = SIGNED), inputs(input: T), outputs(output: T), shape = Shapeless)]
 fn shrink(
     cx: &mut Lower,
@@ -177,13 +178,22 @@ fn shrink(
 ) -> Result<Array> {
     let s = cx.stream();
     let (bias, lambd) = (f64::from(bias), f64::from(lambd));
-    // Compare in the input's type, as ORT does.
-    let below = ops::less(&x, &scalar_like(-lambd, &x, s)?, s)?;
-    let above = ops::greater(&x, &scalar_like(lambd, &x, s)?, s)?;
-    let raised = ops::add(&x, &scalar_like(bias, &x, s)?, s)?;
-    let lowered = ops::subtract(&x, &scalar_like(bias, &x, s)?, s)?;
-    let middle = ops::where_(&above, &lowered, &zero_like(&x, s)?, s)?;
-    Ok(ops::where_(&below, &raised, &middle, s)?)
+    let wide = if x.dtype().is_float() {
+        x.clone()
+    } else {
+        ops::astype(&x, mlx_kernels::Dtype::F32, s)?
+    };
+    let below = ops::less(&wide, &scalar_like(-lambd, &wide, s)?, s)?;
+    let above = ops::greater(&wide, &scalar_like(lambd, &wide, s)?, s)?;
+    let raised = ops::add(&wide, &scalar_like(bias, &wide, s)?, s)?;
+    let lowered = ops::subtract(&wide, &scalar_like(bias, &wide, s)?, s)?;
+    let middle = ops::where_(&above, &lowered, &zero_like(&wide, s)?, s)?;
+    let result = ops::where_(&below, &raised, &middle, s)?;
+    Ok(if result.dtype() == x.dtype() {
+        result
+    } else {
+        ops::astype(&result, x.dtype(), s)?
+    })
 }
 
 /// `ln(1 + e^x)`.
@@ -193,7 +203,7 @@ fn softplus(cx: &mut Lower, x: Array) -> Result<Array> {
 }
 
 /// `x / (1 + |x|)`.
-#[onnx_op(op = "Softsign", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "Softsign", since = 1, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
 fn softsign(cx: &mut Lower, x: Array) -> Result<Array> {
     let s = cx.stream();
     let denominator = ops::add(&ops::abs(&x, s)?, &scalar_like(1.0, &x, s)?, s)?;
@@ -215,7 +225,7 @@ fn sigmoid(cx: &mut Lower, x: Array) -> Result<Array> {
 }
 
 /// Hyperbolic tangent.
-#[onnx_op(op = "Tanh", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "Tanh", since = 6, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
 fn tanh(cx: &mut Lower, x: Array) -> Result<Array> {
     Ok(ops::tanh(&x, cx.stream())?)
 }

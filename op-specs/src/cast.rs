@@ -5,13 +5,15 @@ use mlx_kernels::{ops, Array};
 use crate::{onnx_op, Lower, Result};
 
 /// Converts to the type named by `to`: floats to integers truncate toward zero, anything to
-/// bool is `!= 0`. `saturate` only concerns float8 targets, which are not claimed.
+/// bool is `!= 0`. `saturate` and `round_mode` only concern float8/float4 targets, which are not
+/// claimed.
 #[onnx_op(op = "Cast", since = 6, types(T1 = ANY, T2 = ANY), inputs(input: T1), outputs(output: T2), shape = Shapeless)]
 fn cast(
     cx: &mut Lower,
     x: Array,
     #[attr] to: i64,
     #[attr(name = "saturate", default = 1)] _saturate: i64,
+    #[attr(name = "round_mode", default = "up")] _round_mode: String,
 ) -> Result<Array> {
     let target = cx.output_dtype(0)?;
     let _ = to; // the graph's output type is `to` (ONNX type inference guarantees it)
@@ -28,6 +30,7 @@ fn cast_like(
     x: Array,
     target: Array,
     #[attr(name = "saturate", default = 1)] _saturate: i64,
+    #[attr(name = "round_mode", default = "up")] _round_mode: String,
 ) -> Result<Array> {
     Ok(ops::astype(&x, target.dtype(), cx.stream())?)
 }

@@ -8,9 +8,9 @@ use crate::{onnx_op, Lower, Result};
 
 /// Declares `Y = f(X)` ops that map one-to-one onto an MLX function.
 macro_rules! unary {
-    ($($(#[$doc:meta])* $name:ident = $op:tt since $since:tt over $set:ident by $mlx:path;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident = $op:tt since $since:tt over $set:ident ($input:ident -> $output:ident) by $mlx:path;)*) => {$(
         $(#[$doc])*
-        #[onnx_op(op = $op, since = $since, types(T = $set), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+        #[onnx_op(op = $op, since = $since, types(T = $set), inputs($input: T), outputs($output: T), shape = Shapeless)]
         fn $name(cx: &mut Lower, x: Array) -> Result<Array> {
             Ok($mlx(&x, cx.stream())?)
         }
@@ -19,47 +19,47 @@ macro_rules! unary {
 
 unary! {
     /// Absolute value (integers wrap at their minimum).
-    abs = "Abs" since 6 over NUMERIC by ops::abs;
+    abs = "Abs" since 6 over NUMERIC (X -> Y) by ops::abs;
     /// Negation (integers wrap at their minimum).
-    neg = "Neg" since 6 over SIGNED by ops::negative;
+    neg = "Neg" since 6 over SIGNED (X -> Y) by ops::negative;
     /// -1, 0 or 1 by the sign of the value.
-    sign = "Sign" since 9 over NUMERIC by ops::sign;
+    sign = "Sign" since 9 over NUMERIC (input -> output) by ops::sign;
     /// `1 / x`.
-    reciprocal = "Reciprocal" since 6 over FLOAT by ops::reciprocal;
+    reciprocal = "Reciprocal" since 6 over FLOAT (X -> Y) by ops::reciprocal;
     /// Square root (NaN below zero).
-    sqrt = "Sqrt" since 6 over FLOAT by ops::sqrt;
+    sqrt = "Sqrt" since 6 over FLOAT (X -> Y) by ops::sqrt;
     /// `e^x`.
-    exp = "Exp" since 6 over FLOAT by ops::exp;
+    exp = "Exp" since 6 over FLOAT (input -> output) by ops::exp;
     /// Natural logarithm (NaN below zero, -inf at zero).
-    log = "Log" since 6 over FLOAT by ops::log;
+    log = "Log" since 6 over FLOAT (input -> output) by ops::log;
     /// Round toward +inf.
-    ceil = "Ceil" since 6 over FLOAT by ops::ceil;
+    ceil = "Ceil" since 6 over FLOAT (X -> Y) by ops::ceil;
     /// Round toward -inf.
-    floor = "Floor" since 6 over FLOAT by ops::floor;
+    floor = "Floor" since 6 over FLOAT (X -> Y) by ops::floor;
     /// Gauss error function.
-    erf = "Erf" since 9 over FLOAT by ops::erf;
+    erf = "Erf" since 9 over FLOAT (input -> output) by ops::erf;
     /// Sine.
-    sin = "Sin" since 7 over FLOAT by ops::sin;
+    sin = "Sin" since 7 over FLOAT (input -> output) by ops::sin;
     /// Cosine.
-    cos = "Cos" since 7 over FLOAT by ops::cos;
+    cos = "Cos" since 7 over FLOAT (input -> output) by ops::cos;
     /// Tangent.
-    tan = "Tan" since 7 over FLOAT by ops::tan;
+    tan = "Tan" since 7 over FLOAT (input -> output) by ops::tan;
     /// Arcsine.
-    asin = "Asin" since 7 over FLOAT by ops::arcsin;
+    asin = "Asin" since 7 over FLOAT (input -> output) by ops::arcsin;
     /// Arccosine.
-    acos = "Acos" since 7 over FLOAT by ops::arccos;
+    acos = "Acos" since 7 over FLOAT (input -> output) by ops::arccos;
     /// Arctangent.
-    atan = "Atan" since 7 over FLOAT by ops::arctan;
+    atan = "Atan" since 7 over FLOAT (input -> output) by ops::arctan;
     /// Hyperbolic sine.
-    sinh = "Sinh" since 9 over FLOAT by ops::sinh;
+    sinh = "Sinh" since 9 over FLOAT (input -> output) by ops::sinh;
     /// Hyperbolic cosine.
-    cosh = "Cosh" since 9 over FLOAT by ops::cosh;
+    cosh = "Cosh" since 9 over FLOAT (input -> output) by ops::cosh;
     /// Inverse hyperbolic sine.
-    asinh = "Asinh" since 9 over FLOAT by ops::arcsinh;
+    asinh = "Asinh" since 9 over FLOAT (input -> output) by ops::arcsinh;
     /// Inverse hyperbolic cosine.
-    acosh = "Acosh" since 9 over FLOAT by ops::arccosh;
+    acosh = "Acosh" since 9 over FLOAT (input -> output) by ops::arccosh;
     /// Inverse hyperbolic tangent.
-    atanh = "Atanh" since 9 over FLOAT by ops::arctanh;
+    atanh = "Atanh" since 9 over FLOAT (input -> output) by ops::arctanh;
 }
 
 /// Round to the nearest integer, halves to even.

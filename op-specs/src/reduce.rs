@@ -35,7 +35,8 @@ fn reduce(
     let s = cx.stream();
     let axes = axes.unwrap_or_default();
     if axes.is_empty() && noop_with_empty_axes != 0 {
-        return Ok(x.clone());
+        // No reduction, but the element-wise part of the reduction still applies.
+        return elementwise_part(x, how, s);
     }
     let resolved: Vec<i32> = if axes.is_empty() {
         (0..x.ndim() as i32).collect()
@@ -49,22 +50,21 @@ fn reduce(
         r
     };
     let keep = keepdims != 0;
-    let dims = x.shape();
-    if resolved.iter().any(|&a| dims[a as usize] == 0) {
-        if let Some(identity) = empty_set_value(how) {
-            // MLX refuses max/min over nothing; ONNX gives the reduction's identity.
-            let shape: Vec<i64> = dims
-                .iter()
-                .enumerate()
-                .filter_map(|(i, &d)| match (resolved.contains(&(i as i32)), keep) {
-                    (false, _) => Some(d),
-                    (true, true) => Some(1),
-                    (true, false) => None,
-                })
-                .collect();
-            let value = crate::table::consts::scalar(identity, x.dtype(), s)?;
-            return Ok(ops::broadcast_to(&value, &shape, s)?);
-        }
+    if x.size() == 0 {
+        // MLX refuses some reductions of empty arrays; ONNX gives the reduction's value over
+        // an empty set where a reduced axis is empty (and an empty result otherwise).
+        let dims = x.shape();
+        let shape: Vec<i64> = dims
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &d)| match (resolved.contains(&(i as i32)), keep) {
+                (false, _) => Some(d),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect();
+        let value = crate::table::consts::scalar(empty_set_value(how), x.dtype(), s)?;
+        return Ok(ops::broadcast_to(&value, &shape, s)?);
     }
     let sum = |v: &Array| -> Result<Array> { Ok(ops::sum(v, &resolved, keep, s)?) };
     let result = match how {
@@ -83,14 +83,31 @@ fn reduce(
     Ok(same_type(result, x.dtype(), s)?)
 }
 
-/// What ONNX gives for a max or min over an empty set (the type's extreme, via saturating
-/// casts for integers); the other reductions are defined there by MLX already.
-fn empty_set_value(how: Reduction) -> Option<f64> {
+/// The value of a reduction over an empty set (for integers, through saturating casts: the
+/// type's extremes). ONNX leaves the mean of nothing undefined; NaN says so.
+fn empty_set_value(how: Reduction) -> f64 {
     match how {
-        Reduction::Max => Some(f64::NEG_INFINITY),
-        Reduction::Min => Some(f64::INFINITY),
-        _ => None,
+        Reduction::Sum | Reduction::SumSquare | Reduction::L1 | Reduction::L2 => 0.0,
+        Reduction::Prod => 1.0,
+        Reduction::Max | Reduction::LogSum | Reduction::LogSumExp => f64::NEG_INFINITY,
+        Reduction::Min => f64::INFINITY,
+        Reduction::Mean => f64::NAN,
     }
+}
+
+/// What a reduction does to each element before combining (`noop_with_empty_axes = 1`).
+fn elementwise_part(x: &Array, how: Reduction, s: &Stream) -> Result<Array> {
+    Ok(match how {
+        Reduction::Sum
+        | Reduction::Mean
+        | Reduction::Max
+        | Reduction::Min
+        | Reduction::Prod
+        | Reduction::LogSumExp => x.clone(),
+        Reduction::SumSquare => ops::multiply(x, x, s)?,
+        Reduction::L1 | Reduction::L2 => ops::abs(x, s)?,
+        Reduction::LogSum => ops::log(x, s)?,
+    })
 }
 
 fn same_type(a: Array, dtype: Dtype, s: &Stream) -> mlx_kernels::Result<Array> {

@@ -1,7 +1,7 @@
 //! Softmax, LogSoftmax and Hardmax: the opset-13 per-axis form, and the older form that
 //! flattens the input to 2-D at `axis`.
 
-use mlx_kernels::{ops, Array, Stream};
+use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::{onnx_op, Lower, OpError, Result};
 
@@ -45,12 +45,26 @@ fn softmax_axis(x: &Array, axis: i32, s: &Stream) -> Result<Array> {
     Ok(ops::softmax(x, axis, true, s)?)
 }
 
+/// `x - logsumexp(x)`, in float32 for 16-bit floats (rounded once at the end): in float16 the
+/// log-sum-exp of a peaked row rounds to a value that cancels `x` to a few ulps (ORT's CPU EP
+/// computes in float32 too).
 fn log_softmax_axis(x: &Array, axis: i32, s: &Stream) -> Result<Array> {
-    Ok(ops::subtract(x, &ops::logsumexp(x, axis, true, s)?, s)?)
+    if x.size() == 0 {
+        return Ok(x.clone());
+    }
+    let wide = match x.dtype() {
+        Dtype::F16 | Dtype::BF16 => ops::astype(x, Dtype::F32, s)?,
+        _ => x.clone(),
+    };
+    let result = ops::subtract(&wide, &ops::logsumexp(&wide, axis, true, s)?, s)?;
+    Ok(ops::astype(&result, x.dtype(), s)?)
 }
 
 /// 1 at the first maximum along `axis`, 0 elsewhere.
 fn hardmax_axis(x: &Array, axis: i32, s: &Stream) -> Result<Array> {
+    if x.size() == 0 {
+        return Ok(x.clone());
+    }
     let width = x.shape()[axis as usize];
     let winner = ops::argmax(x, axis, true, s)?;
     let mut index_shape = vec![1i64; x.ndim()];

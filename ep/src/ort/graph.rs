@@ -50,8 +50,14 @@ impl NodeView for GraphNode {
     fn input_type(&self, index: usize) -> Option<ElemType> {
         self.inputs.get(index)?.as_ref()?.elem
     }
+    fn input_present(&self, index: usize) -> bool {
+        self.inputs.get(index).is_some_and(Option::is_some)
+    }
     fn output_count(&self) -> usize {
         self.outputs.len()
+    }
+    fn output_present(&self, index: usize) -> bool {
+        self.outputs.get(index).is_some_and(Option::is_some)
     }
     fn output_type(&self, index: usize) -> Option<ElemType> {
         self.outputs.get(index)?.as_ref()?.elem

@@ -90,11 +90,31 @@ fn ports(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
 fn type_constraints(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
     let mut bound: HashMap<&str, (ElemType, &str)> = HashMap::new();
     let slots = (0..node.input_count())
-        .map(|i| (port_for(spec.inputs, i), node.input_type(i)))
-        .chain((0..node.output_count()).map(|i| (port_for(spec.outputs, i), node.output_type(i))));
-    for (port, elem) in slots {
-        let (Some(port), Some(elem)) = (port, elem) else {
-            continue;
+        .map(|i| {
+            (
+                port_for(spec.inputs, i),
+                node.input_present(i),
+                node.input_type(i),
+            )
+        })
+        .chain((0..node.output_count()).map(|i| {
+            (
+                port_for(spec.outputs, i),
+                node.output_present(i),
+                node.output_type(i),
+            )
+        }));
+    for (port, present, elem) in slots {
+        let Some(port) = port else { continue };
+        let elem = match (present, elem) {
+            (false, _) => continue,
+            (true, Some(elem)) => elem,
+            (true, None) => {
+                return Err(format!(
+                    "'{}' is not a tensor of an element type this EP knows",
+                    port.name
+                ))
+            }
         };
         let var = spec
             .type_var(port.type_var)

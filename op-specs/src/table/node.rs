@@ -40,11 +40,20 @@ pub trait NodeView {
     fn since_version(&self) -> i64;
     /// Number of input slots, absent optional ones included.
     fn input_count(&self) -> usize;
-    /// The element type of input `index`; `None` when the slot is absent (empty name).
+    /// The element type of input `index`; `None` when the slot is absent (empty name) or holds
+    /// something that is not a tensor of a known element type.
     fn input_type(&self, index: usize) -> Option<ElemType>;
+    /// Whether input slot `index` is connected (whatever its type).
+    fn input_present(&self, index: usize) -> bool {
+        self.input_type(index).is_some()
+    }
     fn output_count(&self) -> usize;
-    /// The element type of output `index`; `None` when the slot is absent.
+    /// The element type of output `index`; `None` when the slot is absent or not a known tensor.
     fn output_type(&self, index: usize) -> Option<ElemType>;
+    /// Whether output slot `index` is connected (whatever its type).
+    fn output_present(&self, index: usize) -> bool {
+        self.output_type(index).is_some()
+    }
     fn attribute_names(&self) -> Vec<String>;
     fn attribute(&self, name: &str) -> Option<AttrValue>;
 }

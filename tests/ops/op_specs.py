@@ -1,0 +1,939 @@
+"""What each op-table entry is tested with: input domains, attribute variants, shapes, tolerance
+class and a numpy reference.
+
+The reference is used when ORT's CPU EP has no kernel for the op and dtype (bfloat16, several
+float16 ops, com.microsoft.BiasAdd), and in self-check mode it is compared with ORT's CPU EP
+wherever both exist. References receive floats as float64 (the exact values of the generated,
+dtype-rounded inputs), integers and bools in their own dtype (so integer arithmetic wraps as in
+ONNX); the harness rounds the result to the output's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from op_table import FLOATS, INTS, SIGNED_INTS, UNSIGNED_INTS, np_dtype, tensor_type
+
+# --------------------------------------------------------------------------------------------
+# Input domains
+
+
+def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """``x`` rounded to ``dtype`` (kept as that dtype; overflow to inf is intended)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(x).astype(np_dtype(dtype))
+
+
+def _int_range(dtype: str, lo: int, hi: int) -> tuple[int, int]:
+    info = np.iinfo(np_dtype(dtype))
+    return max(lo, int(info.min)), min(hi, int(info.max))
+
+
+def _ints(rng, dtype, shape, lo, hi):
+    lo, hi = _int_range(dtype, lo, hi)
+    return rng.integers(lo, hi, size=shape, endpoint=True).astype(np_dtype(dtype))
+
+
+def _sprinkle(x: np.ndarray, rng, values, fraction=0.3) -> np.ndarray:
+    """Replace about ``fraction`` of ``x`` with picks from ``values`` (first ones guaranteed)."""
+    x = np.array(x, copy=True)
+    flat = x.reshape(-1)
+    n = flat.size
+    if n == 0:
+        return x
+    k = max(1, int(n * fraction))
+    idx = rng.permutation(n)[:k]
+    picks = [values[i % len(values)] for i in range(k)]
+    flat[idx] = np.array(picks, dtype=flat.dtype if flat.dtype.kind in "iu" else np.float64)
+    return x
+
+
+def gen(kind, dtype: str, shape, rng, dtypes: dict[str, str]) -> np.ndarray:
+    """An array of ``dtype`` and ``shape`` drawn from the named domain ``kind`` (or a callable
+    ``kind(dtype, shape, rng, dtypes)``), already rounded to ``dtype``."""
+    if callable(kind):
+        return kind(dtype, shape, rng, dtypes)
+    shape = tuple(shape)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype in FLOATS:
+        if kind in ("any", "small", "full", "shiftable"):
+            x = rng.uniform(-3, 3, shape)
+        elif kind in ("positive", "base"):
+            x = rng.uniform(0.1, 3, shape)
+        elif kind == "nonzero":
+            x = rng.uniform(0.5, 3, shape) * rng.choice([-1.0, 1.0], shape)
+        elif kind == "unit":
+            x = rng.uniform(-0.95, 0.95, shape)
+        elif kind == "gt1":
+            x = rng.uniform(1.05, 4, shape)
+        elif kind == "tan":
+            x = rng.uniform(-1.2, 1.2, shape)
+        elif kind == "exponent":
+            x = rng.uniform(-2, 2, shape)
+        elif kind == "halves":
+            # Exact halves (ties for Round), integers and random values.
+            x = _sprinkle(rng.uniform(-4, 4, shape), rng, [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.0, -0.0], 0.5)
+        elif kind == "ties":
+            x = rng.integers(-2, 2, size=shape, endpoint=True).astype(np.float64)
+        elif kind == "near_one":  # products of many stay in range
+            x = rng.uniform(0.5, 1.5, shape) * rng.choice([-1.0, 1.0], shape)
+        elif kind == "special":
+            x = _sprinkle(rng.uniform(-3, 3, shape), rng, [np.nan, np.inf, -np.inf, 0.0, -0.0], 0.5)
+        elif kind == "peaked":
+            # About a quarter of the values dominate their neighbours: LogSoftmax ~ 0 there
+            # (x - logsumexp(x) cancels), Softmax ~ 1.
+            x = _sprinkle(rng.uniform(-3, 3, shape), rng, [6.0, 6.5, 7.0, 5.5], 0.25)
+        elif kind == "nan_mix":
+            x = _sprinkle(rng.uniform(-3, 3, shape), rng, [np.nan], 0.25)
+        else:
+            raise ValueError(f"no float domain {kind!r}")
+        return round_to(x, dtype)
+    if dtype in INTS:
+        signed = dtype in SIGNED_INTS
+        bits = np_dtype(dtype).itemsize * 8
+        if kind == "any":
+            return _ints(rng, dtype, shape, -10 if signed else 0, 10 if signed else 20)
+        if kind in ("positive",):
+            return _ints(rng, dtype, shape, 1, 20)
+        if kind == "nonzero":
+            x = _ints(rng, dtype, shape, 1, 10 if signed else 20)
+            if signed:
+                x = (x * rng.choice([-1, 1], shape)).astype(np_dtype(dtype))
+            return x
+        if kind == "small":  # products stay in range: |x| <= 11 (signed), x <= 15 (unsigned)
+            return _ints(rng, dtype, shape, -11 if signed else 0, 11 if signed else 15)
+        if kind == "base":
+            return _ints(rng, dtype, shape, -4 if signed else 0, 4)
+        if kind == "exponent":
+            return _ints(rng, dtype, shape, 0, 3)
+        if kind == "ties":
+            return _ints(rng, dtype, shape, -2 if signed else 0, 2 if signed else 4)
+        if kind == "full":
+            info = np.iinfo(np_dtype(dtype))
+            return rng.integers(int(info.min), int(info.max), size=shape, endpoint=True, dtype=np_dtype(dtype))
+        if kind == "shift":
+            return _ints(rng, dtype, shape, 0, bits - 1)
+        if kind == "shiftable":  # values whose shifted bits are interesting: any of the type
+            info = np.iinfo(np_dtype(dtype))
+            return rng.integers(0, int(info.max), size=shape, endpoint=True, dtype=np_dtype(dtype))
+        if kind == "extremes":
+            info = np.iinfo(np_dtype(dtype))
+            x = _ints(rng, dtype, shape, -10 if signed else 0, 10 if signed else 20)
+            return _sprinkle(x, rng, [int(info.min), int(info.max), int(info.min) + 1, 0, 1] + ([-1] if signed else []), 0.5)
+        if kind == "index":  # Gather indices, negative ones included (every gathered dim >= 3)
+            return _ints(rng, dtype, shape, -3, 2)
+        if kind == "near_one":
+            return _ints(rng, dtype, shape, -2 if signed else 0, 2)
+        if kind in ("halves", "special", "nan_mix", "unit", "gt1", "tan", "peaked"):
+            return _ints(rng, dtype, shape, -10 if signed else 0, 10 if signed else 20)
+        raise ValueError(f"no integer domain {kind!r}")
+    raise ValueError(f"no generator for dtype {dtype}")
+
+
+def scalar_bound(value_by_class: dict):
+    """A domain that returns one constant (per dtype class) broadcast to the shape."""
+
+    def make(dtype, shape, rng, dtypes):
+        cls = "float" if dtype in FLOATS else "signed" if dtype in SIGNED_INTS else "unsigned"
+        return round_to(np.full(shape, value_by_class[cls], dtype=np.float64), dtype)
+
+    return make
+
+
+def cast_source(dtype, shape, rng, dtypes):
+    """Cast/CastLike input: values valid for both the source (T1) and the target (T2): integers
+    in [-100, 100] (non-negative when either side is unsigned), fractions when the source is a
+    float (truncation), zeros (to-bool), and NaN/inf/overflow when both sides are floats."""
+    src, dst = dtypes["T1"], dtypes["T2"]
+    if src == "bool":
+        return rng.random(shape) < 0.5
+    unsigned = src in UNSIGNED_INTS or dst in UNSIGNED_INTS
+    lo = 0 if unsigned else -100
+    if src in FLOATS:
+        x = rng.uniform(lo, 100, shape)
+        specials = [0.0, 0.5, 0.75 if unsigned else -0.75, 1.0, 2.5]
+        if dst in FLOATS:
+            specials += [np.nan, np.inf, -np.inf, 70000.0, 1e-8, 1.00048828125]  # f16 overflow/underflow, a tie
+        return round_to(_sprinkle(x, rng, specials, 0.4), src)
+    x = rng.integers(lo, 100, size=shape, endpoint=True)
+    return round_to(_sprinkle(x, rng, [0, 1, 0, 100], 0.3), src)
+
+
+# --------------------------------------------------------------------------------------------
+# References
+
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x) if np.size(x) else np.asarray(x, np.float64)
+
+
+def _f32(v) -> float:
+    """An attribute value as ONNX stores it (float32)."""
+    return float(np.float32(v))
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _softplus(x):
+    return np.logaddexp(x, 0.0)
+
+
+def int_trunc_div(a, b):
+    """C-style integer quotient (toward zero); 0 where ``b == 0``; ``MIN / -1`` wraps to MIN."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    with np.errstate(all="ignore"):
+        safe = np.where(b == 0, 1, b).astype(b.dtype)
+        q = a // safe
+        r = a - q * safe
+        if a.dtype.kind == "i":
+            adjust = (r != 0) & ((a < 0) != (safe < 0))
+            q = q + adjust.astype(q.dtype)
+            q = np.where(safe == -1, (0 - a.astype(q.dtype)).astype(q.dtype), q)
+        return np.where(b == 0, 0, q).astype(a.dtype)
+
+
+def int_mod(a, b, fmod: int):
+    """ONNX integer Mod: divisor's sign (fmod=0) or dividend's (fmod=1); 0 where ``b == 0``."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    with np.errstate(all="ignore"):
+        safe = np.where((b == 0) | ((b == -1) if a.dtype.kind == "i" else False), 1, b).astype(b.dtype)
+        r = np.mod(a, safe) if fmod == 0 else np.fmod(a, safe)
+        return np.where(b == 0, 0, r).astype(a.dtype)
+
+
+def bit_shift(x, y, direction: str):
+    x, y = np.broadcast_arrays(np.asarray(x), np.asarray(y))
+    bits = x.dtype.itemsize * 8
+    too_far = y >= bits
+    ys = np.where(too_far, 0, y).astype(x.dtype)
+    r = np.left_shift(x, ys) if direction == "LEFT" else np.right_shift(x, ys)
+    return np.where(too_far, 0, r).astype(x.dtype)
+
+
+def _softmax_like(x, axis, legacy, f):
+    x = np.asarray(x)
+    if legacy:
+        axis = axis + x.ndim if axis < 0 else axis
+        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+        flat = x.reshape(outer, int(np.prod(x.shape[axis:], dtype=np.int64)))
+        return f(flat, 1).reshape(x.shape)
+    return f(x, axis)
+
+
+def _softmax(x, axis):
+    if x.size == 0:
+        return x.copy()
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _log_softmax(x, axis):
+    if x.size == 0:
+        return x.copy()
+    m = x.max(axis=axis, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
+
+
+def _hardmax(x, axis):
+    out = np.zeros_like(x)
+    if x.size == 0:
+        return out
+    idx = np.expand_dims(np.argmax(x, axis=axis), axis)
+    np.put_along_axis(out, idx, 1.0, axis=axis)
+    return out
+
+
+def _shrink(x, attrs):
+    bias, lambd = _f32(attrs.get("bias", 0.0)), _f32(attrs.get("lambd", 0.5))
+    xf = x.astype(np.float64)
+    return np.where(xf < -lambd, xf + bias, np.where(xf > lambd, xf - bias, 0.0))
+
+
+def _is_inf(x, attrs):
+    neg, pos = attrs.get("detect_negative", 1), attrs.get("detect_positive", 1)
+    return (np.isneginf(x) & bool(neg)) | (np.isposinf(x) & bool(pos))
+
+
+def _clip11(xs, attrs):
+    x, lo, hi = (xs + [None, None])[:3]
+    if lo is not None:
+        x = np.maximum(x, lo)
+    if hi is not None:
+        x = np.minimum(x, hi)
+    return x
+
+
+def _fold(f):
+    def ref(xs, attrs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = f(out, x)
+        return np.broadcast_to(out, np.broadcast_shapes(*[np.shape(x) for x in xs])).copy()
+
+    return ref
+
+
+def _unary(f):
+    return lambda xs, attrs: f(xs[0])
+
+
+def _binary(f):
+    return lambda xs, attrs: f(xs[0], xs[1])
+
+
+# --------------------------------------------------------------------------------------------
+# Specs
+
+
+@dataclass
+class Variant:
+    """One attribute / optional-input configuration of an op."""
+
+    name: str = "default"
+    attrs: dict | Callable[[dict], dict] = field(default_factory=dict)
+    present: tuple[str, ...] | None = None  # optional inputs present (None: all)
+    n_variadic: int = 2
+    n_outputs: int = 1  # instances of a variadic output
+    constants: dict = field(default_factory=dict)  # host-known inputs by port (None: absent)
+    shapes: list | None = None  # fed input shapes of the basic layout (default: the scheme's)
+    min_opset: int = 0  # e.g. 11 for negative axes, which older schemas reject
+    sweep: bool = True  # every dtype combination, or only the representative one
+    when: Callable[[dict], bool] | None = None  # dtype-combination filter
+    domains: dict = field(default_factory=dict)  # per-port domain overrides
+
+    def attrs_for(self, dtypes: dict) -> dict:
+        return self.attrs(dtypes) if callable(self.attrs) else dict(self.attrs)
+
+
+@dataclass
+class OpSpec:
+    ref: Callable | None  # (inputs, attrs) -> array or list of arrays
+    exact: bool = False  # float results must match bit for bit (correctly rounded ops)
+    domains: dict = field(default_factory=dict)  # port name -> domain (default "any")
+    variants: list[Variant] = field(default_factory=lambda: [Variant()])
+    scheme: str | dict = "nary"  # how shapes are laid out: op_harness.SCHEMES, or {layout: shapes}
+    constants: dict = field(default_factory=dict)  # host-known inputs: port -> array or f(case)
+    combos: Callable[[dict], bool] | None = None  # which dtype combinations the entry claims
+    broadcast_since: int = 0  # first opset whose schema lets the inputs' shapes differ
+    note: str = ""
+
+
+# The op's dtype of the representative combination is float when it has one.
+def _float_only(d):
+    return all(v in FLOATS or v == "bool" for v in d.values())
+
+
+def _ints_only(d):
+    return d["T"] in INTS
+
+
+UNARY_FLOAT = {
+    "Abs": (np.abs, "any", True),
+    "Neg": (np.negative, "any", True),
+    "Sign": (np.sign, "any", True),
+    "Reciprocal": (lambda x: 1.0 / x, "nonzero", False),
+    "Sqrt": (np.sqrt, "positive", False),
+    "Exp": (np.exp, "any", False),
+    "Log": (np.log, "positive", False),
+    "Ceil": (np.ceil, "halves", True),
+    "Floor": (np.floor, "halves", True),
+    "Round": (np.round, "halves", True),
+    "Erf": (_erf, "any", False),
+    "Sin": (np.sin, "any", False),
+    "Cos": (np.cos, "any", False),
+    "Tan": (np.tan, "tan", False),
+    "Asin": (np.arcsin, "unit", False),
+    "Acos": (np.arccos, "unit", False),
+    "Atan": (np.arctan, "any", False),
+    "Sinh": (np.sinh, "any", False),
+    "Cosh": (np.cosh, "any", False),
+    "Asinh": (np.arcsinh, "any", False),
+    "Acosh": (np.arccosh, "gt1", False),
+    "Atanh": (np.arctanh, "unit", False),
+    "Sigmoid": (_sigmoid, "any", False),
+    "Tanh": (np.tanh, "any", False),
+    "Softplus": (_softplus, "any", False),
+    "Softsign": (lambda x: x / (1.0 + np.abs(x)), "any", False),
+    "HardSwish": (lambda x: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0), "any", False),
+    "Mish": (lambda x: x * np.tanh(_softplus(x)), "any", False),
+    "Relu": (lambda x: np.maximum(x, 0).astype(x.dtype), "any", True),
+}
+
+SPECS: dict[tuple[str, str], OpSpec] = {}
+
+for _op, (_f, _dom, _exact) in UNARY_FLOAT.items():
+    SPECS[("", _op)] = OpSpec(ref=_unary(_f), exact=_exact, scheme="unary", domains={"*": _dom})
+
+# Integer wrap at the minimum (Abs/Neg): compared with ORT's CPU EP on extreme values too.
+for _op in ("Abs", "Neg"):
+    SPECS[("", _op)].variants = [Variant(), Variant("extremes", when=_ints_only, domains={"*": "extremes"})]
+
+SPECS[("", "IsNaN")] = OpSpec(ref=_unary(np.isnan), exact=True, scheme="unary", domains={"*": "special"})
+SPECS[("", "IsInf")] = OpSpec(
+    ref=lambda xs, a: _is_inf(xs[0], a), exact=True, scheme="unary", domains={"*": "special"},
+    variants=[Variant()] + [
+        Variant(f"neg{n}_pos{p}", {"detect_negative": n, "detect_positive": p})
+        for n, p in ((1, 1), (1, 0), (0, 1), (0, 0))
+    ],
+)
+
+# Activations with attributes.
+SPECS[("", "LeakyRelu")] = OpSpec(
+    ref=lambda xs, a: np.where(xs[0] >= 0, xs[0], _f32(a.get("alpha", 0.01)) * xs[0]),
+    scheme="unary", variants=[Variant(), Variant("alpha", {"alpha": 0.2})],
+)
+SPECS[("", "Elu")] = OpSpec(
+    ref=lambda xs, a: np.where(xs[0] < 0, _f32(a.get("alpha", 1.0)) * np.expm1(xs[0]), xs[0]),
+    scheme="unary", variants=[Variant(), Variant("alpha", {"alpha": 0.5})],
+)
+SPECS[("", "Selu")] = OpSpec(
+    ref=lambda xs, a: _f32(a.get("gamma", 1.0507009873554805))
+    * np.where(xs[0] <= 0, _f32(a.get("alpha", 1.6732631921768188)) * np.expm1(xs[0]), xs[0]),
+    scheme="unary", variants=[Variant(), Variant("alpha_gamma", {"alpha": 2.0, "gamma": 1.5})],
+)
+SPECS[("", "Celu")] = OpSpec(
+    ref=lambda xs, a: np.maximum(xs[0], 0.0)
+    + np.minimum(0.0, _f32(a.get("alpha", 1.0)) * np.expm1(xs[0] / _f32(a.get("alpha", 1.0)))),
+    scheme="unary", variants=[Variant(), Variant("alpha", {"alpha": 2.0})],
+)
+SPECS[("", "Gelu")] = OpSpec(
+    ref=lambda xs, a: _gelu_tanh(xs[0]) if a.get("approximate", "none") == "tanh" else _gelu(xs[0]),
+    scheme="unary",
+    variants=[Variant(), Variant("none", {"approximate": "none"}), Variant("tanh", {"approximate": "tanh"})],
+)
+SPECS[("", "HardSigmoid")] = OpSpec(
+    ref=lambda xs, a: np.clip(_f32(a.get("alpha", 0.2)) * xs[0] + _f32(a.get("beta", 0.5)), 0.0, 1.0),
+    scheme="unary", variants=[Variant(), Variant("alpha_beta", {"alpha": 0.3, "beta": 0.4})],
+)
+SPECS[("", "ThresholdedRelu")] = OpSpec(
+    ref=lambda xs, a: np.where(xs[0] > _f32(a.get("alpha", 1.0)), xs[0], 0.0),
+    exact=True, scheme="unary", variants=[Variant(), Variant("alpha", {"alpha": 0.5})],
+)
+SPECS[("", "Shrink")] = OpSpec(
+    ref=lambda xs, a: _shrink(xs[0], a), scheme="unary",
+    variants=[Variant(), Variant("bias_lambd", {"bias": 1.5, "lambd": 1.5}), Variant("int_attrs", {"bias": 2.0, "lambd": 3.0})],
+)
+SPECS[("", "PRelu")] = OpSpec(
+    ref=lambda xs, a: np.where(xs[0] < 0, xs[0] * xs[1], xs[0]), exact=True, scheme="prelu",
+)
+SPECS[("", "Clip")] = OpSpec(
+    ref=lambda xs, a: _clip11(xs, a), exact=True, scheme="clip",
+    domains={"min": scalar_bound({"float": -1.0, "signed": -3, "unsigned": 3}),
+             "max": scalar_bound({"float": 1.5, "signed": 5, "unsigned": 12})},
+    variants=[
+        Variant("min_max"),
+        Variant("min_only", present=("min",)),
+        Variant("max_only", present=("max",)),
+        Variant("no_bounds", present=()),
+    ],
+)
+# Clip-6..10 reads its bounds from attributes (spec overridden per entry in spec_for()).
+CLIP_LEGACY = OpSpec(
+    ref=lambda xs, a: np.clip(xs[0], _f32(a.get("min", -3.4028234663852886e38)), _f32(a.get("max", 3.4028234663852886e38))),
+    exact=True, scheme="unary",
+    variants=[Variant(), Variant("min_max", {"min": -1.0, "max": 1.5}), Variant("min_only", {"min": 0.25})],
+)
+SPECS[("", "Where")] = OpSpec(ref=lambda xs, a: np.where(xs[0], xs[1], xs[2]), exact=True, scheme="nary")
+
+# Arithmetic.
+SPECS[("", "Add")] = OpSpec(ref=_binary(np.add), exact=True)
+SPECS[("", "Sub")] = OpSpec(ref=_binary(np.subtract), exact=True)
+SPECS[("", "Mul")] = OpSpec(ref=_binary(np.multiply), exact=True, domains={"*": "small"})
+SPECS[("", "Div")] = OpSpec(
+    ref=lambda xs, a: int_trunc_div(xs[0], xs[1]) if xs[0].dtype.kind in "iu" else xs[0] / xs[1],
+    exact=True, domains={"B": "nonzero"},
+    note="integer division by zero and MIN / -1 are checked separately (test_documented_*): ORT's CPU EP traps",
+)
+SPECS[("", "Mod")] = OpSpec(
+    ref=lambda xs, a: int_mod(xs[0], xs[1], a.get("fmod", 0)) if xs[0].dtype.kind in "iu" else np.fmod(xs[0], xs[1]),
+    exact=True, domains={"B": "nonzero"},
+    variants=[
+        Variant("fmod1", {"fmod": 1}),
+        Variant("fmod0", {"fmod": 0}, when=_ints_only),
+        Variant("fmod_default", {}, when=_ints_only),
+    ],
+    note="fmod=0 on floats is invalid ONNX (declined); integer remainder by zero is checked separately",
+)
+SPECS[("", "Pow")] = OpSpec(
+    ref=_binary(lambda x, y: np.power(x, y)),
+    domains={"X": "base", "Y": "exponent"},
+    combos=lambda d: d["T"] == d["T1"] or (d["T"] in FLOATS and d["T1"] in FLOATS),
+    note="mixed integer/float operands are declined by the entry; test_declined_pow_runs_on_cpu checks that",
+)
+for _op, _f in (("Max", np.maximum), ("Min", np.minimum)):
+    SPECS[("", _op)] = OpSpec(
+        ref=_fold(_f), exact=True,
+        variants=[
+            Variant(),
+            Variant("one_input", n_variadic=1, sweep=False),
+            Variant("three_inputs", n_variadic=3, sweep=False),
+            Variant("nan", when=_float_only, domains={"*": "nan_mix"}),
+        ],
+        broadcast_since=8,
+    )
+for _op, _f in (("Sum", lambda xs, a: _fold(np.add)(xs, a)), ("Mean", lambda xs, a: _fold(np.add)(xs, a) / len(xs))):
+    SPECS[("", _op)] = OpSpec(
+        ref=_f, variants=[Variant(), Variant("one_input", n_variadic=1), Variant("three_inputs", n_variadic=3)],
+        broadcast_since=8,
+    )
+
+# Cast.
+_CAST_REP = ("float", "bfloat16")
+
+
+def _to(dtype: str) -> int:
+    return tensor_type(dtype)
+
+
+def _cast_like_combos(d):
+    return d["T1"] == d["T2"] or d["T1"] in _CAST_REP or d["T2"] in _CAST_REP
+
+
+SPECS[("", "Cast")] = OpSpec(
+    ref=lambda xs, a: xs[0], exact=True, scheme="unary", domains={"input": cast_source},
+    variants=[
+        Variant(attrs=lambda d: {"to": _to(d["T2"])}),
+        Variant("saturate", attrs=lambda d: {"to": _to(d["T2"]), "saturate": 1}, sweep=False),
+    ],
+)
+SPECS[("", "CastLike")] = OpSpec(
+    ref=lambda xs, a: xs[0], exact=True, scheme="castlike", domains={"input": cast_source},
+    combos=_cast_like_combos,
+    variants=[Variant(), Variant("saturate", {"saturate": 1}, sweep=False)],
+    note="representative matrix: every pair with a float/bfloat16 side, plus T1 == T2",
+)
+SPECS[("", "Identity")] = OpSpec(ref=lambda xs, a: xs[0], exact=True, scheme="unary", domains={"*": "full"})
+
+# Comparisons and logic.
+for _op, _f in (("Equal", np.equal), ("Greater", np.greater), ("GreaterOrEqual", np.greater_equal),
+                ("Less", np.less), ("LessOrEqual", np.less_equal)):
+    SPECS[("", _op)] = OpSpec(
+        ref=_binary(_f), exact=True, domains={"*": "ties"},
+        variants=[Variant(), Variant("special", when=_float_only, domains={"*": "special"})],
+    )
+for _op, _f in (("And", np.logical_and), ("Or", np.logical_or), ("Xor", np.logical_xor)):
+    SPECS[("", _op)] = OpSpec(ref=_binary(_f), exact=True)
+SPECS[("", "Not")] = OpSpec(ref=_unary(np.logical_not), exact=True, scheme="unary")
+for _op, _f in (("BitwiseAnd", np.bitwise_and), ("BitwiseOr", np.bitwise_or), ("BitwiseXor", np.bitwise_xor)):
+    SPECS[("", _op)] = OpSpec(ref=_binary(_f), exact=True, domains={"*": "full"})
+SPECS[("", "BitwiseNot")] = OpSpec(ref=_unary(np.invert), exact=True, scheme="unary", domains={"*": "full"})
+SPECS[("", "BitShift")] = OpSpec(
+    ref=lambda xs, a: bit_shift(xs[0], xs[1], a["direction"]), exact=True,
+    domains={"X": "shiftable", "Y": "shift"},
+    variants=[Variant("LEFT", {"direction": "LEFT"}), Variant("RIGHT", {"direction": "RIGHT"})],
+    note="shifts by the bit width or more are checked separately (C leaves them undefined)",
+)
+
+# Softmax family: opset-13 form per axis, opsets 1-12 flattened at `axis` (entry decides).
+for _op, _f in (("Softmax", _softmax), ("LogSoftmax", _log_softmax), ("Hardmax", _hardmax)):
+    SPECS[("", _op)] = OpSpec(
+        ref=(lambda f: lambda xs, a, legacy=False: _softmax_like(xs[0], a.get("axis", 1 if legacy else -1), legacy, f))(_f),
+        exact=(_op == "Hardmax"), scheme="softmax",
+        variants=[Variant(), Variant("axis0", {"axis": 0}), Variant("axis1", {"axis": 1}),
+                  Variant("axis_neg2", {"axis": -2}, min_opset=11), Variant("peaked", domains={"*": "peaked"})],
+    )
+
+# com.microsoft.
+SPECS[("com.microsoft", "Gelu")] = OpSpec(ref=_unary(_gelu), scheme="unary")
+SPECS[("com.microsoft", "QuickGelu")] = OpSpec(
+    ref=lambda xs, a: xs[0] * _sigmoid(_f32(a.get("alpha", 1.702)) * xs[0]), scheme="unary",
+    variants=[Variant(), Variant("alpha", {"alpha": 1.0})],
+)
+SPECS[("com.microsoft", "FastGelu")] = OpSpec(
+    ref=lambda xs, a: _gelu_tanh(xs[0] + xs[1] if len(xs) > 1 and xs[1] is not None else xs[0]),
+    scheme="bias", variants=[Variant("bias"), Variant("no_bias", present=())],
+)
+SPECS[("com.microsoft", "BiasGelu")] = OpSpec(ref=lambda xs, a: _gelu(xs[0] + xs[1]), scheme="bias")
+SPECS[("com.microsoft", "BiasAdd")] = OpSpec(ref=lambda xs, a: xs[0] + xs[1] + xs[2], scheme="bias")
+
+
+def spec_for(entry) -> OpSpec | None:
+    """The spec of an entry (None: the suite does not know the op yet)."""
+    return _spec_for(entry)
+
+
+# --------------------------------------------------------------------------------------------
+# Shape family: data movement, exact. Target shapes, axes and split sizes are host-known
+# (initializers), as the entries need them at trace time.
+
+
+def _i64(*v):
+    return np.array(v, dtype=np.int64)
+
+
+def _by_layout(**values):
+    """A constant that depends on the case's layout (``basic`` and ``default`` for the rest)."""
+
+    def pick(case):
+        return values.get(case.layout, values.get("default"))
+
+    return pick
+
+
+def _shape_of(xs, a):
+    shape = np.array(xs[0].shape, dtype=np.int64)
+    start, end = a.get("start", 0), a.get("end", None)
+    return shape[start:end]
+
+
+def _reshape(xs, a):
+    x, target = xs[0], [int(v) for v in xs[1]]
+    if not a.get("allowzero", 0):
+        target = [x.shape[i] if v == 0 else v for i, v in enumerate(target)]
+    if -1 in target:
+        known = int(np.prod([v for v in target if v != -1], dtype=np.int64))
+        target[target.index(-1)] = x.size // known if known else 0
+    return x.reshape(target)
+
+
+def _squeeze(xs, a):
+    x = xs[0]
+    axes = xs[1] if len(xs) > 1 and xs[1] is not None else a.get("axes")
+    if axes is None:
+        return x.reshape([d for d in x.shape if d != 1])
+    return np.squeeze(x, axis=tuple(int(v) % x.ndim for v in axes))
+
+
+def _unsqueeze(xs, a):
+    x = xs[0]
+    axes = xs[1] if len(xs) > 1 and xs[1] is not None else a["axes"]
+    rank = x.ndim + len(axes)
+    out = x
+    for ax in sorted(int(v) % rank for v in axes):
+        out = np.expand_dims(out, ax)
+    return out
+
+
+def _flatten(xs, a):
+    x = xs[0]
+    axis = a.get("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    inner = int(np.prod(x.shape[axis:], dtype=np.int64))
+    return x.reshape(outer, inner)
+
+
+def _split(n_outputs_of):
+    def ref(xs, a):
+        x = xs[0]
+        axis = a.get("axis", 0) % x.ndim
+        dim = x.shape[axis]
+        sizes = xs[1] if len(xs) > 1 and xs[1] is not None else a.get("split")
+        if sizes is None:
+            n = a.get("num_outputs") or n_outputs_of(a)
+            chunk = -(-dim // n)
+            sizes = [min(chunk, dim - i * chunk) for i in range(n)]
+        cuts = np.cumsum([int(s) for s in sizes])[:-1]
+        return list(np.split(x, cuts, axis=axis))
+
+    return ref
+
+
+def _expand(xs, a):
+    x, shape = xs[0], tuple(int(v) for v in xs[1])
+    return np.broadcast_to(x, np.broadcast_shapes(x.shape, shape)).copy()
+
+
+def _rep(variant: Variant) -> Variant:
+    """The same variant, on the representative dtype only."""
+    variant.sweep = False
+    return variant
+
+
+UNARY_SHAPES = {
+    "basic": [[2, 3, 4]], "scalar": [[]], "empty": [[0, 3]], "transposed": [[3, 4]],
+    "dynamic": [[[2, 3, 4]], [[1, 5, 2]], [[4, 1, 3]]],
+}
+SPECS[("", "Shape")] = OpSpec(
+    ref=_shape_of, exact=True, scheme=UNARY_SHAPES,
+    variants=[Variant()] + [_rep(Variant(n, a)) for n, a in (
+        ("start1", {"start": 1}), ("end_neg1", {"end": -1}), ("clamped", {"start": -10, "end": 10}),
+        ("start_after_end", {"start": 2, "end": 1}))],
+)
+SPECS[("", "Size")] = OpSpec(ref=lambda xs, a: np.array(xs[0].size, dtype=np.int64), exact=True, scheme=UNARY_SHAPES)
+SPECS[("", "Reshape")] = OpSpec(
+    ref=_reshape, exact=True,
+    scheme={"basic": [[2, 3, 4]], "scalar": [[]], "empty": [[0, 3]], "transposed": [[3, 4]],
+            "dynamic": [[[2, 3, 4]], [[1, 5, 4]], [[4, 1, 2]]]},
+    constants={"shape": _by_layout(default=_i64(2, -1), scalar=_i64(1), empty=_i64(0, 1, 3))},
+    variants=[
+        Variant(),
+        _rep(Variant("copy_zero", constants={"shape": _i64(0, -1)})),
+        _rep(Variant("rank4", constants={"shape": _i64(3, 2, 2, 2)})),
+        _rep(Variant("to_scalar", constants={"shape": np.zeros(0, np.int64)}, shapes=[[1, 1]])),
+        _rep(Variant("allowzero", {"allowzero": 1}, constants={"shape": _i64(3, 0)}, shapes=[[0, 3]])),
+    ],
+)
+SPECS[("", "Expand")] = OpSpec(
+    ref=_expand, exact=True,
+    scheme={"basic": [[3, 1]], "scalar": [[]], "empty": [[0, 1]], "transposed": [[3, 1]],
+            "dynamic": [[[3, 1]], [[5, 1]], [[1, 1]]]},
+    constants={"shape": _by_layout(default=_i64(2, 1, 4), scalar=_i64(2, 3), empty=_i64(0, 3))},
+    variants=[
+        Variant(),
+        _rep(Variant("same_rank", constants={"shape": _i64(3, 4)})),
+        _rep(Variant("shape_has_ones", constants={"shape": _i64(1, 1, 1)}, shapes=[[2, 3]])),
+    ],
+)
+SPECS[("", "Squeeze")] = OpSpec(
+    ref=_squeeze, exact=True,
+    scheme={"basic": [[2, 1, 3, 1]], "empty": [[0, 1, 3, 1]], "transposed": [[2, 1, 3, 1]],
+            "dynamic": [[[2, 1, 3, 1]], [[4, 1, 2, 1]], [[1, 1, 5, 1]]]},
+    constants={"axes": _i64(1, 3)},
+    variants=[Variant(), _rep(Variant("no_axes", constants={"axes": None})),
+              _rep(Variant("negative_axes", constants={"axes": _i64(-1)}))],
+)
+SPECS[("", "Unsqueeze")] = OpSpec(
+    ref=_unsqueeze, exact=True,
+    scheme={"basic": [[2, 3]], "scalar": [[]], "empty": [[0, 3]], "transposed": [[3, 4]],
+            "dynamic": [[[2, 3]], [[1, 5]], [[4, 1]]]},
+    constants={"axes": _by_layout(default=_i64(0, 3), scalar=_i64(0))},
+    variants=[Variant(), _rep(Variant("negative_axes", constants={"axes": _i64(-1)})),
+              _rep(Variant("unsorted_axes", constants={"axes": _i64(3, 0, 1)}))],
+)
+SPECS[("", "Flatten")] = OpSpec(
+    ref=_flatten, exact=True,
+    scheme={"basic": [[2, 3, 4]], "empty": [[0, 3, 2]], "transposed": [[2, 3, 4]],
+            "dynamic": [[[2, 3, 4]], [[1, 5, 2]], [[4, 1, 3]]]},
+    variants=[Variant()] + [_rep(Variant(n, {"axis": v})) for n, v in (("axis0", 0), ("axis3", 3))] + [
+        _rep(Variant("axis_neg1", {"axis": -1}, min_opset=11))],
+)
+SPECS[("", "Transpose")] = OpSpec(
+    ref=lambda xs, a: np.transpose(xs[0], a.get("perm")), exact=True,
+    scheme={"basic": [[2, 3, 4]], "empty": [[0, 3]], "transposed": [[3, 4]],
+            "dynamic": [[[2, 3, 4]], [[1, 5, 2]], [[4, 1, 3]]]},
+    variants=[Variant(), _rep(Variant("perm102", {"perm": [1, 0, 2]})), _rep(Variant("perm021", {"perm": [0, 2, 1]}))],
+)
+SPECS[("", "Concat")] = OpSpec(
+    ref=lambda xs, a: np.concatenate(xs, axis=a["axis"]), exact=True,
+    scheme={"basic": [[2, 1], [2, 3], [2, 4]], "empty": [[2, 0], [2, 3], [2, 1]], "transposed": [[2, 1], [2, 3], [2, 4]],
+            "dynamic": [[[2, 1], [2, 3], [2, 4]], [[3, 2], [3, 1], [3, 1]], [[1, 1], [1, 1], [1, 5]]]},
+    variants=[
+        Variant("axis1", {"axis": 1}, n_variadic=3),
+        _rep(Variant("axis0", {"axis": 0}, n_variadic=3, shapes=[[1, 3], [2, 3], [4, 3]])),
+        _rep(Variant("axis_neg1", {"axis": -1}, n_variadic=3, min_opset=11)),
+        _rep(Variant("one_input", {"axis": 0}, n_variadic=1, shapes=[[2, 3]])),
+    ],
+)
+_SPLIT_SCHEME = {"basic": [[2, 6, 3]], "empty": [[0, 6, 3]], "transposed": [[2, 6, 3]],
+                 "dynamic": [[[2, 6, 3]], [[1, 6, 2]], [[3, 6, 1]]]}
+SPLIT_LEGACY = OpSpec(  # Split-2..12: `split` attribute
+    ref=_split(lambda a: a["_n_outputs"]), exact=True, scheme=_SPLIT_SCHEME,
+    variants=[
+        Variant("split_attr", {"axis": 1, "split": [1, 2, 3]}, n_outputs=3),
+        _rep(Variant("equal", {"axis": 1}, n_outputs=3)),
+        _rep(Variant("axis0_equal", {}, n_outputs=2)),
+    ],
+)
+SPLIT_13 = OpSpec(  # Split-13..17: `split` input
+    ref=_split(lambda a: a["_n_outputs"]), exact=True, scheme=_SPLIT_SCHEME, constants={"split": _i64(1, 2, 3)},
+    variants=[
+        Variant("split_input", {"axis": 1}, n_outputs=3),
+        _rep(Variant("equal", {"axis": 1}, n_outputs=3, constants={"split": None})),
+        _rep(Variant("negative_axis", {"axis": -2}, n_outputs=3)),
+    ],
+)
+SPECS[("", "Split")] = OpSpec(  # Split-18+: `split` input or `num_outputs`
+    ref=_split(lambda a: a["_n_outputs"]), exact=True, scheme=_SPLIT_SCHEME, constants={"split": _i64(1, 2, 3)},
+    variants=[
+        Variant("split_input", {"axis": 1}, n_outputs=3),
+        _rep(Variant("num_outputs", {"axis": 1, "num_outputs": 3}, n_outputs=3, constants={"split": None})),
+        _rep(Variant("num_outputs_uneven", {"axis": 1, "num_outputs": 4}, n_outputs=4, constants={"split": None},
+                     shapes=[[2, 7, 3]])),
+    ],
+)
+
+def _slice(xs, a):
+    x = xs[0]
+    if len(xs) > 1:
+        starts, ends = xs[1], xs[2]
+        axes = xs[3] if len(xs) > 3 and xs[3] is not None else None
+        steps = xs[4] if len(xs) > 4 and xs[4] is not None else None
+    else:
+        starts, ends, axes, steps = a["starts"], a["ends"], a.get("axes"), None
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    index = [slice(None)] * x.ndim
+    for s_, e_, ax, st in zip(starts, ends, axes, steps):
+        index[int(ax) % x.ndim] = slice(int(s_), int(e_), int(st))  # numpy clamps as ONNX does
+    return x[tuple(index)]
+
+
+_INT_MAX, _INT_MIN = 2**31 - 1, -(2**31)  # fit int32 and int64 alike
+_SLICE_SCHEME = {"basic": [[4, 5, 6]], "empty": [[0, 5, 6]], "transposed": [[4, 5, 6]],
+                 "dynamic": [[[4, 5, 6]], [[3, 3, 3]], [[6, 2, 8]]]}
+SPECS[("", "Slice")] = OpSpec(  # Slice-10+: host-known starts/ends/axes/steps inputs
+    ref=_slice, exact=True, scheme=_SLICE_SCHEME,
+    constants={"starts": _i64(1, 0), "ends": _i64(3, -1), "axes": _i64(0, 2), "steps": None},
+    variants=[
+        Variant(),
+        _rep(Variant("steps", constants={"steps": _i64(1, 2)})),
+        _rep(Variant("negative_step", constants={"starts": _i64(-1), "ends": _i64(_INT_MIN), "axes": _i64(1), "steps": _i64(-2)})),
+        _rep(Variant("no_axes", constants={"starts": _i64(0, 1, 2), "ends": _i64(2, 4, 5), "axes": None})),
+        _rep(Variant("clamped", constants={"starts": _i64(-100, 2), "ends": _i64(_INT_MAX, 100), "axes": _i64(0, -1)})),
+        _rep(Variant("empty_result", constants={"starts": _i64(3), "ends": _i64(1), "axes": _i64(1)})),
+    ],
+)
+SLICE_LEGACY = OpSpec(  # Slice-1..9: attributes
+    ref=_slice, exact=True, scheme=_SLICE_SCHEME,
+    variants=[
+        Variant(attrs={"starts": [1, 0], "ends": [3, -1], "axes": [0, 2]}),
+        _rep(Variant("no_axes", {"starts": [0, 1, 2], "ends": [2, 4, 5]})),
+        _rep(Variant("clamped", {"starts": [-100, 2], "ends": [_INT_MAX, 100], "axes": [0, 2]})),
+    ],
+)
+
+# Indexing.
+SPECS[("", "Gather")] = OpSpec(
+    ref=lambda xs, a: np.take(xs[0], xs[1].astype(np.int64), axis=a.get("axis", 0)), exact=True,
+    domains={"indices": "index"},
+    scheme={"basic": [[3, 4, 5], [2, 2]], "scalar": [[3, 4, 5], []], "empty": [[3, 4, 5], [0]],
+            "transposed": [[3, 4, 5], [2, 2]], "dynamic": [[[3, 4, 5], [2, 2]], [[4, 3, 2], [3, 1]], [[5, 1, 1], [1, 1]]]},
+    variants=[Variant(), _rep(Variant("axis1", {"axis": 1})), _rep(Variant("axis_neg1", {"axis": -1}, min_opset=11))],
+    note="out-of-range indices: ORT raises, the entry clamps; not compared",
+)
+
+# --------------------------------------------------------------------------------------------
+# Reductions.
+
+
+def _reduce(f, float_exact=False):
+    def ref(xs, a):
+        x = xs[0]
+        axes = xs[1] if len(xs) > 1 and xs[1] is not None else a.get("axes")
+        keep = bool(a.get("keepdims", 1))
+        if axes is None or len(axes) == 0:
+            if a.get("noop_with_empty_axes", 0):
+                # Nothing is reduced, but the pre/post-processing still applies (|x| for L1,
+                # log for LogSum, ...): ONNX's reference reduces over axes=().
+                return f(x, (), keep)
+            axes = range(x.ndim)
+        axes = tuple(sorted({int(v) % x.ndim for v in axes})) if x.ndim else ()
+        return f(x, axes, keep)
+
+    return ref
+
+
+def _native(x):
+    return x.dtype if x.dtype.kind in "iu" else np.float64
+
+
+def _extreme(fn, fill_float, int_attr):
+    def f(x, axes, keep):
+        initial = fill_float if x.dtype.kind == "f" else getattr(np.iinfo(x.dtype), int_attr)
+        return fn(x, axis=axes, keepdims=keep, initial=initial)
+
+    return f
+
+
+REDUCERS = {
+    "ReduceSum": (lambda x, ax, k: np.sum(x, axis=ax, keepdims=k, dtype=_native(x)), "any"),
+    "ReduceMean": (lambda x, ax, k: np.mean(x, axis=ax, keepdims=k), "any"),
+    "ReduceMax": (_extreme(np.max, -np.inf, "min"), "ties"),
+    "ReduceMin": (_extreme(np.min, np.inf, "max"), "ties"),
+    "ReduceProd": (lambda x, ax, k: np.prod(x, axis=ax, keepdims=k, dtype=_native(x)), "near_one"),
+    "ReduceSumSquare": (lambda x, ax, k: np.sum(x * x, axis=ax, keepdims=k, dtype=_native(x)), "any"),
+    "ReduceL1": (lambda x, ax, k: np.sum(np.abs(x), axis=ax, keepdims=k, dtype=_native(x)), "any"),
+    "ReduceL2": (lambda x, ax, k: np.sqrt(np.sum(x * x, axis=ax, keepdims=k)), "any"),
+    "ReduceLogSum": (lambda x, ax, k: np.log(np.sum(x, axis=ax, keepdims=k)), "positive"),
+    "ReduceLogSumExp": (lambda x, ax, k: np.log(np.sum(np.exp(x), axis=ax, keepdims=k)), "any"),
+}
+_REDUCE_SCHEME = {"basic": [[2, 3, 4]], "scalar": [[]], "transposed": [[3, 4]],
+                  "dynamic": [[[2, 3, 4]], [[1, 5, 2]], [[4, 1, 3]]]}
+
+
+def reduce_spec(op: str, axes_input: bool) -> OpSpec:
+    f, dom = REDUCERS[op]
+
+    def axes(values):
+        return {"constants": {"axes": _i64(*values)}} if axes_input else {"attrs": {"axes": list(values)}}
+
+    variants = [
+        Variant("all_axes", constants={"axes": None} if axes_input else {}),
+        _rep(Variant("axis1_drop", **_merge(axes([1]), {"keepdims": 0}))),
+        _rep(Variant("axes02", **axes([0, 2]))),
+        _rep(Variant("axis_neg1", **axes([-1]), min_opset=11)),
+        _rep(Variant("empty_rows", **axes([1]), shapes=[[0, 3]])),
+    ]
+    if op != "ReduceMean":  # ONNX: the mean of an empty set is undefined (ORT gives 0, numpy NaN)
+        variants.append(_rep(Variant("over_empty_axis", **_merge(axes([0]), {"keepdims": 0}), shapes=[[0, 3]])))
+    if axes_input:
+        variants.append(_rep(Variant("noop_with_empty_axes", {"noop_with_empty_axes": 1}, constants={"axes": None})))
+    exact = op in ("ReduceMax", "ReduceMin")
+    return OpSpec(ref=_reduce(f), exact=exact, domains={"*": dom}, scheme=_REDUCE_SCHEME, variants=variants)
+
+
+def _merge(kw: dict, attrs: dict) -> dict:
+    kw = {k: dict(v) for k, v in kw.items()}
+    kw.setdefault("attrs", {}).update(attrs)
+    return kw
+
+
+def _arg(fn):
+    def ref(xs, a):
+        x = xs[0]
+        axis = a.get("axis", 0) % x.ndim
+        keep = bool(a.get("keepdims", 1))
+        if a.get("select_last_index", 0):
+            flipped = np.flip(x, axis=axis)
+            idx = x.shape[axis] - 1 - fn(flipped, axis=axis)
+        else:
+            idx = fn(x, axis=axis)
+        idx = idx.astype(np.int64)
+        return np.expand_dims(idx, axis) if keep else idx
+
+    return ref
+
+
+for _op, _f in (("ArgMax", np.argmax), ("ArgMin", np.argmin)):
+    SPECS[("", _op)] = OpSpec(
+        ref=_arg(_f), exact=True, domains={"*": "ties"},
+        scheme={"basic": [[2, 3, 4]], "transposed": [[3, 4]], "dynamic": [[[2, 3, 4]], [[1, 5, 2]], [[4, 1, 3]]]},
+        variants=[Variant(), _rep(Variant("axis1_drop", {"axis": 1, "keepdims": 0})),
+                  _rep(Variant("axis_neg1", {"axis": -1}, min_opset=11)),
+                  Variant("select_last_index", {"axis": 1, "select_last_index": 1})],
+    )
+
+
+def _spec_for(entry) -> OpSpec | None:
+    op, legacy_until = entry.op, entry.until
+    if entry.domain == "" and op == "Clip" and legacy_until is not None and legacy_until <= 10:
+        return CLIP_LEGACY
+    if entry.domain == "" and op == "Slice" and legacy_until is not None and legacy_until <= 9:
+        return SLICE_LEGACY
+    if entry.domain == "" and op == "Split" and legacy_until is not None:
+        return SPLIT_LEGACY if legacy_until <= 12 else SPLIT_13
+    if entry.domain == "" and op in REDUCERS:
+        # The axes move from an attribute to an input at opset 18 (ReduceSum: 13).
+        return reduce_spec(op, axes_input=any(p.name == "axes" for p in entry.inputs))
+    if entry.domain == "" and op in ("Squeeze", "Unsqueeze") and legacy_until is not None and legacy_until <= 12:
+        base = SPECS[("", op)]
+        attrs = {"Squeeze": [("default", [1, 3]), ("no_axes", None)], "Unsqueeze": [("default", [0, 3]), ("unsorted_axes", [3, 0, 1])]}[op]
+        variants = [Variant(n, {} if v is None else {"axes": v}, sweep=(n == "default")) for n, v in attrs]
+        scheme = dict(base.scheme)
+        scheme.pop("scalar", None)  # the axes attribute does not follow the layout
+        return OpSpec(ref=base.ref, exact=True, scheme=scheme, variants=variants)
+    spec = SPECS.get((entry.domain, op))
+    if spec is None:
+        return None
+    if op in ("Softmax", "LogSoftmax", "Hardmax") and legacy_until is not None and legacy_until <= 12:
+        legacy = OpSpec(**{**spec.__dict__})
+        inner = spec.ref
+        legacy.ref = lambda xs, a: inner(xs, a, legacy=True)
+        return legacy
+    return spec

@@ -1,0 +1,333 @@
+"""The op table under test: read from the built library (``OrtMlxEp_OpTableJson``) when it
+exports it, else parsed from ``docs/COVERAGE.md`` (ports then come from ONNX's schemas).
+
+Also the dtype vocabulary shared by the harness: ONNX type names (``float``, ``bfloat16``, ...)
+to ``TensorProto`` codes and numpy dtypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+from onnx import TensorProto, defs
+
+REPO = Path(__file__).resolve().parents[2]
+COVERAGE_MD = REPO / "docs" / "COVERAGE.md"
+_LIBRARY_NAME = "libonnxruntime_mlx_ep.dylib" if sys.platform == "darwin" else "libonnxruntime_mlx_ep.so"
+
+# ONNX type name -> (TensorProto code, numpy dtype). bfloat16 is carried as ml_dtypes.bfloat16
+# inside the harness, but fed to and read from ORT as float32 (see op_harness).
+DTYPES: dict[str, tuple[int, np.dtype]] = {
+    "float": (TensorProto.FLOAT, np.dtype(np.float32)),
+    "uint8": (TensorProto.UINT8, np.dtype(np.uint8)),
+    "int8": (TensorProto.INT8, np.dtype(np.int8)),
+    "uint16": (TensorProto.UINT16, np.dtype(np.uint16)),
+    "int16": (TensorProto.INT16, np.dtype(np.int16)),
+    "int32": (TensorProto.INT32, np.dtype(np.int32)),
+    "int64": (TensorProto.INT64, np.dtype(np.int64)),
+    "bool": (TensorProto.BOOL, np.dtype(np.bool_)),
+    "float16": (TensorProto.FLOAT16, np.dtype(np.float16)),
+    "double": (TensorProto.DOUBLE, np.dtype(np.float64)),
+    "uint32": (TensorProto.UINT32, np.dtype(np.uint32)),
+    "uint64": (TensorProto.UINT64, np.dtype(np.uint64)),
+    "bfloat16": (TensorProto.BFLOAT16, np.dtype(ml_dtypes.bfloat16)),
+}
+FLOATS = ("float", "float16", "bfloat16", "double")
+SIGNED_INTS = ("int8", "int16", "int32", "int64")
+UNSIGNED_INTS = ("uint8", "uint16", "uint32", "uint64")
+INTS = SIGNED_INTS + UNSIGNED_INTS
+
+# COVERAGE.md short names -> ONNX type names.
+SHORT = {
+    "f32": "float", "u8": "uint8", "i8": "int8", "u16": "uint16", "i16": "int16", "i32": "int32",
+    "i64": "int64", "bool": "bool", "f16": "float16", "f64": "double", "u32": "uint32",
+    "u64": "uint64", "bf16": "bfloat16",
+}
+
+
+def tensor_type(name: str) -> int:
+    return DTYPES[name][0]
+
+
+def np_dtype(name: str) -> np.dtype:
+    return DTYPES[name][1]
+
+
+def type_str(name: str) -> str:
+    """The ONNX schema spelling, ``tensor(float)``."""
+    return f"tensor({name})"
+
+
+@dataclass(frozen=True)
+class Port:
+    name: str
+    type_var: str
+    kind: str  # "required" | "optional" | "variadic"
+
+
+@dataclass(frozen=True)
+class Attr:
+    name: str
+    kind: str  # "int" | "float" | "string" | "ints" | "floats" | "strings"
+    required: bool
+    default: str | None
+
+
+@dataclass
+class Entry:
+    domain: str  # "" or "com.microsoft"
+    op: str
+    since: int
+    until: int | None
+    family: str
+    doc: str
+    types: dict[str, list[str]]
+    inputs: list[Port]
+    outputs: list[Port]
+    attributes: list[Attr]
+    shape: str
+    source: str = "json"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """``Add-7``, ``com.microsoft.Gelu-1``, ``Softmax-1..12``."""
+        dom = f"{self.domain}." if self.domain else ""
+        rng = f"{self.since}..{self.until}" if self.until is not None else f"{self.since}"
+        return f"{dom}{self.op}-{rng}"
+
+    def attribute(self, name: str) -> Attr | None:
+        return next((a for a in self.attributes if a.name == name), None)
+
+
+# --------------------------------------------------------------------------------------------
+# The library
+
+
+def library_path() -> Path | None:
+    """``ORT_MLX_EP_LIBRARY`` when set, else the workspace's release build (None if absent)."""
+    override = os.environ.get("ORT_MLX_EP_LIBRARY")
+    candidate = Path(override) if override else REPO / "target" / "release" / _LIBRARY_NAME
+    return candidate if candidate.is_file() else None
+
+
+_LIB_CACHE: dict[str, object] = {}
+
+
+def _load(path: Path):
+    key = str(path)
+    if key not in _LIB_CACHE:
+        try:
+            _LIB_CACHE[key] = ctypes.CDLL(key, mode=os.RTLD_LOCAL)
+        except OSError as e:  # pragma: no cover - reported by the caller
+            _LIB_CACHE[key] = e
+    return _LIB_CACHE[key]
+
+
+def library_exports(path: Path | None, *names: str) -> dict[str, bool]:
+    """Which of ``names`` the library exports (all False when it is missing or unloadable)."""
+    if path is None:
+        return {n: False for n in names}
+    lib = _load(path)
+    if isinstance(lib, OSError):
+        return {n: False for n in names}
+    out = {}
+    for n in names:
+        try:
+            getattr(lib, n)
+            out[n] = True
+        except AttributeError:
+            out[n] = False
+    return out
+
+
+def table_json_from_library(path: Path) -> list[dict]:
+    lib = _load(path)
+    if isinstance(lib, OSError):
+        raise lib
+    fn = lib.OrtMlxEp_OpTableJson
+    fn.restype = ctypes.c_char_p
+    fn.argtypes = []
+    return json.loads(fn().decode())
+
+
+def entries_from_json(rows: list[dict]) -> list[Entry]:
+    return [
+        Entry(
+            domain=r["domain"],
+            op=r["op"],
+            since=int(r["since"]),
+            until=None if r.get("until") is None else int(r["until"]),
+            family=r.get("family", ""),
+            doc=r.get("doc", ""),
+            types={k: list(v) for k, v in r["types"].items()},
+            inputs=[Port(p["name"], p["type_var"], p["kind"]) for p in r["inputs"]],
+            outputs=[Port(p["name"], p["type_var"], p["kind"]) for p in r["outputs"]],
+            attributes=[
+                Attr(a["name"], a["kind"], bool(a.get("required", False)), a.get("default"))
+                for a in r.get("attributes", [])
+            ],
+            shape=r.get("shape", ""),
+            source="json",
+        )
+        for r in rows
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# docs/COVERAGE.md (the fallback, and the cross-check of the library's own table)
+
+# Ports of com.microsoft entries (no ONNX schema to read them from), as declared in
+# op-specs/src/contrib.rs.
+_CONTRIB_PORTS = {
+    "Gelu": (["X:T"], ["Y:T"]),
+    "FastGelu": (["X:T", "bias:T?"], ["Y:T"]),
+    "BiasGelu": (["A:T", "B:T"], ["C:T"]),
+    "QuickGelu": (["X:T"], ["Y:T"]),
+    "BiasAdd": (["X:T", "bias:T", "skip:T"], ["Y:T"]),
+}
+_CONTRIB_ATTR_KINDS = {("QuickGelu", "alpha"): "float"}
+_ATTR_KIND = {
+    defs.OpSchema.AttrType.INT: "int",
+    defs.OpSchema.AttrType.FLOAT: "float",
+    defs.OpSchema.AttrType.STRING: "string",
+    defs.OpSchema.AttrType.INTS: "ints",
+    defs.OpSchema.AttrType.FLOATS: "floats",
+    defs.OpSchema.AttrType.STRINGS: "strings",
+}
+
+
+def _parse_port(spec: str) -> Port:
+    optional = spec.endswith("?")
+    name, var = spec.rstrip("?").split(":")
+    return Port(name, var, "optional" if optional else "required")
+
+
+def _schema_ports(op: str, since: int, types: dict[str, list[str]]):
+    schema = defs.get_schema(op, since, "")
+    kinds = {
+        defs.OpSchema.FormalParameterOption.Single: "required",
+        defs.OpSchema.FormalParameterOption.Optional: "optional",
+        defs.OpSchema.FormalParameterOption.Variadic: "variadic",
+    }
+
+    schema_vars = [p.type_str for p in list(schema.inputs) + list(schema.outputs)]
+    # Schema variables the table names differently (Identity's V, Slice's Tind), in order, get
+    # the table's variables no schema port names.
+    spare = [v for v in types if v not in schema_vars]
+    renamed: dict[str, str] = {}
+
+    def var(type_str_: str) -> str:
+        if type_str_ in types:
+            return type_str_
+        # A fixed type (Reshape's shape: tensor(int64)): the table's variable of exactly it.
+        m = re.fullmatch(r"tensor\((\w+)\)", type_str_)
+        if m:
+            exact = [v for v, names in types.items() if names == [m.group(1)]]
+            if exact:
+                return exact[-1]
+            return type_str_
+        if type_str_ not in renamed and spare:
+            renamed[type_str_] = spare.pop(0)
+        if type_str_ not in renamed:
+            # No spare one (And's bool output T1 is the table's T): the variable of the same types.
+            allowed = {t[7:-1] for tc in schema.type_constraints if tc.type_param_str == type_str_ for t in tc.allowed_type_strs}
+            same = [v for v, names in types.items() if set(names) <= allowed]
+            if same:
+                renamed[type_str_] = same[0]
+        return renamed.get(type_str_, type_str_)
+
+    ins = [Port(p.name, var(p.type_str), kinds[p.option]) for p in schema.inputs]
+    outs = [Port(p.name.rstrip("."), var(p.type_str), kinds[p.option]) for p in schema.outputs]
+    return ins, outs, schema
+
+
+def parse_coverage(path: Path = COVERAGE_MD) -> list[Entry]:
+    entries: list[Entry] = []
+    family = ""
+    for line in path.read_text().splitlines():
+        if line.startswith("## "):
+            family = line[3:].strip()
+            continue
+        if not line.startswith("| ai.onnx") and not line.startswith("| com.microsoft"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        domain, op, opsets, types_cell, attrs_cell, shape, declines = cells[:7]
+        domain = "" if domain == "ai.onnx" else domain
+        m = re.fullmatch(r"(\d+)(?:\+|[–-](\d+))", opsets)
+        if not m:
+            raise ValueError(f"COVERAGE.md: bad opsets {opsets!r} in {line!r}")
+        since, until = int(m.group(1)), (int(m.group(2)) if m.group(2) else None)
+        types: dict[str, list[str]] = {}
+        for part in types_cell.split(";"):
+            var, names = part.split(":", 1)
+            types[var.strip()] = [SHORT[n.strip()] for n in names.split(",")]
+        attributes: list[Attr] = []
+        if attrs_cell not in ("—", "-", ""):
+            for a in attrs_cell.split(", "):
+                if a.endswith("(required)"):
+                    attributes.append(Attr(a.split()[0], "", True, None))
+                elif "=" not in a:  # optional, no default
+                    attributes.append(Attr(a, "", False, None))
+                else:
+                    name, default = a.split("=", 1)
+                    attributes.append(Attr(name, "", False, default))
+        if domain == "":
+            ins, outs, schema = _schema_ports(op, since, types)
+            kinds = {n: _ATTR_KIND.get(a.type, "?") for n, a in schema.attributes.items()}
+            attributes = [Attr(a.name, kinds.get(a.name, "?"), a.required, a.default) for a in attributes]
+        else:
+            ins_s, outs_s = _CONTRIB_PORTS[op]
+            ins, outs = [_parse_port(p) for p in ins_s], [_parse_port(p) for p in outs_s]
+            attributes = [
+                Attr(a.name, _CONTRIB_ATTR_KINDS.get((op, a.name), "?"), a.required, a.default)
+                for a in attributes
+            ]
+        entries.append(
+            Entry(domain, op, since, until, family, "", types, ins, outs, attributes, shape,
+                  source="coverage", extra={"declines": declines})
+        )
+    if not entries:
+        raise ValueError(f"no entries parsed from {path}")
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TableInfo:
+    entries: list[Entry]
+    source: str  # "json" | "coverage"
+    library: Path | None
+    exports: dict[str, bool]
+    json_error: str | None = None
+
+
+_TABLE: TableInfo | None = None
+
+
+def load_table() -> TableInfo:
+    """The table, once per process: the library's JSON when exported, else COVERAGE.md."""
+    global _TABLE
+    if _TABLE is None:
+        lib = library_path()
+        exports = library_exports(lib, "CreateEpFactories", "OrtMlxEp_OpTableJson")
+        error = None
+        if exports["OrtMlxEp_OpTableJson"]:
+            try:
+                entries = entries_from_json(table_json_from_library(lib))
+                _TABLE = TableInfo(entries, "json", lib, exports)
+            except Exception as e:  # reported by test_table_json_is_readable
+                error = f"{type(e).__name__}: {e}"
+        if _TABLE is None:
+            _TABLE = TableInfo(parse_coverage(), "coverage", lib, exports, error)
+    return _TABLE

@@ -1,0 +1,236 @@
+"""Every op-table entry through ORT with the MLX EP first, against ORT's CPU EP.
+
+``test_op`` runs one case per entry x dtype combination x variant, plus layouts (broadcasting,
+0-d, zero-size, a CPU Transpose on each side) for a representative float and integer dtype, and
+the newest opset of each entry. Cases whose model ONNX itself rejects (a dtype the entry claims
+but no opset in its range allows) are skipped with that reason.
+
+Semantics that legitimately differ from ORT's CPU EP are tested against numpy only
+(``test_documented_*``): ORT traps or is undefined there.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from op_harness import CPU, SELFCHECK, Case, _finish, _schema, build_cases, describe
+from op_specs import Variant, bit_shift, int_mod, int_trunc_div, spec_for
+from op_table import INTS, SIGNED_INTS, UNSIGNED_INTS, load_table, np_dtype, parse_coverage
+
+TABLE = load_table()
+CASES = build_cases(TABLE.entries)
+
+
+def _param(case: Case):
+    marks = [pytest.mark.skip(reason=case.skip)] if case.skip else []
+    return pytest.param(case, id=case.id, marks=marks)
+
+
+def _assert_ok(case: Case, out):
+    if out.skipped:
+        pytest.skip(out.skipped)
+    assert not out.problems, f"{describe(case)} [oracle: {out.oracle}]\n  " + "\n  ".join(out.problems)
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+def test_op(case, runner):
+    _assert_ok(case, runner.check(case))
+
+
+# --------------------------------------------------------------------------------------------
+# The table itself
+
+
+def test_ep_library_exports_the_ep_and_its_table():
+    if SELFCHECK:
+        pytest.skip("self-check mode runs without the EP")
+    assert TABLE.library is not None, "EP library not built: run `make build` or set ORT_MLX_EP_LIBRARY"
+    missing = [name for name, ok in TABLE.exports.items() if not ok]
+    assert not missing, f"{TABLE.library} does not export {missing}"
+    assert TABLE.source == "json", f"OrtMlxEp_OpTableJson unreadable: {TABLE.json_error}"
+
+
+def test_library_table_matches_coverage_doc():
+    """The table seen from inside the loaded library (inventory in a cdylib) is the documented one."""
+    if TABLE.source != "json":
+        pytest.skip("the library does not export its table yet (suite runs from docs/COVERAGE.md)")
+    doc = {(e.domain, e.op, e.since, e.until): e for e in parse_coverage()}
+    lib = {(e.domain, e.op, e.since, e.until): e for e in TABLE.entries}
+    assert sorted(lib, key=str) == sorted(doc, key=str), (
+        f"only in library: {sorted(set(lib) - set(doc), key=str)}; only in COVERAGE.md: {sorted(set(doc) - set(lib), key=str)}")
+    diffs = []
+    for k, e in lib.items():
+        d = doc[k]
+        if e.types != d.types:
+            diffs.append(f"{e.key}: types {e.types} vs doc {d.types}")
+        if [(a.name, a.required) for a in e.attributes] != [(a.name, a.required) for a in d.attributes]:
+            diffs.append(f"{e.key}: attributes {e.attributes} vs doc {d.attributes}")
+        if e.shape != d.shape:
+            diffs.append(f"{e.key}: shape {e.shape} vs doc {d.shape}")
+    assert not diffs, "\n".join(diffs)
+
+
+def test_ports_match_onnx_schemas():
+    """Declared ports bind in order: their count and kinds (required/optional/variadic) must be
+    the schema's, and every port's type variable must be declared. Names only warn (they are
+    documentation: ONNX binds by position)."""
+    if TABLE.source != "json":
+        pytest.skip("ports come from ONNX's schemas when the table is read from COVERAGE.md")
+    kinds = {"Single": "required", "Optional": "optional", "Variadic": "variadic"}
+    diffs, names = [], []
+    for e in TABLE.entries:
+        s = _schema(e.op, e.since if e.domain == "" else 1, e.domain)
+        if s is None:
+            diffs.append(f"{e.key}: ORT knows no schema for it")
+            continue
+        want = ([kinds[p.option.name] for p in s.inputs], [kinds[p.option.name] for p in s.outputs])
+        got = ([p.kind for p in e.inputs], [p.kind for p in e.outputs])
+        if got != want:
+            diffs.append(f"{e.key}: port kinds {got}, schema {e.op}-{s.since_version}: {want}")
+        want_names = ([p.name for p in s.inputs], [p.name for p in s.outputs])
+        got_names = ([p.name for p in e.inputs], [p.name for p in e.outputs])
+        if got_names != want_names:
+            names.append(f"{e.key}: {got_names} vs schema {want_names}")
+        for p in e.inputs + e.outputs:
+            if p.type_var not in e.types:
+                diffs.append(f"{e.key}: port {p.name} uses undeclared type variable {p.type_var}")
+    if names:
+        warnings.warn("port names differ from ONNX's (cosmetic): " + "; ".join(names))
+    assert not diffs, "\n".join(diffs)
+
+
+def test_entries_do_not_overlap():
+    by_op: dict = {}
+    for e in TABLE.entries:
+        by_op.setdefault((e.domain, e.op), []).append(e)
+    bad = []
+    for es in by_op.values():
+        for a in es:
+            for b in es:
+                if a is not b and a.since <= (b.until or 10**9) and b.since <= (a.until or 10**9):
+                    bad.append(f"{a.key} overlaps {b.key}")
+    assert not bad, bad
+
+
+def test_every_entry_has_a_spec():
+    """A new entry needs input domains and a reference in op_specs.py (until then it runs
+    with generic inputs against ORT's CPU EP only)."""
+    missing = [e.key for e in TABLE.entries if spec_for(e) is None]
+    assert not missing, f"no spec in tests/ops/op_specs.py for: {missing}"
+
+
+def test_every_entry_has_a_runnable_case():
+    runnable = {c.entry.key for c in CASES if not c.skip}
+    missing = [e.key for e in TABLE.entries if e.key not in runnable]
+    assert not missing, f"entries with every case skipped: {missing}"
+
+
+# --------------------------------------------------------------------------------------------
+# Documented behaviour where ORT's CPU EP traps or is undefined: compared with numpy only.
+
+
+def _entry(op: str, domain: str = ""):
+    found = [e for e in TABLE.entries if e.op == op and e.domain == domain]
+    if not found:
+        pytest.skip(f"no {op} entry in the table")
+    return max(found, key=lambda e: e.since)
+
+
+def _edge_case(entry, dtypes: dict, data: dict, variant: Variant, name: str) -> Case:
+    spec = spec_for(entry)
+    case = Case(entry, spec, dtypes, variant, data=data, oracle="numpy")
+    case = _finish(case)
+    case.id = f"{entry.key}:{name}"
+    return case
+
+
+def _only_mlx():
+    if SELFCHECK:
+        pytest.skip("ORT's CPU EP traps or is undefined here: MLX-only check")
+
+
+def _div_data(dtype):
+    info = np.iinfo(np_dtype(dtype))
+    if dtype in SIGNED_INTS:
+        a = [7, -7, 0, 5, int(info.min), int(info.min), 6, -6, int(info.max)]
+        b = [0, 0, 0, 2, -1, 1, -1, -4, -1]
+    else:
+        a = [7, 0, 5, int(info.max), 9]
+        b = [0, 0, 2, 1, 0]
+    return np.array(a, dtype=np_dtype(dtype)), np.array(b, dtype=np_dtype(dtype))
+
+
+@pytest.mark.parametrize("dtype", INTS)
+def test_documented_integer_div_by_zero_and_min_by_minus_one(dtype, runner):
+    """Div doc: an integer division by zero gives 0 (instead of trapping); MIN / -1 wraps."""
+    _only_mlx()
+    e = _entry("Div")
+    if dtype not in e.types["T"]:
+        pytest.skip(f"Div does not claim {dtype}")
+    a, b = _div_data(dtype)
+    case = _edge_case(e, {"T": dtype}, {"A": a, "B": b}, Variant(), f"T={dtype}:div_by_zero")
+    out = runner.check(case)
+    _assert_ok(case, out)
+    assert np.array_equal(int_trunc_div(a, b)[b == 0], np.zeros((b == 0).sum(), a.dtype))
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+@pytest.mark.parametrize("dtype", INTS)
+def test_documented_integer_mod_by_zero(dtype, fmod, runner):
+    """Mod doc: an integer remainder by zero gives 0; anything modulo -1 is 0."""
+    _only_mlx()
+    e = _entry("Mod")
+    if dtype not in e.types["T"]:
+        pytest.skip(f"Mod does not claim {dtype}")
+    a, b = _div_data(dtype)
+    case = _edge_case(e, {"T": dtype}, {"A": a, "B": b}, Variant(f"fmod{fmod}", {"fmod": fmod}), f"T={dtype}:mod_by_zero_fmod{fmod}")
+    _assert_ok(case, runner.check(case))
+    assert not int_mod(a, b, fmod)[b == 0].any()
+
+
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+@pytest.mark.parametrize("dtype", UNSIGNED_INTS)
+def test_documented_bitshift_past_the_width_is_zero(dtype, direction, runner):
+    """BitShift doc: shifting by the bit width or more moves every bit out (C: undefined)."""
+    _only_mlx()
+    e = _entry("BitShift")
+    if dtype not in e.types["T"]:
+        pytest.skip(f"BitShift does not claim {dtype}")
+    bits = np.dtype(np_dtype(dtype)).itemsize * 8
+    info = np.iinfo(np_dtype(dtype))
+    x = np.array([1, 3, int(info.max), int(info.max), 5, 1], dtype=np_dtype(dtype))
+    y = np.array([bits, bits + 1, bits, min(int(info.max), 255), bits - 1, 0], dtype=np_dtype(dtype))
+    case = _edge_case(e, {"T": dtype}, {"X": x, "Y": y}, Variant(direction, {"direction": direction}), f"T={dtype}:{direction}_past_width")
+    _assert_ok(case, runner.check(case))
+    assert not bit_shift(x, y, direction)[:4].any()
+
+
+# --------------------------------------------------------------------------------------------
+# Declines: nodes outside an entry run on ORT's CPU EP, with the right answer.
+
+DECLINED = [
+    ("Pow", {"T": "int32", "T1": "float"}, "an exponent type different from the base's (integer base)"),
+    ("Pow", {"T": "float", "T1": "int64"}, "an exponent type different from the base's (float base)"),
+    ("Add", {"T": "double"}, "float64 is in no dtype set"),
+    ("Sqrt", {"T": "double"}, "float64 is in no dtype set"),
+    ("Softmax", {"T": "double"}, "float64 is in no dtype set"),
+    ("Cast", {"T1": "double", "T2": "float"}, "float64 is in no dtype set"),
+]
+
+
+@pytest.mark.parametrize("op,dtypes,why", DECLINED, ids=[f"{o}:{','.join(f'{k}={v}' for k, v in d.items())}" for o, d, _ in DECLINED])
+def test_declined_node_runs_on_cpu(op, dtypes, why, runner):
+    e = _entry(op)
+    claimed = all(v in e.types.get(k, []) for k, v in dtypes.items())
+    spec = spec_for(e)
+    if claimed and (spec.combos is None or spec.combos(dtypes)):
+        pytest.skip(f"{e.key} claims {dtypes} now")
+    variant = spec.variants[0]
+    case = _finish(Case(e, spec, dict(dtypes), variant, expect_provider=CPU))
+    case.id = f"{e.key}:declined:{dtypes}"
+    if case.skip:
+        pytest.skip(case.skip)
+    _assert_ok(case, runner.check(case))
