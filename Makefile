@@ -7,7 +7,7 @@ CARGO_FLAGS := --locked --release
 LIBRARY := $(abspath target/release/libonnxruntime_mlx_ep.$(if $(filter Darwin,$(shell uname -s)),dylib,so))
 export ORT_MLX_EP_LIBRARY := $(LIBRARY)
 
-.PHONY: setup build lint test test-rust test-python demo demo-model bench-ep bench-matmul leaks docs clean
+.PHONY: setup build lint test test-rust test-python demo demo-model bench-ep bench-matmul leaks docs conformance conformance-update clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
@@ -54,6 +54,14 @@ bench-matmul: build
 
 clean:
 	cargo clean
+
+## ONNX's backend node tests through the EP, compared with tests/conformance/manifest.tsv.
+conformance: build
+	$(PYTHON) tests/conformance/run.py
+
+## Rewrite the conformance manifest and docs/CONFORMANCE.md from a fresh run.
+conformance-update: build
+	$(PYTHON) tests/conformance/run.py --update
 
 ## Regenerate docs/COVERAGE.md (and its insta snapshot) from the op table.
 docs: setup
