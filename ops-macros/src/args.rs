@@ -6,10 +6,12 @@ use syn::punctuated::Punctuated;
 use syn::{Expr, ExprLit, Ident, Lit, LitInt, LitStr, Path, Token};
 
 /// One `Name: TypeVar` entry of `inputs(...)` / `outputs(...)`; `Name...: TypeVar` marks a
-/// variadic output (inputs take their kind from the parameter's type).
+/// variadic output and `Name?: TypeVar` an optional one (inputs take their kind from the
+/// parameter's type).
 pub struct Port {
     pub name: Ident,
     pub variadic: bool,
+    pub optional: bool,
     pub type_var: Ident,
 }
 
@@ -17,10 +19,12 @@ impl Parse for Port {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let name = input.parse()?;
         let variadic = input.parse::<Option<Token![...]>>()?.is_some();
+        let optional = input.parse::<Option<Token![?]>>()?.is_some();
         input.parse::<Token![:]>()?;
         Ok(Port {
             name,
             variadic,
+            optional,
             type_var: input.parse()?,
         })
     }

@@ -19,7 +19,7 @@
 //! (optionally in an `Option`) for an input whose value the lowering needs on the host (a
 //! constant, or computed from shapes; else the value is read back from MLX, which a compiled
 //! trace cannot do, so such plans fall back to eager). `outputs(Name...: T)` declares a
-//! variadic output. Parameters marked `#[attr]`,
+//! variadic output, `outputs(Name?: T)` an optional one. Parameters marked `#[attr]`,
 //! `#[attr(default = ...)]` or `#[attr(name = "onnx_name", ...)]` read node attributes; an
 //! `Option<T>` attribute may be absent. The function returns `Result<Array>` or
 //! `Result<Vec<Array>>`.
@@ -79,6 +79,7 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
                 let (port_name, var) = (port.name.to_string(), port.type_var.to_string());
                 let kind = match kinds.get(i).copied() {
                     _ if port.variadic => quote!(Variadic),
+                    _ if port.optional => quote!(Optional),
                     Some(InputKind::Optional) => quote!(Optional),
                     Some(InputKind::Variadic) => quote!(Variadic),
                     Some(InputKind::Required) | None => quote!(Required),

@@ -937,3 +937,62 @@ def _spec_for(entry) -> OpSpec | None:
         legacy.ref = lambda xs, a: inner(xs, a, legacy=True)
         return legacy
     return spec
+
+
+# --------------------------------------------------------------------------------------------
+# Linear algebra and normalisation
+
+
+def _gemm(xs, a):
+    lhs, rhs = xs[0], xs[1]
+    if a.get("transA"):
+        lhs = lhs.T
+    if a.get("transB"):
+        rhs = rhs.T
+    y = a.get("alpha", 1.0) * (lhs @ rhs)
+    if len(xs) > 2 and xs[2] is not None:
+        y = y + a.get("beta", 1.0) * xs[2]
+    return y
+
+
+def _layer_norm(xs, a):
+    x, scale = xs[0], xs[1]
+    bias = xs[2] if len(xs) > 2 and xs[2] is not None else 0.0
+    axis = a.get("axis", -1) % x.ndim
+    axes = tuple(range(axis, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True) if x.size else np.zeros([d if i < axis else 1 for i, d in enumerate(x.shape)])
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True) if x.size else mean
+    inv = 1.0 / np.sqrt(var + a.get("epsilon", 1e-5))
+    return [(x - mean) * inv * scale + bias, mean.astype(np.float32), inv.astype(np.float32)]
+
+
+SPECS[("", "MatMul")] = OpSpec(
+    ref=lambda xs, a: np.matmul(xs[0], xs[1]),
+    scheme={
+        "basic": [[2, 3, 4], [4, 5]], "broadcast": [[2, 1, 3, 4], [3, 4, 5]], "broadcast2": [[4], [2, 4, 3]],
+        "empty": [[0, 4], [4, 3]], "transposed": [[3, 4], [4, 2]],
+        "dynamic": [[[2, 3], [3, 4]], [[5, 3], [3, 2]], [[1, 2], [2, 6]]],
+    },
+)
+SPECS[("", "Gemm")] = OpSpec(
+    ref=_gemm,
+    scheme={
+        "basic": [[3, 4], [4, 5], [5]], "broadcast": [[3, 4], [4, 5], [3, 1]], "transposed": [[3, 4], [4, 5], [3, 5]],
+        "dynamic": [[[3, 4], [4, 5], [5]], [[2, 4], [4, 6], [6]], [[1, 2], [2, 3], [3]]],
+    },
+    variants=[
+        Variant(),
+        _rep(Variant("trans_alpha_beta", {"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0}, shapes=[[4, 3], [5, 4], [5]])),
+        _rep(Variant("no_c", {"alpha": 2.0}, present=(), shapes=[[3, 4], [4, 5]], min_opset=11)),  # C optional from Gemm-11
+    ],
+)
+SPECS[("", "LayerNormalization")] = OpSpec(
+    ref=_layer_norm,
+    scheme={"basic": [[2, 3, 8], [8], [8]], "empty": [[0, 8], [8], [8]],
+            "dynamic": [[[2, 3, 8], [8], [8]], [[1, 5, 8], [8], [8]], [[4, 1, 8], [8], [8]]]},
+    variants=[
+        Variant(),
+        _rep(Variant("axis1", {"axis": 1, "epsilon": 1e-3}, shapes=[[2, 3, 4], [3, 4], [3, 4]])),
+        _rep(Variant("no_bias", {}, present=())),
+    ],
+)
