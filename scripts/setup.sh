@@ -35,14 +35,16 @@ system_packages() {
 # --- Python virtualenv ------------------------------------------------------------------------
 python_env() {
   local mlx_pkg stamp want
-  if [ "$(uname -s)" = Darwin ]; then mlx_pkg="mlx==$MLX_VERSION"; else mlx_pkg="mlx-cpu==$MLX_VERSION"; fi
+  # `mlx` is MLX's Python package (mlx.core, for the direct-MLX benchmark ceiling); on Linux
+  # its backend library comes from `mlx-cpu`, whose libmlx.so and headers the build links.
+  if [ "$(uname -s)" = Darwin ]; then mlx_pkg="mlx==$MLX_VERSION"; else mlx_pkg="mlx-cpu==$MLX_VERSION mlx==$MLX_VERSION"; fi
   want="$(cat "$ROOT/scripts/requirements.txt") $mlx_pkg"
   stamp="$ROOT/.venv/.setup-stamp"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
   log "python virtualenv .venv ($mlx_pkg)"
   [ -x "$ROOT/.venv/bin/python" ] || python3 -m venv "$ROOT/.venv"
   "$ROOT/.venv/bin/python" -m pip install -q --disable-pip-version-check \
-    -r "$ROOT/scripts/requirements.txt" "$mlx_pkg"
+    -r "$ROOT/scripts/requirements.txt" $mlx_pkg
   printf '%s' "$want" > "$stamp"
 }
 

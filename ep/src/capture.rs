@@ -157,7 +157,10 @@ impl Capture {
         inputs: Vec<Option<Array>>,
         times: &mut RunTimes,
     ) -> Result<Evaluated, String> {
+        // Zero-size inputs run eagerly: the plan replaces zero-size results by constants, which a
+        // trace made for other shapes would not do (and MLX's CUDA kernels trap on them).
         let present: Option<Vec<Array>> = inputs.iter().cloned().collect();
+        let present = present.filter(|arrays| arrays.iter().all(|a| a.size() > 0));
         let (Path::ShapeKeyed | Path::Shapeless, Some(arrays)) = (self.path, present) else {
             return plan.run(runtime, inputs, times);
         };

@@ -269,7 +269,7 @@ impl Plan {
                 .map_err(|e| node_error(&planned.node, &e.message))?;
             for (slot, result) in planned.outputs.iter().zip(results) {
                 if let Some(slot) = slot {
-                    env[*slot] = Some(result);
+                    env[*slot] = Some(without_kernel_if_empty(result)?);
                 }
             }
         }
@@ -284,6 +284,15 @@ impl Plan {
             .collect::<Result<Vec<_>, String>>()?;
         Ok((outputs, env))
     }
+}
+
+/// A zero-size result as a constant: nothing to compute, and MLX's CUDA backend traps
+/// (SIGFPE) launching some kernels over zero elements, so no kernel may ever see one.
+fn without_kernel_if_empty(array: Array) -> Result<Array, String> {
+    if array.size() > 0 {
+        return Ok(array);
+    }
+    Array::from_bytes(&[], &array.shape(), array.dtype()).map_err(|e| e.to_string())
 }
 
 /// Value names numbered in order of first appearance.

@@ -21,6 +21,11 @@ fn gather(
 ) -> Result<Array> {
     let s = cx.stream();
     let axis = normalise_axis(axis, data.ndim())?;
+    if data.shape()[axis] == 0 && indices.size() > 0 {
+        return Err(crate::OpError::new(
+            "indices into an empty axis are out of range",
+        ));
+    }
     let dim = data.shape()[axis] as f64;
     let negative = ops::less(&indices, &scalar_like(0.0, &indices, s)?, s)?;
     let wrapped = ops::where_(

@@ -11,7 +11,17 @@ fn matmul(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
     if a.ndim() == 0 || b.ndim() == 0 {
         return Err(OpError::new("MatMul operands must have rank >= 1"));
     }
-    Ok(ops::matmul(&a, &b, cx.stream())?)
+    let s = cx.stream();
+    let product = ops::matmul(&a, &b, s)?;
+    if a.shape().last() == Some(&0) && product.size() > 0 {
+        // A sum over nothing: zeros, without a kernel over zero-size operands.
+        return Ok(ops::broadcast_to(
+            &scalar_like(0.0, &product, s)?,
+            &product.shape(),
+            s,
+        )?);
+    }
+    Ok(product)
 }
 
 /// `alpha * A' · B' + beta * C`, with `A' = Aᵀ` if `transA` and `B' = Bᵀ` if `transB`; `C`

@@ -1,0 +1,243 @@
+"""Benchmark suite: whole models through ORT's CPU EP, the MLX EP (eager and compiled), and the
+same computation written directly against MLX (`mlx.core`, `mx.compile`) as the ceiling for the
+EP's overhead. Median of warm runs, all measured in this one process.
+
+Models (generated here, deterministic): an MLP and a transformer encoder layer at several
+sequence lengths; or any ONNX model given with --model (ORT CPU and MLX EP only: there is no
+direct-MLX twin of an arbitrary model).
+
+Usage: bench_models.py [--runs N] [--model PATH ...] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+import onnxruntime_ep_mlx as mlx_ep  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def weight(*shape: int) -> np.ndarray:
+    return (RNG.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
+
+
+@dataclass
+class Bench:
+    name: str
+    model: bytes
+    feeds: dict[str, np.ndarray]
+    direct: Callable[[], Callable] | None  # builds a compiled mlx.core function of the feeds
+
+
+def _model(nodes, inputs, outputs, weights: dict[str, np.ndarray], opset: int = 20) -> bytes:
+    graph = helper.make_graph(
+        nodes,
+        "bench",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10).SerializeToString()
+
+
+def mlp(batch: int = 64, width: int = 1024, hidden: int = 4096, layers: int = 2) -> Bench:
+    nodes, weights, x = [], {}, "x"
+    for i in range(layers):
+        weights |= {f"w1_{i}": weight(width, hidden), f"b1_{i}": weight(hidden), f"w2_{i}": weight(hidden, width), f"b2_{i}": weight(width)}
+        nodes += [
+            helper.make_node("MatMul", [x, f"w1_{i}"], [f"h{i}"]),
+            helper.make_node("Add", [f"h{i}", f"b1_{i}"], [f"hb{i}"]),
+            helper.make_node("Gelu", [f"hb{i}"], [f"g{i}"]),
+            helper.make_node("MatMul", [f"g{i}", f"w2_{i}"], [f"o{i}"]),
+            helper.make_node("Add", [f"o{i}", f"b2_{i}"], [f"ob{i}"]),
+            helper.make_node("Add", [f"ob{i}", x], [f"r{i}"]),
+        ]
+        x = f"r{i}"
+    nodes.append(helper.make_node("Identity", [x], ["y"]))
+    feeds = {"x": RNG.standard_normal((batch, width)).astype(np.float32)}
+
+    def direct():
+        import mlx.core as mx
+
+        w = {k: mx.array(v) for k, v in weights.items()}
+
+        def f(x):
+            for i in range(layers):
+                h = x @ w[f"w1_{i}"] + w[f"b1_{i}"]
+                h = 0.5 * h * (1 + mx.erf(h / np.sqrt(2.0)))
+                x = h @ w[f"w2_{i}"] + w[f"b2_{i}"] + x
+            return x
+
+        return mx.compile(f)
+
+    return Bench(f"MLP {layers}x({width}->{hidden}->{width}), batch {batch}", _model(nodes, [("x", ["batch", width])], ["y"], weights), feeds, direct)
+
+
+def encoder(seq: int, batch: int = 4, dim: int = 256, heads: int = 4, ffn: int = 1024) -> Bench:
+    head = dim // heads
+    w = {
+        "ln1_s": np.ones(dim, np.float32), "ln1_b": np.zeros(dim, np.float32),
+        "wq": weight(dim, dim), "wk": weight(dim, dim), "wv": weight(dim, dim), "wo": weight(dim, dim),
+        "bq": weight(dim), "bk": weight(dim), "bv": weight(dim), "bo": weight(dim),
+        "ln2_s": np.ones(dim, np.float32), "ln2_b": np.zeros(dim, np.float32),
+        "w1": weight(dim, ffn), "b1": weight(ffn), "w2": weight(ffn, dim), "b2": weight(dim),
+        "split_heads": np.array([0, 0, heads, head], np.int64), "merge_heads": np.array([0, 0, dim], np.int64),
+        "scale": np.array(1.0 / np.sqrt(head), np.float32),
+    }
+    n = helper.make_node
+    nodes = [n("LayerNormalization", ["x", "ln1_s", "ln1_b"], ["xn"])]
+    for p in "qkv":
+        nodes += [
+            n("MatMul", ["xn", f"w{p}"], [f"{p}0"]),
+            n("Add", [f"{p}0", f"b{p}"], [f"{p}1"]),
+            n("Reshape", [f"{p}1", "split_heads"], [f"{p}2"]),
+            n("Transpose", [f"{p}2"], [f"{p}3"], perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3]),
+        ]
+    nodes += [
+        n("MatMul", ["q3", "k3"], ["s0"]),
+        n("Mul", ["s0", "scale"], ["s1"]),
+        n("Softmax", ["s1"], ["p"], axis=-1),
+        n("MatMul", ["p", "v3"], ["a0"]),
+        n("Transpose", ["a0"], ["a1"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["a1", "merge_heads"], ["a2"]),
+        n("MatMul", ["a2", "wo"], ["a3"]),
+        n("Add", ["a3", "bo"], ["a4"]),
+        n("Add", ["a4", "x"], ["r1"]),
+        n("LayerNormalization", ["r1", "ln2_s", "ln2_b"], ["rn"]),
+        n("MatMul", ["rn", "w1"], ["f0"]),
+        n("Add", ["f0", "b1"], ["f1"]),
+        n("Gelu", ["f1"], ["f2"]),
+        n("MatMul", ["f2", "w2"], ["f3"]),
+        n("Add", ["f3", "b2"], ["f4"]),
+        n("Add", ["f4", "r1"], ["y"]),
+    ]
+    feeds = {"x": RNG.standard_normal((batch, seq, dim)).astype(np.float32)}
+
+    def direct():
+        import mlx.core as mx
+
+        m = {k: mx.array(v) for k, v in w.items() if v.dtype == np.float32}
+
+        def ln(x, s, b):
+            return mx.fast.layer_norm(x, s, b, 1e-5)
+
+        def f(x):
+            xn = ln(x, m["ln1_s"], m["ln1_b"])
+            q, k, v = ((xn @ m[f"w{p}"] + m[f"b{p}"]).reshape(batch, seq, heads, head).transpose(0, 2, 1, 3) for p in "qkv")
+            p = mx.softmax((q @ k.transpose(0, 1, 3, 2)) * m["scale"], axis=-1, precise=True)
+            a = (p @ v).transpose(0, 2, 1, 3).reshape(batch, seq, dim)
+            r1 = a @ m["wo"] + m["bo"] + x
+            h = ln(r1, m["ln2_s"], m["ln2_b"]) @ m["w1"] + m["b1"]
+            h = 0.5 * h * (1 + mx.erf(h / np.sqrt(2.0)))
+            return h @ m["w2"] + m["b2"] + r1
+
+        return mx.compile(f)
+
+    model = _model(nodes, [("x", ["batch", "seq", dim])], ["y"], w)
+    return Bench(f"encoder layer d{dim} h{heads}, batch {batch}, seq {seq}", model, feeds, direct)
+
+
+def median_ms(run: Callable[[], object], runs: int) -> float:
+    for _ in range(3):
+        run()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def ort_session(model: bytes, providers: list[str], **env: str) -> ort.InferenceSession:
+    for key, value in env.items():
+        os.environ[key] = value
+    try:
+        session = ort.InferenceSession(model, providers=providers)
+    finally:
+        for key in env:
+            os.environ.pop(key, None)
+    return session
+
+
+def measure(bench: Bench, runs: int) -> dict[str, float | str]:
+    feeds = bench.feeds
+    results: dict[str, float | str] = {}
+    cpu = ort_session(bench.model, ["CPUExecutionProvider"])
+    reference = cpu.run(None, feeds)[0]
+    results["ORT CPU"] = median_ms(lambda: cpu.run(None, feeds), runs)
+    for label, env in (("MLX EP eager", {"ONNXRUNTIME_EP_MLX_NO_COMPILE": "1"}), ("MLX EP compiled", {})):
+        session = ort_session(bench.model, mlx_ep.providers(), **env)
+        assert session.get_providers()[0] == mlx_ep.EP_NAME
+        # Settings are read at a plan's first run: run once with the environment in place.
+        for key, value in env.items():
+            os.environ[key] = value
+        out = session.run(None, feeds)[0]
+        for key in env:
+            os.environ.pop(key, None)
+        results[f"{label} max diff"] = float(np.abs(out - reference).max())
+        results[label] = median_ms(lambda: session.run(None, feeds), runs)
+    if bench.direct is not None:
+        import mlx.core as mx
+
+        f = bench.direct()
+
+        def direct_run():
+            # Same boundary as the EP: host inputs in, host outputs out.
+            y = f(*(mx.array(v) for v in feeds.values()))
+            return np.array(y)
+
+        results["direct MLX"] = median_ms(direct_run, runs)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--model", action="append", default=[], help="an ONNX model to add (random inputs)")
+    parser.add_argument("--quick", action="store_true", help="small shapes (CI smoke run)")
+    args = parser.parse_args()
+    mlx_ep.register_execution_provider_library()
+    if args.quick:
+        benches = [mlp(batch=8, width=128, hidden=256), encoder(seq=16, dim=64, ffn=128)]
+    else:
+        benches = [mlp(), encoder(seq=64), encoder(seq=256)]
+    for path in args.model:
+        from onnxruntime_ep_mlx.feeds import make_feeds
+
+        model = Path(path).read_bytes()
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        benches.append(Bench(Path(path).name, model, make_feeds(session.get_inputs(), {}, RNG), None))
+    import mlx.core as mx
+
+    print(f"{platform.machine()}, {os.cpu_count()} cores; ORT {ort.__version__}, MLX {mx.__version__} ({mx.default_device()}); "
+          f"median of {args.runs} warm runs, ms")
+    print("| model | ORT CPU EP | MLX EP eager | MLX EP compiled | direct MLX (compiled) | EP compiled / direct | CPU / EP compiled | max diff vs CPU |")
+    print("|---|---|---|---|---|---|---|---|")
+    for bench in benches:
+        r = measure(bench, args.runs)
+        direct = r.get("direct MLX")
+        ratio = f"{r['MLX EP compiled'] / direct:.2f}x" if isinstance(direct, float) else "—"
+        direct_s = f"{direct:.2f}" if isinstance(direct, float) else "—"
+        print(
+            f"| {bench.name} | {r['ORT CPU']:.2f} | {r['MLX EP eager']:.2f} | {r['MLX EP compiled']:.2f} | {direct_s} | {ratio} | "
+            f"{r['ORT CPU'] / r['MLX EP compiled']:.2f}x | {r['MLX EP compiled max diff']:.1e} |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
