@@ -14,6 +14,7 @@ mod arithmetic;
 mod cast;
 mod compare;
 mod contrib;
+mod conv;
 mod indexing;
 mod linalg;
 mod logic;

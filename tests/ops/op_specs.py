@@ -309,6 +309,7 @@ class Variant:
     present: tuple[str, ...] | None = None  # optional inputs present (None: all)
     n_variadic: int = 2
     n_outputs: int = 1  # instances of a variadic output
+    outputs: tuple[str, ...] | None = None  # optional outputs produced (None: all)
     constants: dict = field(default_factory=dict)  # host-known inputs by port (None: absent)
     shapes: list | None = None  # fed input shapes of the basic layout (default: the scheme's)
     min_opset: int = 0  # e.g. 11 for negative axes, which older schemas reject
@@ -330,6 +331,7 @@ class OpSpec:
     constants: dict = field(default_factory=dict)  # host-known inputs: port -> array or f(case)
     combos: Callable[[dict], bool] | None = None  # which dtype combinations the entry claims
     broadcast_since: int = 0  # first opset whose schema lets the inputs' shapes differ
+    tolerance_scale: float = 1.0  # sums over many terms: float tolerances times this
     note: str = ""
 
 
@@ -995,4 +997,64 @@ SPECS[("", "LayerNormalization")] = OpSpec(
         _rep(Variant("axis1", {"axis": 1, "epsilon": 1e-3}, shapes=[[2, 3, 4], [3, 4], [3, 4]])),
         _rep(Variant("no_bias", {}, present=())),
     ],
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Convolution and per-channel ops (channels-first, as ONNX has them)
+
+
+def _conv(xs, a):
+    x, w = xs[0], xs[1]
+    bias = xs[2] if len(xs) > 2 and xs[2] is not None else None
+    n = x.ndim - 2
+    strides, dil, group = a.get("strides", [1] * n), a.get("dilations", [1] * n), a.get("group", 1)
+    pads = a.get("pads", [0] * 2 * n)
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + n]) for i in range(n)])
+    kernel = w.shape[2:]
+    span = [(kernel[i] - 1) * dil[i] + 1 for i in range(n)]
+    win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=tuple(range(2, 2 + n)))
+    win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides) + tuple(slice(None, None, d) for d in dil)]
+    channels, out_channels = x.shape[1] // group, w.shape[0] // group
+    out_idx, k_idx = "abcdefgh"[:n], "pqrstuvw"[:n]
+    parts = [
+        np.einsum(f"nc{out_idx}{k_idx},mc{k_idx}->nm{out_idx}", win[:, g * channels:(g + 1) * channels], w[g * out_channels:(g + 1) * out_channels])
+        for g in range(group)
+    ]
+    y = np.concatenate(parts, axis=1)
+    return y if bias is None else y + bias.reshape([1, -1] + [1] * n)
+
+
+def _batch_norm(xs, a):
+    x, scale, bias, mean, var = xs
+    shape = [1, -1] + [1] * (x.ndim - 2)
+    r = lambda p: p.reshape(shape)  # noqa: E731
+    return (x - r(mean)) / np.sqrt(r(var) + a.get("epsilon", 1e-5)) * r(scale) + r(bias)
+
+
+SPECS[("", "Conv")] = OpSpec(
+    ref=_conv,
+    tolerance_scale=10.0,  # each output sums 27-54 products: float32 rounding grows with them
+    scheme={"basic": [[2, 3, 6, 6], [4, 3, 3, 3], [4]],
+            "dynamic": [[[2, 3, 6, 6], [4, 3, 3, 3], [4]], [[1, 3, 5, 7], [4, 3, 3, 3], [4]], [[3, 3, 4, 4], [4, 3, 3, 3], [4]]]},
+    variants=[
+        Variant(),
+        _rep(Variant("strided", {"strides": [2, 1], "pads": [1, 0, 1, 2], "dilations": [1, 2]}, shapes=[[1, 3, 9, 10], [4, 3, 3, 3], [4]])),
+        _rep(Variant("groups", {"group": 3}, shapes=[[1, 6, 5, 5], [6, 2, 3, 3], [6]])),
+        _rep(Variant("conv1d_no_bias", {"pads": [1, 1]}, present=(), shapes=[[2, 3, 8], [5, 3, 3]])),
+    ],
+)
+SPECS[("", "BatchNormalization")] = OpSpec(
+    ref=_batch_norm,
+    domains={"input_var": "positive"},
+    scheme={"basic": [[2, 3, 4, 5], [3], [3], [3], [3]], "empty": [[0, 3, 2], [3], [3], [3], [3]],
+            "dynamic": [[[2, 3, 4, 5], [3], [3], [3], [3]], [[1, 3, 2, 2], [3], [3], [3], [3]], [[4, 3, 1, 1], [3], [3], [3], [3]]]},
+    variants=[Variant(outputs=()), _rep(Variant("epsilon", {"epsilon": 1e-2}, outputs=()))],
+)
+_GLOBAL_POOL_SCHEME = {"basic": [[2, 3, 4, 5]], "dynamic": [[[2, 3, 4, 5]], [[1, 2, 3, 1]], [[1, 4, 2, 6]]]}
+SPECS[("", "GlobalAveragePool")] = OpSpec(
+    ref=lambda xs, a: xs[0].mean(axis=tuple(range(2, xs[0].ndim)), keepdims=True), scheme=_GLOBAL_POOL_SCHEME
+)
+SPECS[("", "GlobalMaxPool")] = OpSpec(
+    ref=lambda xs, a: xs[0].max(axis=tuple(range(2, xs[0].ndim)), keepdims=True), exact=True, scheme=_GLOBAL_POOL_SCHEME
 )

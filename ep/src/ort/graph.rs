@@ -50,6 +50,9 @@ impl NodeView for GraphNode {
     fn input_type(&self, index: usize) -> Option<ElemType> {
         self.inputs.get(index)?.as_ref()?.elem
     }
+    fn input_rank(&self, index: usize) -> Option<usize> {
+        Some(self.inputs.get(index)?.as_ref()?.shape.as_ref()?.len())
+    }
     fn input_present(&self, index: usize) -> bool {
         self.inputs.get(index).is_some_and(Option::is_some)
     }

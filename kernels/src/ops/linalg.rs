@@ -21,3 +21,42 @@ pub fn addmm(
         unsafe { crate::sys::mlx_addmm(out, c.raw(), a.raw(), b.raw(), alpha, beta, stream.raw()) }
     })
 }
+
+/// N-d cross-correlation, channels last: `input [N, spatial.., C_in]`, `weight [C_out,
+/// kernel.., C_in / groups]`; per spatial axis: stride, padding before/after, dilation.
+#[allow(clippy::too_many_arguments)] // MLX's own parameter list
+pub fn conv(
+    input: &crate::Array,
+    weight: &crate::Array,
+    stride: &[i32],
+    padding_lo: &[i32],
+    padding_hi: &[i32],
+    dilation: &[i32],
+    groups: i32,
+    stream: &crate::Stream,
+) -> crate::Result<crate::Array> {
+    let input_dilation = vec![1; stride.len()];
+    crate::Array::from_op(|out| {
+        // SAFETY: every slice outlives the call; MLX validates their lengths and the shapes.
+        unsafe {
+            crate::sys::mlx_conv_general(
+                out,
+                input.raw(),
+                weight.raw(),
+                stride.as_ptr(),
+                stride.len(),
+                padding_lo.as_ptr(),
+                padding_lo.len(),
+                padding_hi.as_ptr(),
+                padding_hi.len(),
+                dilation.as_ptr(),
+                dilation.len(),
+                input_dilation.as_ptr(),
+                input_dilation.len(),
+                groups,
+                false,
+                stream.raw(),
+            )
+        }
+    })
+}

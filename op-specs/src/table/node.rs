@@ -47,6 +47,10 @@ pub trait NodeView {
     fn input_present(&self, index: usize) -> bool {
         self.input_type(index).is_some()
     }
+    /// The rank of input `index` when the graph declares it.
+    fn input_rank(&self, _index: usize) -> Option<usize> {
+        None
+    }
     fn output_count(&self) -> usize;
     /// The element type of output `index`; `None` when the slot is absent or not a known tensor.
     fn output_type(&self, index: usize) -> Option<ElemType>;
