@@ -2,8 +2,8 @@
 same computation written directly against MLX (`mlx.core`, `mx.compile`) as the ceiling for the
 EP's overhead. Median of warm runs, all measured in this one process.
 
-Models (generated here, deterministic): an MLP and a transformer encoder layer at several
-sequence lengths; or any ONNX model given with --model (ORT CPU and MLX EP only: there is no
+Models (generated here, deterministic): an MLP, a transformer encoder layer at several sequence
+lengths and a small CNN (strided convolutions, batch norm, global pooling); or any ONNX model given with --model (ORT CPU and MLX EP only: there is no
 direct-MLX twin of an arbitrary model).
 
 Usage: bench_models.py [--runs N] [--model PATH ...] [--markdown]
@@ -151,6 +151,44 @@ def encoder(seq: int, batch: int = 4, dim: int = 256, heads: int = 4, ffn: int =
     return Bench(f"encoder layer d{dim} h{heads}, batch {batch}, seq {seq}", model, feeds, direct)
 
 
+def cnn(batch: int = 8, size: int = 64, widths: tuple[int, ...] = (32, 64, 128), classes: int = 10) -> Bench:
+    n = helper.make_node
+    nodes, w, x, channels = [], {}, "x", 3
+    for i, width in enumerate(widths):
+        w |= {
+            f"k{i}": (weight(width, channels, 3, 3) * np.sqrt(channels / 9)).astype(np.float32), f"kb{i}": weight(width),
+            f"s{i}": np.ones(width, np.float32), f"b{i}": weight(width),
+            f"m{i}": weight(width), f"v{i}": np.abs(weight(width)) + 1,
+        }
+        nodes += [
+            n("Conv", [x, f"k{i}", f"kb{i}"], [f"c{i}"], strides=[2, 2], pads=[1, 1, 1, 1]),
+            n("BatchNormalization", [f"c{i}", f"s{i}", f"b{i}", f"m{i}", f"v{i}"], [f"n{i}"]),
+            n("Relu", [f"n{i}"], [f"r{i}"]),
+        ]
+        x, channels = f"r{i}", width
+    w |= {"fc": weight(channels, classes), "fcb": weight(classes)}
+    nodes += [n("GlobalAveragePool", [x], ["pool"]), n("Flatten", ["pool"], ["flat"]), n("Gemm", ["flat", "fc", "fcb"], ["y"])]
+    feeds = {"x": RNG.standard_normal((batch, 3, size, size)).astype(np.float32)}
+
+    def direct():
+        import mlx.core as mx
+
+        m = {k: mx.array(v) for k, v in w.items()}
+
+        def f(x):
+            h = x.transpose(0, 2, 3, 1)
+            for i in range(len(widths)):
+                h = mx.conv2d(h, m[f"k{i}"].transpose(0, 2, 3, 1), stride=2, padding=1) + m[f"kb{i}"]
+                h = (h - m[f"m{i}"]) * mx.rsqrt(m[f"v{i}"] + 1e-5) * m[f"s{i}"] + m[f"b{i}"]
+                h = mx.maximum(h, 0)
+            return h.mean(axis=(1, 2)) @ m["fc"] + m["fcb"]
+
+        return mx.compile(f)
+
+    model = _model(nodes, [("x", ["batch", 3, size, size])], ["y"], w, opset=17)
+    return Bench(f"CNN 3 strided convs {widths}, {size}x{size}, batch {batch}", model, feeds, direct)
+
+
 def median_ms(run: Callable[[], object], runs: int) -> float:
     for _ in range(3):
         run()
@@ -212,9 +250,9 @@ def main() -> None:
     args = parser.parse_args()
     mlx_ep.register_execution_provider_library()
     if args.quick:
-        benches = [mlp(batch=8, width=128, hidden=256), encoder(seq=16, dim=64, ffn=128)]
+        benches = [mlp(batch=8, width=128, hidden=256), encoder(seq=16, dim=64, ffn=128), cnn(batch=2, size=16, widths=(8, 16))]
     else:
-        benches = [mlp(), encoder(seq=64), encoder(seq=256)]
+        benches = [mlp(), encoder(seq=64), encoder(seq=256), cnn()]
     for path in args.model:
         from onnxruntime_ep_mlx.feeds import make_feeds
 
