@@ -15,6 +15,7 @@ mod cast;
 mod compare;
 mod contrib;
 mod conv;
+mod generate;
 mod indexing;
 mod linalg;
 mod logic;

@@ -1058,3 +1058,67 @@ SPECS[("", "GlobalAveragePool")] = OpSpec(
 SPECS[("", "GlobalMaxPool")] = OpSpec(
     ref=lambda xs, a: xs[0].max(axis=tuple(range(2, xs[0].ndim)), keepdims=True), exact=True, scheme=_GLOBAL_POOL_SCHEME
 )
+
+
+# --------------------------------------------------------------------------------------------
+# Generated tensors and structural ops
+
+
+def _fixed(value):
+    """A domain that always gives ``value`` (as the port's dtype)."""
+    return lambda dtype, shape, rng, dtypes: np.full(shape, value).astype(np_dtype(dtype))
+
+
+def _range(xs, a):
+    start, limit, delta = (v.item() for v in xs)
+    n = max(int(math.ceil((limit - start) / delta)), 0)
+    out, value = [], start
+    for _ in range(n):
+        out.append(value)
+        value = type(start)(value + delta)
+    return np.array(out, dtype=xs[0].dtype)
+
+
+def _cumsum(xs, a):
+    x, axis = xs[0], int(np.asarray(xs[1]).item()) % xs[0].ndim
+    if a.get("reverse"):
+        x = np.flip(x, axis)
+    y = np.cumsum(x, axis=axis, dtype=x.dtype)
+    if a.get("exclusive"):
+        y = np.concatenate([np.zeros_like(np.take(y, [0], axis=axis)), np.take(y, range(x.shape[axis] - 1), axis=axis)], axis=axis)
+    return np.flip(y, axis) if a.get("reverse") else y
+
+
+SPECS[("", "ConstantOfShape")] = OpSpec(
+    ref=lambda xs, a: np.zeros([int(v) for v in xs[0]], np.float32), exact=True,
+    combos=lambda d: d["T"] == "float",  # without a value attribute the fill is float32 zero
+    scheme={"basic": [[2]]}, constants={"input": _i64(2, 3)},
+)
+SPECS[("", "Range")] = OpSpec(
+    ref=_range, exact=True, scheme={"basic": [[], [], []]},
+    domains={"start": _fixed(2), "limit": _fixed(11), "delta": _fixed(3)},
+    variants=[Variant(), _rep(Variant("backwards", domains={"start": _fixed(10), "limit": _fixed(-3), "delta": _fixed(-4)})),
+              _rep(Variant("empty", domains={"start": _fixed(5), "limit": _fixed(1), "delta": _fixed(2)}))],
+)
+SPECS[("", "Tile")] = OpSpec(
+    ref=lambda xs, a: np.tile(xs[0], [int(v) for v in xs[1]]), exact=True,
+    scheme={"basic": [[2, 3, 4]], "empty": [[0, 3]], "transposed": [[3, 4]],
+            "dynamic": [[[2, 3, 4]], [[1, 5, 2]], [[4, 1, 3]]]},
+    constants={"repeats": _by_layout(default=_i64(2, 1, 3), empty=_i64(2, 2), transposed=_i64(1, 2))},
+)
+SPECS[("", "Trilu")] = OpSpec(
+    ref=lambda xs, a: (np.triu if a.get("upper", 1) else np.tril)(xs[0], int(xs[1]) if len(xs) > 1 and xs[1] is not None else 0),
+    exact=True,
+    scheme={"basic": [[2, 3, 4]], "empty": [[0, 3]], "transposed": [[3, 4]],
+            "dynamic": [[[2, 3, 4]], [[1, 5, 2]], [[4, 1, 3]]]},
+    constants={"k": np.array(-1, np.int64)},
+    variants=[Variant(), _rep(Variant("lower", {"upper": 0})), _rep(Variant("no_k", constants={"k": None}))],
+)
+SPECS[("", "CumSum")] = OpSpec(
+    ref=_cumsum,
+    scheme={"basic": [[2, 3, 4]], "empty": [[0, 3]], "transposed": [[3, 4]],
+            "dynamic": [[[2, 3, 4]], [[1, 5, 2]], [[4, 1, 3]]]},
+    constants={"axis": np.array(1, np.int64)},
+    variants=[Variant(), _rep(Variant("exclusive_reverse", {"exclusive": 1, "reverse": 1})),
+              _rep(Variant("negative_axis", constants={"axis": np.array(-1, np.int64)}))],
+)

@@ -68,3 +68,21 @@ pub fn argmin(a: &Array, axis: i32, keepdims: bool, stream: &Stream) -> Result<A
         unsafe { sys::mlx_argmin_axis(out, a.raw(), axis, keepdims, stream.raw()) }
     })
 }
+
+/// Running sum along `axis`; `inclusive = false` shifts it by one (exclusive scan).
+pub fn cumsum(
+    a: &Array,
+    axis: i32,
+    reverse: bool,
+    inclusive: bool,
+    stream: &Stream,
+) -> Result<Array> {
+    let same = sys::mlx_optional_dtype {
+        value: a.dtype().to_sys(),
+        has_value: false,
+    };
+    Array::from_op(|out| {
+        // SAFETY: all handles are live; MLX validates the axis.
+        unsafe { sys::mlx_cumsum_axis(out, a.raw(), axis, reverse, inclusive, same, stream.raw()) }
+    })
+}

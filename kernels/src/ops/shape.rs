@@ -170,3 +170,25 @@ pub fn flip(a: &Array, axes: &[i32], stream: &Stream) -> Result<Array> {
         unsafe { sys::mlx_flip_axes(out, a.raw(), axes.as_ptr(), axes.len(), stream.raw()) }
     })
 }
+
+/// `a` repeated `reps[i]` times along each axis.
+pub fn tile(a: &Array, reps: &[i32], stream: &Stream) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: `reps` outlives the call; MLX validates it.
+        unsafe { sys::mlx_tile(out, a.raw(), reps.as_ptr(), reps.len(), stream.raw()) }
+    })
+}
+
+/// Lower (`upper = false`) or upper triangle of the last two axes, from diagonal `k`.
+pub fn triangle(a: &Array, k: i32, upper: bool, stream: &Stream) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: all handles are live.
+        unsafe {
+            if upper {
+                sys::mlx_triu(out, a.raw(), k, stream.raw())
+            } else {
+                sys::mlx_tril(out, a.raw(), k, stream.raw())
+            }
+        }
+    })
+}

@@ -214,6 +214,8 @@ pub mod sets {
     pub const I64: DtypeSet = DtypeSet::of(&[E::Int64]);
     pub const INT: DtypeSet = DtypeSet::of(&[E::Int8, E::Int16, E::Int32, E::Int64]);
     pub const U8: DtypeSet = DtypeSet::of(&[E::Uint8]);
+    pub const U32: DtypeSet = DtypeSet::of(&[E::Uint32]);
+    pub const U64: DtypeSet = DtypeSet::of(&[E::Uint64]);
     pub const UINT: DtypeSet = DtypeSet::of(&[E::Uint8, E::Uint16, E::Uint32, E::Uint64]);
     pub const BOOL: DtypeSet = DtypeSet::of(&[E::Bool]);
     pub const SIGNED: DtypeSet = FLOAT.union(INT);

@@ -1,0 +1,132 @@
+//! Tensors made from shapes and scalars: ConstantOfShape, Range; and the structural ops Tile,
+//! Trilu and CumSum.
+
+use mlx_kernels::{ops, Array, Dtype};
+
+use crate::shape::normalise_axis;
+use crate::table::consts::scalar;
+use crate::{onnx_op, Lower, OpError, Result};
+
+/// A tensor of the given shape filled with `value` (default: float32 zero). The value
+/// attribute is a one-element tensor, which the table cannot read; such nodes are declined.
+#[onnx_op(
+    op = "ConstantOfShape", since = 9, types(I = I64, T = NUMERIC | BOOL), inputs(input: I), outputs(output: T),
+    shape = ShapeKeyed, declines = "a `value` attribute (tensor attributes are not read yet)"
+)]
+fn constant_of_shape(cx: &mut Lower, #[host] shape: Vec<i64>) -> Result<Array> {
+    let s = cx.stream();
+    let dtype = cx.output_dtype(0)?;
+    if shape.iter().any(|&d| d < 0) {
+        return Err(OpError::new(format!("negative dimension in {shape:?}")));
+    }
+    // Without a `value` attribute (tensor attributes are declined) the fill is zero.
+    Ok(ops::broadcast_to(&scalar(0.0, dtype, s)?, &shape, s)?)
+}
+
+/// `start, start + delta, ...` below `limit` (above, for a negative delta). Computed on the
+/// host, accumulating in the element type as ORT's CPU EP does (`value += delta`).
+#[onnx_op(
+    op = "Range", since = 11, types(T = F32 | I16 | I32 | I64), inputs(start: T, limit: T, delta: T), outputs(output: T),
+    shape = Eager
+)]
+fn range(cx: &mut Lower, start: Array, limit: Array, delta: Array) -> Result<Array> {
+    let s = cx.stream();
+    let dtype = start.dtype();
+    if dtype == Dtype::F32 {
+        let read = |a: &Array| -> Result<f32> { first(a.to_vec::<f32>(s)?) };
+        let (from, to, step) = (read(&start)?, read(&limit)?, read(&delta)?);
+        let count = element_count(f64::from(to - from) / f64::from(step), step == 0.0)?;
+        let values: Vec<f32> = std::iter::successors(Some(from), |v| Some(v + step))
+            .take(count)
+            .collect();
+        return Ok(Array::from_slice(&values, &[count as i64])?);
+    }
+    let read =
+        |a: &Array| -> Result<i64> { first(ops::astype(a, Dtype::I64, s)?.to_vec::<i64>(s)?) };
+    let (from, to, step) = (read(&start)?, read(&limit)?, read(&delta)?);
+    let count = element_count((to - from) as f64 / step as f64, step == 0)?;
+    let values: Vec<i64> = (0..count as i64)
+        .map(|i| from.wrapping_add(i.wrapping_mul(step)))
+        .collect();
+    Ok(ops::astype(
+        &Array::from_slice(&values, &[count as i64])?,
+        dtype,
+        s,
+    )?)
+}
+
+fn first<T: Copy>(values: Vec<T>) -> Result<T> {
+    values
+        .first()
+        .copied()
+        .ok_or_else(|| OpError::new("Range bounds must be scalars"))
+}
+
+/// ONNX's `max(ceil((limit - start) / delta), 0)`, bounded so a bad input cannot ask for an
+/// absurd allocation.
+fn element_count(span: f64, zero_step: bool) -> Result<usize> {
+    if zero_step {
+        return Err(OpError::new("Range delta is 0"));
+    }
+    let count = span.ceil().max(0.0);
+    if !count.is_finite() || count > i32::MAX as f64 {
+        return Err(OpError::new(format!("Range would have {count} elements")));
+    }
+    Ok(count as usize)
+}
+
+/// The input repeated `repeats[i]` times along axis `i`.
+#[onnx_op(
+    op = "Tile", since = 6, types(T = ANY, I = I64), inputs(input: T, repeats: I), outputs(output: T), shape = ShapeKeyed
+)]
+fn tile(cx: &mut Lower, x: Array, #[host] repeats: Vec<i64>) -> Result<Array> {
+    if repeats.len() != x.ndim() || repeats.iter().any(|&r| r < 0) {
+        return Err(OpError::new(format!(
+            "repeats {repeats:?} do not fit rank {}",
+            x.ndim()
+        )));
+    }
+    let reps: Vec<i32> = repeats.iter().map(|&r| r as i32).collect();
+    Ok(ops::tile(&x, &reps, cx.stream())?)
+}
+
+/// The upper (`upper = 1`, default) or lower triangle of the last two axes, from diagonal `k`.
+#[onnx_op(
+    op = "Trilu", since = 14, types(T = ANY, I = I64), inputs(input: T, k: I), outputs(output: T), shape = ShapeKeyed
+)]
+fn trilu(
+    cx: &mut Lower,
+    x: Array,
+    #[host] k: Option<i64>,
+    #[attr(default = 1)] upper: i64,
+) -> Result<Array> {
+    if x.ndim() < 2 {
+        return Err(OpError::new("Trilu needs at least two axes"));
+    }
+    let k = k
+        .unwrap_or(0)
+        .clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+    Ok(ops::triangle(&x, k, upper != 0, cx.stream())?)
+}
+
+/// Running sum along `axis` (an input), exclusive and/or reversed on request.
+#[onnx_op(
+    op = "CumSum", since = 11, types(T = F32 | F16 | BF16 | I32 | I64 | U32 | U64, I = I32 | I64),
+    inputs(x: T, axis: I), outputs(y: T), shape = ShapeKeyed
+)]
+fn cumsum(
+    cx: &mut Lower,
+    x: Array,
+    #[host] axis: i64,
+    #[attr(default = 0)] exclusive: i64,
+    #[attr(default = 0)] reverse: i64,
+) -> Result<Array> {
+    let axis = normalise_axis(axis, x.ndim())?;
+    Ok(ops::cumsum(
+        &x,
+        axis as i32,
+        reverse != 0,
+        exclusive == 0,
+        cx.stream(),
+    )?)
+}
