@@ -17,6 +17,7 @@ mod contrib;
 mod conv;
 mod generate;
 mod indexing;
+mod layout;
 mod linalg;
 mod logic;
 mod math;

@@ -192,3 +192,52 @@ pub fn triangle(a: &Array, k: i32, upper: bool, stream: &Stream) -> Result<Array
         }
     })
 }
+
+/// Elements of `a` at `indices` along `axis`, position by position (indices shaped like `a`
+/// except along `axis`; they must be in range, MLX does not check).
+pub fn take_along_axis(a: &Array, indices: &Array, axis: i32, stream: &Stream) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: all handles are live.
+        unsafe { sys::mlx_take_along_axis(out, a.raw(), indices.raw(), axis, stream.raw()) }
+    })
+}
+
+/// Pads `axes` by `low`/`high` elements: with `value` (mode "constant") or the edge values
+/// (mode "edge").
+pub fn pad(
+    a: &Array,
+    axes: &[i32],
+    low: &[i32],
+    high: &[i32],
+    value: &Array,
+    edge: bool,
+    stream: &Stream,
+) -> Result<Array> {
+    let mode = std::ffi::CString::new(if edge { "edge" } else { "constant" }).expect("no NUL");
+    Array::from_op(|out| {
+        // SAFETY: the slices and `mode` outlive the call; MLX validates their lengths.
+        unsafe {
+            sys::mlx_pad(
+                out,
+                a.raw(),
+                axes.as_ptr(),
+                axes.len(),
+                low.as_ptr(),
+                low.len(),
+                high.as_ptr(),
+                high.len(),
+                value.raw(),
+                mode.as_ptr(),
+                stream.raw(),
+            )
+        }
+    })
+}
+
+/// A 2-D array with ones on diagonal `k` and zeros elsewhere.
+pub fn eye(rows: i32, cols: i32, k: i32, dtype: crate::Dtype, stream: &Stream) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: plain values and a live stream.
+        unsafe { sys::mlx_eye(out, rows, cols, k, dtype.to_sys(), stream.raw()) }
+    })
+}

@@ -1,0 +1,309 @@
+//! Rearranging and padding: Pad (constant, edge, reflect, wrap; negative pads crop),
+//! DepthToSpace, SpaceToDepth, EyeLike, GatherElements.
+
+use mlx_kernels::{ops, Array, Stream};
+
+use crate::shape::normalise_axis;
+use crate::table::consts::scalar_like;
+use crate::{onnx_op, Lower, OpError, Result};
+
+/// `x[from..to]` along `axis`.
+fn take_range(x: &Array, axis: usize, from: i64, to: i64, s: &Stream) -> Result<Array> {
+    let dims = x.shape();
+    let mut start = vec![0i32; dims.len()];
+    let mut stop: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
+    start[axis] = from as i32;
+    stop[axis] = to as i32;
+    Ok(ops::slice(x, &start, &stop, &vec![1; dims.len()], s)?)
+}
+
+/// Pads one axis by `lo`/`hi` (negative: crops) in `mode`.
+fn pad_axis(
+    x: Array,
+    axis: usize,
+    lo: i64,
+    hi: i64,
+    mode: &str,
+    value: &Array,
+    s: &Stream,
+) -> Result<Array> {
+    let dim = x.shape()[axis];
+    // Negative pads remove elements first.
+    let (from, to) = (lo.min(0).abs(), dim - hi.min(0).abs());
+    if from > to {
+        return Err(OpError::new(format!(
+            "pads crop more than axis {axis} holds"
+        )));
+    }
+    let x = if from > 0 || to < dim {
+        take_range(&x, axis, from, to, s)?
+    } else {
+        x
+    };
+    let (lo, hi, dim) = (lo.max(0), hi.max(0), to - from);
+    if lo == 0 && hi == 0 {
+        return Ok(x);
+    }
+    let ax = [axis as i32];
+    match mode {
+        "constant" => Ok(ops::pad(
+            &x,
+            &ax,
+            &[lo as i32],
+            &[hi as i32],
+            value,
+            false,
+            s,
+        )?),
+        _ if dim == 0 => Err(OpError::new(format!("{mode} padding of an empty axis"))),
+        "edge" => Ok(ops::pad(
+            &x,
+            &ax,
+            &[lo as i32],
+            &[hi as i32],
+            value,
+            true,
+            s,
+        )?),
+        "reflect" => {
+            if lo >= dim || hi >= dim {
+                return Err(OpError::new(format!(
+                    "reflect pads ({lo}, {hi}) must be smaller than the axis ({dim})"
+                )));
+            }
+            let before = ops::flip(&take_range(&x, axis, 1, lo + 1, s)?, &ax, s)?;
+            let after = ops::flip(&take_range(&x, axis, dim - 1 - hi, dim - 1, s)?, &ax, s)?;
+            Ok(ops::concatenate(&[before, x, after], axis as i32, s)?)
+        }
+        "wrap" => {
+            if lo > dim || hi > dim {
+                return Err(OpError::new(format!(
+                    "wrap pads ({lo}, {hi}) exceed the axis ({dim})"
+                )));
+            }
+            let before = take_range(&x, axis, dim - lo, dim, s)?;
+            let after = take_range(&x, axis, 0, hi, s)?;
+            Ok(ops::concatenate(&[before, x, after], axis as i32, s)?)
+        }
+        other => Err(OpError::new(format!(
+            "pad mode {other:?} is not an ONNX mode"
+        ))),
+    }
+}
+
+fn pad_with(
+    cx: &Lower,
+    x: &Array,
+    pads: &[i64],
+    value: Option<Array>,
+    axes: Option<Vec<i64>>,
+    mode: &str,
+) -> Result<Array> {
+    let s = cx.stream();
+    let axes: Vec<usize> = match axes {
+        Some(a) => a
+            .iter()
+            .map(|&a| normalise_axis(a, x.ndim()))
+            .collect::<Result<_>>()?,
+        None => (0..x.ndim()).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return Err(OpError::new(format!(
+            "{} pads for {} axes",
+            pads.len(),
+            axes.len()
+        )));
+    }
+    let value = match value {
+        Some(v) => ops::astype(&v, x.dtype(), s)?,
+        None => scalar_like(0.0, x, s)?,
+    };
+    let n = axes.len();
+    axes.iter()
+        .enumerate()
+        .try_fold(x.clone(), |acc, (i, &axis)| {
+            pad_axis(acc, axis, pads[i], pads[i + n], mode, &value, s)
+        })
+}
+
+fn pad_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    match node.attribute("mode") {
+        None => crate::Verdict::Claim,
+        Some(crate::AttrValue::String(m))
+            if ["constant", "edge", "reflect", "wrap"].contains(&m.as_str()) =>
+        {
+            crate::Verdict::Claim
+        }
+        Some(other) => crate::Verdict::decline(format!("pad mode {other:?}")),
+    }
+}
+
+/// Pads every axis by `pads` (begins then ends; attributes), with `value`, edge copies or a
+/// reflection.
+#[onnx_op(
+    op = "Pad", opset = 2..=10, types(T = NUMERIC), inputs(data: T), outputs(output: T), shape = ShapeKeyed,
+    claim = pad_claim, declines = "modes other than constant, edge, reflect, wrap"
+)]
+fn pad_legacy(
+    cx: &mut Lower,
+    x: Array,
+    #[attr] pads: Vec<i64>,
+    #[attr(default = 0.0)] value: f32,
+    #[attr(default = "constant")] mode: String,
+) -> Result<Array> {
+    let fill = scalar_like(value.into(), &x, cx.stream())?;
+    pad_with(cx, &x, &pads, Some(fill), None, &mode)
+}
+
+/// Pads every axis by `pads` (begins then ends), with `constant_value` (default 0), edge copies
+/// or a reflection; negative pads crop.
+#[onnx_op(
+    op = "Pad", opset = 11..=17, types(T = NUMERIC, I = I64), inputs(data: T, pads: I, constant_value: T), outputs(output: T),
+    shape = ShapeKeyed, claim = pad_claim, declines = "modes other than constant, edge, reflect, wrap"
+)]
+fn pad_11(
+    cx: &mut Lower,
+    x: Array,
+    #[host] pads: Vec<i64>,
+    value: Option<Array>,
+    #[attr(default = "constant")] mode: String,
+) -> Result<Array> {
+    pad_with(cx, &x, &pads, value, None, &mode)
+}
+
+/// Pads `axes` (default: all) by `pads` (begins then ends), with `constant_value`, edge copies,
+/// a reflection or a wrap-around; negative pads crop.
+#[onnx_op(
+    op = "Pad", since = 18, types(T = ANY, I = I64, A = I32 | I64),
+    inputs(data: T, pads: I, constant_value: T, axes: A), outputs(output: T),
+    shape = ShapeKeyed, claim = pad_claim, declines = "modes other than constant, edge, reflect, wrap"
+)]
+fn pad(
+    cx: &mut Lower,
+    x: Array,
+    #[host] pads: Vec<i64>,
+    value: Option<Array>,
+    #[host] axes: Option<Vec<i64>>,
+    #[attr(default = "constant")] mode: String,
+) -> Result<Array> {
+    pad_with(cx, &x, &pads, value, axes, &mode)
+}
+
+fn blocks(x: &Array, blocksize: i64) -> Result<(i64, i64, i64, i64, i64)> {
+    let dims = x.shape();
+    if dims.len() != 4 || blocksize <= 0 {
+        return Err(OpError::new(
+            "expects [N, C, H, W] and a positive blocksize",
+        ));
+    }
+    Ok((dims[0], dims[1], dims[2], dims[3], blocksize))
+}
+
+/// Moves depth into blocks of space: `[N, C, H, W]` → `[N, C/b², H·b, W·b]` (DCR or CRD order).
+#[onnx_op(
+    op = "DepthToSpace", since = 1, types(T = ANY), inputs(input: T), outputs(output: T), shape = ShapeKeyed,
+    claim = depth_to_space_claim, declines = "modes other than DCR and CRD"
+)]
+fn depth_to_space(
+    cx: &mut Lower,
+    x: Array,
+    #[attr] blocksize: i64,
+    #[attr(default = "DCR")] mode: String,
+) -> Result<Array> {
+    let s = cx.stream();
+    let (n, c, h, w, b) = blocks(&x, blocksize)?;
+    if c % (b * b) != 0 {
+        return Err(OpError::new(format!(
+            "{c} channels do not split into {b}x{b} blocks"
+        )));
+    }
+    let depth = c / (b * b);
+    let (split, perm): (Vec<i64>, [i32; 6]) = if mode == "CRD" {
+        (vec![n, depth, b, b, h, w], [0, 1, 4, 2, 5, 3])
+    } else {
+        (vec![n, b, b, depth, h, w], [0, 3, 4, 1, 5, 2])
+    };
+    let moved = ops::transpose(&ops::reshape(&x, &split, s)?, &perm, s)?;
+    Ok(ops::reshape(&moved, &[n, depth, h * b, w * b], s)?)
+}
+
+fn depth_to_space_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    match node.attribute("mode") {
+        None => crate::Verdict::Claim,
+        Some(crate::AttrValue::String(m)) if m == "DCR" || m == "CRD" => crate::Verdict::Claim,
+        Some(other) => crate::Verdict::decline(format!("mode {other:?}")),
+    }
+}
+
+/// Moves blocks of space into depth: `[N, C, H, W]` → `[N, C·b², H/b, W/b]`.
+#[onnx_op(op = "SpaceToDepth", since = 1, types(T = ANY), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
+fn space_to_depth(cx: &mut Lower, x: Array, #[attr] blocksize: i64) -> Result<Array> {
+    let s = cx.stream();
+    let (n, c, h, w, b) = blocks(&x, blocksize)?;
+    if h % b != 0 || w % b != 0 {
+        return Err(OpError::new(format!(
+            "{h}x{w} does not split into {b}x{b} blocks"
+        )));
+    }
+    let split = ops::reshape(&x, &[n, c, h / b, b, w / b, b], s)?;
+    let moved = ops::transpose(&split, &[0, 3, 5, 1, 2, 4], s)?;
+    Ok(ops::reshape(&moved, &[n, c * b * b, h / b, w / b], s)?)
+}
+
+/// Ones on diagonal `k` of a matrix shaped like the input, zeros elsewhere; the element type
+/// is `dtype` (default: the input's).
+#[onnx_op(op = "EyeLike", since = 9, types(T1 = ANY, T2 = ANY), inputs(input: T1), outputs(output: T2), shape = ShapeKeyed)]
+fn eye_like(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(name = "dtype")] _dtype: Option<i64>,
+    #[attr(default = 0)] k: i64,
+) -> Result<Array> {
+    let dims = x.shape();
+    if dims.len() != 2 {
+        return Err(OpError::new("EyeLike needs a matrix"));
+    }
+    let k = k.clamp(-dims[0].max(1), dims[1].max(1)) as i32;
+    Ok(ops::eye(
+        dims[0] as i32,
+        dims[1] as i32,
+        k,
+        cx.output_dtype(0)?,
+        cx.stream(),
+    )?)
+}
+
+/// `data` picked element by element along `axis` by `indices` (negative ones count from the
+/// end). Out-of-range indices are an error in ONNX (ORT raises it); MLX does not check, so
+/// they are clamped here rather than read out of bounds.
+#[onnx_op(
+    op = "GatherElements", since = 11, types(T = ANY, Tind = I32 | I64), inputs(data: T, indices: Tind), outputs(output: T),
+    shape = ShapeKeyed
+)]
+fn gather_elements(
+    cx: &mut Lower,
+    data: Array,
+    indices: Array,
+    #[attr(default = 0)] axis: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    let axis = normalise_axis(axis, data.ndim())?;
+    if indices.ndim() != data.ndim() {
+        return Err(OpError::new("indices must have the rank of data"));
+    }
+    let dim = data.shape()[axis];
+    if dim == 0 && indices.size() > 0 {
+        return Err(OpError::new("indices into an empty axis are out of range"));
+    }
+    let dim = dim as f64;
+    let negative = ops::less(&indices, &scalar_like(0.0, &indices, s)?, s)?;
+    let wrapped = ops::where_(
+        &negative,
+        &ops::add(&indices, &scalar_like(dim, &indices, s)?, s)?,
+        &indices,
+        s,
+    )?;
+    let low = ops::maximum(&wrapped, &scalar_like(0.0, &indices, s)?, s)?;
+    let safe = ops::minimum(&low, &scalar_like((dim - 1.0).max(0.0), &indices, s)?, s)?;
+    Ok(ops::take_along_axis(&data, &safe, axis as i32, s)?)
+}
