@@ -54,6 +54,7 @@ fn entry(spec: &OpSpec) -> String {
                 AttrKind::Ints => "ints",
                 AttrKind::Floats => "floats",
                 AttrKind::Strings => "strings",
+                AttrKind::Tensor => "tensor",
             };
             format!(
                 "{{\"name\": {}, \"kind\": \"{kind}\", \"required\": {}, \"default\": {}}}",

@@ -1,26 +1,49 @@
-//! Tensors made from shapes and scalars: ConstantOfShape, Range; and the structural ops Tile,
-//! Trilu and CumSum.
+//! Tensors made from attributes, shapes and scalars: ConstantOfShape, Range; and the structural
+//! ops Tile, Trilu and CumSum. (No Constant: ORT turns Constant nodes into initializers when it
+//! loads a graph, so an EP never sees one.)
 
 use mlx_kernels::{ops, Array, Dtype};
 
 use crate::shape::normalise_axis;
 use crate::table::consts::scalar;
-use crate::{onnx_op, Lower, OpError, Result};
+use crate::{onnx_op, Lower, OpError, Result, TensorValue};
 
-/// A tensor of the given shape filled with `value` (default: float32 zero). The value
-/// attribute is a one-element tensor, which the table cannot read; such nodes are declined.
+/// The host copy of a tensor attribute as an MLX array.
+fn tensor_array(value: &TensorValue) -> Result<Array> {
+    let dtype = value
+        .elem
+        .to_mlx()
+        .ok_or_else(|| OpError::new("a tensor attribute MLX cannot hold"))?;
+    Ok(Array::from_bytes(&value.bytes, &value.shape, dtype)?)
+}
+
+/// A tensor of the given shape filled with the one element of `value` (default: float32 zero).
 #[onnx_op(
     op = "ConstantOfShape", since = 9, types(I = I64, T = NUMERIC | BOOL), inputs(input: I), outputs(output: T),
-    shape = ShapeKeyed, declines = "a `value` attribute (tensor attributes are not read yet)"
+    shape = ShapeKeyed
 )]
-fn constant_of_shape(cx: &mut Lower, #[host] shape: Vec<i64>) -> Result<Array> {
+fn constant_of_shape(
+    cx: &mut Lower,
+    #[host] shape: Vec<i64>,
+    #[attr] value: Option<TensorValue>,
+) -> Result<Array> {
     let s = cx.stream();
-    let dtype = cx.output_dtype(0)?;
     if shape.iter().any(|&d| d < 0) {
         return Err(OpError::new(format!("negative dimension in {shape:?}")));
     }
-    // Without a `value` attribute (tensor attributes are declined) the fill is zero.
-    Ok(ops::broadcast_to(&scalar(0.0, dtype, s)?, &shape, s)?)
+    let fill = match value {
+        Some(v) if v.shape.iter().product::<i64>() == 1 => {
+            ops::reshape(&tensor_array(&v)?, &[], s)?
+        }
+        Some(v) => {
+            return Err(OpError::new(format!(
+                "value must hold one element, not shape {:?}",
+                v.shape
+            )))
+        }
+        None => scalar(0.0, cx.output_dtype(0)?, s)?,
+    };
+    Ok(ops::broadcast_to(&fill, &shape, s)?)
 }
 
 /// `start, start + delta, ...` below `limit` (above, for a negative delta). Computed on the

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+from onnx import numpy_helper
 
 from op_table import FLOATS, INTS, SIGNED_INTS, UNSIGNED_INTS, np_dtype, tensor_type
 
@@ -1091,10 +1092,18 @@ def _cumsum(xs, a):
     return np.flip(y, axis) if a.get("reverse") else y
 
 
+def _constant_of_shape(xs, a):
+    value = a.get("value")
+    fill = numpy_helper.to_array(value).reshape(()) if value is not None else np.float32(0)
+    return np.full([int(v) for v in xs[0]], fill)
+
+
 SPECS[("", "ConstantOfShape")] = OpSpec(
-    ref=lambda xs, a: np.zeros([int(v) for v in xs[0]], np.float32), exact=True,
-    combos=lambda d: d["T"] == "float",  # without a value attribute the fill is float32 zero
-    scheme={"basic": [[2]]}, constants={"input": _i64(2, 3)},
+    ref=_constant_of_shape, exact=True, scheme={"basic": [[2]]}, constants={"input": _i64(2, 3)},
+    variants=[
+        Variant(when=lambda d: d["T"] == "float"),  # no value attribute: float32 zeros
+        Variant("value", lambda d: {"value": numpy_helper.from_array(np.array([3], dtype=np_dtype(d["T"])))}),
+    ],
 )
 SPECS[("", "Range")] = OpSpec(
     ref=_range, exact=True, scheme={"basic": [[], [], []]},

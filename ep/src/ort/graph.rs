@@ -312,9 +312,30 @@ fn read_attribute(
         }
         K::ORT_OP_ATTR_STRINGS => AttrValue::Other("strings"),
         K::ORT_OP_ATTR_GRAPH => AttrValue::Other("graph"),
-        K::ORT_OP_ATTR_TENSOR => AttrValue::Other("tensor"),
+        K::ORT_OP_ATTR_TENSOR => tensor_attribute(attr)?,
         K::ORT_OP_ATTR_UNDEFINED => AttrValue::Other("undefined"),
     })
+}
+
+/// A tensor attribute, copied to the host (ORT hands over a new OrtValue we release).
+fn tensor_attribute(attr: *const sys::OrtOpAttr) -> Result<AttrValue, String> {
+    let mut value = ptr::null_mut();
+    // SAFETY: `attr` is live; on success `value` is a new OrtValue we own.
+    check(unsafe { call!(api.OpAttr_GetTensorAttributeAsOrtValue(attr, &mut value)) })?;
+    if value.is_null() {
+        return Ok(AttrValue::Other("empty tensor"));
+    }
+    // SAFETY: `value` is a live tensor, read before it is released below.
+    let copied = unsafe { super::kernel::tensor(value) }.map(|t| op_specs::TensorValue {
+        elem: t.elem,
+        shape: t.shape,
+        bytes: t.bytes.to_vec(),
+    });
+    // SAFETY: releasing the value we own, once.
+    unsafe { call!(api.ReleaseValue(value)) };
+    Ok(copied
+        .map(AttrValue::Tensor)
+        .unwrap_or(AttrValue::Other("tensor of a type MLX cannot hold")))
 }
 
 fn read_scalar<T: Copy + Default>(

@@ -56,6 +56,7 @@ fn kind_matches(kind: AttrKind, value: &AttrValue) -> bool {
             | (AttrKind::Ints, AttrValue::Ints(_))
             | (AttrKind::Floats, AttrValue::Floats(_))
             | (AttrKind::Strings, AttrValue::Strings(_))
+            | (AttrKind::Tensor, AttrValue::Tensor(_))
     )
 }
 

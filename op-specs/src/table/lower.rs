@@ -108,6 +108,7 @@ macro_rules! from_attr {
     )*};
 }
 from_attr!(i64 => Int, f32 => Float, String => String, Vec<i64> => Ints, Vec<f32> => Floats, Vec<String> => Strings);
+from_attr!(super::node::TensorValue => Tensor);
 
 /// What a lowering returns: one array or several.
 pub trait IntoOutputs {

@@ -3,6 +3,15 @@
 
 use super::dtypes::ElemType;
 
+/// A tensor-valued attribute (Constant's and ConstantOfShape's `value`), copied to the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorValue {
+    pub elem: ElemType,
+    pub shape: Vec<i64>,
+    /// Row-major, native-endian element bytes.
+    pub bytes: Vec<u8>,
+}
+
 /// An attribute value, by ONNX attribute kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttrValue {
@@ -12,7 +21,8 @@ pub enum AttrValue {
     Ints(Vec<i64>),
     Floats(Vec<f32>),
     Strings(Vec<String>),
-    /// A kind the table has no use for (tensor, graph, sparse tensor, type proto...).
+    Tensor(TensorValue),
+    /// A kind the table has no use for (graph, sparse tensor, type proto...).
     Other(&'static str),
 }
 
@@ -25,6 +35,7 @@ impl AttrValue {
             AttrValue::Ints(_) => "ints",
             AttrValue::Floats(_) => "floats",
             AttrValue::Strings(_) => "strings",
+            AttrValue::Tensor(_) => "tensor",
             AttrValue::Other(kind) => kind,
         }
     }

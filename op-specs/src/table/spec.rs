@@ -69,6 +69,7 @@ pub enum AttrKind {
     Ints,
     Floats,
     Strings,
+    Tensor,
 }
 
 #[derive(Debug, Clone, Copy)]
