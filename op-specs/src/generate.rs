@@ -153,3 +153,77 @@ fn cumsum(
         cx.stream(),
     )?)
 }
+
+/// Running product along `axis` (an input), exclusive and/or reversed on request.
+#[onnx_op(
+    op = "CumProd", since = 26, types(T = F32 | F16 | BF16 | I32 | I64 | U32 | U64, I = I32 | I64),
+    inputs(x: T, axis: I), outputs(y: T), shape = ShapeKeyed
+)]
+fn cumprod(
+    cx: &mut Lower,
+    x: Array,
+    #[host] axis: i64,
+    #[attr(default = 0)] exclusive: i64,
+    #[attr(default = 0)] reverse: i64,
+) -> Result<Array> {
+    let axis = normalise_axis(axis, x.ndim())?;
+    Ok(ops::cumprod(
+        &x,
+        axis as i32,
+        reverse != 0,
+        exclusive == 0,
+        cx.stream(),
+    )?)
+}
+
+/// One-hot along `axis`: `values[1]` where the position equals the index (negative indices
+/// count from `depth`), `values[0]` elsewhere; out-of-range indices give all `values[0]`.
+#[onnx_op(
+    op = "OneHot", since = 9, types(T1 = NUMERIC, T2 = NUMERIC, T3 = ANY), inputs(indices: T1, depth: T2, values: T3),
+    outputs(output: T3), shape = ShapeKeyed
+)]
+fn one_hot(
+    cx: &mut Lower,
+    indices: Array,
+    depth: Array,
+    values: Array,
+    #[attr(default = -1)] axis: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    let depth = ops::astype(&depth, Dtype::F64, s)?.to_vec::<f64>(s)?;
+    let depth = depth
+        .first()
+        .copied()
+        .ok_or_else(|| OpError::new("depth must be a scalar"))?
+        .trunc() as i64;
+    if depth < 1 || values.size() != 2 {
+        return Err(OpError::new(
+            "OneHot needs depth >= 1 and two values [off, on]",
+        ));
+    }
+    let rank = indices.ndim() + 1;
+    let axis = normalise_axis(axis, rank)?;
+    let idx = ops::astype(&indices, Dtype::I64, s)?;
+    let negative = ops::less(&idx, &scalar(0.0, Dtype::I64, s)?, s)?;
+    let idx = ops::where_(
+        &negative,
+        &ops::add(&idx, &scalar(depth as f64, Dtype::I64, s)?, s)?,
+        &idx,
+        s,
+    )?;
+    let idx = ops::expand_dims(&idx, &[axis as i32], s)?;
+    let mut position_shape = vec![1i64; rank];
+    position_shape[axis] = depth;
+    let positions = ops::reshape(
+        &ops::arange(0.0, depth as f64, 1.0, Dtype::I64, s)?,
+        &position_shape,
+        s,
+    )?;
+    let hot = ops::equal(&idx, &positions, s)?;
+    let flat = ops::reshape(&values, &[2], s)?;
+    let pick = |i: usize| -> Result<Array> {
+        let sections = ops::split_at(&flat, &[1], 0, s)?;
+        Ok(ops::reshape(&sections[i], &[], s)?)
+    };
+    Ok(ops::where_(&hot, &pick(1)?, &pick(0)?, s)?)
+}

@@ -1,4 +1,4 @@
-//! Indexing: Gather.
+//! Indexing: Gather, GatherND, ScatterElements.
 
 use mlx_kernels::{ops, Array};
 
@@ -37,4 +37,155 @@ fn gather(
     let low = ops::maximum(&wrapped, &scalar_like(0.0, &indices, s)?, s)?;
     let safe = ops::minimum(&low, &scalar_like((dim - 1.0).max(0.0), &indices, s)?, s)?;
     Ok(ops::take(&data, &safe, axis as i32, s)?)
+}
+
+/// Negative indices wrapped by `dim` and everything clamped into `[0, dim)`: ONNX calls
+/// out-of-range indices an error (ORT raises it); MLX does not check, so they are kept in
+/// bounds here rather than read or written out of range.
+fn in_bounds(indices: &Array, dim: i64, s: &mlx_kernels::Stream) -> Result<Array> {
+    let dim = dim as f64;
+    let negative = ops::less(indices, &scalar_like(0.0, indices, s)?, s)?;
+    let wrapped = ops::where_(
+        &negative,
+        &ops::add(indices, &scalar_like(dim, indices, s)?, s)?,
+        indices,
+        s,
+    )?;
+    let low = ops::maximum(&wrapped, &scalar_like(0.0, indices, s)?, s)?;
+    Ok(ops::minimum(
+        &low,
+        &scalar_like((dim - 1.0).max(0.0), indices, s)?,
+        s,
+    )?)
+}
+
+/// Slices of `data` addressed by the last axis of `indices` (after `batch_dims` shared leading
+/// axes).
+#[onnx_op(
+    op = "GatherND", since = 11, types(T = ANY, I = I64), inputs(data: T, indices: I), outputs(output: T),
+    shape = ShapeKeyed
+)]
+fn gather_nd(
+    cx: &mut Lower,
+    data: Array,
+    indices: Array,
+    #[attr(default = 0)] batch_dims: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    let (dims, idx_dims) = (data.shape(), indices.shape());
+    let b = usize::try_from(batch_dims).map_err(|_| crate::OpError::new("negative batch_dims"))?;
+    let k = *idx_dims
+        .last()
+        .ok_or_else(|| crate::OpError::new("indices must have rank >= 1"))? as usize;
+    if b >= idx_dims.len() || b + k > dims.len() || dims[..b] != idx_dims[..b] {
+        return Err(crate::OpError::new(format!(
+            "indices {idx_dims:?} do not address data {dims:?} with batch_dims {b}"
+        )));
+    }
+    if dims[b..b + k].contains(&0) && indices.size() > 0 {
+        return Err(crate::OpError::new(
+            "indices into an empty axis are out of range",
+        ));
+    }
+    // One linear index per addressed slice, into data viewed as [batch * addressed, rest..].
+    let batch: i64 = dims[..b].iter().product();
+    let addressed: i64 = dims[b..b + k].iter().product();
+    let rest: Vec<i64> = dims[b + k..].to_vec();
+    let coords = match k {
+        0 => Vec::new(),
+        _ => ops::split_at(
+            &ops::astype(&indices, mlx_kernels::Dtype::I64, s)?,
+            &(1..k as i32).collect::<Vec<_>>(),
+            -1,
+            s,
+        )?,
+    };
+    let mut linear = crate::table::consts::scalar(0.0, mlx_kernels::Dtype::I64, s)?;
+    let mut stride = addressed;
+    for (j, coord) in coords.iter().enumerate() {
+        stride /= dims[b + j].max(1);
+        let coord = ops::squeeze(
+            &in_bounds(coord, dims[b + j], s)?,
+            &[coord.ndim() as i32 - 1],
+            s,
+        )?;
+        linear = ops::add(
+            &linear,
+            &ops::multiply(&coord, &scalar_like(stride as f64, &coord, s)?, s)?,
+            s,
+        )?;
+    }
+    let lookups = &idx_dims[..idx_dims.len() - 1];
+    // (With k = 0 every lookup takes slice 0 of its batch entry.)
+    let linear = ops::broadcast_to(&linear, lookups, s)?;
+    let linear = if b > 0 {
+        // Offset each batch entry to its own block of `addressed` slices.
+        let mut batch_shape = dims[..b].to_vec();
+        batch_shape.extend(std::iter::repeat_n(1, lookups.len() - b));
+        let offsets = ops::reshape(
+            &ops::arange(0.0, batch as f64, 1.0, mlx_kernels::Dtype::I64, s)?,
+            &batch_shape,
+            s,
+        )?;
+        ops::add(
+            &linear,
+            &ops::multiply(&offsets, &scalar_like(addressed as f64, &offsets, s)?, s)?,
+            s,
+        )?
+    } else {
+        linear
+    };
+    let mut view = vec![batch * addressed];
+    view.extend(&rest);
+    Ok(ops::take(&ops::reshape(&data, &view, s)?, &linear, 0, s)?)
+}
+
+/// `data` with `updates` written at `indices` along `axis` (`reduction`: none or add; mul,
+/// max and min are declined). With duplicate indices and no reduction ONNX leaves the result
+/// undefined.
+#[onnx_op(
+    op = "ScatterElements", since = 11, types(T = ANY, Tind = I32 | I64), inputs(data: T, indices: Tind, updates: T),
+    outputs(output: T), shape = ShapeKeyed, claim = scatter_claim, declines = "reduction mul, max, min"
+)]
+fn scatter_elements(
+    cx: &mut Lower,
+    data: Array,
+    indices: Array,
+    updates: Array,
+    #[attr(default = 0)] axis: i64,
+    #[attr(default = "none")] reduction: String,
+) -> Result<Array> {
+    let s = cx.stream();
+    let axis = normalise_axis(axis, data.ndim())?;
+    if indices.shape() != updates.shape() || indices.ndim() != data.ndim() {
+        return Err(crate::OpError::new(
+            "indices and updates must match, with data's rank",
+        ));
+    }
+    if indices.size() == 0 {
+        return Ok(data);
+    }
+    let dim = data.shape()[axis];
+    if dim == 0 {
+        return Err(crate::OpError::new(
+            "indices into an empty axis are out of range",
+        ));
+    }
+    let safe = in_bounds(&indices, dim, s)?;
+    Ok(ops::scatter_along_axis(
+        &data,
+        &safe,
+        &updates,
+        axis as i32,
+        reduction == "add",
+        s,
+    )?)
+}
+
+fn scatter_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    match node.attribute("reduction") {
+        None => crate::Verdict::Claim,
+        Some(crate::AttrValue::String(r)) if r == "none" || r == "add" => crate::Verdict::Claim,
+        Some(other) => crate::Verdict::decline(format!("reduction {other:?}")),
+    }
 }

@@ -1222,3 +1222,88 @@ SPECS[("", "GatherElements")] = OpSpec(
     scheme={"basic": [[2, 3, 4], [2, 2, 4]], "dynamic": [[[2, 3, 4], [2, 2, 4]], [[2, 3, 4], [2, 5, 4]], [[2, 3, 4], [2, 1, 4]]]},
     variants=[Variant(attrs={"axis": 1})],
 )
+
+
+# --------------------------------------------------------------------------------------------
+# GatherND, ScatterElements, OneHot, CumProd
+
+
+def _gather_nd(xs, a):
+    data, idx, b = xs[0], xs[1].astype(np.int64), a.get("batch_dims", 0)
+    batch = int(np.prod(data.shape[:b], dtype=np.int64))
+    flat_data = data.reshape((batch,) + data.shape[b:])
+    flat_idx = idx.reshape((batch,) + idx.shape[b:])
+    out = []
+    for i in range(batch):
+        rows = flat_idx[i].reshape(-1, idx.shape[-1])
+        out.append(np.stack([flat_data[i][tuple(int(c) for c in r)] for r in rows]))
+    return np.stack(out).reshape(idx.shape[:-1] + data.shape[b + idx.shape[-1]:])
+
+
+def _scatter_elements(xs, a):
+    data, idx, upd = xs[0].copy(), xs[1].astype(np.int64), xs[2]
+    axis = a.get("axis", 0) % data.ndim
+    idx = np.where(idx < 0, idx + data.shape[axis], idx)
+    for pos in np.ndindex(idx.shape):
+        target = list(pos)
+        target[axis] = idx[pos]
+        if a.get("reduction", "none") == "add":
+            data[tuple(target)] += upd[pos]
+        else:
+            data[tuple(target)] = upd[pos]
+    return data
+
+
+def _one_hot(xs, a):
+    idx, depth, values = xs[0].astype(np.int64), int(np.asarray(xs[1]).item()), xs[2]
+    idx = np.where(idx < 0, idx + depth, idx)
+    axis = a.get("axis", -1) % (idx.ndim + 1)
+    hot = np.expand_dims(idx, axis) == np.arange(depth).reshape([depth if i == axis else 1 for i in range(idx.ndim + 1)])
+    return np.where(hot, values[1], values[0])
+
+
+def _distinct_axis1_indices(dtype, shape, rng, dtypes):
+    """A different row per column (a scatter with no duplicate targets), negatives included."""
+    out = np.stack([rng.permutation(3)[: shape[1]] for _ in range(shape[0] * shape[2])]).reshape(shape[0], shape[2], shape[1]).transpose(0, 2, 1)
+    return (out - 3 * (out % 2)).astype(np_dtype(dtype))
+
+
+def _nd_indices(dtype, shape, rng, dtypes):
+    """Valid (row, column) pairs into a [2, 3, 4] tensor, negatives included."""
+    rows = rng.integers(-2, 2, size=shape[:-1])
+    cols = rng.integers(-3, 3, size=shape[:-1])
+    return np.stack([rows, cols], axis=-1).astype(np_dtype(dtype))
+
+
+SPECS[("", "GatherND")] = OpSpec(
+    ref=_gather_nd, exact=True, domains={"indices": _nd_indices},
+    scheme={"basic": [[2, 3, 4], [5, 2]], "dynamic": [[[2, 3, 4], [5, 2]], [[2, 3, 4], [1, 2]], [[2, 3, 4], [3, 2]]]},
+)
+SPECS[("", "ScatterElements")] = OpSpec(
+    ref=_scatter_elements, exact=True, domains={"indices": _distinct_axis1_indices},
+    scheme={"basic": [[2, 3, 4], [2, 2, 4], [2, 2, 4]], "dynamic": [[[2, 3, 4], [2, 2, 4], [2, 2, 4]], [[2, 3, 4], [2, 1, 4], [2, 1, 4]], [[2, 3, 4], [2, 3, 4], [2, 3, 4]]]},
+    variants=[Variant(attrs={"axis": 1}), _rep(Variant("add", {"axis": 1, "reduction": "add"}, min_opset=16))],
+)
+SPECS[("", "OneHot")] = OpSpec(
+    ref=_one_hot, exact=True, scheme={"basic": [[2, 3], [], [2]]},
+    domains={"indices": lambda dtype, shape, rng, d: rng.integers(-4, 4, size=shape).astype(np_dtype(dtype)), "depth": _fixed(4)},
+    combos=lambda d: d["T1"] in ("int64", "int32", "float") and d["T2"] in ("int64", "float"),
+    variants=[Variant(), _rep(Variant("axis0", {"axis": 0}))],
+)
+SPECS[("", "CumProd")] = OpSpec(
+    ref=lambda xs, a: _cumsum_like(np.cumprod, xs, a, 1),
+    scheme={"basic": [[2, 3, 4]], "transposed": [[3, 4]], "dynamic": [[[2, 3, 4]], [[1, 5, 2]], [[4, 1, 3]]]},
+    domains={"x": "near_one"}, constants={"axis": np.array(1, np.int64)},
+    variants=[Variant(), _rep(Variant("exclusive_reverse", {"exclusive": 1, "reverse": 1}))],
+)
+
+
+def _cumsum_like(scan, xs, a, identity):
+    x, axis = xs[0], int(np.asarray(xs[1]).item()) % xs[0].ndim
+    if a.get("reverse"):
+        x = np.flip(x, axis)
+    y = scan(x, axis=axis, dtype=x.dtype)
+    if a.get("exclusive"):
+        first = np.full_like(np.take(y, [0], axis=axis), identity)
+        y = np.concatenate([first, np.take(y, range(x.shape[axis] - 1), axis=axis)], axis=axis)
+    return np.flip(y, axis) if a.get("reverse") else y

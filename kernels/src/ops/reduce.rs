@@ -86,3 +86,21 @@ pub fn cumsum(
         unsafe { sys::mlx_cumsum_axis(out, a.raw(), axis, reverse, inclusive, same, stream.raw()) }
     })
 }
+
+/// Running product along `axis`; `inclusive = false` shifts it by one (exclusive scan).
+pub fn cumprod(
+    a: &Array,
+    axis: i32,
+    reverse: bool,
+    inclusive: bool,
+    stream: &Stream,
+) -> Result<Array> {
+    let same = sys::mlx_optional_dtype {
+        value: a.dtype().to_sys(),
+        has_value: false,
+    };
+    Array::from_op(|out| {
+        // SAFETY: all handles are live; MLX validates the axis.
+        unsafe { sys::mlx_cumprod_axis(out, a.raw(), axis, reverse, inclusive, same, stream.raw()) }
+    })
+}

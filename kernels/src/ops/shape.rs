@@ -241,3 +241,38 @@ pub fn eye(rows: i32, cols: i32, k: i32, dtype: crate::Dtype, stream: &Stream) -
         unsafe { sys::mlx_eye(out, rows, cols, k, dtype.to_sys(), stream.raw()) }
     })
 }
+
+/// `a` with `values` written at `indices` along `axis` (`add`: accumulated instead).
+pub fn scatter_along_axis(
+    a: &Array,
+    indices: &Array,
+    values: &Array,
+    axis: i32,
+    add: bool,
+    stream: &Stream,
+) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: all handles are live; MLX validates the shapes.
+        unsafe {
+            if add {
+                sys::mlx_scatter_add_axis(
+                    out,
+                    a.raw(),
+                    indices.raw(),
+                    values.raw(),
+                    axis,
+                    stream.raw(),
+                )
+            } else {
+                sys::mlx_put_along_axis(
+                    out,
+                    a.raw(),
+                    indices.raw(),
+                    values.raw(),
+                    axis,
+                    stream.raw(),
+                )
+            }
+        }
+    })
+}
