@@ -1,4 +1,4 @@
-//! Indexing: Gather, GatherND, ScatterElements.
+//! Indexing: Gather, GatherElements-style take/put, GatherND, ScatterElements, ScatterND, Scatter.
 
 use mlx_kernels::{ops, Array};
 
@@ -59,6 +59,40 @@ fn in_bounds(indices: &Array, dim: i64, s: &mlx_kernels::Stream) -> Result<Array
     )?)
 }
 
+/// For `indices [.., k]` addressing the first `k` axes of a tensor with dims `addressed`: the
+/// row-major position of each addressed slice (shape `indices.shape[..-1]`), indices kept in
+/// bounds.
+fn linear_index(indices: &Array, addressed: &[i64], s: &mlx_kernels::Stream) -> Result<Array> {
+    let k = addressed.len();
+    let coords = match k {
+        0 => Vec::new(),
+        _ => ops::split_at(
+            &ops::astype(indices, mlx_kernels::Dtype::I64, s)?,
+            &(1..k as i32).collect::<Vec<_>>(),
+            -1,
+            s,
+        )?,
+    };
+    let mut linear = crate::table::consts::scalar(0.0, mlx_kernels::Dtype::I64, s)?;
+    let mut stride: i64 = addressed.iter().product();
+    for (j, coord) in coords.iter().enumerate() {
+        stride /= addressed[j].max(1);
+        let coord = ops::squeeze(
+            &in_bounds(coord, addressed[j], s)?,
+            &[coord.ndim() as i32 - 1],
+            s,
+        )?;
+        linear = ops::add(
+            &linear,
+            &ops::multiply(&coord, &scalar_like(stride as f64, &coord, s)?, s)?,
+            s,
+        )?;
+    }
+    let shape = indices.shape();
+    // (With k = 0 every lookup addresses slice 0.)
+    Ok(ops::broadcast_to(&linear, &shape[..shape.len() - 1], s)?)
+}
+
 /// Slices of `data` addressed by the last axis of `indices` (after `batch_dims` shared leading
 /// axes).
 #[onnx_op(
@@ -91,33 +125,8 @@ fn gather_nd(
     let batch: i64 = dims[..b].iter().product();
     let addressed: i64 = dims[b..b + k].iter().product();
     let rest: Vec<i64> = dims[b + k..].to_vec();
-    let coords = match k {
-        0 => Vec::new(),
-        _ => ops::split_at(
-            &ops::astype(&indices, mlx_kernels::Dtype::I64, s)?,
-            &(1..k as i32).collect::<Vec<_>>(),
-            -1,
-            s,
-        )?,
-    };
-    let mut linear = crate::table::consts::scalar(0.0, mlx_kernels::Dtype::I64, s)?;
-    let mut stride = addressed;
-    for (j, coord) in coords.iter().enumerate() {
-        stride /= dims[b + j].max(1);
-        let coord = ops::squeeze(
-            &in_bounds(coord, dims[b + j], s)?,
-            &[coord.ndim() as i32 - 1],
-            s,
-        )?;
-        linear = ops::add(
-            &linear,
-            &ops::multiply(&coord, &scalar_like(stride as f64, &coord, s)?, s)?,
-            s,
-        )?;
-    }
+    let linear = linear_index(&indices, &dims[b..b + k], s)?;
     let lookups = &idx_dims[..idx_dims.len() - 1];
-    // (With k = 0 every lookup takes slice 0 of its batch entry.)
-    let linear = ops::broadcast_to(&linear, lookups, s)?;
     let linear = if b > 0 {
         // Offset each batch entry to its own block of `addressed` slices.
         let mut batch_shape = dims[..b].to_vec();
@@ -188,4 +197,63 @@ fn scatter_claim(node: &dyn crate::NodeView) -> crate::Verdict {
         Some(crate::AttrValue::String(r)) if r == "none" || r == "add" => crate::Verdict::Claim,
         Some(other) => crate::Verdict::decline(format!("reduction {other:?}")),
     }
+}
+
+/// `data` with the slices addressed by the last axis of `indices` replaced by `updates`
+/// (`reduction`: none or add; mul, max and min are declined). Duplicate indices without a
+/// reduction are undefined in ONNX.
+#[onnx_op(
+    op = "ScatterND", since = 11, types(T = ANY, I = I64), inputs(data: T, indices: I, updates: T), outputs(output: T),
+    shape = ShapeKeyed, claim = scatter_claim, declines = "reduction mul, max, min"
+)]
+fn scatter_nd(
+    cx: &mut Lower,
+    data: Array,
+    indices: Array,
+    updates: Array,
+    #[attr(default = "none")] reduction: String,
+) -> Result<Array> {
+    let s = cx.stream();
+    let (dims, idx_dims) = (data.shape(), indices.shape());
+    let k = *idx_dims
+        .last()
+        .ok_or_else(|| crate::OpError::new("indices must have rank >= 1"))? as usize;
+    let lookups = &idx_dims[..idx_dims.len() - 1];
+    let count: i64 = lookups.iter().product();
+    if k > dims.len() || updates.shape() != [lookups, &dims[k..]].concat() {
+        return Err(crate::OpError::new(format!(
+            "updates must be shaped {lookups:?} + {:?}",
+            &dims[k.min(dims.len())..]
+        )));
+    }
+    if count == 0 {
+        return Ok(data);
+    }
+    if dims[..k].contains(&0) {
+        return Err(crate::OpError::new(
+            "indices into an empty axis are out of range",
+        ));
+    }
+    let addressed: i64 = dims[..k].iter().product();
+    let rest = &dims[k..];
+    let rows = ops::reshape(&linear_index(&indices, &dims[..k], s)?, &[count], s)?;
+    let view = ops::reshape(&data, &[[addressed].as_slice(), rest].concat(), s)?;
+    let slices = ops::reshape(&updates, &[[count, 1].as_slice(), rest].concat(), s)?;
+    let written = ops::scatter_rows(&view, &rows, &slices, reduction == "add", s)?;
+    Ok(ops::reshape(&written, &dims, s)?)
+}
+
+/// ScatterElements under its opset-9 name (no reduction).
+#[onnx_op(
+    op = "Scatter", opset = 9..=10, types(T = ANY, Tind = I32 | I64), inputs(data: T, indices: Tind, updates: T),
+    outputs(output: T), shape = ShapeKeyed
+)]
+fn scatter_legacy(
+    cx: &mut Lower,
+    data: Array,
+    indices: Array,
+    updates: Array,
+    #[attr(default = 0)] axis: i64,
+) -> Result<Array> {
+    scatter_elements(cx, data, indices, updates, axis, "none".into())
 }

@@ -1307,3 +1307,34 @@ def _cumsum_like(scan, xs, a, identity):
         first = np.full_like(np.take(y, [0], axis=axis), identity)
         y = np.concatenate([first, np.take(y, range(x.shape[axis] - 1), axis=axis)], axis=axis)
     return np.flip(y, axis) if a.get("reverse") else y
+
+
+def _scatter_nd(xs, a):
+    data, idx, upd = xs[0].copy(), xs[1].astype(np.int64), xs[2]
+    for pos in np.ndindex(idx.shape[:-1]):
+        target = tuple(int(c) % data.shape[j] for j, c in enumerate(idx[pos]))
+        if a.get("reduction", "none") == "add":
+            data[target] += upd[pos]
+        else:
+            data[target] = upd[pos]
+    return data
+
+
+def _distinct_rows(dtype, shape, rng, dtypes):
+    """Distinct (row, column) pairs into a [2, 3, 4] tensor, some negative."""
+    pairs = [(r, c) for r in range(2) for c in range(3)]
+    picked = [pairs[i] for i in rng.permutation(len(pairs))[: int(np.prod(shape[:-1]))]]
+    out = np.array([(r - 2 * (r % 2), c) for r, c in picked]).reshape(shape)
+    return out.astype(np_dtype(dtype))
+
+
+SPECS[("", "ScatterND")] = OpSpec(
+    ref=_scatter_nd, exact=True, domains={"indices": _distinct_rows},
+    scheme={"basic": [[2, 3, 4], [3, 2], [3, 4]], "dynamic": [[[2, 3, 4], [3, 2], [3, 4]], [[2, 3, 4], [1, 2], [1, 4]], [[2, 3, 4], [5, 2], [5, 4]]]},
+    variants=[Variant(), _rep(Variant("add", {"reduction": "add"}, min_opset=16))],
+)
+SPECS[("", "Scatter")] = OpSpec(
+    ref=_scatter_elements, exact=True, domains={"indices": _distinct_axis1_indices},
+    scheme={"basic": [[2, 3, 4], [2, 2, 4], [2, 2, 4]]},
+    variants=[Variant(attrs={"axis": 1})],
+)

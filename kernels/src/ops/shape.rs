@@ -276,3 +276,50 @@ pub fn scatter_along_axis(
         }
     })
 }
+
+/// `a` with `updates` written (`add`: accumulated) at the rows `indices` of axis 0; `updates`
+/// is shaped `indices.shape + [1] + a.shape[1..]`.
+pub fn scatter_rows(
+    a: &Array,
+    indices: &Array,
+    updates: &Array,
+    add: bool,
+    stream: &Stream,
+) -> Result<Array> {
+    let index_list = crate::VectorArray::from_arrays(std::slice::from_ref(indices))?;
+    let axes = [0i32];
+    Array::from_op(|out| {
+        // SAFETY: all handles are live and `axes` outlives the call; MLX validates the shapes.
+        unsafe {
+            if add {
+                sys::mlx_scatter_add(
+                    out,
+                    a.raw(),
+                    index_list.raw(),
+                    updates.raw(),
+                    axes.as_ptr(),
+                    1,
+                    stream.raw(),
+                )
+            } else {
+                sys::mlx_scatter(
+                    out,
+                    a.raw(),
+                    index_list.raw(),
+                    updates.raw(),
+                    axes.as_ptr(),
+                    1,
+                    stream.raw(),
+                )
+            }
+        }
+    })
+}
+
+/// The indices that would sort `a` along `axis`.
+pub fn argsort(a: &Array, axis: i32, stream: &Stream) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: all handles are live; MLX validates the axis.
+        unsafe { sys::mlx_argsort_axis(out, a.raw(), axis, stream.raw()) }
+    })
+}
