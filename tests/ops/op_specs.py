@@ -917,6 +917,8 @@ def _spec_for(entry) -> OpSpec | None:
     op, legacy_until = entry.op, entry.until
     if entry.domain == "" and op == "Pad" and legacy_until is not None and legacy_until <= 10:
         return PAD_LEGACY
+    if entry.domain == "" and op == "TopK" and legacy_until is not None and legacy_until <= 9:
+        return TOPK_LEGACY
     if entry.domain == "" and op == "Clip" and legacy_until is not None and legacy_until <= 10:
         return CLIP_LEGACY
     if entry.domain == "" and op == "Slice" and legacy_until is not None and legacy_until <= 9:
@@ -1337,4 +1339,74 @@ SPECS[("", "Scatter")] = OpSpec(
     ref=_scatter_elements, exact=True, domains={"indices": _distinct_axis1_indices},
     scheme={"basic": [[2, 3, 4], [2, 2, 4], [2, 2, 4]]},
     variants=[Variant(attrs={"axis": 1})],
+)
+
+
+
+# --------------------------------------------------------------------------------------------
+# TopK, ReverseSequence, Compress, CenterCropPad
+
+
+def _top_k(xs, a):
+    x = xs[0]
+    k = int(np.asarray(xs[1]).reshape(-1)[0]) if len(xs) > 1 else a["k"]
+    axis = a.get("axis", -1) % x.ndim
+    key = -x if a.get("largest", 1) else x
+    order = np.argsort(key, axis=axis, kind="stable")
+    idx = np.take(order, range(k), axis=axis)
+    return [np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64)]
+
+
+def _ties(dtype, shape, rng, dtypes):
+    """Few distinct values, so equal values (and their index order) are exercised."""
+    return rng.integers(-3, 4, size=shape).astype(np_dtype(dtype))
+
+
+def _reverse_sequence(xs, a):
+    x, lens = xs[0].copy(), xs[1]
+    b_ax, t_ax = a.get("batch_axis", 1), a.get("time_axis", 0)
+    out = x.copy()
+    for b, n in enumerate(lens):
+        src = [slice(None)] * x.ndim
+        src[b_ax] = b
+        src[t_ax] = slice(0, int(n))
+        dst = list(src)
+        out[tuple(dst)] = np.flip(x[tuple(src)], axis=t_ax - (1 if b_ax < t_ax else 0))
+    return out
+
+
+def _center_crop_pad(xs, a):
+    x, shape = xs[0], [int(v) for v in xs[1]]
+    axes = [v % x.ndim for v in a.get("axes", range(x.ndim))]
+    for axis, target in zip(axes, shape):
+        dim = x.shape[axis]
+        if target <= dim:
+            start = (dim - target) // 2
+            x = np.take(x, range(start, start + target), axis=axis)
+        else:
+            widths = [(0, 0)] * x.ndim
+            before = (target - dim) // 2
+            widths[axis] = (before, target - dim - before)
+            x = np.pad(x, widths)
+    return x
+
+
+TOPK_LEGACY = OpSpec(ref=_top_k, exact=True, domains={"X": _ties}, scheme={"basic": [[3, 8]]}, variants=[Variant(attrs={"k": 3})])
+SPECS[("", "TopK")] = OpSpec(
+    ref=_top_k, exact=True, domains={"X": _ties}, constants={"K": _i64(3)},
+    scheme={"basic": [[3, 8]], "dynamic": [[[3, 8]], [[2, 5]], [[4, 3]]]},
+    variants=[Variant(), _rep(Variant("smallest_axis0", {"largest": 0, "axis": 0}, min_opset=11, constants={"K": _i64(2)}))],
+)
+SPECS[("", "ReverseSequence")] = OpSpec(
+    ref=_reverse_sequence, exact=True, scheme={"basic": [[4, 3, 2], [3]]},
+    domains={"sequence_lens": lambda dtype, shape, rng, d: np.array([4, 2, 1])[: shape[0]].astype(np_dtype(dtype))},
+    variants=[Variant()],
+)
+SPECS[("", "Compress")] = OpSpec(
+    ref=lambda xs, a: np.compress(xs[1], xs[0], axis=a.get("axis")), exact=True, scheme={"basic": [[4, 3, 2], [3]]},
+    variants=[Variant(attrs={"axis": 1})],
+)
+SPECS[("", "CenterCropPad")] = OpSpec(
+    ref=_center_crop_pad, exact=True, scheme={"basic": [[4, 3, 2]]}, constants={"shape": _i64(3, 5, 2)},
+    variants=[Variant(), _rep(Variant("axes", {"axes": [-1, 0]}, constants={"shape": _i64(5, 1)}))],
 )

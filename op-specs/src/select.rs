@@ -1,0 +1,198 @@
+//! Selecting and reordering along an axis: TopK, ReverseSequence, Compress, CenterCropPad.
+
+use mlx_kernels::{ops, Array, Dtype};
+
+use crate::shape::normalise_axis;
+use crate::table::consts::scalar;
+use crate::{onnx_op, Lower, OpError, Result};
+
+fn top_k(cx: &Lower, x: &Array, k: i64, axis: i64, largest: bool) -> Result<Vec<Array>> {
+    let s = cx.stream();
+    let axis = normalise_axis(axis, x.ndim())?;
+    let dim = x.shape()[axis];
+    if k < 0 || k > dim {
+        return Err(OpError::new(format!("k = {k} for an axis of {dim}")));
+    }
+    // MLX's argsort is stable, so equal values keep their order: the lower index first, as
+    // ONNX wants. Largest-first sorts the negated values.
+    let key = if largest {
+        ops::negative(x, s)?
+    } else {
+        x.clone()
+    };
+    let order = ops::argsort(&key, axis as i32, s)?;
+    let dims = x.shape();
+    let (mut start, mut stop) = (
+        vec![0i32; dims.len()],
+        dims.iter().map(|&d| d as i32).collect::<Vec<_>>(),
+    );
+    start[axis] = 0;
+    stop[axis] = k as i32;
+    let picked = ops::slice(&order, &start, &stop, &vec![1; dims.len()], s)?;
+    let values = ops::take_along_axis(x, &picked, axis as i32, s)?;
+    Ok(vec![values, ops::astype(&picked, Dtype::I64, s)?])
+}
+
+/// The `k` largest values along `axis` and their indices, largest first.
+#[onnx_op(
+    op = "TopK", opset = 1..=9, types(T = SIGNED, I = I64), inputs(X: T), outputs(Values: T, Indices: I), shape = ShapeKeyed
+)]
+fn top_k_1(
+    cx: &mut Lower,
+    x: Array,
+    #[attr] k: i64,
+    #[attr(default = -1)] axis: i64,
+) -> Result<Vec<Array>> {
+    top_k(cx, &x, k, axis, true)
+}
+
+/// The `k` largest (or smallest) values along `axis` and their indices, sorted; equal values
+/// by lower index first.
+#[onnx_op(
+    op = "TopK", since = 10, types(T = SIGNED, I = I64), inputs(X: T, K: I), outputs(Values: T, Indices: I),
+    shape = ShapeKeyed
+)]
+fn top_k_10(
+    cx: &mut Lower,
+    x: Array,
+    #[host] k: Vec<i64>,
+    #[attr(default = -1)] axis: i64,
+    #[attr(default = 1)] largest: i64,
+    #[attr(name = "sorted", default = 1)] _sorted: i64,
+) -> Result<Vec<Array>> {
+    let k = *k
+        .first()
+        .ok_or_else(|| OpError::new("K must hold one value"))?;
+    top_k(cx, &x, k, axis, largest != 0)
+}
+
+/// Reverses the first `sequence_lens[b]` steps along `time_axis` of each batch entry `b`.
+#[onnx_op(
+    op = "ReverseSequence", since = 10, types(T = ANY, I = I64), inputs(input: T, sequence_lens: I), outputs(Y: T),
+    shape = ShapeKeyed
+)]
+fn reverse_sequence(
+    cx: &mut Lower,
+    x: Array,
+    lens: Array,
+    #[attr(default = 1)] batch_axis: i64,
+    #[attr(default = 0)] time_axis: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    let (batch_axis, time_axis) = (
+        normalise_axis(batch_axis, x.ndim())?,
+        normalise_axis(time_axis, x.ndim())?,
+    );
+    if batch_axis == time_axis || x.ndim() < 2 {
+        return Err(OpError::new(
+            "batch_axis and time_axis must be two different axes",
+        ));
+    }
+    let dims = x.shape();
+    let steps = dims[time_axis];
+    let along = |axis: usize, a: Array| -> Result<Array> {
+        let mut shape = vec![1i64; dims.len()];
+        shape[axis] = dims[axis];
+        Ok(ops::reshape(&a, &shape, s)?)
+    };
+    let t = along(
+        time_axis,
+        ops::arange(0.0, steps as f64, 1.0, Dtype::I64, s)?,
+    )?;
+    let lens = ops::minimum(
+        &ops::maximum(&lens, &scalar(0.0, Dtype::I64, s)?, s)?,
+        &scalar(steps as f64, Dtype::I64, s)?,
+        s,
+    )?;
+    let lens = along(batch_axis, lens)?;
+    let inside = ops::less(&t, &lens, s)?;
+    let mirrored = ops::subtract(
+        &ops::subtract(&lens, &scalar(1.0, Dtype::I64, s)?, s)?,
+        &t,
+        s,
+    )?;
+    let source = ops::broadcast_to(&ops::where_(&inside, &mirrored, &t, s)?, &dims, s)?;
+    Ok(ops::take_along_axis(&x, &source, time_axis as i32, s)?)
+}
+
+/// The slices along `axis` (the flattened input without one) where `condition` is true.
+#[onnx_op(
+    op = "Compress", since = 9, types(T = ANY, B = BOOL), inputs(input: T, condition: B), outputs(output: T), shape = Eager
+)]
+fn compress(
+    cx: &mut Lower,
+    x: Array,
+    condition: Array,
+    #[attr] axis: Option<i64>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let keep: Vec<i32> = condition
+        .to_vec::<bool>(s)?
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &c)| c.then_some(i as i32))
+        .collect();
+    let (source, axis) = match axis {
+        Some(a) => (x.clone(), normalise_axis(a, x.ndim())?),
+        None => (ops::reshape(&x, &[x.size() as i64], s)?, 0),
+    };
+    let dim = source.shape()[axis] as i32;
+    let keep: Vec<i32> = keep.into_iter().filter(|&i| i < dim).collect();
+    let index = Array::from_slice(&keep, &[keep.len() as i64])?;
+    Ok(ops::take(&source, &index, axis as i32, s)?)
+}
+
+/// Crops (centred) or zero-pads (centred) each of `axes` to the given `shape`.
+#[onnx_op(
+    op = "CenterCropPad", since = 18, types(T = ANY, I = I64), inputs(input_data: T, shape: I), outputs(output_data: T),
+    shape = ShapeKeyed
+)]
+fn center_crop_pad(
+    cx: &mut Lower,
+    x: Array,
+    #[host] shape: Vec<i64>,
+    #[attr] axes: Option<Vec<i64>>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let axes: Vec<usize> = match axes {
+        Some(a) => a
+            .iter()
+            .map(|&a| normalise_axis(a, x.ndim()))
+            .collect::<Result<_>>()?,
+        None => (0..x.ndim()).collect(),
+    };
+    if axes.len() != shape.len() || shape.iter().any(|&d| d < 0) {
+        return Err(OpError::new(format!(
+            "shape {shape:?} does not fit axes {axes:?}"
+        )));
+    }
+    let zero = crate::table::consts::scalar_like(0.0, &x, s)?;
+    axes.iter()
+        .zip(&shape)
+        .try_fold(x, |acc, (&axis, &target)| {
+            let dims = acc.shape();
+            let dim = dims[axis];
+            if target <= dim {
+                let from = (dim - target) / 2;
+                let (mut start, mut stop) = (
+                    vec![0i32; dims.len()],
+                    dims.iter().map(|&d| d as i32).collect::<Vec<_>>(),
+                );
+                start[axis] = from as i32;
+                stop[axis] = (from + target) as i32;
+                Ok(ops::slice(&acc, &start, &stop, &vec![1; dims.len()], s)?)
+            } else {
+                let before = (target - dim) / 2;
+                let after = target - dim - before;
+                Ok(ops::pad(
+                    &acc,
+                    &[axis as i32],
+                    &[before as i32],
+                    &[after as i32],
+                    &zero,
+                    false,
+                    s,
+                )?)
+            }
+        })
+}
