@@ -149,12 +149,11 @@ fn gather_nd(
     Ok(ops::take(&ops::reshape(&data, &view, s)?, &linear, 0, s)?)
 }
 
-/// `data` with `updates` written at `indices` along `axis` (`reduction`: none or add; mul,
-/// max and min are declined). With duplicate indices and no reduction ONNX leaves the result
-/// undefined.
+/// `data` with `updates` combined into it at `indices` along `axis` (`reduction`: none, add,
+/// mul, max, min). With duplicate indices and no reduction ONNX leaves the result undefined.
 #[onnx_op(
     op = "ScatterElements", since = 11, types(T = ANY, Tind = I32 | I64), inputs(data: T, indices: Tind, updates: T),
-    outputs(output: T), shape = ShapeKeyed, claim = scatter_claim, declines = "reduction mul, max, min"
+    outputs(output: T), shape = ShapeKeyed, claim = scatter_claim
 )]
 fn scatter_elements(
     cx: &mut Lower,
@@ -174,37 +173,73 @@ fn scatter_elements(
     if indices.size() == 0 {
         return Ok(data);
     }
-    let dim = data.shape()[axis];
-    if dim == 0 {
+    let dims = data.shape();
+    if dims[axis] == 0 {
         return Err(crate::OpError::new(
             "indices into an empty axis are out of range",
         ));
     }
-    let safe = in_bounds(&indices, dim, s)?;
-    Ok(ops::scatter_along_axis(
-        &data,
-        &safe,
-        &updates,
-        axis as i32,
-        reduction == "add",
-        s,
-    )?)
+    // Each update's position in the flattened data: its own coordinates, with the one along
+    // `axis` taken from `indices`.
+    let idx_dims = indices.shape();
+    let mut linear = crate::table::consts::scalar(0.0, mlx_kernels::Dtype::I64, s)?;
+    let mut stride = 1i64;
+    for a in (0..dims.len()).rev() {
+        let coord = if a == axis {
+            ops::astype(
+                &in_bounds(&indices, dims[a], s)?,
+                mlx_kernels::Dtype::I64,
+                s,
+            )?
+        } else {
+            let mut shape = vec![1i64; dims.len()];
+            shape[a] = idx_dims[a];
+            ops::reshape(
+                &ops::arange(0.0, idx_dims[a] as f64, 1.0, mlx_kernels::Dtype::I64, s)?,
+                &shape,
+                s,
+            )?
+        };
+        linear = ops::add(
+            &linear,
+            &ops::multiply(&coord, &scalar_like(stride as f64, &coord, s)?, s)?,
+            s,
+        )?;
+        stride *= dims[a];
+    }
+    let count = indices.size() as i64;
+    let rows = ops::reshape(&ops::broadcast_to(&linear, &idx_dims, s)?, &[count], s)?;
+    let flat = ops::reshape(&data, &[data.size() as i64], s)?;
+    let values = ops::reshape(&updates, &[count, 1], s)?;
+    let written = ops::scatter_rows(&flat, &rows, &values, scatter_mode(&reduction)?, s)?;
+    Ok(ops::reshape(&written, &dims, s)?)
+}
+
+fn scatter_mode(reduction: &str) -> Result<ops::ScatterMode> {
+    Ok(match reduction {
+        "none" => ops::ScatterMode::Set,
+        "add" => ops::ScatterMode::Add,
+        "mul" => ops::ScatterMode::Mul,
+        "max" => ops::ScatterMode::Max,
+        "min" => ops::ScatterMode::Min,
+        other => return Err(crate::OpError::new(format!("reduction {other:?}"))),
+    })
 }
 
 fn scatter_claim(node: &dyn crate::NodeView) -> crate::Verdict {
     match node.attribute("reduction") {
         None => crate::Verdict::Claim,
-        Some(crate::AttrValue::String(r)) if r == "none" || r == "add" => crate::Verdict::Claim,
-        Some(other) => crate::Verdict::decline(format!("reduction {other:?}")),
+        Some(crate::AttrValue::String(r)) if scatter_mode(&r).is_ok() => crate::Verdict::Claim,
+        Some(other) => crate::Verdict::decline(format!("reduction {other:?} is not an ONNX mode")),
     }
 }
 
-/// `data` with the slices addressed by the last axis of `indices` replaced by `updates`
-/// (`reduction`: none or add; mul, max and min are declined). Duplicate indices without a
-/// reduction are undefined in ONNX.
+/// `data` with the slices addressed by the last axis of `indices` combined with `updates`
+/// (`reduction`: none, add, mul, max, min). Duplicate indices without a reduction are
+/// undefined in ONNX.
 #[onnx_op(
     op = "ScatterND", since = 11, types(T = ANY, I = I64), inputs(data: T, indices: I, updates: T), outputs(output: T),
-    shape = ShapeKeyed, claim = scatter_claim, declines = "reduction mul, max, min"
+    shape = ShapeKeyed, claim = scatter_claim
 )]
 fn scatter_nd(
     cx: &mut Lower,
@@ -239,7 +274,7 @@ fn scatter_nd(
     let rows = ops::reshape(&linear_index(&indices, &dims[..k], s)?, &[count], s)?;
     let view = ops::reshape(&data, &[[addressed].as_slice(), rest].concat(), s)?;
     let slices = ops::reshape(&updates, &[[count, 1].as_slice(), rest].concat(), s)?;
-    let written = ops::scatter_rows(&view, &rows, &slices, reduction == "add", s)?;
+    let written = ops::scatter_rows(&view, &rows, &slices, scatter_mode(&reduction)?, s)?;
     Ok(ops::reshape(&written, &dims, s)?)
 }
 

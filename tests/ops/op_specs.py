@@ -1246,13 +1246,12 @@ def _scatter_elements(xs, a):
     data, idx, upd = xs[0].copy(), xs[1].astype(np.int64), xs[2]
     axis = a.get("axis", 0) % data.ndim
     idx = np.where(idx < 0, idx + data.shape[axis], idx)
+    combine = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}.get(a.get("reduction", "none"))
     for pos in np.ndindex(idx.shape):
         target = list(pos)
         target[axis] = idx[pos]
-        if a.get("reduction", "none") == "add":
-            data[tuple(target)] += upd[pos]
-        else:
-            data[tuple(target)] = upd[pos]
+        t = tuple(target)
+        data[t] = combine(data[t], upd[pos]) if combine else upd[pos]
     return data
 
 
@@ -1284,7 +1283,10 @@ SPECS[("", "GatherND")] = OpSpec(
 SPECS[("", "ScatterElements")] = OpSpec(
     ref=_scatter_elements, exact=True, domains={"indices": _distinct_axis1_indices},
     scheme={"basic": [[2, 3, 4], [2, 2, 4], [2, 2, 4]], "dynamic": [[[2, 3, 4], [2, 2, 4], [2, 2, 4]], [[2, 3, 4], [2, 1, 4], [2, 1, 4]], [[2, 3, 4], [2, 3, 4], [2, 3, 4]]]},
-    variants=[Variant(attrs={"axis": 1}), _rep(Variant("add", {"axis": 1, "reduction": "add"}, min_opset=16))],
+    variants=[Variant(attrs={"axis": 1}), _rep(Variant("add", {"axis": 1, "reduction": "add"}, min_opset=16)),
+              _rep(Variant("mul", {"axis": 1, "reduction": "mul"}, min_opset=16)),
+              _rep(Variant("max", {"axis": 1, "reduction": "max"}, min_opset=18)),
+              _rep(Variant("min", {"axis": 1, "reduction": "min"}, min_opset=18))],
 )
 SPECS[("", "OneHot")] = OpSpec(
     ref=_one_hot, exact=True, scheme={"basic": [[2, 3], [], [2]]},
@@ -1313,12 +1315,10 @@ def _cumsum_like(scan, xs, a, identity):
 
 def _scatter_nd(xs, a):
     data, idx, upd = xs[0].copy(), xs[1].astype(np.int64), xs[2]
+    combine = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}.get(a.get("reduction", "none"))
     for pos in np.ndindex(idx.shape[:-1]):
         target = tuple(int(c) % data.shape[j] for j, c in enumerate(idx[pos]))
-        if a.get("reduction", "none") == "add":
-            data[target] += upd[pos]
-        else:
-            data[target] = upd[pos]
+        data[target] = combine(data[target], upd[pos]) if combine else upd[pos]
     return data
 
 
@@ -1333,7 +1333,8 @@ def _distinct_rows(dtype, shape, rng, dtypes):
 SPECS[("", "ScatterND")] = OpSpec(
     ref=_scatter_nd, exact=True, domains={"indices": _distinct_rows},
     scheme={"basic": [[2, 3, 4], [3, 2], [3, 4]], "dynamic": [[[2, 3, 4], [3, 2], [3, 4]], [[2, 3, 4], [1, 2], [1, 4]], [[2, 3, 4], [5, 2], [5, 4]]]},
-    variants=[Variant(), _rep(Variant("add", {"reduction": "add"}, min_opset=16))],
+    variants=[Variant(), _rep(Variant("add", {"reduction": "add"}, min_opset=16)),
+              _rep(Variant("mul", {"reduction": "mul"}, min_opset=16)), _rep(Variant("max", {"reduction": "max"}, min_opset=18))],
 )
 SPECS[("", "Scatter")] = OpSpec(
     ref=_scatter_elements, exact=True, domains={"indices": _distinct_axis1_indices},

@@ -242,76 +242,46 @@ pub fn eye(rows: i32, cols: i32, k: i32, dtype: crate::Dtype, stream: &Stream) -
     })
 }
 
-/// `a` with `values` written at `indices` along `axis` (`add`: accumulated instead).
-pub fn scatter_along_axis(
-    a: &Array,
-    indices: &Array,
-    values: &Array,
-    axis: i32,
-    add: bool,
-    stream: &Stream,
-) -> Result<Array> {
-    Array::from_op(|out| {
-        // SAFETY: all handles are live; MLX validates the shapes.
-        unsafe {
-            if add {
-                sys::mlx_scatter_add_axis(
-                    out,
-                    a.raw(),
-                    indices.raw(),
-                    values.raw(),
-                    axis,
-                    stream.raw(),
-                )
-            } else {
-                sys::mlx_put_along_axis(
-                    out,
-                    a.raw(),
-                    indices.raw(),
-                    values.raw(),
-                    axis,
-                    stream.raw(),
-                )
-            }
-        }
-    })
+/// How a scatter combines an update with what is already there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScatterMode {
+    Set,
+    Add,
+    Mul,
+    Max,
+    Min,
 }
 
-/// `a` with `updates` written (`add`: accumulated) at the rows `indices` of axis 0; `updates`
-/// is shaped `indices.shape + [1] + a.shape[1..]`.
+/// `a` with `updates` combined (per `mode`) into the rows `indices` of axis 0; `updates` is
+/// shaped `indices.shape + [1] + a.shape[1..]`.
 pub fn scatter_rows(
     a: &Array,
     indices: &Array,
     updates: &Array,
-    add: bool,
+    mode: ScatterMode,
     stream: &Stream,
 ) -> Result<Array> {
     let index_list = crate::VectorArray::from_arrays(std::slice::from_ref(indices))?;
     let axes = [0i32];
+    let scatter = match mode {
+        ScatterMode::Set => sys::mlx_scatter,
+        ScatterMode::Add => sys::mlx_scatter_add,
+        ScatterMode::Mul => sys::mlx_scatter_prod,
+        ScatterMode::Max => sys::mlx_scatter_max,
+        ScatterMode::Min => sys::mlx_scatter_min,
+    };
     Array::from_op(|out| {
         // SAFETY: all handles are live and `axes` outlives the call; MLX validates the shapes.
         unsafe {
-            if add {
-                sys::mlx_scatter_add(
-                    out,
-                    a.raw(),
-                    index_list.raw(),
-                    updates.raw(),
-                    axes.as_ptr(),
-                    1,
-                    stream.raw(),
-                )
-            } else {
-                sys::mlx_scatter(
-                    out,
-                    a.raw(),
-                    index_list.raw(),
-                    updates.raw(),
-                    axes.as_ptr(),
-                    1,
-                    stream.raw(),
-                )
-            }
+            scatter(
+                out,
+                a.raw(),
+                index_list.raw(),
+                updates.raw(),
+                axes.as_ptr(),
+                1,
+                stream.raw(),
+            )
         }
     })
 }
