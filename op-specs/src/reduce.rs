@@ -63,7 +63,12 @@ fn reduce(
                 (true, false) => None,
             })
             .collect();
-        let value = crate::table::consts::scalar(empty_set_value(how), x.dtype(), s)?;
+        let identity = match (empty_set_value(how), x.dtype()) {
+            // For booleans the extremes are false and true (not "-inf != 0").
+            (v, Dtype::Bool) if v.is_infinite() => f64::from(u8::from(v > 0.0)),
+            (v, _) => v,
+        };
+        let value = crate::table::consts::scalar(identity, x.dtype(), s)?;
         return Ok(ops::broadcast_to(&value, &shape, s)?);
     }
     let sum = |v: &Array| -> Result<Array> { Ok(ops::sum(v, &resolved, keep, s)?) };
@@ -151,9 +156,9 @@ reduction! {
     /// Mean over `axes`.
     reduce_mean_legacy, reduce_mean = "ReduceMean" over FLOAT by Mean, input axes since 18, attribute axes until 17;
     /// Maximum over `axes`.
-    reduce_max_legacy, reduce_max = "ReduceMax" over NUMERIC by Max, input axes since 18, attribute axes until 17;
+    reduce_max_legacy, reduce_max = "ReduceMax" over ANY by Max, input axes since 18, attribute axes until 17;
     /// Minimum over `axes`.
-    reduce_min_legacy, reduce_min = "ReduceMin" over NUMERIC by Min, input axes since 18, attribute axes until 17;
+    reduce_min_legacy, reduce_min = "ReduceMin" over ANY by Min, input axes since 18, attribute axes until 17;
     /// Product over `axes`.
     reduce_prod_legacy, reduce_prod = "ReduceProd" over NUMERIC by Prod, input axes since 18, attribute axes until 17;
     /// Sum of squares over `axes`.

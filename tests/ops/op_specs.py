@@ -838,6 +838,9 @@ def _native(x):
 
 def _extreme(fn, fill_float, int_attr):
     def f(x, axes, keep):
+        if x.dtype == np.bool_:
+            # Over an empty set: False for max, True for min (the bool extremes).
+            return fn(x, axis=axes, keepdims=keep, initial=int_attr == "max")
         initial = fill_float if x.dtype.kind == "f" else getattr(np.iinfo(x.dtype), int_attr)
         return fn(x, axis=axes, keepdims=keep, initial=initial)
 
