@@ -1,4 +1,5 @@
-//! Normalisation: LayerNormalization.
+//! Normalisation: LayerNormalization, InstanceNormalization, MeanVarianceNormalization; and
+//! inference-mode Dropout.
 
 use mlx_kernels::{ops, Array, Dtype};
 
@@ -78,4 +79,136 @@ fn layer_norm_general(
         None => scaled,
     };
     Ok(vec![ops::astype(&shifted, x.dtype(), s)?, mean, inv_std])
+}
+
+/// `(x - mean) / sqrt(var + epsilon) * scale[c] + B[c]`, statistics per sample and channel
+/// over the spatial axes (in float32 for 16-bit inputs).
+#[onnx_op(
+    op = "InstanceNormalization", since = 6, types(T = FLOAT), inputs(input: T, scale: T, B: T), outputs(output: T),
+    shape = ShapeKeyed
+)]
+fn instance_normalization(
+    cx: &mut Lower,
+    x: Array,
+    scale: Array,
+    b: Array,
+    #[attr(default = 1e-5)] epsilon: f32,
+) -> Result<Array> {
+    let s = cx.stream();
+    let rank = x.ndim();
+    if rank < 3 {
+        return Err(crate::OpError::new(
+            "InstanceNormalization needs [N, C, spatial..]",
+        ));
+    }
+    let axes: Vec<i32> = (2..rank as i32).collect();
+    let wide = ops::astype(&x, Dtype::F32, s)?;
+    let mean = ops::mean(&wide, &axes, true, s)?;
+    let centered = ops::subtract(&wide, &mean, s)?;
+    let variance = ops::mean(&ops::multiply(&centered, &centered, s)?, &axes, true, s)?;
+    let inv_std = ops::rsqrt(
+        &ops::add(&variance, &scalar(epsilon.into(), Dtype::F32, s)?, s)?,
+        s,
+    )?;
+    let channel = |p: &Array| -> Result<Array> {
+        let mut shape = vec![1i64; rank - 1];
+        shape[0] = p.size() as i64;
+        Ok(ops::reshape(&ops::astype(p, Dtype::F32, s)?, &shape, s)?)
+    };
+    let y = ops::add(
+        &ops::multiply(
+            &ops::multiply(&centered, &inv_std, s)?,
+            &channel(&scale)?,
+            s,
+        )?,
+        &channel(&b)?,
+        s,
+    )?;
+    Ok(ops::astype(&y, x.dtype(), s)?)
+}
+
+/// `(x - E[x]) / (sqrt(E[x²] - E[x]²) + 1e-9)` over `axes`, as ONNX's function body defines it.
+#[onnx_op(op = "MeanVarianceNormalization", since = 9, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed)]
+fn mean_variance_normalization(
+    cx: &mut Lower,
+    x: Array,
+    #[attr] axes: Option<Vec<i64>>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let axes: Vec<i32> = match axes {
+        Some(a) => a
+            .iter()
+            .map(|&a| normalise_axis(a, x.ndim()).map(|a| a as i32))
+            .collect::<Result<_>>()?,
+        None => vec![0, 2, 3],
+    };
+    if axes.iter().any(|&a| a as usize >= x.ndim()) {
+        return Err(crate::OpError::new(format!(
+            "axes {axes:?} do not fit rank {}",
+            x.ndim()
+        )));
+    }
+    let mean = ops::mean(&x, &axes, true, s)?;
+    let mean_of_squares = ops::mean(&ops::multiply(&x, &x, s)?, &axes, true, s)?;
+    let std = ops::sqrt(
+        &ops::subtract(&mean_of_squares, &ops::multiply(&mean, &mean, s)?, s)?,
+        s,
+    )?;
+    let denominator = ops::add(&std, &crate::table::consts::scalar_like(1e-9, &std, s)?, s)?;
+    Ok(ops::divide(&ops::subtract(&x, &mean, s)?, &denominator, s)?)
+}
+
+/// The input unchanged, and (when the node asks for it) an all-ones mask of the mask's type.
+fn inference_dropout(cx: &Lower, x: Array) -> Result<Vec<Array>> {
+    let s = cx.stream();
+    if cx.node().output_count() < 2 {
+        return Ok(vec![x]);
+    }
+    let mask = ops::broadcast_to(&scalar(1.0, cx.output_dtype(1)?, s)?, &x.shape(), s)?;
+    Ok(vec![x, mask])
+}
+
+/// Inference-mode dropout: the input unchanged. The legacy mask output is declined (ORT's CPU
+/// EP does not fill it with ones).
+#[onnx_op(
+    op = "Dropout", opset = 7..=11, types(T = FLOAT, M = FLOAT | BOOL), inputs(data: T), outputs(output: T, mask?: M),
+    shape = Shapeless, claim = dropout_legacy_claim, declines = "the mask output"
+)]
+fn dropout_7(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(name = "ratio")] _ratio: Option<f32>,
+) -> Result<Vec<Array>> {
+    inference_dropout(cx, x)
+}
+
+/// Inference-mode dropout: the input unchanged (and an all-true mask). A `training_mode` input
+/// is declined: its value is not known when claiming.
+#[onnx_op(
+    op = "Dropout", since = 12, types(T = FLOAT, T1 = FLOAT, T2 = BOOL),
+    inputs(data: T, ratio: T1, training_mode: T2), outputs(output: T, mask?: T2),
+    shape = Shapeless, claim = dropout_claim, declines = "a training_mode input"
+)]
+fn dropout(
+    cx: &mut Lower,
+    x: Array,
+    _ratio: Option<Array>,
+    _training: Option<Array>,
+    #[attr(name = "seed")] _seed: Option<i64>,
+) -> Result<Vec<Array>> {
+    inference_dropout(cx, x)
+}
+
+fn dropout_legacy_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    if node.output_present(1) {
+        return crate::Verdict::decline("the mask output of a pre-12 Dropout");
+    }
+    crate::Verdict::Claim
+}
+
+fn dropout_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    if node.input_present(2) {
+        return crate::Verdict::decline("a training_mode input (training-mode dropout is random)");
+    }
+    crate::Verdict::Claim
 }

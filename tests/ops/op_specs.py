@@ -922,6 +922,8 @@ def _spec_for(entry) -> OpSpec | None:
         return PAD_LEGACY
     if entry.domain == "" and op == "TopK" and legacy_until is not None and legacy_until <= 9:
         return TOPK_LEGACY
+    if entry.domain == "" and op == "Dropout" and legacy_until is not None and legacy_until <= 11:
+        return DROPOUT_LEGACY
     if entry.domain == "" and op == "Clip" and legacy_until is not None and legacy_until <= 10:
         return CLIP_LEGACY
     if entry.domain == "" and op == "Slice" and legacy_until is not None and legacy_until <= 9:
@@ -1413,4 +1415,41 @@ SPECS[("", "Compress")] = OpSpec(
 SPECS[("", "CenterCropPad")] = OpSpec(
     ref=_center_crop_pad, exact=True, scheme={"basic": [[4, 3, 2]]}, constants={"shape": _i64(3, 5, 2)},
     variants=[Variant(), _rep(Variant("axes", {"axes": [-1, 0]}, constants={"shape": _i64(5, 1)}))],
+)
+
+
+
+# --------------------------------------------------------------------------------------------
+# InstanceNormalization, MeanVarianceNormalization, Dropout (inference)
+
+
+def _instance_norm(xs, a):
+    x, scale, bias = xs
+    axes = tuple(range(2, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    shape = [1, -1] + [1] * (x.ndim - 2)
+    return (x - mean) / np.sqrt(var + a.get("epsilon", 1e-5)) * scale.reshape(shape) + bias.reshape(shape)
+
+
+def _mvn(xs, a):
+    x, axes = xs[0], tuple(a.get("axes", [0, 2, 3]))
+    mean = x.mean(axis=axes, keepdims=True)
+    std = np.sqrt((x * x).mean(axis=axes, keepdims=True) - mean * mean)
+    return (x - mean) / (std + 1e-9)
+
+
+SPECS[("", "InstanceNormalization")] = OpSpec(
+    ref=_instance_norm, tolerance_scale=4.0,
+    scheme={"basic": [[2, 3, 4, 5], [3], [3]], "dynamic": [[[2, 3, 4, 5], [3], [3]], [[1, 3, 2, 2], [3], [3]], [[3, 3, 1, 6], [3], [3]]]},
+)
+SPECS[("", "MeanVarianceNormalization")] = OpSpec(
+    ref=_mvn, tolerance_scale=4.0, scheme={"basic": [[2, 3, 4, 5]], "dynamic": [[[2, 3, 4, 5]], [[1, 3, 2, 2]], [[3, 2, 1, 6]]]},
+    variants=[Variant(), _rep(Variant("axes", {"axes": [1, 3]}))],
+)
+DROPOUT_LEGACY = OpSpec(ref=lambda xs, a: [xs[0]], exact=True, scheme={"basic": [[2, 3, 4]]}, variants=[Variant(outputs=())])
+SPECS[("", "Dropout")] = OpSpec(
+    ref=lambda xs, a: [xs[0], np.ones(xs[0].shape, dtype=bool)], exact=True,
+    scheme={"basic": [[2, 3, 4]], "empty": [[0, 3]], "dynamic": [[[2, 3, 4]], [[1, 5, 2]], [[4, 1, 3]]]},
+    variants=[Variant(present=())],
 )
