@@ -22,6 +22,7 @@ mod linalg;
 mod logic;
 mod math;
 mod normalization;
+mod pool;
 mod reduce;
 mod select;
 mod shape;

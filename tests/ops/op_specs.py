@@ -10,6 +10,7 @@ ONNX); the harness rounds the result to the output's dtype.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -1067,6 +1068,88 @@ SPECS[("", "GlobalAveragePool")] = OpSpec(
 )
 SPECS[("", "GlobalMaxPool")] = OpSpec(
     ref=lambda xs, a: xs[0].max(axis=tuple(range(2, xs[0].ndim)), keepdims=True), exact=True, scheme=_GLOBAL_POOL_SCHEME
+)
+
+
+def _pool(reduce_max):
+    """ONNX MaxPool / AveragePool, one output element at a time (independent of the EP's
+    strided-window lowering)."""
+
+    def ref(xs, a):
+        x = xs[0].astype(np.float64)
+        size = x.shape[2:]
+        n = len(size)
+        kernel = a["kernel_shape"]
+        strides, dil = a.get("strides", [1] * n), a.get("dilations", [1] * n)
+        span = [(kernel[i] - 1) * dil[i] + 1 for i in range(n)]
+        auto_pad, ceil = a.get("auto_pad", "NOTSET"), a.get("ceil_mode", 0)
+        lo, hi, out = [], [], []
+        for i in range(n):
+            if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+                count = -(-size[i] // strides[i])
+                total = max(0, (count - 1) * strides[i] + span[i] - size[i])
+                small = total // 2
+                lo.append(small if auto_pad == "SAME_UPPER" else total - small)
+                hi.append(total - lo[-1])
+            else:
+                pads = a.get("pads", [0] * 2 * n) if auto_pad == "NOTSET" else [0] * 2 * n
+                lo.append(pads[i])
+                hi.append(pads[i + n])
+                room = size[i] + lo[i] + hi[i] - span[i]
+                count = -(-room // strides[i]) + 1 if ceil else room // strides[i] + 1
+                if ceil and (count - 1) * strides[i] >= size[i] + lo[i]:
+                    count -= 1
+            out.append(count)
+        y = np.zeros(x.shape[:2] + tuple(out))
+        for o in itertools.product(*(range(c) for c in out)):
+            taps = [[o[i] * strides[i] - lo[i] + j * dil[i] for j in range(kernel[i])] for i in range(n)]
+            inside = [[t for t in axis if 0 <= t < size[i]] for i, axis in enumerate(taps)]
+            window = x[(Ellipsis,) + np.ix_(*inside)]
+            window = window.reshape(x.shape[:2] + (math.prod(window.shape[2:]),))
+            if reduce_max:
+                y[(Ellipsis,) + o] = window.max(axis=-1)
+            else:
+                counted = window.shape[-1]
+                if a.get("count_include_pad", 0):
+                    counted = np.prod([sum(-lo[i] <= t < size[i] + hi[i] for t in axis) for i, axis in enumerate(taps)])
+                y[(Ellipsis,) + o] = window.sum(axis=-1) / counted
+        return y.astype(xs[0].dtype)
+
+    return ref
+
+
+_POOL_SCHEME = {"basic": [[2, 3, 7, 8]], "empty": [[0, 3, 7, 8]], "dynamic": [[[2, 3, 7, 8]], [[1, 2, 5, 5]], [[1, 4, 9, 6]]]}
+_POOL_VARIANTS = [
+    Variant(attrs={"kernel_shape": [2, 2]}, outputs=()),
+    _rep(Variant("strided_pads", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, outputs=())),
+    _rep(Variant("asymmetric_pads", {"kernel_shape": [3, 2], "strides": [2, 3], "pads": [0, 1, 2, 1]}, outputs=())),
+    _rep(Variant("ceil_mode", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, outputs=(), min_opset=10)),
+    _rep(Variant("ceil_mode_pads", {"kernel_shape": [2, 3], "strides": [3, 2], "pads": [1, 0, 1, 1], "ceil_mode": 1},
+                 outputs=(), min_opset=10)),
+    _rep(Variant("same_upper", {"kernel_shape": [3, 2], "strides": [2, 2], "auto_pad": "SAME_UPPER"}, outputs=())),
+    _rep(Variant("same_lower", {"kernel_shape": [2, 3], "strides": [1, 2], "auto_pad": "SAME_LOWER"}, outputs=())),
+    _rep(Variant("valid", {"kernel_shape": [3, 3], "strides": [2, 1], "auto_pad": "VALID"}, outputs=())),
+    _rep(Variant("pool1d", {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}, outputs=(), shapes=[[2, 3, 9]])),
+    _rep(Variant("pool3d", {"kernel_shape": [2, 2, 2]}, outputs=(), shapes=[[1, 2, 3, 4, 5]])),
+]
+SPECS[("", "MaxPool")] = OpSpec(
+    ref=_pool(True),
+    exact=True,
+    scheme=_POOL_SCHEME,
+    variants=_POOL_VARIANTS + [
+        _rep(Variant("dilations", {"kernel_shape": [2, 2], "dilations": [2, 3], "pads": [1, 1, 0, 2]}, outputs=(), min_opset=10)),
+    ],
+)
+SPECS[("", "AveragePool")] = OpSpec(
+    ref=_pool(False),
+    scheme=_POOL_SCHEME,
+    variants=_POOL_VARIANTS + [
+        _rep(Variant("count_include_pad", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 2, 1, 0], "count_include_pad": 1},
+                     outputs=())),
+        _rep(Variant("count_include_pad_ceil", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                                 "count_include_pad": 1, "ceil_mode": 1}, outputs=(), min_opset=10)),
+        _rep(Variant("dilations", {"kernel_shape": [2, 2], "dilations": [2, 3], "pads": [1, 1, 0, 2]}, outputs=(), min_opset=19)),
+    ],
 )
 
 

@@ -293,3 +293,23 @@ pub fn argsort(a: &Array, axis: i32, stream: &Stream) -> Result<Array> {
         unsafe { sys::mlx_argsort_axis(out, a.raw(), axis, stream.raw()) }
     })
 }
+
+/// A view of `a`'s (row-contiguous) buffer with the given shape and element strides.
+pub fn as_strided(a: &Array, shape: &[i64], strides: &[i64], stream: &Stream) -> Result<Array> {
+    let dims = crate::shape::to_mlx_shape(shape)?;
+    Array::from_op(|out| {
+        // SAFETY: the slices outlive the call; the caller keeps every index in bounds.
+        unsafe {
+            sys::mlx_as_strided(
+                out,
+                a.raw(),
+                dims.as_ptr(),
+                dims.len(),
+                strides.as_ptr(),
+                strides.len(),
+                0,
+                stream.raw(),
+            )
+        }
+    })
+}

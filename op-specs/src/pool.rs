@@ -1,0 +1,246 @@
+//! Windowed pooling: MaxPool and AveragePool (strides, dilations, pads and auto_pad,
+//! ceil_mode, count_include_pad), as reductions over a strided view of the padded input.
+
+use mlx_kernels::{ops, Array, Dtype, Stream};
+
+use crate::conv::conv_padding;
+use crate::table::consts::scalar;
+use crate::{onnx_op, Lower, OpError, Result};
+
+/// Window geometry of one pooling node.
+struct Windows {
+    kernel: Vec<i64>,
+    strides: Vec<i64>,
+    dilations: Vec<i64>,
+    lo: Vec<i64>,
+    hi: Vec<i64>,
+    out: Vec<i64>,
+}
+
+impl Windows {
+    #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
+    fn new(
+        input: &[i64],
+        kernel: Vec<i64>,
+        strides: Option<Vec<i64>>,
+        dilations: Option<Vec<i64>>,
+        pads: Option<Vec<i64>>,
+        auto_pad: &str,
+        ceil_mode: bool,
+    ) -> Result<Windows> {
+        let n = kernel.len();
+        let strides = strides.unwrap_or_else(|| vec![1; n]);
+        let dilations = dilations.unwrap_or_else(|| vec![1; n]);
+        if input.len() != n
+            || strides.len() != n
+            || dilations.len() != n
+            || kernel.iter().any(|&k| k < 1)
+        {
+            return Err(OpError::new(
+                "kernel_shape, strides and dilations must match the spatial rank",
+            ));
+        }
+        let (lo, mut hi) = conv_padding(
+            auto_pad,
+            pads.as_deref(),
+            input,
+            &kernel,
+            &strides,
+            &dilations,
+        )?;
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let span = (kernel[i] - 1) * dilations[i] + 1;
+            let room = input[i] + lo[i] + hi[i] - span;
+            if room < 0 {
+                return Err(OpError::new(
+                    "the pooling window is larger than the padded input",
+                ));
+            }
+            let mut count = if ceil_mode {
+                (room + strides[i] - 1) / strides[i] + 1
+            } else {
+                room / strides[i] + 1
+            };
+            // A window that would start inside the end padding is dropped (ONNX, ORT).
+            if ceil_mode && (count - 1) * strides[i] >= input[i] + lo[i] {
+                count -= 1;
+            }
+            // Room for the last window when ceil_mode overhangs the padding.
+            hi[i] += ((count - 1) * strides[i] + span - (input[i] + lo[i] + hi[i])).max(0);
+            out.push(count);
+        }
+        Ok(Windows {
+            kernel,
+            strides,
+            dilations,
+            lo,
+            hi,
+            out,
+        })
+    }
+
+    /// `[N, C, out.., kernel..]` windows of `x` padded with `fill` (`pad_hi_extra` marks the
+    /// declared end padding apart from the ceil_mode overhang, for AveragePool's divisor).
+    fn view(
+        &self,
+        x: &Array,
+        fill: &Array,
+        declared_hi: Option<&[i64]>,
+        s: &Stream,
+    ) -> Result<Array> {
+        let n = self.kernel.len();
+        let axes: Vec<i32> = (2..2 + n as i32).collect();
+        let lo: Vec<i32> = self.lo.iter().map(|&v| v as i32).collect();
+        let hi: Vec<i32> = match declared_hi {
+            Some(d) => d.iter().map(|&v| v as i32).collect(),
+            None => self.hi.iter().map(|&v| v as i32).collect(),
+        };
+        let mut padded = ops::pad(x, &axes, &lo, &hi, fill, false, s)?;
+        if let Some(d) = declared_hi {
+            // The ceil_mode overhang never counts: pad it with zeros.
+            let extra: Vec<i32> = self.hi.iter().zip(d).map(|(h, d)| (h - d) as i32).collect();
+            padded = ops::pad(
+                &padded,
+                &axes,
+                &vec![0; n],
+                &extra,
+                &scalar(0.0, padded.dtype(), s)?,
+                false,
+                s,
+            )?;
+        }
+        let padded = ops::contiguous(&padded, s)?;
+        let dims = padded.shape();
+        let mut element_strides = vec![1i64; dims.len()];
+        for i in (0..dims.len() - 1).rev() {
+            element_strides[i] = element_strides[i + 1] * dims[i + 1];
+        }
+        let mut shape = dims[..2].to_vec();
+        shape.extend(&self.out);
+        shape.extend(&self.kernel);
+        let mut strides = element_strides[..2].to_vec();
+        strides.extend((0..n).map(|i| element_strides[2 + i] * self.strides[i]));
+        strides.extend((0..n).map(|i| element_strides[2 + i] * self.dilations[i]));
+        Ok(ops::as_strided(&padded, &shape, &strides, s)?)
+    }
+
+    fn kernel_axes(&self) -> Vec<i32> {
+        let n = self.kernel.len() as i32;
+        (2 + n..2 + 2 * n).collect()
+    }
+}
+
+fn pool_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    if node.output_present(1) {
+        return crate::Verdict::decline("the Indices output of MaxPool");
+    }
+    match node.attribute("auto_pad") {
+        None => crate::Verdict::Claim,
+        Some(crate::AttrValue::String(p))
+            if ["NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"].contains(&p.as_str()) =>
+        {
+            crate::Verdict::Claim
+        }
+        Some(other) => crate::Verdict::decline(format!("auto_pad {other:?}")),
+    }
+}
+
+fn spatial(x: &Array) -> Result<Vec<i64>> {
+    if x.ndim() < 3 {
+        return Err(OpError::new("pooling needs [N, C, spatial..]"));
+    }
+    Ok(x.shape()[2..].to_vec())
+}
+
+/// The maximum of each window (padding never wins).
+#[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
+#[onnx_op(
+    op = "MaxPool", since = 8, types(T = FLOAT, I = I64), inputs(X: T), outputs(Y: T, Indices?: I), shape = ShapeKeyed,
+    claim = pool_claim, declines = "the Indices output"
+)]
+fn max_pool(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = "NOTSET")] auto_pad: String,
+    #[attr(default = 0)] ceil_mode: i64,
+    #[attr] dilations: Option<Vec<i64>>,
+    #[attr] kernel_shape: Vec<i64>,
+    #[attr] pads: Option<Vec<i64>>,
+    #[attr(name = "storage_order", default = 0)] _storage_order: i64,
+    #[attr] strides: Option<Vec<i64>>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let windows = Windows::new(
+        &spatial(&x)?,
+        kernel_shape,
+        strides,
+        dilations,
+        pads,
+        &auto_pad,
+        ceil_mode != 0,
+    )?;
+    let lowest = scalar(f64::NEG_INFINITY, x.dtype(), s)?;
+    Ok(ops::max(
+        &windows.view(&x, &lowest, None, s)?,
+        &windows.kernel_axes(),
+        false,
+        s,
+    )?)
+}
+
+/// The mean of each window: over the window's input elements, or (`count_include_pad`) over
+/// its declared padding too.
+#[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
+#[onnx_op(
+    op = "AveragePool", since = 7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = pool_claim
+)]
+fn average_pool(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = "NOTSET")] auto_pad: String,
+    #[attr(default = 0)] ceil_mode: i64,
+    #[attr(default = 0)] count_include_pad: i64,
+    #[attr] dilations: Option<Vec<i64>>,
+    #[attr] kernel_shape: Vec<i64>,
+    #[attr] pads: Option<Vec<i64>>,
+    #[attr] strides: Option<Vec<i64>>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let input = spatial(&x)?;
+    let declared_hi = match (&pads, auto_pad.as_str()) {
+        (Some(p), "NOTSET") => p[p.len() / 2..].to_vec(),
+        _ => vec![0; input.len()],
+    };
+    let windows = Windows::new(
+        &input,
+        kernel_shape,
+        strides,
+        dilations,
+        pads,
+        &auto_pad,
+        ceil_mode != 0,
+    )?;
+    let wide = ops::astype(&x, Dtype::F32, s)?;
+    let zero = scalar(0.0, Dtype::F32, s)?;
+    let sums = ops::sum(
+        &windows.view(&wide, &zero, None, s)?,
+        &windows.kernel_axes(),
+        false,
+        s,
+    )?;
+    // Each window's divisor: its input elements, plus its declared padding when counted.
+    let ones = ops::broadcast_to(&scalar(1.0, Dtype::F32, s)?, &x.shape(), s)?;
+    let pad_weight = scalar(
+        if count_include_pad != 0 { 1.0 } else { 0.0 },
+        Dtype::F32,
+        s,
+    )?;
+    let counted = if count_include_pad != 0 && auto_pad == "NOTSET" {
+        windows.view(&ones, &pad_weight, Some(&declared_hi), s)?
+    } else {
+        windows.view(&ones, &pad_weight, None, s)?
+    };
+    let counts = ops::sum(&counted, &windows.kernel_axes(), false, s)?;
+    Ok(ops::astype(&ops::divide(&sums, &counts, s)?, x.dtype(), s)?)
+}
