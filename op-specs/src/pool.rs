@@ -170,7 +170,6 @@ fn max_pool(
     #[attr(name = "storage_order", default = 0)] _storage_order: i64,
     #[attr] strides: Option<Vec<i64>>,
 ) -> Result<Array> {
-    let s = cx.stream();
     let windows = Windows::new(
         &spatial(&x)?,
         kernel_shape,
@@ -180,9 +179,36 @@ fn max_pool(
         &auto_pad,
         ceil_mode != 0,
     )?;
+    window_max(cx, &x, &windows)
+}
+
+/// MaxPool before opset 8: no dilations, ceil_mode or Indices output.
+#[onnx_op(op = "MaxPool", opset = 1..=7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = pool_claim)]
+fn max_pool_legacy(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = "NOTSET")] auto_pad: String,
+    #[attr] kernel_shape: Vec<i64>,
+    #[attr] pads: Option<Vec<i64>>,
+    #[attr] strides: Option<Vec<i64>>,
+) -> Result<Array> {
+    let windows = Windows::new(
+        &spatial(&x)?,
+        kernel_shape,
+        strides,
+        None,
+        pads,
+        &auto_pad,
+        false,
+    )?;
+    window_max(cx, &x, &windows)
+}
+
+fn window_max(cx: &mut Lower, x: &Array, windows: &Windows) -> Result<Array> {
+    let s = cx.stream();
     let lowest = scalar(f64::NEG_INFINITY, x.dtype(), s)?;
     Ok(ops::max(
-        &windows.view(&x, &lowest, None, s)?,
+        &windows.view(x, &lowest, None, s)?,
         &windows.kernel_axes(),
         false,
         s,
