@@ -1,5 +1,6 @@
-//! Windowed pooling: MaxPool and AveragePool (strides, dilations, pads and auto_pad,
-//! ceil_mode, count_include_pad), as reductions over a strided view of the padded input.
+//! Windowed pooling: MaxPool, AveragePool and LpPool (strides, dilations, pads and auto_pad,
+//! ceil_mode, count_include_pad), as reductions over a strided view of the padded input;
+//! GlobalLpPool.
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
@@ -269,4 +270,72 @@ fn average_pool(
     };
     let counts = ops::sum(&counted, &windows.kernel_axes(), false, s)?;
     Ok(ops::astype(&ops::divide(&sums, &counts, s)?, x.dtype(), s)?)
+}
+
+fn lp_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    match node.attribute("p") {
+        Some(crate::AttrValue::Int(p)) if p < 1 => {
+            crate::Verdict::decline(format!("p = {p} (the norm needs p >= 1)"))
+        }
+        _ => pool_claim(node),
+    }
+}
+
+/// The p-norm of `x` over `axes`, accumulated in float32: `(sum |x|^p)^(1/p)`.
+fn lp_norm(x: &Array, p: i64, axes: &[i32], keepdims: bool, s: &Stream) -> Result<Array> {
+    let wide = ops::astype(x, Dtype::F32, s)?;
+    let powered = ops::power(&ops::abs(&wide, s)?, &scalar(p as f64, Dtype::F32, s)?, s)?;
+    let sums = ops::sum(&powered, axes, keepdims, s)?;
+    let root = ops::power(&sums, &scalar(1.0 / p as f64, Dtype::F32, s)?, s)?;
+    Ok(ops::astype(&root, x.dtype(), s)?)
+}
+
+/// The p-norm of each window; padding contributes zero.
+#[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
+#[onnx_op(
+    op = "LpPool", since = 2, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = lp_claim,
+    declines = "p < 1"
+)]
+fn lp_pool(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = "NOTSET")] auto_pad: String,
+    #[attr(default = 0)] ceil_mode: i64,
+    #[attr] dilations: Option<Vec<i64>>,
+    #[attr] kernel_shape: Vec<i64>,
+    #[attr(default = 2)] p: i64,
+    #[attr] pads: Option<Vec<i64>>,
+    #[attr] strides: Option<Vec<i64>>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let windows = Windows::new(
+        &spatial(&x)?,
+        kernel_shape,
+        strides,
+        dilations,
+        pads,
+        &auto_pad,
+        ceil_mode != 0,
+    )?;
+    let zero = scalar(0.0, x.dtype(), s)?;
+    lp_norm(
+        &windows.view(&x, &zero, None, s)?,
+        p,
+        &windows.kernel_axes(),
+        false,
+        s,
+    )
+}
+
+/// The p-norm over all spatial axes, kept as size 1.
+#[onnx_op(
+    op = "GlobalLpPool", since = 2, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = lp_claim,
+    declines = "p < 1"
+)]
+fn global_lp_pool(cx: &mut Lower, x: Array, #[attr(default = 2)] p: i64) -> Result<Array> {
+    let axes: Vec<i32> = (2..x.ndim().max(2) as i32).collect();
+    if axes.is_empty() {
+        return Err(OpError::new("global pooling needs [N, C, spatial..]"));
+    }
+    lp_norm(&x, p, &axes, true, cx.stream())
 }

@@ -1071,9 +1071,9 @@ SPECS[("", "GlobalMaxPool")] = OpSpec(
 )
 
 
-def _pool(reduce_max):
-    """ONNX MaxPool / AveragePool, one output element at a time (independent of the EP's
-    strided-window lowering)."""
+def _pool(kind):
+    """ONNX MaxPool / AveragePool / LpPool ("max", "average", "lp"), one output element at a
+    time (independent of the EP's strided-window lowering)."""
 
     def ref(xs, a):
         x = xs[0].astype(np.float64)
@@ -1106,8 +1106,11 @@ def _pool(reduce_max):
             inside = [[t for t in axis if 0 <= t < size[i]] for i, axis in enumerate(taps)]
             window = x[(Ellipsis,) + np.ix_(*inside)]
             window = window.reshape(x.shape[:2] + (math.prod(window.shape[2:]),))
-            if reduce_max:
+            if kind == "max":
                 y[(Ellipsis,) + o] = window.max(axis=-1)
+            elif kind == "lp":
+                p = a.get("p", 2)
+                y[(Ellipsis,) + o] = (np.abs(window) ** p).sum(axis=-1) ** (1.0 / p)
             else:
                 counted = window.shape[-1]
                 if a.get("count_include_pad", 0):
@@ -1133,7 +1136,7 @@ _POOL_VARIANTS = [
     _rep(Variant("pool3d", {"kernel_shape": [2, 2, 2]}, outputs=(), shapes=[[1, 2, 3, 4, 5]])),
 ]
 SPECS[("", "MaxPool")] = OpSpec(
-    ref=_pool(True),
+    ref=_pool("max"),
     exact=True,
     scheme=_POOL_SCHEME,
     variants=_POOL_VARIANTS + [
@@ -1141,7 +1144,7 @@ SPECS[("", "MaxPool")] = OpSpec(
     ],
 )
 SPECS[("", "AveragePool")] = OpSpec(
-    ref=_pool(False),
+    ref=_pool("average"),
     scheme=_POOL_SCHEME,
     variants=_POOL_VARIANTS + [
         _rep(Variant("count_include_pad", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 2, 1, 0], "count_include_pad": 1},
@@ -1150,6 +1153,19 @@ SPECS[("", "AveragePool")] = OpSpec(
                                                  "count_include_pad": 1, "ceil_mode": 1}, outputs=(), min_opset=10)),
         _rep(Variant("dilations", {"kernel_shape": [2, 2], "dilations": [2, 3], "pads": [1, 1, 0, 2]}, outputs=(), min_opset=19)),
     ],
+)
+_LP_POOL_VARIANTS = [v for v in _POOL_VARIANTS if "ceil_mode" not in v.name] + [
+    _rep(Variant("ceil_mode", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, outputs=(), min_opset=18)),
+    _rep(Variant("dilations", {"kernel_shape": [2, 2], "dilations": [2, 3], "pads": [1, 1, 0, 2]}, outputs=(), min_opset=18)),
+    _rep(Variant("p1", {"kernel_shape": [2, 3], "p": 1, "strides": [1, 2]}, outputs=())),
+    _rep(Variant("p3", {"kernel_shape": [3, 2], "p": 3, "pads": [1, 0, 1, 1]}, outputs=())),
+]
+SPECS[("", "LpPool")] = OpSpec(ref=_pool("lp"), scheme=_POOL_SCHEME, variants=_LP_POOL_VARIANTS)
+SPECS[("", "GlobalLpPool")] = OpSpec(
+    ref=lambda xs, a: (np.abs(xs[0].astype(np.float64)) ** a.get("p", 2)).sum(axis=tuple(range(2, xs[0].ndim)), keepdims=True)
+    ** (1.0 / a.get("p", 2)),
+    scheme=_GLOBAL_POOL_SCHEME,
+    variants=[Variant(), _rep(Variant("p1", {"p": 1})), _rep(Variant("p3", {"p": 3}))],
 )
 
 
