@@ -32,13 +32,17 @@ impl Windows {
         let n = kernel.len();
         let strides = strides.unwrap_or_else(|| vec![1; n]);
         let dilations = dilations.unwrap_or_else(|| vec![1; n]);
-        if input.len() != n
-            || strides.len() != n
-            || dilations.len() != n
-            || kernel.iter().any(|&k| k < 1)
-        {
+        if input.len() != n || strides.len() != n || dilations.len() != n {
             return Err(OpError::new(
                 "kernel_shape, strides and dilations must match the spatial rank",
+            ));
+        }
+        if [&kernel, &strides, &dilations]
+            .iter()
+            .any(|v| v.iter().any(|&k| k < 1))
+        {
+            return Err(OpError::new(
+                "kernel_shape, strides and dilations must be positive",
             ));
         }
         let (lo, mut hi) = conv_padding(
@@ -81,8 +85,9 @@ impl Windows {
         })
     }
 
-    /// `[N, C, out.., kernel..]` windows of `x` padded with `fill` (`pad_hi_extra` marks the
-    /// declared end padding apart from the ceil_mode overhang, for AveragePool's divisor).
+    /// `[N, C, out.., kernel..]` windows of `x` padded with `fill`. With `declared_hi`, only
+    /// that much end padding gets `fill` and the ceil_mode overhang past it gets zeros (for
+    /// AveragePool's count_include_pad divisor).
     fn view(
         &self,
         x: &Array,
