@@ -1,5 +1,5 @@
-//! Normalisation: LayerNormalization, InstanceNormalization, MeanVarianceNormalization; and
-//! inference-mode Dropout.
+//! Normalisation: LayerNormalization, RMSNormalization, InstanceNormalization,
+//! MeanVarianceNormalization; and inference-mode Dropout.
 
 use mlx_kernels::{ops, Array, Dtype};
 
@@ -52,6 +52,48 @@ fn layer_norm_claim(node: &dyn crate::NodeView) -> crate::Verdict {
             crate::Verdict::decline(format!("stash_type {other:?}: only float32 statistics"))
         }
     }
+}
+
+/// `X / sqrt(mean(X^2) + epsilon) * scale` over the axes from `axis` on, the mean of squares in
+/// float32 (`stash_type` 1); `Y` takes the scale's element type.
+#[onnx_op(
+    op = "RMSNormalization", since = 23, types(T = FLOAT, V = FLOAT), inputs(X: T, scale: V), outputs(Y: V),
+    shape = ShapeKeyed, claim = layer_norm_claim, declines = "stash_type other than 1 (float32)"
+)]
+fn rms_normalization(
+    cx: &mut Lower,
+    x: Array,
+    scale: Array,
+    #[attr(default = -1)] axis: i64,
+    #[attr(default = 1e-5)] epsilon: f32,
+    #[attr(default = 1)] stash_type: i64,
+) -> Result<Array> {
+    let _ = stash_type; // declined unless 1, see the claim
+    let s = cx.stream();
+    let rank = x.ndim();
+    let axis = normalise_axis(axis, rank)?;
+    let last = x.shape().last().copied();
+    if axis + 1 == rank
+        && x.dtype() == scale.dtype()
+        && scale.ndim() == 1
+        && Some(scale.shape()[0]) == last
+    {
+        // MLX's fused kernel normalises the last axis by a per-element weight, in float32.
+        return Ok(ops::rms_norm(&x, Some(&scale), epsilon, s)?);
+    }
+    let axes: Vec<i32> = (axis as i32..rank as i32).collect();
+    let wide = ops::astype(&x, Dtype::F32, s)?;
+    let mean_square = ops::mean(&ops::multiply(&wide, &wide, s)?, &axes, true, s)?;
+    let inv_rms = ops::rsqrt(
+        &ops::add(&mean_square, &scalar(epsilon.into(), Dtype::F32, s)?, s)?,
+        s,
+    )?;
+    let scaled = ops::multiply(
+        &ops::multiply(&wide, &inv_rms, s)?,
+        &ops::astype(&scale, Dtype::F32, s)?,
+        s,
+    )?;
+    Ok(ops::astype(&scaled, scale.dtype(), s)?)
 }
 
 /// The general path: statistics in float32 over `axes`, all three outputs.

@@ -979,6 +979,26 @@ def _layer_norm(xs, a):
     return [(x - mean) * inv * scale + bias, mean.astype(np.float32), inv.astype(np.float32)]
 
 
+def _rms_norm(xs, a):
+    x, scale = xs[0].astype(np.float64), xs[1]
+    axes = tuple(range(a.get("axis", -1) % x.ndim, x.ndim))
+    mean_square = (x * x).mean(axis=axes, keepdims=True) if x.size else 0.0
+    return (x / np.sqrt(mean_square + a.get("epsilon", 1e-5)) * scale).astype(scale.dtype)
+
+
+SPECS[("", "RMSNormalization")] = OpSpec(
+    ref=_rms_norm,
+    scheme={"basic": [[2, 3, 8], [8]], "empty": [[0, 8], [8]],
+            "dynamic": [[[2, 3, 8], [8]], [[1, 5, 8], [8]], [[4, 1, 8], [8]]]},
+    variants=[
+        Variant(),
+        _rep(Variant("axis1", {"axis": 1, "epsilon": 1e-3}, shapes=[[2, 3, 4], [3, 4]])),
+        _rep(Variant("axis_neg2_broadcast_scale", {"axis": -2}, shapes=[[2, 3, 4], [1, 4]])),
+        _rep(Variant("axis0", {"axis": 0}, shapes=[[3, 4], [3, 4]])),
+    ],
+)
+
+
 SPECS[("", "MatMul")] = OpSpec(
     ref=lambda xs, a: np.matmul(xs[0], xs[1]),
     scheme={
