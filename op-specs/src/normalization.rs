@@ -1,5 +1,5 @@
 //! Normalisation: LayerNormalization, RMSNormalization, InstanceNormalization,
-//! MeanVarianceNormalization; and inference-mode Dropout.
+//! MeanVarianceNormalization, LpNormalization; and inference-mode Dropout.
 
 use mlx_kernels::{ops, Array, Dtype};
 
@@ -94,6 +94,46 @@ fn rms_normalization(
         s,
     )?;
     Ok(ops::astype(&scaled, scale.dtype(), s)?)
+}
+
+/// `X / ||X||_p` along `axis` (p = 1 or 2), the norm in float32; a zero norm gives zeros, as
+/// ORT's CPU kernel does (the ONNX reference would divide by zero).
+#[onnx_op(
+    op = "LpNormalization", since = 1, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed,
+    claim = lp_normalization_claim, declines = "p other than 1 or 2"
+)]
+fn lp_normalization(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = -1)] axis: i64,
+    #[attr(default = 2)] p: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    let axis = normalise_axis(axis, x.ndim())? as i32;
+    let wide = ops::astype(&x, Dtype::F32, s)?;
+    let norm = if p == 1 {
+        ops::sum(&ops::abs(&wide, s)?, &[axis], true, s)?
+    } else {
+        ops::sqrt(
+            &ops::sum(&ops::multiply(&wide, &wide, s)?, &[axis], true, s)?,
+            s,
+        )?
+    };
+    let zero = scalar(0.0, Dtype::F32, s)?;
+    let normalised = ops::where_(
+        &ops::equal(&norm, &zero, s)?,
+        &zero,
+        &ops::divide(&wide, &norm, s)?,
+        s,
+    )?;
+    Ok(ops::astype(&normalised, x.dtype(), s)?)
+}
+
+fn lp_normalization_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    match node.attribute("p") {
+        None | Some(crate::AttrValue::Int(1 | 2)) => crate::Verdict::Claim,
+        Some(other) => crate::Verdict::decline(format!("p {other:?}: only the L1 and L2 norms")),
+    }
 }
 
 /// The general path: statistics in float32 over `axes`, all three outputs.

@@ -999,6 +999,35 @@ SPECS[("", "RMSNormalization")] = OpSpec(
 )
 
 
+def _lp_normalization(xs, a):
+    x = xs[0].astype(np.float64)
+    axis, p = a.get("axis", -1), a.get("p", 2)
+    norm = (np.abs(x) ** p).sum(axis=axis, keepdims=True) ** (1.0 / p)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norm == 0, 0.0, x / norm).astype(xs[0].dtype)
+
+
+def _with_zero_rows(dtype, shape, rng, dtypes):
+    """Random values with ``x[0]`` all zeros: zero norms along every axis but the first."""
+    x = rng.standard_normal(shape).astype(np_dtype(dtype))
+    if x.ndim and x.shape[0]:
+        x[0] = 0
+    return x
+
+
+SPECS[("", "LpNormalization")] = OpSpec(
+    ref=_lp_normalization,
+    domains={"input": _with_zero_rows},
+    scheme={"basic": [[3, 4, 5]], "empty": [[0, 5]], "dynamic": [[[3, 4, 5]], [[1, 2, 7]], [[2, 6, 1]]]},
+    variants=[
+        Variant(),
+        _rep(Variant("p1", {"p": 1})),
+        _rep(Variant("axis0", {"axis": 0})),
+        _rep(Variant("axis1_p1", {"axis": 1, "p": 1})),
+    ],
+)
+
+
 SPECS[("", "MatMul")] = OpSpec(
     ref=lambda xs, a: np.matmul(xs[0], xs[1]),
     scheme={
