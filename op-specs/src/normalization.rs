@@ -1,5 +1,5 @@
 //! Normalisation: LayerNormalization, RMSNormalization, InstanceNormalization,
-//! MeanVarianceNormalization, LpNormalization; and inference-mode Dropout.
+//! MeanVarianceNormalization, LpNormalization, LRN; and inference-mode Dropout.
 
 use mlx_kernels::{ops, Array, Dtype};
 
@@ -134,6 +134,71 @@ fn lp_normalization_claim(node: &dyn crate::NodeView) -> crate::Verdict {
         None | Some(crate::AttrValue::Int(1 | 2)) => crate::Verdict::Claim,
         Some(other) => crate::Verdict::decline(format!("p {other:?}: only the L1 and L2 norms")),
     }
+}
+
+/// Cross-channel local response normalisation, in float32:
+/// `x / (bias + alpha / size * sum of x^2 over the size channels around c)^beta`.
+#[onnx_op(op = "LRN", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed)]
+fn lrn(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = 1e-4)] alpha: f32,
+    #[attr(default = 0.75)] beta: f32,
+    #[attr(default = 1.0)] bias: f32,
+    #[attr] size: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    if x.ndim() < 3 || size < 1 {
+        return Err(crate::OpError::new(
+            "LRN needs [N, C, spatial..] and a positive size",
+        ));
+    }
+    if x.size() == 0 {
+        return Ok(x);
+    }
+    let channels = x.shape()[1];
+    // Channels further than C - 1 away only ever meet padding: clamp the window to that.
+    let before = ((size - 1) / 2).min(channels - 1);
+    let after = (size - 1 - (size - 1) / 2).min(channels - 1);
+    let wide = ops::astype(&x, Dtype::F32, s)?;
+    let zero = scalar(0.0, Dtype::F32, s)?;
+    let squares = ops::pad(
+        &ops::multiply(&wide, &wide, s)?,
+        &[1],
+        &[before as i32],
+        &[after as i32],
+        &zero,
+        false,
+        s,
+    )?;
+    let mut stop: Vec<i32> = squares.shape().iter().map(|&d| d as i32).collect();
+    let mut start = vec![0i32; stop.len()];
+    let step = vec![1i32; stop.len()];
+    let mut window_sum = zero;
+    for offset in 0..=(before + after) as i32 {
+        start[1] = offset;
+        stop[1] = offset + channels as i32;
+        window_sum = ops::add(
+            &window_sum,
+            &ops::slice(&squares, &start, &stop, &step, s)?,
+            s,
+        )?;
+    }
+    let scale = ops::add(
+        &scalar(bias.into(), Dtype::F32, s)?,
+        &ops::multiply(
+            &window_sum,
+            &scalar(f64::from(alpha) / size as f64, Dtype::F32, s)?,
+            s,
+        )?,
+        s,
+    )?;
+    let divisor = ops::power(&scale, &scalar(beta.into(), Dtype::F32, s)?, s)?;
+    Ok(ops::astype(
+        &ops::divide(&wide, &divisor, s)?,
+        x.dtype(),
+        s,
+    )?)
 }
 
 /// The general path: statistics in float32 over `axes`, all three outputs.

@@ -1028,6 +1028,30 @@ SPECS[("", "LpNormalization")] = OpSpec(
 )
 
 
+def _lrn(xs, a):
+    x = xs[0].astype(np.float64)
+    size, channels = a["size"], x.shape[1]
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    window_sum = np.zeros_like(x)
+    for c in range(channels):
+        window_sum[:, c] = (x[:, max(0, c - before):min(channels, c + after + 1)] ** 2).sum(axis=1)
+    scale = a.get("bias", 1.0) + a.get("alpha", 1e-4) / size * window_sum
+    return (x / scale ** a.get("beta", 0.75)).astype(xs[0].dtype)
+
+
+SPECS[("", "LRN")] = OpSpec(
+    ref=_lrn,
+    scheme={"basic": [[2, 5, 3, 4]], "empty": [[0, 5, 3, 4]], "dynamic": [[[2, 5, 3, 4]], [[1, 2, 2, 2]], [[3, 6, 1, 5]]]},
+    variants=[
+        Variant(attrs={"size": 3}),
+        _rep(Variant("size5_params", {"size": 5, "alpha": 0.5, "beta": 0.6, "bias": 2.0})),
+        _rep(Variant("even_size", {"size": 2, "alpha": 0.3})),
+        _rep(Variant("size_past_channels", {"size": 11, "alpha": 2.0})),
+        _rep(Variant("rank3", {"size": 3, "alpha": 0.2}, shapes=[[2, 4, 6]])),
+    ],
+)
+
+
 SPECS[("", "MatMul")] = OpSpec(
     ref=lambda xs, a: np.matmul(xs[0], xs[1]),
     scheme={
