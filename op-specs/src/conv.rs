@@ -252,7 +252,7 @@ fn batch_norm_claim(node: &dyn crate::NodeView) -> crate::Verdict {
     crate::Verdict::Claim
 }
 
-fn spatial_axes(x: &Array) -> Result<Vec<i32>> {
+pub(crate) fn spatial_axes(x: &Array) -> Result<Vec<i32>> {
     if x.ndim() < 3 {
         return Err(OpError::new("global pooling needs [N, C, spatial..]"));
     }

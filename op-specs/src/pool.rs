@@ -4,7 +4,7 @@
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
-use crate::conv::conv_padding;
+use crate::conv::{conv_padding, spatial_axes};
 use crate::table::consts::scalar;
 use crate::{onnx_op, Lower, OpError, Result};
 
@@ -21,7 +21,7 @@ struct Windows {
 impl Windows {
     #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
     fn new(
-        input: &[i64],
+        x: &Array,
         kernel: Vec<i64>,
         strides: Option<Vec<i64>>,
         dilations: Option<Vec<i64>>,
@@ -29,6 +29,7 @@ impl Windows {
         auto_pad: &str,
         ceil_mode: bool,
     ) -> Result<Windows> {
+        let input = spatial(x)?;
         let n = kernel.len();
         let strides = strides.unwrap_or_else(|| vec![1; n]);
         let dilations = dilations.unwrap_or_else(|| vec![1; n]);
@@ -48,7 +49,7 @@ impl Windows {
         let (lo, mut hi) = conv_padding(
             auto_pad,
             pads.as_deref(),
-            input,
+            &input,
             &kernel,
             &strides,
             &dilations,
@@ -177,7 +178,7 @@ fn max_pool(
     #[attr] strides: Option<Vec<i64>>,
 ) -> Result<Array> {
     let windows = Windows::new(
-        &spatial(&x)?,
+        &x,
         kernel_shape,
         strides,
         dilations,
@@ -198,15 +199,7 @@ fn max_pool_legacy(
     #[attr] pads: Option<Vec<i64>>,
     #[attr] strides: Option<Vec<i64>>,
 ) -> Result<Array> {
-    let windows = Windows::new(
-        &spatial(&x)?,
-        kernel_shape,
-        strides,
-        None,
-        pads,
-        &auto_pad,
-        false,
-    )?;
+    let windows = Windows::new(&x, kernel_shape, strides, None, pads, &auto_pad, false)?;
     window_max(cx, &x, &windows)
 }
 
@@ -239,13 +232,12 @@ fn average_pool(
     #[attr] strides: Option<Vec<i64>>,
 ) -> Result<Array> {
     let s = cx.stream();
-    let input = spatial(&x)?;
     let declared_hi = match (&pads, auto_pad.as_str()) {
         (Some(p), "NOTSET") => p[p.len() / 2..].to_vec(),
-        _ => vec![0; input.len()],
+        _ => vec![0; kernel_shape.len()],
     };
     let windows = Windows::new(
-        &input,
+        &x,
         kernel_shape,
         strides,
         dilations,
@@ -314,7 +306,7 @@ fn lp_pool(
 ) -> Result<Array> {
     let s = cx.stream();
     let windows = Windows::new(
-        &spatial(&x)?,
+        &x,
         kernel_shape,
         strides,
         dilations,
@@ -338,9 +330,5 @@ fn lp_pool(
     declines = "p < 1"
 )]
 fn global_lp_pool(cx: &mut Lower, x: Array, #[attr(default = 2)] p: i64) -> Result<Array> {
-    let axes: Vec<i32> = (2..x.ndim().max(2) as i32).collect();
-    if axes.is_empty() {
-        return Err(OpError::new("global pooling needs [N, C, spatial..]"));
-    }
-    lp_norm(&x, p, &axes, true, cx.stream())
+    lp_norm(&x, p, &spatial_axes(&x)?, true, cx.stream())
 }
