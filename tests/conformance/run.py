@@ -55,6 +55,17 @@ KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
 NOT_RUN = {
     "StringNormalizer": "not run: ORT's StringNormalizer needs the host's en_US.UTF-8 locale, so the outcome depends on the machine",
 }
+# Cases held to a wider rtol than their own, each for a reason shown in docs/CONFORMANCE.md and
+# checked by tests/conformance/test_precision.py. Only where the MLX EP's answer is provably no
+# worse than the stored expected output (which numpy computed at float16 precision).
+WIDENED_RTOL = {
+    "test_attention_4d_causal_fp16_expanded": (
+        2e-3,
+        "two float16 steps: the expected output comes from numpy's float16 MatMul, which rounds as it "
+        "accumulates; MLX accumulates in float32 and lands closer to the float64 value of the same "
+        "graph (max error 3.96e-4 against the reference's 4.91e-4)",
+    ),
+}
 CASE_TIMEOUT_S = float(os.environ.get("MLX_CONFORMANCE_CASE_TIMEOUT_S", "120"))  # per case; twice that to build the cases
 REASON_CHARS = 400
 
@@ -329,6 +340,7 @@ class Runner:
         model_bytes = model.SerializeToString()
         data_sets = [([_normalize(v) for v in ins], [_normalize(v) for v in outs]) for ins, outs in case.data_sets]
         result.dtypes = sorted({_dtype_name(v) for ins, _ in data_sets for v in ins})
+        mlx_rtol = max(case.rtol, WIDENED_RTOL.get(result.case, (case.rtol, ""))[0])
 
         def finish(cls, reason=""):
             result.cls, result.reason = cls, one_line(reason)
@@ -366,7 +378,7 @@ class Runner:
                     feeds, raw = self.feeds(model, inputs)
                     outputs = self.run(session, feeds, raw)
                     mlx_outputs.append(outputs)
-                    mlx_mismatch = mlx_mismatch or compare(outputs, expected, case.rtol, case.atol)
+                    mlx_mismatch = mlx_mismatch or compare(outputs, expected, mlx_rtol, case.atol)
             except Unfeedable as error:
                 return finish("unfeedable", str(error))
             except Exception as error:  # noqa: BLE001
@@ -823,6 +835,19 @@ def render_doc(results: dict[str, Result], kinds=KINDS) -> str:
     else:
         out.append("None.")
     out.append("")
+    widened = [(key, rtol, why) for key, (rtol, why) in sorted(WIDENED_RTOL.items()) if key in results]
+    if widened:
+        out += [
+            "## Held to a wider tolerance",
+            "",
+            "Cases whose stored expected output is itself less precise than the MLX EP's answer; each is "
+            "checked at this rtol instead of its own, and `tests/conformance/test_precision.py` proves the claim.",
+            "",
+            "| case | class | rtol | why |",
+            "|---|---|---:|---|",
+        ]
+        out += [f"| {key} | {results[key].cls} | {rtol:g} | {_md(why)} |" for key, rtol, why in widened]
+        out.append("")
 
     # Decline reasons, weighted by the passing cases they kept off MLX.
     cost: dict[str, set[str]] = defaultdict(set)
