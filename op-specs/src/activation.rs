@@ -17,16 +17,22 @@ fn zero_like(x: &Array, s: &Stream) -> Result<Array> {
 /// `max(x, 0)`.
 #[onnx_op(op = "Relu", since = 6, types(T = SIGNED), inputs(X: T), outputs(Y: T), shape = Shapeless)]
 fn relu(cx: &mut Lower, x: Array) -> Result<Array> {
-    let s = cx.stream();
-    Ok(ops::maximum(&x, &zero_like(&x, s)?, s)?)
+    relu_of(&x, cx.stream())
+}
+
+pub(crate) fn relu_of(x: &Array, s: &Stream) -> Result<Array> {
+    Ok(ops::maximum(x, &zero_like(x, s)?, s)?)
 }
 
 /// `x` where `x >= 0`, else `alpha * x`.
 #[onnx_op(op = "LeakyRelu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
 fn leaky_relu(cx: &mut Lower, x: Array, #[attr(default = 0.01)] alpha: f32) -> Result<Array> {
-    let s = cx.stream();
-    let positive = ops::greater_equal(&x, &zero_like(&x, s)?, s)?;
-    Ok(ops::where_(&positive, &x, &scale(&x, alpha.into(), s)?, s)?)
+    leaky_relu_of(&x, alpha.into(), cx.stream())
+}
+
+pub(crate) fn leaky_relu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> {
+    let positive = ops::greater_equal(x, &zero_like(x, s)?, s)?;
+    Ok(ops::where_(&positive, x, &scale(x, alpha, s)?, s)?)
 }
 
 /// `alpha * (e^x - 1)` for `x < 0`, else `x`.
@@ -111,7 +117,7 @@ fn gelu_claim(node: &dyn crate::NodeView) -> crate::Verdict {
 }
 
 /// `clamp(alpha * x + beta, 0, 1)`.
-fn hard_sigmoid_of(x: &Array, alpha: f64, beta: f64, s: &Stream) -> Result<Array> {
+pub(crate) fn hard_sigmoid_of(x: &Array, alpha: f64, beta: f64, s: &Stream) -> Result<Array> {
     let linear = ops::add(&scale(x, alpha, s)?, &scalar_like(beta, x, s)?, s)?;
     let low = ops::maximum(&linear, &zero_like(x, s)?, s)?;
     Ok(ops::minimum(&low, &scalar_like(1.0, x, s)?, s)?)

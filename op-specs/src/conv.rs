@@ -70,6 +70,90 @@ fn channels_first(rank: usize) -> Vec<i32> {
         .collect()
 }
 
+/// Conv's attributes, shared by every op that convolves.
+struct ConvAttrs {
+    auto_pad: String,
+    dilations: Option<Vec<i64>>,
+    group: i64,
+    kernel_shape: Option<Vec<i64>>,
+    pads: Option<Vec<i64>>,
+    strides: Option<Vec<i64>>,
+}
+
+/// Strides and dilations (ONNX's default 1 per spatial axis), checked against `spatial`.
+fn strides_and_dilations(attrs: &ConvAttrs, spatial: usize) -> Result<(Vec<i64>, Vec<i64>)> {
+    let strides = attrs.strides.clone().unwrap_or_else(|| vec![1; spatial]);
+    let dilations = attrs.dilations.clone().unwrap_or_else(|| vec![1; spatial]);
+    if strides.len() != spatial || dilations.len() != spatial {
+        return Err(OpError::new(
+            "strides/dilations do not match the spatial rank",
+        ));
+    }
+    if strides.iter().chain(&dilations).any(|&v| v < 1) {
+        return Err(OpError::new("strides and dilations must be positive"));
+    }
+    Ok((strides, dilations))
+}
+
+/// The kernel's spatial size from `W [_, _, k..]`, checked against `kernel_shape` and X's rank.
+fn kernel_of(x: &Array, w: &Array, attrs: &ConvAttrs) -> Result<Vec<i64>> {
+    let rank = x.ndim();
+    if rank < 3 || w.ndim() != rank {
+        return Err(OpError::new(format!(
+            "X of rank {rank} and W of rank {} do not make a convolution",
+            w.ndim()
+        )));
+    }
+    let kernel: Vec<i64> = w.shape()[2..].to_vec();
+    if attrs.kernel_shape.as_ref().is_some_and(|k| *k != kernel) {
+        return Err(OpError::new(format!(
+            "kernel_shape {:?} differs from W's {kernel:?}",
+            attrs.kernel_shape
+        )));
+    }
+    Ok(kernel)
+}
+
+/// `conv(X, W) + B`, channels first in and out.
+fn convolve(
+    s: &mlx_kernels::Stream,
+    x: &Array,
+    w: &Array,
+    b: Option<&Array>,
+    attrs: &ConvAttrs,
+) -> Result<Array> {
+    let rank = x.ndim();
+    let kernel = kernel_of(x, w, attrs)?;
+    let spatial = rank - 2;
+    let (strides, dilations) = strides_and_dilations(attrs, spatial)?;
+    let (lo, hi) = conv_padding(
+        &attrs.auto_pad,
+        attrs.pads.as_deref(),
+        &x.shape()[2..],
+        &kernel,
+        &strides,
+        &dilations,
+    )?;
+    let x_last = ops::transpose(x, &channels_last(rank), s)?;
+    let w_last = ops::transpose(w, &channels_last(rank), s)?;
+    let y = ops::conv(
+        &x_last,
+        &w_last,
+        &to_i32(&strides),
+        &to_i32(&lo),
+        &to_i32(&hi),
+        &to_i32(&dilations),
+        &vec![1; spatial],
+        attrs.group as i32,
+        s,
+    )?;
+    let y = match b {
+        Some(b) => ops::add(&y, b, s)?,
+        None => y,
+    };
+    Ok(ops::transpose(&y, &channels_first(rank), s)?)
+}
+
 /// N-d convolution (cross-correlation) with groups, strides, dilations and padding.
 #[allow(clippy::too_many_arguments)] // three inputs and six attributes, as ONNX has them
 #[onnx_op(
@@ -88,53 +172,273 @@ fn conv(
     #[attr] pads: Option<Vec<i64>>,
     #[attr] strides: Option<Vec<i64>>,
 ) -> Result<Array> {
+    let attrs = ConvAttrs {
+        auto_pad,
+        dilations,
+        group,
+        kernel_shape,
+        pads,
+        strides,
+    };
+    convolve(cx.stream(), &x, &w, b.as_ref(), &attrs)
+}
+
+/// ORT's Conv fusion: `activation(conv(X, W) + B + Z)`, the activation one of MLAS's.
+#[allow(clippy::too_many_arguments)] // four inputs and eight attributes, as ORT has them
+#[onnx_op(
+    domain = "com.microsoft", op = "FusedConv", since = 1, types(T = F32 | F16), inputs(X: T, W: T, B: T, Z: T),
+    outputs(Y: T), shape = ShapeKeyed, claim = fused_conv_claim,
+    declines = "activations other than Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid; Conv's declines"
+)]
+fn fused_conv(
+    cx: &mut Lower,
+    x: Array,
+    w: Array,
+    b: Option<Array>,
+    z: Option<Array>,
+    #[attr(default = "")] activation: String,
+    #[attr] activation_params: Option<Vec<f32>>,
+    #[attr(default = "NOTSET")] auto_pad: String,
+    #[attr] dilations: Option<Vec<i64>>,
+    #[attr(default = 1)] group: i64,
+    #[attr] kernel_shape: Option<Vec<i64>>,
+    #[attr] pads: Option<Vec<i64>>,
+    #[attr] strides: Option<Vec<i64>>,
+) -> Result<Array> {
     let s = cx.stream();
+    let attrs = ConvAttrs {
+        auto_pad,
+        dilations,
+        group,
+        kernel_shape,
+        pads,
+        strides,
+    };
+    let y = convolve(s, &x, &w, b.as_ref(), &attrs)?;
+    let y = match z {
+        Some(z) => ops::add(&y, &z, s)?,
+        None => y,
+    };
+    let params = activation_params.unwrap_or_default();
+    let param = |i: usize| -> Result<f64> {
+        params.get(i).map(|&p| f64::from(p)).ok_or_else(|| {
+            OpError::new(format!(
+                "activation {activation} needs activation_params[{i}]"
+            ))
+        })
+    };
+    match activation.as_str() {
+        "" => Ok(y),
+        "Relu" => crate::activation::relu_of(&y, s),
+        "Tanh" => Ok(ops::tanh(&y, s)?),
+        "Sigmoid" => Ok(ops::sigmoid(&y, s)?),
+        "LeakyRelu" => crate::activation::leaky_relu_of(&y, param(0)?, s),
+        "HardSigmoid" => crate::activation::hard_sigmoid_of(&y, param(0)?, param(1)?, s),
+        "Clip" => {
+            let low = ops::maximum(&y, &scalar_like(param(0)?, &y, s)?, s)?;
+            Ok(ops::minimum(&low, &scalar_like(param(1)?, &y, s)?, s)?)
+        }
+        other => Err(OpError::new(format!("activation {other:?}"))),
+    }
+}
+
+fn fused_conv_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    const KNOWN: [&str; 6] = [
+        "Relu",
+        "Tanh",
+        "Sigmoid",
+        "LeakyRelu",
+        "HardSigmoid",
+        "Clip",
+    ];
+    match node.attribute("activation") {
+        None => conv_claim(node),
+        Some(crate::AttrValue::String(a)) if a.is_empty() || KNOWN.contains(&a.as_str()) => {
+            conv_claim(node)
+        }
+        Some(other) => crate::Verdict::decline(format!("activation {other:?}")),
+    }
+}
+
+/// The gradient of Conv: `X` scattered through `W` (`W [C_in, C_out / group, k..]`), with
+/// strides, dilations, pads, `output_padding` and `output_shape` as ORT's CPU EP reads them.
+#[allow(clippy::too_many_arguments)] // three inputs and eight attributes, as ONNX has them
+#[onnx_op(
+    op = "ConvTranspose", since = 1, types(T = FLOAT), inputs(X: T, W: T, B: T), outputs(Y: T), shape = ShapeKeyed,
+    claim = conv_claim, declines = "auto_pad values other than ONNX's four; grouped convolutions beyond 2-D (MLX has none)"
+)]
+fn conv_transpose(
+    cx: &mut Lower,
+    x: Array,
+    w: Array,
+    b: Option<Array>,
+    #[attr(default = "NOTSET")] auto_pad: String,
+    #[attr] dilations: Option<Vec<i64>>,
+    #[attr(default = 1)] group: i64,
+    #[attr] kernel_shape: Option<Vec<i64>>,
+    #[attr] output_padding: Option<Vec<i64>>,
+    #[attr] output_shape: Option<Vec<i64>>,
+    #[attr] pads: Option<Vec<i64>>,
+    #[attr] strides: Option<Vec<i64>>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let attrs = ConvAttrs {
+        auto_pad,
+        dilations,
+        group,
+        kernel_shape,
+        pads,
+        strides,
+    };
+    let kernel = kernel_of(&x, &w, &attrs)?;
     let rank = x.ndim();
-    if rank < 3 || w.ndim() != rank {
-        return Err(OpError::new(format!(
-            "X of rank {rank} and W of rank {} do not make a convolution",
-            w.ndim()
-        )));
-    }
     let spatial = rank - 2;
-    let kernel: Vec<i64> = w.shape()[2..].to_vec();
-    if kernel_shape.as_ref().is_some_and(|k| *k != kernel) {
-        return Err(OpError::new(format!(
-            "kernel_shape {kernel_shape:?} differs from W's {kernel:?}"
-        )));
-    }
-    let strides = strides.unwrap_or_else(|| vec![1; spatial]);
-    let dilations = dilations.unwrap_or_else(|| vec![1; spatial]);
-    if strides.len() != spatial || dilations.len() != spatial {
+    let (strides, dilations) = strides_and_dilations(&attrs, spatial)?;
+    let extra = output_padding.unwrap_or_else(|| vec![0; spatial]);
+    let wanted = match output_shape {
+        // output_shape may name the spatial dims only, or all of them.
+        Some(shape) if shape.len() >= spatial => Some(shape[shape.len() - spatial..].to_vec()),
+        Some(shape) => {
+            return Err(OpError::new(format!(
+                "output_shape {shape:?} does not cover {spatial} spatial axes"
+            )))
+        }
+        None => None,
+    };
+    if extra.len() != spatial {
         return Err(OpError::new(
-            "strides/dilations do not match the spatial rank",
+            "output_padding does not match the spatial rank",
         ));
     }
-    let (lo, hi) = conv_padding(
-        &auto_pad,
-        pads.as_deref(),
-        &x.shape()[2..],
-        &kernel,
-        &strides,
-        &dilations,
+    let group = attrs.group;
+    let (c_in, c_out_per_group) = (w.shape()[0], w.shape()[1]);
+    if group < 1 || c_in % group != 0 || x.shape()[1] != c_in {
+        return Err(OpError::new(format!(
+            "X's {} channels do not match W's {c_in} in {group} groups",
+            x.shape()[1]
+        )));
+    }
+    let mut lo = Vec::with_capacity(spatial);
+    let mut hi = Vec::with_capacity(spatial);
+    for i in 0..spatial {
+        let (head, tail) = transposed_padding(
+            &attrs,
+            i,
+            x.shape()[2 + i],
+            kernel[i],
+            strides[i],
+            dilations[i],
+            extra[i],
+            wanted.as_ref().map(|w| w[i]),
+        )?;
+        // A transposed convolution is a convolution of the stride-dilated input with the
+        // flipped kernel, padded by the kernel's reach less the ONNX pads.
+        let reach = dilations[i] * (kernel[i] - 1);
+        lo.push(reach - head);
+        hi.push(reach - tail + extra[i]);
+    }
+    // W [C_in, C_out/g, k..] -> MLX's [C_out, k.., C_in/g], kernel flipped on every spatial axis.
+    let mut grouped_shape = vec![group, c_in / group, c_out_per_group];
+    grouped_shape.extend(&kernel);
+    let grouped = ops::reshape(&w, &grouped_shape, s)?;
+    let mut order: Vec<i32> = vec![0, 2];
+    order.extend(3..3 + spatial as i32);
+    order.push(1);
+    let mut weight_shape = vec![group * c_out_per_group];
+    weight_shape.extend(&kernel);
+    weight_shape.push(c_in / group);
+    let spatial_axes: Vec<i32> = (1..=spatial as i32).collect();
+    let weight = ops::flip(
+        &ops::reshape(&ops::transpose(&grouped, &order, s)?, &weight_shape, s)?,
+        &spatial_axes,
+        s,
     )?;
+    // MLX pads only outwards: negative padding (ONNX pads wider than the kernel's reach) is a
+    // crop of the result instead.
     let x_last = ops::transpose(&x, &channels_last(rank), s)?;
-    let w_last = ops::transpose(&w, &channels_last(rank), s)?;
     let y = ops::conv(
         &x_last,
-        &w_last,
-        &to_i32(&strides),
-        &to_i32(&lo),
-        &to_i32(&hi),
+        &weight,
+        &vec![1; spatial],
+        &to_i32(&lo.iter().map(|&p| p.max(0)).collect::<Vec<_>>()),
+        &to_i32(&hi.iter().map(|&p| p.max(0)).collect::<Vec<_>>()),
         &to_i32(&dilations),
+        &to_i32(&strides),
         group as i32,
         s,
     )?;
+    let y = crop_negative_padding(&y, &lo, &hi, s)?;
     let y = match b {
         Some(b) => ops::add(&y, &b, s)?,
         None => y,
     };
     Ok(ops::transpose(&y, &channels_first(rank), s)?)
+}
+
+/// ONNX's pads before and after spatial axis `i` of a transposed convolution: from
+/// `output_shape` (the total split as ORT splits it), `auto_pad` SAME_* (output = input x
+/// stride), or `pads`.
+#[allow(clippy::too_many_arguments)] // one axis's geometry
+fn transposed_padding(
+    attrs: &ConvAttrs,
+    i: usize,
+    input: i64,
+    kernel: i64,
+    stride: i64,
+    dilation: i64,
+    extra: i64,
+    wanted: Option<i64>,
+) -> Result<(i64, i64)> {
+    let full = stride * (input - 1) + extra + dilation * (kernel - 1) + 1;
+    let same = matches!(attrs.auto_pad.as_str(), "SAME_UPPER" | "SAME_LOWER");
+    let target = match wanted {
+        Some(w) => Some(w),
+        None if same => Some(input * stride),
+        None => None,
+    };
+    if let Some(target) = target {
+        // ONNX's split: the odd unit of padding at the start, except for SAME_UPPER. A target
+        // larger than the full result (negative padding) extends the end, where only B lands.
+        let total = full - target;
+        let half = total / 2;
+        return Ok(if total < 0 {
+            (0, total)
+        } else if attrs.auto_pad == "SAME_UPPER" {
+            (half, total - half)
+        } else {
+            (total - half, half)
+        });
+    }
+    match (attrs.auto_pad.as_str(), attrs.pads.as_deref()) {
+        ("VALID", _) | (_, None) => Ok((0, 0)),
+        (_, Some(p)) if p.len() % 2 == 0 && i < p.len() / 2 => Ok((p[i], p[p.len() / 2 + i])),
+        (_, Some(p)) => Err(OpError::new(format!(
+            "pads {p:?} do not fit the spatial axes"
+        ))),
+    }
+}
+
+/// Removes `-pad` elements from each end of every spatial axis whose padding is negative.
+fn crop_negative_padding(
+    y: &Array,
+    lo: &[i64],
+    hi: &[i64],
+    s: &mlx_kernels::Stream,
+) -> Result<Array> {
+    if lo.iter().chain(hi).all(|&p| p >= 0) {
+        return Ok(y.clone());
+    }
+    let shape = y.shape();
+    let mut start = vec![0i32; shape.len()];
+    let mut stop: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
+    for i in 0..lo.len() {
+        start[1 + i] = (-lo[i]).max(0) as i32;
+        stop[1 + i] -= (-hi[i]).max(0) as i32;
+        if stop[1 + i] < start[1 + i] {
+            return Err(OpError::new("pads leave no output"));
+        }
+    }
+    Ok(ops::slice(y, &start, &stop, &vec![1; shape.len()], s)?)
 }
 
 fn conv_claim(node: &dyn crate::NodeView) -> crate::Verdict {

@@ -23,7 +23,8 @@ pub fn addmm(
 }
 
 /// N-d cross-correlation, channels last: `input [N, spatial.., C_in]`, `weight [C_out,
-/// kernel.., C_in / groups]`; per spatial axis: stride, padding before/after, dilation.
+/// kernel.., C_in / groups]`; per spatial axis: stride, padding before/after, (kernel)
+/// dilation and input dilation (zeros between input elements: a transposed convolution).
 #[allow(clippy::too_many_arguments)] // MLX's own parameter list
 pub fn conv(
     input: &crate::Array,
@@ -32,10 +33,10 @@ pub fn conv(
     padding_lo: &[i32],
     padding_hi: &[i32],
     dilation: &[i32],
+    input_dilation: &[i32],
     groups: i32,
     stream: &crate::Stream,
 ) -> crate::Result<crate::Array> {
-    let input_dilation = vec![1; stride.len()];
     crate::Array::from_op(|out| {
         // SAFETY: every slice outlives the call; MLX validates their lengths and the shapes.
         unsafe {
@@ -58,5 +59,20 @@ pub fn conv(
                 stream.raw(),
             )
         }
+    })
+}
+
+/// numpy's `einsum` over `operands` (MLX parses the equation; ellipses and diagonals included).
+pub fn einsum(
+    equation: &str,
+    operands: &[crate::Array],
+    stream: &crate::Stream,
+) -> crate::Result<crate::Array> {
+    let equation = std::ffi::CString::new(equation)
+        .map_err(|_| crate::Error::Mlx("an einsum equation cannot hold a NUL byte".to_owned()))?;
+    let vector = crate::VectorArray::from_arrays(operands)?;
+    crate::Array::from_op(|out| {
+        // SAFETY: `equation` and `vector` outlive the call; MLX validates the equation.
+        unsafe { crate::sys::mlx_einsum(out, equation.as_ptr(), vector.raw(), stream.raw()) }
     })
 }
