@@ -187,38 +187,46 @@ def entries_from_json(rows: list[dict]) -> list[Entry]:
 
 # Ports of com.microsoft entries (no ONNX schema to read them from), as declared in
 # op-specs/src/contrib.rs.
-_CONTRIB_PORTS = {
-    "Gelu": (["X:T"], ["Y:T"]),
-    "FastGelu": (["X:T", "bias:T?"], ["Y:T"]),
-    "BiasGelu": (["A:T", "B:T"], ["C:T"]),
-    "QuickGelu": (["X:T"], ["Y:T"]),
-    "BiasAdd": (["X:T", "bias:T", "skip:T"], ["Y:T"]),
-}
-_CONTRIB_ATTR_KINDS = {("QuickGelu", "alpha"): "float"}
-_ATTR_KIND = {
-    defs.OpSchema.AttrType.INT: "int",
-    defs.OpSchema.AttrType.FLOAT: "float",
-    defs.OpSchema.AttrType.STRING: "string",
-    defs.OpSchema.AttrType.INTS: "ints",
-    defs.OpSchema.AttrType.FLOATS: "floats",
-    defs.OpSchema.AttrType.STRINGS: "strings",
-}
+@dataclass
+class _Formal:
+    name: str
+    type_str: str
+    option: str  # "required", "optional", "variadic"
 
 
-def _parse_port(spec: str) -> Port:
-    optional = spec.endswith("?")
-    name, var = spec.rstrip("?").split(":")
-    return Port(name, var, "optional" if optional else "required")
+@dataclass
+class _Schema:
+    """The part of an op schema the table checks, from ONNX's registry or (for ops only ORT
+    defines: com.microsoft, SimplifiedLayerNormalization) ORT's."""
+
+    inputs: list
+    outputs: list
+    type_constraints: list
+    attributes: dict  # name -> kind ("int", "float", ...)
 
 
-def _schema_ports(op: str, since: int, types: dict[str, list[str]]):
-    schema = defs.get_schema(op, since, "")
-    kinds = {
-        defs.OpSchema.FormalParameterOption.Single: "required",
-        defs.OpSchema.FormalParameterOption.Optional: "optional",
-        defs.OpSchema.FormalParameterOption.Variadic: "variadic",
-    }
+_OPTION = {"Single": "required", "Optional": "optional", "Variadic": "variadic"}
 
+
+def _schema(op: str, since: int, domain: str) -> _Schema:
+    if defs.has(op, domain):
+        schema = defs.get_schema(op, since, domain)
+        type_of = lambda p: p.type_str  # noqa: E731
+    else:
+        from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+        candidates = [s for s in ort_c.get_all_operator_schema() if s.name == op and s.domain == domain and s.since_version <= since]
+        if not candidates:
+            raise KeyError(f"no ONNX or ORT schema for {domain or 'ai.onnx'}.{op} at opset {since}")
+        schema = max(candidates, key=lambda s: s.since_version)
+        type_of = lambda p: p.typeStr  # noqa: E731
+    formal = lambda p: _Formal(p.name, type_of(p), _OPTION[str(p.option).rsplit(".", 1)[-1]])  # noqa: E731
+    kinds = {n: str(a.type).rsplit(".", 1)[-1].lower() for n, a in schema.attributes.items()}
+    return _Schema([formal(p) for p in schema.inputs], [formal(p) for p in schema.outputs], list(schema.type_constraints), kinds)
+
+
+def _schema_ports(op: str, since: int, types: dict[str, list[str]], domain: str = ""):
+    schema = _schema(op, since, domain)
     schema_vars = [p.type_str for p in list(schema.inputs) + list(schema.outputs)]
     # Schema variables the table names differently (Identity's V, Slice's Tind), in order, get
     # the table's variables no schema port names.
@@ -245,8 +253,8 @@ def _schema_ports(op: str, since: int, types: dict[str, list[str]]):
                 renamed[type_str_] = same[0]
         return renamed.get(type_str_, type_str_)
 
-    ins = [Port(p.name, var(p.type_str), kinds[p.option]) for p in schema.inputs]
-    outs = [Port(p.name.rstrip("."), var(p.type_str), kinds[p.option]) for p in schema.outputs]
+    ins = [Port(p.name, var(p.type_str), p.option) for p in schema.inputs]
+    outs = [Port(p.name.rstrip("."), var(p.type_str), p.option) for p in schema.outputs]
     return ins, outs, schema
 
 
@@ -280,17 +288,8 @@ def parse_coverage(path: Path = COVERAGE_MD) -> list[Entry]:
                 else:
                     name, default = a.split("=", 1)
                     attributes.append(Attr(name, "", False, default))
-        if domain == "":
-            ins, outs, schema = _schema_ports(op, since, types)
-            kinds = {n: _ATTR_KIND.get(a.type, "?") for n, a in schema.attributes.items()}
-            attributes = [Attr(a.name, kinds.get(a.name, "?"), a.required, a.default) for a in attributes]
-        else:
-            ins_s, outs_s = _CONTRIB_PORTS[op]
-            ins, outs = [_parse_port(p) for p in ins_s], [_parse_port(p) for p in outs_s]
-            attributes = [
-                Attr(a.name, _CONTRIB_ATTR_KINDS.get((op, a.name), "?"), a.required, a.default)
-                for a in attributes
-            ]
+        ins, outs, schema = _schema_ports(op, since, types, domain)
+        attributes = [Attr(a.name, schema.attributes.get(a.name, "?"), a.required, a.default) for a in attributes]
         entries.append(
             Entry(domain, op, since, until, family, "", types, ins, outs, attributes, shape,
                   source="coverage", extra={"declines": declines})
