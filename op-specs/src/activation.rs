@@ -20,6 +20,11 @@ fn relu(cx: &mut Lower, x: Array) -> Result<Array> {
     relu_of(&x, cx.stream())
 }
 
+/// `x * sigmoid(x)` (SiLU, Swish).
+pub(crate) fn silu_of(x: &Array, s: &Stream) -> Result<Array> {
+    Ok(ops::multiply(x, &ops::sigmoid(x, s)?, s)?)
+}
+
 pub(crate) fn relu_of(x: &Array, s: &Stream) -> Result<Array> {
     Ok(ops::maximum(x, &zero_like(x, s)?, s)?)
 }

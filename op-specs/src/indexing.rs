@@ -26,23 +26,14 @@ fn gather(
             "indices into an empty axis are out of range",
         ));
     }
-    let dim = data.shape()[axis] as f64;
-    let negative = ops::less(&indices, &scalar_like(0.0, &indices, s)?, s)?;
-    let wrapped = ops::where_(
-        &negative,
-        &ops::add(&indices, &scalar_like(dim, &indices, s)?, s)?,
-        &indices,
-        s,
-    )?;
-    let low = ops::maximum(&wrapped, &scalar_like(0.0, &indices, s)?, s)?;
-    let safe = ops::minimum(&low, &scalar_like((dim - 1.0).max(0.0), &indices, s)?, s)?;
+    let safe = in_bounds(&indices, data.shape()[axis], s)?;
     Ok(ops::take(&data, &safe, axis as i32, s)?)
 }
 
 /// Negative indices wrapped by `dim` and everything clamped into `[0, dim)`: ONNX calls
 /// out-of-range indices an error (ORT raises it); MLX does not check, so they are kept in
 /// bounds here rather than read or written out of range.
-fn in_bounds(indices: &Array, dim: i64, s: &mlx_kernels::Stream) -> Result<Array> {
+pub(crate) fn in_bounds(indices: &Array, dim: i64, s: &mlx_kernels::Stream) -> Result<Array> {
     let dim = dim as f64;
     let negative = ops::less(indices, &scalar_like(0.0, indices, s)?, s)?;
     let wrapped = ops::where_(

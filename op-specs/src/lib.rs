@@ -14,6 +14,7 @@ mod arithmetic;
 mod cast;
 mod compare;
 mod contrib;
+mod contrib_norm;
 mod conv;
 mod generate;
 mod indexing;

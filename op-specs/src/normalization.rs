@@ -45,7 +45,7 @@ fn layer_normalization(
     layer_norm_general(&x, &scale, bias.as_ref(), axis, epsilon, s)
 }
 
-fn layer_norm_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+pub(crate) fn layer_norm_claim(node: &dyn crate::NodeView) -> crate::Verdict {
     match node.attribute("stash_type") {
         None | Some(crate::AttrValue::Int(1)) => crate::Verdict::Claim,
         Some(other) => {
@@ -69,31 +69,40 @@ fn rms_normalization(
     #[attr(default = 1)] stash_type: i64,
 ) -> Result<Array> {
     let _ = stash_type; // declined unless 1, see the claim
-    let s = cx.stream();
+    let mut outputs = rms_norm_over(&x, &scale, axis, epsilon, true, cx.stream())?;
+    Ok(outputs.swap_remove(0))
+}
+
+/// `x / sqrt(mean(x²) + epsilon) * scale` over the axes from `axis` on, statistics in float32,
+/// `Y` in the scale's type; then `1 / sqrt(mean(x²) + epsilon)` unless `only_y`.
+pub(crate) fn rms_norm_over(
+    x: &Array,
+    scale: &Array,
+    axis: i64,
+    epsilon: f32,
+    only_y: bool,
+    s: &mlx_kernels::Stream,
+) -> Result<Vec<Array>> {
     let rank = x.ndim();
     let axis = normalise_axis(axis, rank)?;
     let last = x.shape().last().copied();
-    if axis + 1 == rank
+    if only_y
+        && axis + 1 == rank
         && x.dtype() == scale.dtype()
         && scale.ndim() == 1
         && Some(scale.shape()[0]) == last
     {
         // MLX's fused kernel normalises the last axis by a per-element weight, in float32.
-        return Ok(ops::rms_norm(&x, Some(&scale), epsilon, s)?);
+        return Ok(vec![ops::rms_norm(x, Some(scale), epsilon, s)?]);
     }
     let axes: Vec<i32> = (axis as i32..rank as i32).collect();
-    let wide = ops::astype(&x, Dtype::F32, s)?;
-    let mean_square = ops::mean(&ops::multiply(&wide, &wide, s)?, &axes, true, s)?;
-    let inv_rms = ops::rsqrt(
-        &ops::add(&mean_square, &scalar(epsilon.into(), Dtype::F32, s)?, s)?,
-        s,
-    )?;
-    let scaled = ops::multiply(
-        &ops::multiply(&wide, &inv_rms, s)?,
-        &ops::astype(&scale, Dtype::F32, s)?,
-        s,
-    )?;
-    Ok(ops::astype(&scaled, scale.dtype(), s)?)
+    let Standardised {
+        normalised,
+        inv_std,
+        ..
+    } = standardise(x, &axes, epsilon, false, s)?;
+    let scaled = ops::multiply(&normalised, &ops::astype(scale, Dtype::F32, s)?, s)?;
+    Ok(vec![ops::astype(&scaled, scale.dtype(), s)?, inv_std])
 }
 
 /// `X / ||X||_p` along `axis` (p = 1 or 2), the norm in float32; a zero norm gives zeros, as
@@ -202,7 +211,43 @@ fn lrn(
 }
 
 /// The general path: statistics in float32 over `axes`, all three outputs.
-fn layer_norm_general(
+/// `x` standardised over `axes`, in float32: `(x - mean) / sqrt(var + epsilon)` when
+/// `centred`, else `x / sqrt(mean(x²) + epsilon)` (RMS). The statistics keep their axes.
+pub(crate) struct Standardised {
+    pub normalised: Array,
+    /// The mean (zero for RMS statistics).
+    pub mean: Array,
+    pub inv_std: Array,
+}
+
+pub(crate) fn standardise(
+    x: &Array,
+    axes: &[i32],
+    epsilon: f32,
+    centred: bool,
+    s: &mlx_kernels::Stream,
+) -> Result<Standardised> {
+    let wide = ops::astype(x, Dtype::F32, s)?;
+    let (mean, centered) = if centred {
+        let mean = ops::mean(&wide, axes, true, s)?;
+        let centered = ops::subtract(&wide, &mean, s)?;
+        (mean, centered)
+    } else {
+        (scalar(0.0, Dtype::F32, s)?, wide)
+    };
+    let variance = ops::mean(&ops::multiply(&centered, &centered, s)?, axes, true, s)?;
+    let inv_std = ops::rsqrt(
+        &ops::add(&variance, &scalar(epsilon.into(), Dtype::F32, s)?, s)?,
+        s,
+    )?;
+    Ok(Standardised {
+        normalised: ops::multiply(&centered, &inv_std, s)?,
+        mean,
+        inv_std,
+    })
+}
+
+pub(crate) fn layer_norm_general(
     x: &Array,
     scale: &Array,
     bias: Option<&Array>,
@@ -211,15 +256,11 @@ fn layer_norm_general(
     s: &mlx_kernels::Stream,
 ) -> Result<Vec<Array>> {
     let axes: Vec<i32> = (axis as i32..x.ndim() as i32).collect();
-    let wide = ops::astype(x, Dtype::F32, s)?;
-    let mean = ops::mean(&wide, &axes, true, s)?;
-    let centered = ops::subtract(&wide, &mean, s)?;
-    let variance = ops::mean(&ops::multiply(&centered, &centered, s)?, &axes, true, s)?;
-    let inv_std = ops::rsqrt(
-        &ops::add(&variance, &scalar(epsilon.into(), Dtype::F32, s)?, s)?,
-        s,
-    )?;
-    let normalised = ops::multiply(&centered, &inv_std, s)?;
+    let Standardised {
+        normalised,
+        mean,
+        inv_std,
+    } = standardise(x, &axes, epsilon, true, s)?;
     let scaled = ops::multiply(&normalised, &ops::astype(scale, Dtype::F32, s)?, s)?;
     let shifted = match bias {
         Some(b) => ops::add(&scaled, &ops::astype(b, Dtype::F32, s)?, s)?,
@@ -249,29 +290,127 @@ fn instance_normalization(
         ));
     }
     let axes: Vec<i32> = (2..rank as i32).collect();
-    let wide = ops::astype(&x, Dtype::F32, s)?;
-    let mean = ops::mean(&wide, &axes, true, s)?;
-    let centered = ops::subtract(&wide, &mean, s)?;
-    let variance = ops::mean(&ops::multiply(&centered, &centered, s)?, &axes, true, s)?;
-    let inv_std = ops::rsqrt(
-        &ops::add(&variance, &scalar(epsilon.into(), Dtype::F32, s)?, s)?,
-        s,
-    )?;
-    let channel = |p: &Array| -> Result<Array> {
-        let mut shape = vec![1i64; rank - 1];
-        shape[0] = p.size() as i64;
-        Ok(ops::reshape(&ops::astype(p, Dtype::F32, s)?, &shape, s)?)
-    };
+    let normalised = standardise(&x, &axes, epsilon, true, s)?.normalised;
     let y = ops::add(
-        &ops::multiply(
-            &ops::multiply(&centered, &inv_std, s)?,
-            &channel(&scale)?,
-            s,
-        )?,
-        &channel(&b)?,
+        &ops::multiply(&normalised, &per_channel_f32(&scale, rank, s)?, s)?,
+        &per_channel_f32(&b, rank, s)?,
         s,
     )?;
     Ok(ops::astype(&y, x.dtype(), s)?)
+}
+
+/// `[C]` parameters in float32 as `[C, 1, ..]`, to broadcast along axis 1 of a rank-`rank` tensor.
+fn per_channel_f32(p: &Array, rank: usize, s: &mlx_kernels::Stream) -> Result<Array> {
+    let mut shape = vec![1i64; rank - 1];
+    shape[0] = p.size() as i64;
+    Ok(ops::reshape(&ops::astype(p, Dtype::F32, s)?, &shape, s)?)
+}
+
+/// `x` standardised per sample over each of `groups` groups of consecutive channels (and the
+/// spatial axes), in float32, in `x`'s shape. Channels on axis 1, or last when `channels_last`.
+pub(crate) fn group_standardise(
+    x: &Array,
+    groups: i64,
+    epsilon: f32,
+    channels_last: bool,
+    s: &mlx_kernels::Stream,
+) -> Result<Array> {
+    let shape = x.shape();
+    let channels = if channels_last {
+        shape.last().copied()
+    } else {
+        shape.get(1).copied()
+    }
+    .filter(|_| shape.len() >= 2)
+    .ok_or_else(|| crate::OpError::new("group normalisation needs a channel axis"))?;
+    if groups < 1 || channels % groups != 0 {
+        return Err(crate::OpError::new(format!(
+            "{channels} channels do not split into {groups} groups"
+        )));
+    }
+    let batch = shape[0];
+    // [N, G, C/G * spatial] channels first; [N, spatial, G, C/G] channels last.
+    let (grouped, axes): (Vec<i64>, Vec<i32>) = if channels_last {
+        let spatial: i64 = shape[1..shape.len() - 1].iter().product();
+        (vec![batch, spatial, groups, channels / groups], vec![1, 3])
+    } else {
+        (vec![batch, groups, -1], vec![2])
+    };
+    if x.size() == 0 {
+        return Ok(ops::astype(x, Dtype::F32, s)?); // no statistics to take
+    }
+    let standardised = standardise(&ops::reshape(x, &grouped, s)?, &axes, epsilon, true, s)?;
+    Ok(ops::reshape(&standardised.normalised, &shape, s)?)
+}
+
+/// Group normalisation (opset 21): statistics per sample over `num_groups` groups of channels,
+/// in float32 (`stash_type` 1), then `scale` and `bias` per channel.
+#[onnx_op(
+    op = "GroupNormalization", since = 21, types(T = FLOAT), inputs(X: T, scale: T, bias: T), outputs(Y: T),
+    shape = ShapeKeyed, claim = layer_norm_claim, declines = "stash_type other than 1 (float32)"
+)]
+fn group_normalization(
+    cx: &mut Lower,
+    x: Array,
+    scale: Array,
+    bias: Array,
+    #[attr(default = 1e-5)] epsilon: f32,
+    #[attr] num_groups: i64,
+    #[attr(default = 1)] stash_type: i64,
+) -> Result<Array> {
+    let _ = stash_type; // declined unless 1, see the claim
+    let s = cx.stream();
+    let normalised = group_standardise(&x, num_groups, epsilon, false, s)?;
+    let rank = x.ndim();
+    let y = ops::add(
+        &ops::multiply(&normalised, &per_channel_f32(&scale, rank, s)?, s)?,
+        &per_channel_f32(&bias, rank, s)?,
+        s,
+    )?;
+    Ok(ops::astype(&y, x.dtype(), s)?)
+}
+
+/// Group normalisation as opset 18 defined it: `scale` and `bias` per group, not per channel.
+#[onnx_op(
+    op = "GroupNormalization", opset = 18..=20, types(T = FLOAT), inputs(X: T, scale: T, bias: T), outputs(Y: T),
+    shape = ShapeKeyed
+)]
+fn group_normalization_18(
+    cx: &mut Lower,
+    x: Array,
+    scale: Array,
+    bias: Array,
+    #[attr(default = 1e-5)] epsilon: f32,
+    #[attr] num_groups: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    if x.size() == 0 {
+        return Ok(x);
+    }
+    let normalised = group_standardise(&x, num_groups, epsilon, false, s)?;
+    // Per group: [G] as [N=1, G, 1] against the [N, G, C/G * spatial] view.
+    let per_group = |p: &Array| -> Result<Array> {
+        Ok(ops::reshape(
+            &ops::astype(p, Dtype::F32, s)?,
+            &[1, num_groups, 1],
+            s,
+        )?)
+    };
+    let grouped_shape = [x.shape()[0], num_groups, -1];
+    let y = ops::add(
+        &ops::multiply(
+            &ops::reshape(&normalised, &grouped_shape, s)?,
+            &per_group(&scale)?,
+            s,
+        )?,
+        &per_group(&bias)?,
+        s,
+    )?;
+    Ok(ops::astype(
+        &ops::reshape(&y, &x.shape(), s)?,
+        x.dtype(),
+        s,
+    )?)
 }
 
 /// `(x - E[x]) / (sqrt(E[x²] - E[x]²) + 1e-9)` over `axes`, as ONNX's function body defines it.

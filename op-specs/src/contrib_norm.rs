@@ -1,0 +1,271 @@
+//! The normalisations ORT's transformer fusions emit: SimplifiedLayerNormalization (ORT's, in
+//! the default domain), and com.microsoft SkipLayerNormalization,
+//! SkipSimplifiedLayerNormalization, EmbedLayerNormalization and SkipGroupNorm.
+//!
+//! As ORT's CPU kernels do, the residual sum is formed in float32, normalised from those float32
+//! values, and rounded to the element type only where it leaves the node.
+
+use mlx_kernels::{ops, Array, Dtype, Stream};
+
+use crate::activation::silu_of;
+use crate::normalization::{group_standardise, layer_norm_claim, rms_norm_over, standardise};
+use crate::table::consts::scalar_like;
+use crate::{onnx_op, Lower, OpError, Result};
+
+/// `X / sqrt(mean(X²) + epsilon) * scale` over the axes from `axis` on (statistics in
+/// float32), and the inverse RMS when asked for.
+#[onnx_op(
+    op = "SimplifiedLayerNormalization", since = 1, types(T = FLOAT, V = FLOAT, U = F32),
+    inputs(X: T, scale: V), outputs(Y: V, inv_std_var?: U), shape = ShapeKeyed,
+    claim = layer_norm_claim, declines = "stash_type other than 1 (float32)"
+)]
+fn simplified_layer_normalization(
+    cx: &mut Lower,
+    x: Array,
+    scale: Array,
+    #[attr(default = -1)] axis: i64,
+    #[attr(default = 1e-5)] epsilon: f32,
+    #[attr(default = 1)] stash_type: i64,
+) -> Result<Vec<Array>> {
+    let _ = stash_type; // declined unless 1, see the claim
+    let only_y = !cx.node().output_present(1);
+    rms_norm_over(&x, &scale, axis, epsilon, only_y, cx.stream())
+}
+
+/// `input + skip + bias` in float32 (skip broadcasts from `[S, H]` or `[1, S, H]`).
+fn residual_sum(input: &Array, skip: &Array, bias: Option<&Array>, s: &Stream) -> Result<Array> {
+    let wide = |a: &Array| ops::astype(a, Dtype::F32, s);
+    let sum = ops::add(&wide(input)?, &wide(skip)?, s)?;
+    Ok(match bias {
+        Some(b) => ops::add(&sum, &wide(b)?, s)?,
+        None => sum,
+    })
+}
+
+/// Layer normalisation of `input + skip + bias` over the last axis, with `gamma` and `beta`;
+/// the optional outputs are the mean, the inverse standard deviation and the sum itself.
+#[onnx_op(
+    domain = "com.microsoft", op = "SkipLayerNormalization", since = 1, types(T = FLOAT, U = F32),
+    inputs(input: T, skip: T, gamma: T, beta: T, bias: T),
+    outputs(output: T, mean?: U, inv_std_var?: U, input_skip_bias_sum?: T), shape = ShapeKeyed
+)]
+fn skip_layer_normalization(
+    cx: &mut Lower,
+    input: Array,
+    skip: Array,
+    gamma: Array,
+    beta: Option<Array>,
+    bias: Option<Array>,
+    #[attr(default = 1e-12)] epsilon: f32,
+) -> Result<Vec<Array>> {
+    let s = cx.stream();
+    let sum = residual_sum(&input, &skip, bias.as_ref(), s)?;
+    let last = input.ndim() as i32 - 1;
+    let stats = standardise(&sum, &[last], epsilon, true, s)?;
+    let mut y = ops::multiply(&stats.normalised, &ops::astype(&gamma, Dtype::F32, s)?, s)?;
+    if let Some(beta) = beta {
+        y = ops::add(&y, &ops::astype(&beta, Dtype::F32, s)?, s)?;
+    }
+    Ok(vec![
+        ops::astype(&y, input.dtype(), s)?,
+        stats.mean,
+        stats.inv_std,
+        ops::astype(&sum, input.dtype(), s)?,
+    ])
+}
+
+/// RMS normalisation of `input + skip + bias` over the last axis, scaled by `gamma`; the
+/// optional outputs are the inverse RMS and the sum. The `mean` output is declined: a
+/// simplified norm has none (ORT's CPU kernel leaves it unspecified).
+#[onnx_op(
+    domain = "com.microsoft", op = "SkipSimplifiedLayerNormalization", since = 1, types(T = FLOAT, U = F32),
+    inputs(input: T, skip: T, gamma: T, bias: T),
+    outputs(output: T, mean?: U, inv_std_var?: U, input_skip_bias_sum?: T), shape = ShapeKeyed,
+    claim = no_mean_output, declines = "the mean output (a simplified norm has no mean)"
+)]
+fn skip_simplified_layer_normalization(
+    cx: &mut Lower,
+    input: Array,
+    skip: Array,
+    gamma: Array,
+    bias: Option<Array>,
+    #[attr(default = 1e-12)] epsilon: f32,
+) -> Result<Vec<Array>> {
+    let s = cx.stream();
+    let sum = residual_sum(&input, &skip, bias.as_ref(), s)?;
+    let last = input.ndim() as i32 - 1;
+    let stats = standardise(&sum, &[last], epsilon, false, s)?;
+    let y = ops::multiply(&stats.normalised, &ops::astype(&gamma, Dtype::F32, s)?, s)?;
+    Ok(vec![
+        ops::astype(&y, input.dtype(), s)?,
+        stats.mean,
+        stats.inv_std,
+        ops::astype(&sum, input.dtype(), s)?,
+    ])
+}
+
+fn no_mean_output(node: &dyn crate::NodeView) -> crate::Verdict {
+    if node.output_present(1) {
+        return crate::Verdict::decline(
+            "the mean output of a simplified norm (ORT leaves it unspecified)",
+        );
+    }
+    crate::Verdict::Claim
+}
+
+/// Rows of `table` at `ids` (int32, negative ids from the end); ids out of range, which ORT
+/// reports as an error, are clamped rather than read out of bounds (as Gather does).
+fn embed(table: &Array, ids: &Array, s: &Stream) -> Result<Array> {
+    let rows = table.shape().first().copied().unwrap_or(0);
+    if rows == 0 {
+        return Err(OpError::new("an embedding table with no rows"));
+    }
+    let safe = crate::indexing::in_bounds(ids, rows, s)?;
+    Ok(ops::take(table, &safe, 0, s)?)
+}
+
+/// BERT's embedding layer: `LayerNorm(word[input_ids] + position[position_ids or 0..S] +
+/// segment[segment_ids])` with `gamma`/`beta`; `mask_index` counts each row's mask entries
+/// equal to 1 (zeros without a mask), and `embedding_sum` is the sum before normalising.
+#[allow(clippy::too_many_arguments)] // nine inputs, as ORT has them
+#[onnx_op(
+    domain = "com.microsoft", op = "EmbedLayerNormalization", since = 1, types(T1 = I32, T = F32 | F16),
+    inputs(input_ids: T1, segment_ids: T1, word_embedding: T, position_embedding: T, segment_embedding: T,
+           gamma: T, beta: T, mask: T1, position_ids: T1),
+    outputs(output: T, mask_index?: T1, embedding_sum?: T), shape = ShapeKeyed
+)]
+fn embed_layer_normalization(
+    cx: &mut Lower,
+    input_ids: Array,
+    segment_ids: Option<Array>,
+    word_embedding: Array,
+    position_embedding: Array,
+    segment_embedding: Option<Array>,
+    gamma: Array,
+    beta: Array,
+    mask: Option<Array>,
+    position_ids: Option<Array>,
+    #[attr(default = 1e-12)] epsilon: f32,
+    #[attr(name = "mask_index_type")] _mask_index_type: Option<i64>,
+) -> Result<Vec<Array>> {
+    let s = cx.stream();
+    let shape = input_ids.shape();
+    if shape.len() != 2 {
+        return Err(OpError::new("input_ids must be [batch, sequence]"));
+    }
+    let (batch, sequence) = (shape[0], shape[1]);
+    let wide = |a: Array| ops::astype(&a, Dtype::F32, s);
+    let mut sum = wide(embed(&word_embedding, &input_ids, s)?)?;
+    let positions = match position_ids {
+        Some(ids) => embed(&position_embedding, &ids, s)?,
+        None if position_embedding
+            .shape()
+            .first()
+            .is_some_and(|&p| p >= sequence) =>
+        {
+            let hidden = position_embedding.shape()[1..].to_vec();
+            let mut stop: Vec<i32> = vec![sequence as i32];
+            stop.extend(hidden.iter().map(|&d| d as i32));
+            let start = vec![0; stop.len()];
+            let step = vec![1; stop.len()];
+            ops::slice(&position_embedding, &start, &stop, &step, s)?
+        }
+        None => {
+            return Err(OpError::new(format!(
+                "a sequence of {sequence} is longer than the position embedding"
+            )))
+        }
+    };
+    sum = ops::add(&sum, &wide(positions)?, s)?;
+    if let (Some(ids), Some(table)) = (segment_ids, segment_embedding) {
+        sum = ops::add(&sum, &wide(embed(&table, &ids, s)?)?, s)?;
+    }
+    let stats = standardise(&sum, &[2], epsilon, true, s)?;
+    let y = ops::add(
+        &ops::multiply(&stats.normalised, &wide(gamma)?, s)?,
+        &wide(beta)?,
+        s,
+    )?;
+    let mask_index = match mask {
+        Some(mask) => {
+            let ones = ops::equal(&mask, &scalar_like(1.0, &mask, s)?, s)?;
+            ops::astype(&ops::sum(&ones, &[1], false, s)?, Dtype::I32, s)?
+        }
+        None => ops::broadcast_to(
+            &crate::table::consts::scalar(0.0, Dtype::I32, s)?,
+            &[batch],
+            s,
+        )?,
+    };
+    let dtype = word_embedding.dtype();
+    Ok(vec![
+        ops::astype(&y, dtype, s)?,
+        mask_index,
+        ops::astype(&sum, dtype, s)?,
+    ])
+}
+
+/// Stable Diffusion's fused residual group norm, channels last: `S = X + skip + bias`, `Y =
+/// activation(GroupNorm(S) * gamma + beta)` with SiLU or no activation.
+#[onnx_op(
+    domain = "com.microsoft", op = "SkipGroupNorm", since = 1, types(T = F32 | F16, M = F32 | F16),
+    inputs(X: T, gamma: M, beta: M, skip: T, bias: T), outputs(Y: T, S?: T), shape = ShapeKeyed,
+    claim = skip_group_norm_claim, declines = "channels_last 0 (ORT's kernel is NHWC only); activations other than 0 (none) and 1 (SiLU)"
+)]
+#[allow(clippy::too_many_arguments)] // five inputs and four attributes, as ORT has them
+fn skip_group_norm(
+    cx: &mut Lower,
+    x: Array,
+    gamma: Array,
+    beta: Array,
+    skip: Array,
+    bias: Option<Array>,
+    #[attr] activation: i64,
+    #[attr(default = 1)] channels_last: i64,
+    #[attr(default = 1e-5)] epsilon: f32,
+    #[attr] groups: i64,
+) -> Result<Vec<Array>> {
+    let _ = channels_last; // declined unless 1, see the claim
+    let s = cx.stream();
+    if x.ndim() != 4 {
+        return Err(OpError::new("X must be [N, H, W, C]"));
+    }
+    // skip is [N, H, W, C], [N, 1, 1, C] or [N, C].
+    let skip = if skip.ndim() == 2 {
+        let shape = skip.shape();
+        ops::reshape(&skip, &[shape[0], 1, 1, shape[1]], s)?
+    } else {
+        skip
+    };
+    let sum = residual_sum(&x, &skip, bias.as_ref(), s)?;
+    let normalised = group_standardise(&sum, groups, epsilon, true, s)?;
+    let wide = |a: &Array| ops::astype(a, Dtype::F32, s);
+    let mut y = ops::add(
+        &ops::multiply(&normalised, &wide(&gamma)?, s)?,
+        &wide(&beta)?,
+        s,
+    )?;
+    if activation == 1 {
+        y = silu_of(&y, s)?;
+    }
+    Ok(vec![
+        ops::astype(&y, x.dtype(), s)?,
+        ops::astype(&sum, x.dtype(), s)?,
+    ])
+}
+
+fn skip_group_norm_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    use crate::AttrValue::Int;
+    match (
+        node.attribute("channels_last"),
+        node.attribute("activation"),
+    ) {
+        (Some(Int(c)), _) if c != 1 => {
+            crate::Verdict::decline("channels_last 0: ORT defines SkipGroupNorm for NHWC only")
+        }
+        (_, Some(Int(0 | 1))) => crate::Verdict::Claim,
+        (_, other) => {
+            crate::Verdict::decline(format!("activation {other:?}: only 0 (none) and 1 (SiLU)"))
+        }
+    }
+}
