@@ -53,3 +53,24 @@ fn bias_add(cx: &mut Lower, x: Array, bias: Array, skip: Array) -> Result<Array>
     let s = cx.stream();
     Ok(ops::add(&ops::add(&x, &bias, s)?, &skip, s)?)
 }
+
+/// Stable Diffusion's GEGLU: `X + bias` split in half on the last axis, `left * Gelu(right)`
+/// (exact GELU).
+#[onnx_op(
+    domain = "com.microsoft", op = "BiasSplitGelu", since = 1, types(T = F32 | F16), inputs(X: T, bias: T),
+    outputs(Y: T), shape = ShapeKeyed
+)]
+fn bias_split_gelu(cx: &mut Lower, x: Array, bias: Array) -> Result<Array> {
+    let s = cx.stream();
+    let width = x.shape().last().copied().unwrap_or(0);
+    if x.ndim() == 0 || width % 2 != 0 {
+        return Err(crate::OpError::new(
+            "the last axis of X must have an even size",
+        ));
+    }
+    let sum = ops::add(&x, &bias, s)?;
+    let halves = ops::split_at(&sum, &[(width / 2) as i32], x.ndim() as i32 - 1, s)?;
+    let [left, right] = <[Array; 2]>::try_from(halves)
+        .map_err(|_| crate::OpError::new("splitting X in half did not give two parts"))?;
+    Ok(ops::multiply(&left, &gelu_erf(&right, s)?, s)?)
+}

@@ -1,4 +1,4 @@
-//! Matrix products: MatMul and Gemm.
+//! Matrix products: MatMul, Gemm, Einsum, and com.microsoft FusedMatMul.
 
 use mlx_kernels::{ops, Array};
 
@@ -8,11 +8,14 @@ use crate::{onnx_op, Lower, OpError, Result};
 /// numpy's matmul: batched, broadcasting batch dims, 1-D operands promoted and squeezed back.
 #[onnx_op(op = "MatMul", since = 1, types(T = FLOAT), inputs(A: T, B: T), outputs(Y: T), shape = Shapeless)]
 fn matmul(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
+    numpy_matmul(&a, &b, cx.stream())
+}
+
+fn numpy_matmul(a: &Array, b: &Array, s: &mlx_kernels::Stream) -> Result<Array> {
     if a.ndim() == 0 || b.ndim() == 0 {
         return Err(OpError::new("MatMul operands must have rank >= 1"));
     }
-    let s = cx.stream();
-    let product = ops::matmul(&a, &b, s)?;
+    let product = ops::matmul(a, b, s)?;
     if a.shape().last() == Some(&0) && product.size() > 0 {
         // A sum over nothing: zeros, without a kernel over zero-size operands.
         return Ok(ops::broadcast_to(
@@ -99,4 +102,122 @@ fn general_product(
             }
         }
     }
+}
+
+/// ORT's MatMul fusion: `alpha * A' · B'` with numpy's batching, where `A'` is `A` with its
+/// first axis moved behind the other batch axes (`transBatchA`), then its last two axes swapped
+/// (`transA`); likewise `B'`.
+#[allow(clippy::too_many_arguments)] // two inputs and five attributes, as ORT has them
+#[onnx_op(
+    domain = "com.microsoft", op = "FusedMatMul", since = 1, types(T = FLOAT), inputs(A: T, B: T), outputs(Y: T),
+    shape = Shapeless
+)]
+fn fused_matmul(
+    cx: &mut Lower,
+    a: Array,
+    b: Array,
+    #[attr(default = 1.0)] alpha: f32,
+    #[attr(name = "transA", default = 0)] trans_a: i64,
+    #[attr(name = "transB", default = 0)] trans_b: i64,
+    #[attr(name = "transBatchA", default = 0)] trans_batch_a: i64,
+    #[attr(name = "transBatchB", default = 0)] trans_batch_b: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    let a = fused_operand(a, trans_batch_a != 0, trans_a != 0, s)?;
+    let b = fused_operand(b, trans_batch_b != 0, trans_b != 0, s)?;
+    let product = numpy_matmul(&a, &b, s)?;
+    if alpha == 1.0 {
+        return Ok(product);
+    }
+    Ok(ops::multiply(
+        &product,
+        &scalar_like(alpha.into(), &product, s)?,
+        s,
+    )?)
+}
+
+fn fused_operand(
+    x: Array,
+    trans_batch: bool,
+    trans: bool,
+    s: &mlx_kernels::Stream,
+) -> Result<Array> {
+    let rank = x.ndim() as i32;
+    let mut order: Vec<i32> = (0..rank).collect();
+    if trans_batch && rank >= 3 {
+        order = (1..rank - 1).chain([0, rank - 1]).collect();
+    }
+    if trans && rank >= 2 {
+        order.swap(rank as usize - 2, rank as usize - 1);
+    }
+    if order.iter().enumerate().all(|(i, &o)| i as i32 == o) {
+        return Ok(x);
+    }
+    Ok(ops::transpose(&x, &order, s)?)
+}
+
+/// numpy's einsum (implicit and explicit outputs, ellipses, repeated indices), through MLX's.
+#[onnx_op(
+    op = "Einsum", since = 12, types(T = FLOAT), inputs(Inputs...: T), outputs(Output: T), shape = ShapeKeyed,
+    claim = einsum_claim, declines = "integer operands (MLX's products are floating-point); equations that do not parse"
+)]
+fn einsum(cx: &mut Lower, inputs: Vec<Array>, #[attr] equation: String) -> Result<Array> {
+    let s = cx.stream();
+    let equation: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
+    let product = ops::einsum(&equation, &inputs, s)?;
+    if inputs.iter().any(|x| x.size() == 0) {
+        // Sums over nothing are zeros: take only the (lazy) result's shape, so that no kernel
+        // ever runs over a zero-size operand.
+        return Ok(ops::broadcast_to(
+            &scalar_like(0.0, &product, s)?,
+            &product.shape(),
+            s,
+        )?);
+    }
+    Ok(product)
+}
+
+fn einsum_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    let Some(crate::AttrValue::String(equation)) = node.attribute("equation") else {
+        return crate::Verdict::decline("no equation");
+    };
+    match einsum_terms(&equation) {
+        Some(terms) if terms == node.input_count() => crate::Verdict::Claim,
+        Some(terms) => crate::Verdict::decline(format!(
+            "equation {equation:?} names {terms} operands for {} inputs",
+            node.input_count()
+        )),
+        None => crate::Verdict::decline(format!("equation {equation:?} does not parse")),
+    }
+}
+
+/// The number of operand terms of a well-formed equation: letters and at most one `...` per
+/// term, terms separated by `,`, then optionally `->` and an output term of distinct letters
+/// that all appear in the inputs.
+fn einsum_terms(equation: &str) -> Option<usize> {
+    let equation: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
+    let (inputs, output) = match equation.split_once("->") {
+        Some((i, o)) => (i, Some(o)),
+        None => (equation.as_str(), None),
+    };
+    let term_ok = |term: &str| {
+        let letters = term.replacen("...", "", 1);
+        letters.chars().all(|c| c.is_ascii_alphabetic())
+    };
+    let terms: Vec<&str> = inputs.split(',').collect();
+    if !terms.iter().all(|t| term_ok(t)) {
+        return None;
+    }
+    if let Some(output) = output {
+        let letters: Vec<char> = output.replacen("...", "", 1).chars().collect();
+        let distinct = letters
+            .iter()
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            == letters.len();
+        if !term_ok(output) || !distinct || !letters.iter().all(|c| inputs.contains(*c)) {
+            return None;
+        }
+    }
+    Some(terms.len())
 }

@@ -116,3 +116,24 @@ fn hardmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<
 fn hardmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
     flattened(&x, axis, cx.stream(), hardmax_axis)
 }
+
+/// ORT's fusion of `Softmax(data + bias)`: the bias broadcasts as the Add it replaced did
+/// (numpy's rules), and the softmax runs over the axes from `axis` on, flattened.
+#[onnx_op(
+    domain = "com.microsoft", op = "BiasSoftmax", since = 1, types(T = FLOAT), inputs(data: T, bias: T),
+    outputs(output: T), shape = ShapeKeyed
+)]
+fn bias_softmax(
+    cx: &mut Lower,
+    data: Array,
+    bias: Array,
+    #[attr(default = 1)] axis: i64,
+    #[attr(name = "is_inner_broadcast")] _is_inner_broadcast: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    let sum = ops::add(&data, &bias, s)?;
+    if sum.shape() != data.shape() {
+        return Err(OpError::new("bias must broadcast to data's shape"));
+    }
+    flattened(&sum, axis, s, softmax_axis)
+}

@@ -1879,3 +1879,90 @@ SPECS[("com.microsoft", "SkipGroupNorm")] = OpSpec(
         _rep(Variant("skip_n11c", {"activation": 0, "groups": 1}, shapes=[[2, 3, 2, 8], [8], [8], [2, 1, 1, 8], [8]])),
     ],
 )
+
+
+# --------------------------------------------------------------------------------------------
+# Einsum, com.microsoft FusedMatMul, BiasSoftmax, BiasSplitGelu
+
+
+def _fused_matmul(xs, a):
+    def operand(x, batch, trans):
+        if batch and x.ndim >= 3:
+            x = np.moveaxis(x, 0, -2)
+        return np.swapaxes(x, -1, -2) if trans and x.ndim >= 2 else x
+
+    a_ = operand(xs[0], a.get("transBatchA", 0), a.get("transA", 0))
+    b_ = operand(xs[1], a.get("transBatchB", 0), a.get("transB", 0))
+    return a.get("alpha", 1.0) * np.matmul(a_, b_)
+
+
+SPECS[("com.microsoft", "FusedMatMul")] = OpSpec(
+    ref=_fused_matmul,
+    scheme={"basic": [[2, 3, 4], [4, 5]], "empty": [[0, 4], [4, 3]],
+            "dynamic": [[[2, 3], [3, 4]], [[5, 3], [3, 2]], [[1, 2], [2, 6]]]},
+    variants=[
+        Variant("alpha", {"alpha": 0.5}),
+        _rep(Variant("trans_both", {"transA": 1, "transB": 1}, shapes=[[2, 4, 3], [5, 4]])),
+        _rep(Variant("trans_batch_a", {"transBatchA": 1, "alpha": 2.0}, shapes=[[3, 2, 4, 5], [4, 5, 6]])),
+        _rep(Variant("trans_batch_both", {"transBatchA": 1, "transA": 1, "transBatchB": 1, "transB": 1},
+                     shapes=[[3, 2, 5, 4], [6, 2, 5, 3]])),
+        _rep(Variant("vector", {}, shapes=[[4], [2, 4, 3]])),
+    ],
+)
+
+
+def _einsum(xs, a):
+    return np.einsum(a["equation"], *xs)
+
+
+SPECS[("", "Einsum")] = OpSpec(
+    ref=_einsum,
+    scheme={"basic": [[2, 3, 4], [2, 4, 5]], "empty": [[2, 0, 4], [2, 4, 5]],
+            "dynamic": [[[2, 3, 4], [2, 4, 5]], [[1, 5, 2], [1, 2, 3]], [[3, 1, 1], [3, 1, 4]]]},
+    variants=[
+        Variant("batched_matmul", {"equation": "bij,bjk->bik"}),
+        _rep(Variant("attention_scores", {"equation": "bhid, bhjd -> bhij"}, shapes=[[1, 2, 3, 4], [1, 2, 5, 4]])),
+        _rep(Variant("ellipsis", {"equation": "...ij,...jk->...ik"}, shapes=[[2, 3, 4, 5], [2, 3, 5, 2]])),
+        _rep(Variant("diagonal", {"equation": "ii->i"}, n_variadic=1, shapes=[[4, 4]])),
+        _rep(Variant("trace_implicit", {"equation": "ii"}, n_variadic=1, shapes=[[3, 3]])),
+        _rep(Variant("transpose", {"equation": "ij->ji"}, n_variadic=1, shapes=[[2, 3]])),
+        _rep(Variant("sum_all", {"equation": "ijk->"}, n_variadic=1, shapes=[[2, 3, 4]])),
+        _rep(Variant("outer", {"equation": "i,j->ij"}, shapes=[[3], [4]])),
+        _rep(Variant("dot", {"equation": "i,i"}, shapes=[[5], [5]])),
+        _rep(Variant("three", {"equation": "ij,jk,kl->il"}, n_variadic=3, shapes=[[2, 3], [3, 4], [4, 2]])),
+        _rep(Variant("broadcast_ellipsis", {"equation": "ab...,b->a..."}, shapes=[[2, 3, 4], [3]])),
+    ],
+)
+
+
+def _bias_softmax(xs, a):
+    total = xs[0] + xs[1]
+    axis = a.get("axis", 1) % total.ndim
+    flat = total.reshape(int(np.prod(total.shape[:axis])), -1)
+    e = np.exp(flat - flat.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).reshape(total.shape)
+
+
+SPECS[("com.microsoft", "BiasSoftmax")] = OpSpec(
+    ref=_bias_softmax,
+    scheme={"basic": [[2, 3, 4, 5], [2, 3, 4, 5]],
+            "dynamic": [[[2, 3, 4, 5], [2, 3, 4, 5]], [[1, 3, 2, 2], [1, 3, 2, 2]], [[2, 1, 1, 6], [2, 1, 1, 6]]]},
+    variants=[
+        Variant("last_axis", {"axis": 3, "is_inner_broadcast": 0}),
+        _rep(Variant("outer_broadcast", {"axis": -1, "is_inner_broadcast": 0}, shapes=[[2, 3, 4, 5], [4, 5]])),
+        _rep(Variant("inner_broadcast", {"axis": 3, "is_inner_broadcast": 1}, shapes=[[2, 3, 4, 5], [2, 1, 4, 5]])),
+        _rep(Variant("flattened", {"axis": 2, "is_inner_broadcast": 0})),
+    ],
+)
+
+
+def _bias_split_gelu(xs, a):
+    total = xs[0] + xs[1]
+    left, right = np.split(total, 2, axis=-1)
+    return left * _gelu(right)
+
+
+SPECS[("com.microsoft", "BiasSplitGelu")] = OpSpec(
+    ref=_bias_split_gelu,
+    scheme={"basic": [[2, 3, 8], [8]], "dynamic": [[[2, 3, 8], [8]], [[1, 5, 8], [8]], [[3, 1, 8], [8]]]},
+)
