@@ -24,6 +24,7 @@ mod math;
 mod normalization;
 mod pool;
 mod reduce;
+mod resize;
 mod select;
 mod shape;
 mod softmax;
