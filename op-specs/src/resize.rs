@@ -199,11 +199,7 @@ fn resize_claim(node: &dyn NodeView) -> Verdict {
     };
     let transform = string_attr(node, "coordinate_transformation_mode", "half_pixel");
     match Transform::parse(&transform) {
-        None => {
-            return Verdict::decline(format!(
-                "coordinate_transformation_mode {transform:?}"
-            ))
-        }
+        None => return Verdict::decline(format!("coordinate_transformation_mode {transform:?}")),
         Some(Transform::HalfPixelSymmetric) if node.since_version() < 19 => {
             return Verdict::decline("half_pixel_symmetric before opset 19")
         }
@@ -685,7 +681,11 @@ fn resample(cx: &Lower, x: Array, s: &Sampling, req: &Request) -> Result<Array> 
         return Ok(x);
     }
     if output.contains(&0) {
-        return Ok(ops::broadcast_to(&scalar(0.0, x.dtype(), st)?, &output, st)?);
+        return Ok(ops::broadcast_to(
+            &scalar(0.0, x.dtype(), st)?,
+            &output,
+            st,
+        )?);
     }
     let roi = if s.transform == Transform::TfCropAndResize {
         full_roi(&req.roi, input.len(), req.axes.as_deref())?
@@ -722,11 +722,30 @@ fn resample(cx: &Lower, x: Array, s: &Sampling, req: &Request) -> Result<Array> 
         }
     }
     if let Some(mask) = outside {
-        let fill = scalar(f64::from(s.extrapolation), x.dtype(), st)?;
-        let fill = ops::astype(&fill, y.dtype(), st)?;
+        let fill = ops::astype(
+            &extrapolation_fill(s.extrapolation, x.dtype(), st)?,
+            y.dtype(),
+            st,
+        )?;
         y = ops::where_(&mask, &fill, &y, st)?;
     }
     Ok(ops::astype(&y, x.dtype(), st)?)
+}
+
+/// The extrapolation value as the input's dtype. ORT's `static_cast` of the float to an
+/// integer type truncates and then wraps on x86 (-7.6 as uint8 is 249), so integers go through
+/// int64 and MLX's wrapping cast rather than a saturating one.
+fn extrapolation_fill(value: f32, dtype: Dtype, st: &Stream) -> Result<Array> {
+    match dtype {
+        Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F64 | Dtype::Bool => {
+            scalar(f64::from(value), dtype, st)
+        }
+        _ => Ok(ops::astype(
+            &Array::scalar(value.trunc() as i64)?,
+            dtype,
+            st,
+        )?),
+    }
 }
 
 /// `x` resampled along `axis`: one take of every tap, then the weighted sum over the taps.
