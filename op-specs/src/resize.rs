@@ -320,7 +320,7 @@ fn resolve_axes(axes: &[i64], rank: usize) -> Result<Vec<usize>> {
 }
 
 fn check_scales(scales: &[f32]) -> Result<()> {
-    match scales.iter().find(|&&s| !(s > 0.0)) {
+    match scales.iter().find(|&&s| s.is_nan() || s <= 0.0) {
         Some(s) => Err(OpError::new(format!("scale {s} must be positive"))),
         None => Ok(()),
     }
@@ -988,7 +988,7 @@ fn resize_19(
 
 /// Upsample's scales must not shrink (ORT rejects a scale below 1).
 fn upsample(cx: &Lower, x: Array, scales: Vec<f32>, mode: &str) -> Result<Array> {
-    if let Some(s) = scales.iter().find(|&&s| !(s >= 1.0)) {
+    if let Some(s) = scales.iter().find(|&&s| s.is_nan() || s < 1.0) {
         return Err(OpError::new(format!("Upsample scale {s} is below 1")));
     }
     let req = Request {
@@ -1025,4 +1025,198 @@ fn upsample_9(
 ) -> Result<Array> {
     let scales = host_floats(cx, Some(&scales))?;
     upsample(cx, x, scales, &mode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SimpleNode;
+
+    fn sampling_of(mode: Mode, transform: Transform) -> Sampling {
+        Sampling {
+            mode,
+            transform,
+            rounding: Rounding::RoundPreferFloor,
+            cubic_a: -0.75,
+            exclude_outside: false,
+            antialias: false,
+            extrapolation: 0.0,
+        }
+    }
+
+    fn axis(input: i64, output: i64, scale: f32) -> Axis {
+        Axis {
+            input,
+            output,
+            scale,
+            roi: (0.0, 1.0),
+        }
+    }
+
+    /// Per output position, the sum of its weights.
+    fn row_sums(t: &Taps) -> Vec<f32> {
+        let w = t.weight.as_ref().expect("weights");
+        w.chunks(t.width).map(|r| r.iter().sum()).collect()
+    }
+
+    #[test]
+    fn roundings_break_ties_as_named_and_legacy_truncates() {
+        assert_eq!(round_nearest(Rounding::RoundPreferFloor, 1.5, false), 1);
+        assert_eq!(round_nearest(Rounding::RoundPreferFloor, 1.6, false), 2);
+        assert_eq!(round_nearest(Rounding::RoundPreferCeil, 1.5, false), 2);
+        assert_eq!(round_nearest(Rounding::Floor, 1.9, false), 1);
+        assert_eq!(round_nearest(Rounding::Ceil, 1.1, false), 2);
+        assert_eq!(round_nearest(Rounding::Legacy, 1.9, false), 1);
+        assert_eq!(round_nearest(Rounding::Legacy, 1.1, true), 2);
+    }
+
+    #[test]
+    fn output_lengths_are_float32_products_truncated() {
+        let req = Request {
+            scales: vec![1.4, 0.6],
+            ..Request::default()
+        };
+        // 1.4f32 * 5 rounds to exactly 7 in float32 (6.99.. in float64).
+        let (out, _) = geometry(&[5, 4], &req).unwrap();
+        assert_eq!(out, vec![7, 2]);
+    }
+
+    #[test]
+    fn sizes_with_a_policy_keep_the_aspect_ratio_over_the_named_axes() {
+        let req = Request {
+            sizes: vec![7, 7],
+            axes: Some(vec![2, 3]),
+            policy: Some(Policy::NotLarger),
+            ..Request::default()
+        };
+        let (out, scales) = geometry(&[1, 2, 4, 5], &req).unwrap();
+        assert_eq!(out, vec![1, 2, 6, 7]); // scale 7/5 for both, round(1.4 * 4) = 6
+        assert_eq!(scales, vec![1.0, 1.0, 1.4, 1.4]);
+    }
+
+    #[test]
+    fn scales_and_sizes_together_or_neither_are_errors() {
+        let both = Request {
+            scales: vec![2.0],
+            sizes: vec![4],
+            ..Request::default()
+        };
+        assert!(geometry(&[2], &both).is_err());
+        assert!(geometry(&[2], &Request::default()).is_err());
+        let shrink_to_zero = Request {
+            sizes: vec![0],
+            ..Request::default()
+        };
+        assert!(geometry(&[2], &shrink_to_zero).is_err());
+    }
+
+    #[test]
+    fn align_corners_uses_the_floored_output_length() {
+        // 4 -> floor(4 * 0.6) = 2: ORT maps output 1 to input 3 (ONNX's reference to 2.14).
+        let t = linear_taps(
+            &sampling_of(Mode::Linear, Transform::AlignCorners),
+            &axis(4, 2, 0.6),
+        );
+        assert_eq!(t.index, vec![0, 1, 3, 3]);
+        assert_eq!(t.weight, Some(vec![1.0, 0.0, 0.5, 0.5]));
+    }
+
+    #[test]
+    fn cubic_exclude_outside_drops_and_renormalises_edge_taps() {
+        let mut s = sampling_of(Mode::Cubic, Transform::HalfPixel);
+        s.exclude_outside = true;
+        let t = cubic_taps(&s, &axis(4, 8, 2.0));
+        let w = t.weight.clone().unwrap();
+        // Output 0 samples -0.25: taps -2 and -1 are outside the input.
+        assert_eq!(&w[..2], &[0.0, 0.0]);
+        assert!(row_sums(&t).iter().all(|s| (s - 1.0).abs() < 1e-6));
+    }
+
+    #[test]
+    fn antialias_widens_the_window_and_normalises() {
+        let mut s = sampling_of(Mode::Linear, Transform::HalfPixel);
+        s.antialias = true;
+        let t = antialias_taps(&s, &axis(12, 3, 0.25));
+        assert!(t.width >= 8, "a 4x shrink spans about 8 input pixels");
+        assert!(row_sums(&t).iter().all(|s| (s - 1.0).abs() < 1e-6));
+        assert!(t.index.iter().all(|&i| (0..12).contains(&i)));
+    }
+
+    #[test]
+    fn tf_crop_and_resize_marks_positions_outside_the_input() {
+        let s = sampling_of(Mode::Nearest, Transform::TfCropAndResize);
+        let a = Axis {
+            roi: (-0.5, 1.5),
+            ..axis(4, 5, 1.25)
+        };
+        let t = nearest_taps(&s, &a);
+        assert_eq!(t.outside, vec![true, false, false, false, true]);
+    }
+
+    #[test]
+    fn an_axis_with_scale_one_is_copied() {
+        let s = sampling_of(Mode::Cubic, Transform::TfCropAndResize);
+        assert_eq!(axis_taps(&s, &axis(5, 5, 1.0)), None);
+    }
+
+    fn resize_node(opset: i64, input: ElemType, attrs: &[(&str, AttrValue)]) -> SimpleNode {
+        let mut node = SimpleNode::new("Resize", opset)
+            .input(input)
+            .absent_input()
+            .input(ElemType::Float)
+            .output(input);
+        for (name, value) in attrs {
+            node = node.attr(name, value.clone());
+        }
+        node
+    }
+
+    fn text(v: &str) -> AttrValue {
+        AttrValue::String(v.into())
+    }
+
+    #[test]
+    fn claims_decline_what_ort_rejects_or_computes_differently() {
+        let declined = |n: &SimpleNode| !resize_claim(n).is_claim();
+        assert!(!declined(&resize_node(19, ElemType::Uint8, &[])));
+        assert!(declined(&resize_node(
+            19,
+            ElemType::Uint8,
+            &[("mode", text("linear"))]
+        )));
+        assert!(declined(&resize_node(
+            18,
+            ElemType::Float,
+            &[(
+                "coordinate_transformation_mode",
+                text("half_pixel_symmetric")
+            )]
+        )));
+        assert!(!declined(&resize_node(
+            19,
+            ElemType::Float,
+            &[(
+                "coordinate_transformation_mode",
+                text("half_pixel_symmetric")
+            )]
+        )));
+        assert!(declined(&resize_node(
+            18,
+            ElemType::Float,
+            &[("antialias", AttrValue::Int(1))]
+        )));
+        assert!(declined(&resize_node(
+            13,
+            ElemType::Float,
+            &[
+                ("exclude_outside", AttrValue::Int(1)),
+                ("mode", text("linear"))
+            ]
+        )));
+        assert!(declined(&resize_node(
+            13,
+            ElemType::Float,
+            &[("mode", text("bicubic"))]
+        )));
+    }
 }
