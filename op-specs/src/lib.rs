@@ -25,6 +25,7 @@ mod math;
 mod normalization;
 mod pool;
 mod reduce;
+mod resize;
 mod select;
 mod shape;
 mod softmax;

@@ -270,10 +270,12 @@ def parse_coverage(path: Path = COVERAGE_MD) -> list[Entry]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         domain, op, opsets, types_cell, attrs_cell, shape, declines = cells[:7]
         domain = "" if domain == "ai.onnx" else domain
-        m = re.fullmatch(r"(\d+)(?:\+|[–-](\d+))", opsets)
+        # "7+" (open), "7–8" (a range) or "10" (one opset: the doc writes since == until so).
+        m = re.fullmatch(r"(\d+)(\+|[–-](\d+))?", opsets)
         if not m:
             raise ValueError(f"COVERAGE.md: bad opsets {opsets!r} in {line!r}")
-        since, until = int(m.group(1)), (int(m.group(2)) if m.group(2) else None)
+        since = int(m.group(1))
+        until = int(m.group(3)) if m.group(3) else (None if m.group(2) == "+" else since)
         types: dict[str, list[str]] = {}
         for part in types_cell.split(";"):
             var, names = part.split(":", 1)
