@@ -7,7 +7,7 @@ CARGO_FLAGS := --locked --release
 LIBRARY := $(abspath target/release/libonnxruntime_mlx_ep.$(if $(filter Darwin,$(shell uname -s)),dylib,so))
 export ORT_MLX_EP_LIBRARY := $(LIBRARY)
 
-.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul leaks docs conformance conformance-update clean
+.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul real-models leaks docs conformance conformance-update clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
@@ -44,6 +44,11 @@ demo-model: setup
 ## the same computation written directly in MLX. Add a model with ARGS="--model path.onnx".
 bench: build
 	$(PYTHON) scripts/bench_models.py $(ARGS)
+
+## Real public models from PyPI packages (tests/models/sources.py): claim rate, max |MLX - CPU|,
+## median latency MLX EP vs ORT's CPU EP.
+real-models: build
+	$(PYTHON) scripts/real_models.py $(ARGS)
 
 ## The EP vs ORT's CPU EP on a 1-node graph and a 50-op elementwise chain (1M elements).
 bench-ep: build
