@@ -139,9 +139,6 @@ impl Windows {
 }
 
 fn pool_claim(node: &dyn crate::NodeView) -> crate::Verdict {
-    if node.output_present(1) {
-        return crate::Verdict::decline("the Indices output of MaxPool");
-    }
     match node.attribute("auto_pad") {
         None => crate::Verdict::Claim,
         Some(crate::AttrValue::String(p))
@@ -160,13 +157,15 @@ fn spatial(x: &Array) -> Result<Vec<i64>> {
     Ok(x.shape()[2..].to_vec())
 }
 
-/// The maximum of each window (padding never wins).
+/// The maximum of each window (padding never wins); `Indices`, when asked for, is the flat
+/// index into X of the first maximum in window order (row-major, or with the spatial axes
+/// column-major for `storage_order` 1), as ORT's CPU EP gives it.
 #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
 #[onnx_op(
-    op = "MaxPool", since = 8, types(T = FLOAT, I = I64), inputs(X: T), outputs(Y: T, Indices?: I), shape = ShapeKeyed,
-    claim = pool_claim, declines = "the Indices output"
+    op = "MaxPool", opset = 8..=11, types(T = FLOAT, I = I64), inputs(X: T), outputs(Y: T, Indices?: I), shape = ShapeKeyed,
+    claim = pool_claim
 )]
-fn max_pool(
+fn max_pool_8(
     cx: &mut Lower,
     x: Array,
     #[attr(default = "NOTSET")] auto_pad: String,
@@ -174,9 +173,9 @@ fn max_pool(
     #[attr] dilations: Option<Vec<i64>>,
     #[attr] kernel_shape: Vec<i64>,
     #[attr] pads: Option<Vec<i64>>,
-    #[attr(name = "storage_order", default = 0)] _storage_order: i64,
+    #[attr(default = 0)] storage_order: i64,
     #[attr] strides: Option<Vec<i64>>,
-) -> Result<Array> {
+) -> Result<Vec<Array>> {
     let windows = Windows::new(
         &x,
         kernel_shape,
@@ -186,7 +185,111 @@ fn max_pool(
         &auto_pad,
         ceil_mode != 0,
     )?;
-    window_max(cx, &x, &windows)
+    max_pool_outputs(cx, &x, &windows, storage_order != 0)
+}
+
+/// MaxPool from opset 12, which adds int8 and uint8: as [`max_pool_8`].
+#[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
+#[onnx_op(
+    op = "MaxPool", since = 12, types(T = FLOAT | I8 | U8, I = I64), inputs(X: T), outputs(Y: T, Indices?: I),
+    shape = ShapeKeyed, claim = pool_claim
+)]
+fn max_pool(
+    cx: &mut Lower,
+    x: Array,
+    #[attr(default = "NOTSET")] auto_pad: String,
+    #[attr(default = 0)] ceil_mode: i64,
+    #[attr] dilations: Option<Vec<i64>>,
+    #[attr] kernel_shape: Vec<i64>,
+    #[attr] pads: Option<Vec<i64>>,
+    #[attr(default = 0)] storage_order: i64,
+    #[attr] strides: Option<Vec<i64>>,
+) -> Result<Vec<Array>> {
+    let windows = Windows::new(
+        &x,
+        kernel_shape,
+        strides,
+        dilations,
+        pads,
+        &auto_pad,
+        ceil_mode != 0,
+    )?;
+    max_pool_outputs(cx, &x, &windows, storage_order != 0)
+}
+
+fn max_pool_outputs(
+    cx: &mut Lower,
+    x: &Array,
+    windows: &Windows,
+    column_major: bool,
+) -> Result<Vec<Array>> {
+    if !cx.node().output_present(1) {
+        return Ok(vec![window_max(cx, x, windows)?]);
+    }
+    let s = cx.stream();
+    // Windows flattened to one axis of K taps, in row-major window order.
+    let flat = |windows_view: Array| -> Result<Array> {
+        let mut shape = windows_view.shape()[..2 + windows.kernel.len()].to_vec();
+        shape.push(-1);
+        Ok(ops::reshape(&windows_view, &shape, s)?)
+    };
+    let values = flat(windows.view(x, &lowest_value(x.dtype(), s)?, None, s)?)?;
+    let positions = flat(windows.view(
+        &flat_positions(x, column_major, s)?,
+        &scalar(-1.0, Dtype::I64, s)?,
+        None,
+        s,
+    )?)?;
+    let y = ops::max(&values, &[-1], true, s)?;
+    // The first tap that holds the maximum and lies inside X (padding can tie an integer minimum).
+    let hit = ops::logical_and(
+        &ops::equal(&values, &y, s)?,
+        &ops::greater_equal(&positions, &scalar(0.0, Dtype::I64, s)?, s)?,
+        s,
+    )?;
+    let first = ops::argmax(&ops::astype(&hit, Dtype::U8, s)?, -1, true, s)?;
+    let indices = ops::take_along_axis(&positions, &first, -1, s)?;
+    Ok(vec![
+        ops::squeeze(&y, &[-1], s)?,
+        ops::squeeze(&indices, &[-1], s)?,
+    ])
+}
+
+/// Each element's flat index into X (int64): row-major, or with the spatial axes column-major
+/// (the first spatial axis fastest) behind the row-major batch and channel.
+fn flat_positions(x: &Array, column_major: bool, s: &Stream) -> Result<Array> {
+    let shape = x.shape();
+    let total: i64 = shape.iter().product();
+    let row_major = ops::reshape(
+        &ops::arange(0.0, total as f64, 1.0, Dtype::I64, s)?,
+        &shape,
+        s,
+    )?;
+    if !column_major || shape.len() <= 3 {
+        return Ok(row_major);
+    }
+    // Column-major over the spatial axes: the row-major numbering of the reversed spatial axes,
+    // transposed back.
+    let rank = shape.len();
+    let mut reversed_shape = shape[..2].to_vec();
+    reversed_shape.extend(shape[2..].iter().rev());
+    let numbering = ops::reshape(
+        &ops::arange(0.0, total as f64, 1.0, Dtype::I64, s)?,
+        &reversed_shape,
+        s,
+    )?;
+    let order: Vec<i32> = [0, 1].into_iter().chain((2..rank as i32).rev()).collect();
+    Ok(ops::transpose(&numbering, &order, s)?)
+}
+
+/// The value that never beats a real element: -inf for floats, the type's minimum for integers.
+fn lowest_value(dtype: Dtype, s: &Stream) -> Result<Array> {
+    let lowest = match dtype {
+        Dtype::I8 => f64::from(i8::MIN),
+        Dtype::U8 => 0.0,
+        _ => f64::NEG_INFINITY,
+    };
+    scalar(lowest, dtype, s)
 }
 
 /// MaxPool before opset 8: no dilations, ceil_mode or Indices output.
@@ -205,7 +308,7 @@ fn max_pool_legacy(
 
 fn window_max(cx: &mut Lower, x: &Array, windows: &Windows) -> Result<Array> {
     let s = cx.stream();
-    let lowest = scalar(f64::NEG_INFINITY, x.dtype(), s)?;
+    let lowest = lowest_value(x.dtype(), s)?;
     Ok(ops::max(
         &windows.view(x, &lowest, None, s)?,
         &windows.kernel_axes(),

@@ -1276,6 +1276,18 @@ def _pool(kind):
                     count -= 1
             out.append(count)
         y = np.zeros(x.shape[:2] + tuple(out))
+        indices = np.zeros(x.shape[:2] + tuple(out), np.int64)
+        column_major = a.get("storage_order", 0) == 1
+        # Flat index of every element of x, spatial axes column-major for storage_order 1.
+        spatial_order = list(range(n))[::-1] if column_major else list(range(n))
+        flat = np.zeros(x.shape, np.int64)
+        stride = 1
+        for i in reversed(spatial_order):
+            shape = [1] * x.ndim
+            shape[2 + i] = size[i]
+            flat = flat + np.arange(size[i]).reshape(shape) * stride
+            stride *= size[i]
+        flat = flat + (np.arange(x.shape[0] * x.shape[1]).reshape(x.shape[0], x.shape[1], *[1] * n) * stride)
         for o in itertools.product(*(range(c) for c in out)):
             taps = [[o[i] * strides[i] - lo[i] + j * dil[i] for j in range(kernel[i])] for i in range(n)]
             inside = [[t for t in axis if 0 <= t < size[i]] for i, axis in enumerate(taps)]
@@ -1283,6 +1295,9 @@ def _pool(kind):
             window = window.reshape(x.shape[:2] + (math.prod(window.shape[2:]),))
             if kind == "max":
                 y[(Ellipsis,) + o] = window.max(axis=-1)
+                where = flat[(Ellipsis,) + np.ix_(*inside)].reshape(window.shape)
+                first = window.argmax(axis=-1)[..., None]
+                indices[(Ellipsis,) + o] = np.take_along_axis(where, first, axis=-1)[..., 0]
             elif kind == "lp":
                 p = a.get("p", 2)
                 y[(Ellipsis,) + o] = (np.abs(window) ** p).sum(axis=-1) ** (1.0 / p)
@@ -1291,7 +1306,7 @@ def _pool(kind):
                 if a.get("count_include_pad", 0):
                     counted = np.prod([sum(-lo[i] <= t < size[i] + hi[i] for t in axis) for i, axis in enumerate(taps)])
                 y[(Ellipsis,) + o] = window.sum(axis=-1) / counted
-        return y.astype(xs[0].dtype)
+        return [y.astype(xs[0].dtype), indices] if kind == "max" else y.astype(xs[0].dtype)
 
     return ref
 
@@ -1314,8 +1329,17 @@ SPECS[("", "MaxPool")] = OpSpec(
     ref=_pool("max"),
     exact=True,
     scheme=_POOL_SCHEME,
+    domains={"X": "ties"},  # repeated values: the first maximum in window order must win
     variants=_POOL_VARIANTS + [
         _rep(Variant("dilations", {"kernel_shape": [2, 2], "dilations": [2, 3], "pads": [1, 1, 0, 2]}, outputs=(), min_opset=10)),
+        Variant("indices", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, min_opset=8),
+        _rep(Variant("indices_column_major", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1],
+                                              "storage_order": 1}, min_opset=8)),
+        _rep(Variant("indices_ceil_dilations", {"kernel_shape": [2, 2], "strides": [2, 2], "dilations": [2, 1],
+                                                "ceil_mode": 1}, min_opset=10)),
+        _rep(Variant("indices_3d", {"kernel_shape": [2, 2, 2], "strides": [1, 2, 2]}, shapes=[[1, 2, 3, 4, 5]], min_opset=8)),
+        _rep(Variant("indices_3d_column_major", {"kernel_shape": [2, 2, 2], "storage_order": 1}, shapes=[[1, 2, 3, 4, 5]],
+                     min_opset=8)),
     ],
 )
 SPECS[("", "AveragePool")] = OpSpec(
