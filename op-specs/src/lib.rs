@@ -23,6 +23,7 @@ mod logic;
 mod math;
 mod normalization;
 mod pool;
+mod recurrent;
 mod reduce;
 mod select;
 mod shape;
