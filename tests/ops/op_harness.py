@@ -193,6 +193,21 @@ class Case:
                 out.append((name, p))
         return out
 
+    def output_slots(self) -> list[str | None]:
+        """The node's output names in slot order: None for an absent optional output that a
+        later present one follows (RNN's Y_h without Y), trailing absent ones dropped."""
+        produced = {name for name, _ in self.output_instances()}
+        out: list[str | None] = []
+        for p in self.entry.outputs:
+            name = re.sub(r"\W", "", p.name)
+            if p.kind == "variadic":
+                out += [f"{name}_{i}" for i in range(self.variant.n_outputs)]
+            else:
+                out.append(name if name in produced else None)
+        while out and out[-1] is None:
+            out.pop()
+        return out
+
     def present(self):
         """The fed (graph-input) instances."""
         consts = self.constants()
@@ -458,11 +473,11 @@ def build_model(case: Case, inputs: dict[str, np.ndarray]):
     while op_inputs and op_inputs[-1] == "":
         op_inputs.pop()
 
-    op_outputs, graph_outputs, outs = [], [], []
+    op_outputs = ["" if oname is None else f"out_{oname}" for oname in case.output_slots()]
+    graph_outputs, outs = [], []
     for i, (oname, port) in enumerate(case.output_instances()):
         dtype = case.dtypes[port.type_var]
         cur = f"out_{oname}"
-        op_outputs.append(cur)
         if dtype == "bfloat16":
             nodes.append(helper.make_node("Cast", [cur], [f"{cur}_f32"], to=tensor_type("float"), name=f"mlx_cast_out_{oname}"))
             cur = f"{cur}_f32"
@@ -518,7 +533,9 @@ def reference(case: Case, inputs: dict[str, np.ndarray]) -> list[np.ndarray] | N
         xs.pop()
     with np.errstate(all="ignore"):
         # `_n_outputs`: how many outputs the node has (Split's equal parts).
-        res = case.spec.ref(xs, dict(case.attrs, _n_outputs=len(case.output_instances())))
+        # `_outputs`: which outputs the node produces (the optional ones of recurrent ops).
+        res = case.spec.ref(xs, dict(case.attrs, _n_outputs=len(case.output_instances()),
+                                     _outputs=[p.name for _, p in case.output_instances()]))
     res = res if isinstance(res, (list, tuple)) else [res]
     out = []
     if len(res) != len(case.output_instances()):
