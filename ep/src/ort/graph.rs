@@ -395,3 +395,16 @@ fn read_vec<T: Copy + Default>(
     values.truncate(written / item);
     Ok(values)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::split_strings;
+
+    #[test]
+    fn strings_attributes_split_at_their_terminators() {
+        assert_eq!(split_strings(b""), Vec::<String>::new());
+        assert_eq!(split_strings(b"Sigmoid\0Tanh\0"), ["Sigmoid", "Tanh"]);
+        assert_eq!(split_strings(b"\0Tanh\0"), ["", "Tanh"]);
+        assert_eq!(split_strings(b"\0"), [""]);
+    }
+}
