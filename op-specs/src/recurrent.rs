@@ -426,25 +426,25 @@ fn clip(x: Array, bound: Option<f32>, s: &Stream) -> Result<Array> {
 /// One activation, in float32, as ORT's CPU kernels define it.
 fn activate(act: Activation, x: &Array, s: &Stream) -> Result<Array> {
     let k = |v: f32| scalar(v.into(), Dtype::F32, s);
-    let zero = k(0.0)?;
+    let zero = || k(0.0);
     Ok(match act {
-        Activation::Relu => ops::maximum(x, &zero, s)?,
+        Activation::Relu => ops::maximum(x, &zero()?, s)?,
         Activation::Tanh => ops::tanh(x, s)?,
         Activation::Sigmoid => ops::sigmoid(x, s)?,
         Activation::Softsign => ops::divide(x, &ops::add(&ops::abs(x, s)?, &k(1.0)?, s)?, s)?,
         // ln(1 + e^x) without overflow.
-        Activation::Softplus => ops::logaddexp(x, &zero, s)?,
+        Activation::Softplus => ops::logaddexp(x, &zero()?, s)?,
         Activation::Affine { alpha, beta } => {
             ops::add(&ops::multiply(x, &k(alpha)?, s)?, &k(beta)?, s)?
         }
         Activation::LeakyRelu { alpha } => ops::where_(
-            &ops::greater_equal(x, &zero, s)?,
+            &ops::greater_equal(x, &zero()?, s)?,
             x,
             &ops::multiply(x, &k(alpha)?, s)?,
             s,
         )?,
         Activation::ThresholdedRelu { alpha } => {
-            ops::where_(&ops::greater(x, &k(alpha)?, s)?, x, &zero, s)?
+            ops::where_(&ops::greater(x, &k(alpha)?, s)?, x, &zero()?, s)?
         }
         Activation::ScaledTanh { alpha, beta } => ops::multiply(
             &ops::tanh(&ops::multiply(x, &k(beta)?, s)?, s)?,
@@ -453,10 +453,10 @@ fn activate(act: Activation, x: &Array, s: &Stream) -> Result<Array> {
         )?,
         Activation::HardSigmoid { alpha, beta } => {
             let linear = ops::add(&ops::multiply(x, &k(alpha)?, s)?, &k(beta)?, s)?;
-            ops::minimum(&ops::maximum(&linear, &zero, s)?, &k(1.0)?, s)?
+            ops::minimum(&ops::maximum(&linear, &zero()?, s)?, &k(1.0)?, s)?
         }
         Activation::Elu { alpha } => ops::where_(
-            &ops::greater_equal(x, &zero, s)?,
+            &ops::greater_equal(x, &zero()?, s)?,
             x,
             &ops::multiply(&ops::expm1(x, s)?, &k(alpha)?, s)?,
             s,
@@ -470,6 +470,8 @@ struct Direction {
     projected: Vec<Array>,
     /// `Rᵀ`, `[hidden, gates * hidden]`.
     recurrent_t: Array,
+    /// GRU: `Rᵀ` split into the update/reset gates' columns and the hidden gate's.
+    recurrent_zr_h_t: Option<(Array, Array)>,
     /// GRU with `linear_before_reset`: `Rb` of the hidden gate, added inside the reset product.
     recurrent_bias_h: Option<Array>,
     /// LSTM peepholes `[P_i, P_o, P_f]`, each `[hidden]`.
@@ -525,6 +527,13 @@ fn prepare_direction(
         .map(|p| Ok(ops::reshape(p, &[batch, width], s)?))
         .collect::<Result<Vec<_>>>()?;
     let recurrent_t = ops::transpose(&wide(&row(&inputs.r, d, s)?, s)?, &[1, 0], s)?;
+    let recurrent_zr_h_t = match cfg.cell {
+        Cell::Gru => Some((
+            columns(&recurrent_t, 0, 2 * cfg.hidden, s)?,
+            columns(&recurrent_t, 2 * cfg.hidden, 3 * cfg.hidden, s)?,
+        )),
+        _ => None,
+    };
     let peepholes = match &inputs.p {
         Some(p) => {
             let p = wide(&row(p, d, s)?, s)?;
@@ -545,6 +554,7 @@ fn prepare_direction(
     Ok(Direction {
         projected,
         recurrent_t,
+        recurrent_zr_h_t,
         recurrent_bias_h,
         peepholes,
         h0: state(inputs.h0.as_ref())?,
@@ -609,16 +619,11 @@ fn gru_step(
 ) -> Result<Array> {
     let hidden = cfg.hidden;
     let bound = cfg.clip;
-    let r_zr = columns(&dir.recurrent_t, 0, 2 * hidden, s)?;
-    let r_h = columns(&dir.recurrent_t, 2 * hidden, 3 * hidden, s)?;
-    let zr = ops::addmm(
-        &columns(projected, 0, 2 * hidden, s)?,
-        h,
-        &r_zr,
-        1.0,
-        1.0,
-        s,
-    )?;
+    let (r_zr, r_h) = dir
+        .recurrent_zr_h_t
+        .as_ref()
+        .ok_or_else(|| OpError::new("GRU weights were not split"))?;
+    let zr = ops::addmm(&columns(projected, 0, 2 * hidden, s)?, h, r_zr, 1.0, 1.0, s)?;
     let [z, r]: [Array; 2] = gates(&zr, 2, hidden, s)?
         .try_into()
         .map_err(|_| OpError::new("GRU gates do not split in two"))?;
@@ -626,13 +631,13 @@ fn gru_step(
     let r = activate(acts[0], &clip(r, bound, s)?, s)?;
     let projected_h = columns(projected, 2 * hidden, 3 * hidden, s)?;
     let pre = if cfg.linear_before_reset {
-        let mut linear = ops::matmul(h, &r_h, s)?;
+        let mut linear = ops::matmul(h, r_h, s)?;
         if let Some(rb) = &dir.recurrent_bias_h {
             linear = ops::add(&linear, rb, s)?;
         }
         ops::add(&projected_h, &ops::multiply(&r, &linear, s)?, s)?
     } else {
-        ops::addmm(&projected_h, &ops::multiply(&r, h, s)?, &r_h, 1.0, 1.0, s)?
+        ops::addmm(&projected_h, &ops::multiply(&r, h, s)?, r_h, 1.0, 1.0, s)?
     };
     let candidate = activate(acts[1], &clip(pre, bound, s)?, s)?;
     let keep = ops::multiply(&z, h, s)?;

@@ -1780,7 +1780,9 @@ def _rnn_spec(op, extra):
     default_shapes = _rnn_shapes(op)
     return OpSpec(
         ref=_recurrent(op),
-        tolerance_scale=4.0,  # several steps of float32 products, sums and transcendental functions
+        # Steps compound float32 rounding: ORT's own float32 answer is 1.2e-5 (relative) off the
+        # float64 reference on the Affine/LeakyRelu LSTM case.
+        tolerance_scale=4.0,
         domains={"W": "unit", "R": "unit", "B": "unit", "P": "unit", "sequence_lens": _rnn_lengths},
         scheme={"basic": default_shapes,
                 # seq_length and batch change between runs (a shape-keyed retrace each time).
