@@ -172,14 +172,16 @@ fn consumed_parameters(
 ) -> std::result::Result<Vec<Activation>, String> {
     let mut alphas = alphas.unwrap_or_default().iter();
     let mut betas = betas.unwrap_or_default().iter();
-    let take = |param: Param, list: &mut std::slice::Iter<f32>, name: &str, which: &str| {
-        match param {
+    let take = |param: Param, list: &mut std::slice::Iter<f32>, name: &str, which: &str| match param
+    {
         Param::Unused => Ok(0.0),
         Param::Default(v) => Ok(list.next().copied().unwrap_or(v)),
         Param::Given => list.next().copied().ok_or_else(|| {
-            format!("{name} without an {which}: ORT's CPU EP defaults it to 0, ONNX's operator differently")
+            format!(
+                "{name} without an {which}: ORT's CPU EP defaults it to 0, \
+                     ONNX's operator differently"
+            )
         }),
-    }
     };
     rows.iter()
         .map(|&(name, a, b)| {
@@ -191,34 +193,38 @@ fn consumed_parameters(
 }
 
 /// RNN: ORT's CPU kernel reads `activation_alpha[direction]` (default 0) while ONNX consumes
-/// the list in order with per-operator defaults. They agree when no activation takes the
-/// parameter, or every one does and the list has a value for each.
+/// the list in order by the activations that take a value, with per-operator defaults. They
+/// agree when the k-th taker is direction k's activation and the list has its value.
 fn rnn_parameters(
     rows: &[(&'static str, Param, Param)],
     alphas: Option<&[f32]>,
     betas: Option<&[f32]>,
 ) -> std::result::Result<Vec<Activation>, String> {
-    let agreed = |list: Option<&[f32]>,
-                  uses: &dyn Fn(&(&str, Param, Param)) -> bool,
-                  which: &str| {
-        let users = rows.iter().filter(|r| uses(r)).count();
-        match list {
-            _ if users == 0 => Ok(vec![0.0; rows.len()]),
-            Some(values) if users == rows.len() && values.len() >= rows.len() => {
-                Ok(values[..rows.len()].to_vec())
+    let per_direction =
+        |list: Option<&[f32]>, uses: fn(&(&str, Param, Param)) -> bool, which: &str| {
+            let mut values = vec![0.0; rows.len()];
+            let takers = rows.iter().enumerate().filter(|(_, r)| uses(r));
+            // The k-th taker reads list[k] in ONNX and list[d] in ORT: equal when k == d.
+            for (k, (d, row)) in takers.enumerate() {
+                match list {
+                    Some(list) if k == d && d < list.len() => values[d] = list[d],
+                    _ => {
+                        return Err(format!(
+                            "RNN {which} for {}: ORT's CPU EP reads {which}[direction] \
+                             (default 0), ONNX the next unused value (default: the operator's)",
+                            row.0
+                        ))
+                    }
+                }
             }
-            _ => Err(format!(
-                "RNN {which}: ORT's CPU EP takes one per direction (default 0), ONNX one per activation \
-                 that uses it (its operator's default); a value for every direction's activation is needed"
-            )),
-        }
-    };
-    let alphas = agreed(
+            Ok(values)
+        };
+    let alphas = per_direction(
         alphas,
-        &|r| !matches!(r.1, Param::Unused),
+        |r| !matches!(r.1, Param::Unused),
         "activation_alpha",
     )?;
-    let betas = agreed(betas, &|r| !matches!(r.2, Param::Unused), "activation_beta")?;
+    let betas = per_direction(betas, |r| !matches!(r.2, Param::Unused), "activation_beta")?;
     Ok(rows
         .iter()
         .zip(alphas.iter().zip(&betas))
@@ -815,7 +821,7 @@ fn check_shapes(
 #[onnx_op(
     op = "RNN", opset = 7..=13, types(T = FLOAT, T1 = I32),
     inputs(X: T, W: T, R: T, B: T, sequence_lens: T1, initial_h: T), outputs(Y?: T, Y_h?: T),
-    shape = ShapeKeyed, claim = rnn_claim, declines = "activation names other than ONNX's (case-sensitive); an activation taking alpha/beta without a value for every direction (ORT's CPU EP defaults them to 0, ONNX to the operator's); a non-positive clip or hidden_size; an unknown direction"
+    shape = ShapeKeyed, claim = rnn_claim, declines = "activation names other than ONNX's (case-sensitive); alpha/beta that ORT's CPU EP (one per direction, default 0) and ONNX (consumed in order, operator defaults) read differently; a non-positive clip or hidden_size; an unknown direction"
 )]
 fn rnn_7(
     cx: &mut Lower,
@@ -850,7 +856,7 @@ fn rnn_7(
 #[onnx_op(
     op = "RNN", since = 14, types(T = FLOAT, T1 = I32),
     inputs(X: T, W: T, R: T, B: T, sequence_lens: T1, initial_h: T), outputs(Y?: T, Y_h?: T),
-    shape = ShapeKeyed, claim = rnn_claim, declines = "activation names other than ONNX's (case-sensitive); an activation taking alpha/beta without a value for every direction (ORT's CPU EP defaults them to 0, ONNX to the operator's); a non-positive clip or hidden_size; an unknown direction"
+    shape = ShapeKeyed, claim = rnn_claim, declines = "activation names other than ONNX's (case-sensitive); alpha/beta that ORT's CPU EP (one per direction, default 0) and ONNX (consumed in order, operator defaults) read differently; a non-positive clip or hidden_size; an unknown direction"
 )]
 fn rnn_14(
     cx: &mut Lower,
@@ -1187,7 +1193,9 @@ mod tests {
         );
         assert!(affine.unwrap_err().contains("Affine"));
         let rnn = resolve_activations(Cell::Rnn, 1, Some(&names(&["LeakyRelu"])), None, None);
-        assert!(rnn.unwrap_err().contains("RNN activation_alpha"));
+        assert!(rnn
+            .unwrap_err()
+            .contains("RNN activation_alpha for LeakyRelu"));
         let mixed = resolve_activations(
             Cell::Rnn,
             2,
@@ -1204,6 +1212,21 @@ mod tests {
             None,
         );
         assert_eq!(both.unwrap()[1], Activation::Elu { alpha: 0.2 });
+        // Only the first direction's activation takes a beta: both readings give it beta[0].
+        let first = resolve_activations(
+            Cell::Rnn,
+            2,
+            Some(&names(&["Affine", "LeakyRelu"])),
+            Some(&[0.5, 0.2]),
+            Some(&[0.25]),
+        );
+        assert_eq!(
+            first.unwrap()[0],
+            Activation::Affine {
+                alpha: 0.5,
+                beta: 0.25
+            }
+        );
     }
 
     #[test]

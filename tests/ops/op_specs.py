@@ -1801,6 +1801,10 @@ SPECS[("", "RNN")] = _rnn_spec("RNN", [
     ("elu_thresholded_relu", {"direction": "bidirectional", "activations": ["Elu", "ThresholdedRelu"],
                               "activation_alpha": [0.6, 0.2]}, {}),
     ("softsign_softplus", {"direction": "bidirectional", "activations": ["Softsign", "Softplus"]}, {}),
+    # Only direction 0's activation takes a beta: ORT's beta[direction] and ONNX's in-order
+    # consumption both give it beta[0].
+    ("affine_leaky_relu_one_beta", {"direction": "bidirectional", "activations": ["Affine", "LeakyRelu"],
+                                    "activation_alpha": [0.5, 0.2], "activation_beta": [0.25]}, {}),
 ])
 SPECS[("", "GRU")] = _rnn_spec("GRU", [
     ("linear_before_reset", {"direction": "bidirectional", "linear_before_reset": 1}, {}),
