@@ -24,6 +24,7 @@ mod logic;
 mod math;
 mod normalization;
 mod pool;
+mod recurrent;
 mod reduce;
 mod resize;
 mod select;

@@ -193,6 +193,21 @@ class Case:
                 out.append((name, p))
         return out
 
+    def output_slots(self) -> list[str | None]:
+        """The node's output names in slot order: None for an absent optional output that a
+        later present one follows (RNN's Y_h without Y), trailing absent ones dropped."""
+        produced = {name for name, _ in self.output_instances()}
+        out: list[str | None] = []
+        for p in self.entry.outputs:
+            name = re.sub(r"\W", "", p.name)
+            if p.kind == "variadic":
+                out += [f"{name}_{i}" for i in range(self.variant.n_outputs)]
+            else:
+                out.append(name if name in produced else None)
+        while out and out[-1] is None:
+            out.pop()
+        return out
+
     def present(self):
         """The fed (graph-input) instances."""
         consts = self.constants()
@@ -458,12 +473,9 @@ def build_model(case: Case, inputs: dict[str, np.ndarray]):
     while op_inputs and op_inputs[-1] == "":
         op_inputs.pop()
 
-    op_outputs, graph_outputs, outs = [], [], []
-    instances = case.output_instances()
-    for port in e.outputs:  # an absent optional output keeps its place as ""
-        names = [f"out_{oname}" for oname, p in instances if p.name == port.name]
-        op_outputs += names or [""]
-    for i, (oname, port) in enumerate(instances):
+    op_outputs = ["" if oname is None else f"out_{oname}" for oname in case.output_slots()]
+    graph_outputs, outs = [], []
+    for i, (oname, port) in enumerate(case.output_instances()):
         dtype = case.dtypes[port.type_var]
         cur = f"out_{oname}"
         if dtype == "bfloat16":
@@ -523,12 +535,15 @@ def reference(case: Case, inputs: dict[str, np.ndarray]) -> list[np.ndarray] | N
         xs.pop()
     with np.errstate(all="ignore"):
         # `_n_outputs`: how many outputs the node has (Split's equal parts).
-        res = case.spec.ref(xs, dict(case.attrs, _n_outputs=len(case.output_instances())))
+        # `_outputs`: which outputs the node produces (the optional ones of recurrent ops).
+        res = case.spec.ref(xs, dict(case.attrs, _n_outputs=len(case.output_instances()),
+                                     _outputs=[p.name for _, p in case.output_instances()]))
     res = res if isinstance(res, (list, tuple)) else [res]
     produced = {port.name for _, port in case.output_instances()}
-    if len(res) > len(case.entry.outputs):  # the reference of a newer opset with more outputs
+    variadic = any(p.kind == "variadic" for p in case.entry.outputs)
+    if not variadic and len(res) > len(case.entry.outputs):  # a newer opset's reference, with more outputs
         res = res[: len(case.entry.outputs)]
-    if len(res) == len(case.entry.outputs) and len(res) != len(produced):
+    if not variadic and len(res) == len(case.entry.outputs) and len(res) != len(produced):
         # A reference of every output: keep the ones the node produces.
         res = [r for r, port in zip(res, case.entry.outputs) if port.name in produced]
     out = []

@@ -234,3 +234,58 @@ def test_declined_node_runs_on_cpu(op, dtypes, why, runner):
     if case.skip:
         pytest.skip(case.skip)
     _assert_ok(case, runner.check(case))
+
+
+# --------------------------------------------------------------------------------------------
+# Recurrent ops (RNN, GRU, LSTM): zero-size inputs, which ORT's CPU EP aborts the process on
+# (GRU, and LSTM with no batch), against numpy; nodes whose meaning ORT and ONNX disagree on
+# (defaults of activation parameters) run on the CPU EP.
+
+_RNN_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+@pytest.mark.parametrize("steps,batch", [(0, 2), (3, 0)], ids=["seq0", "batch0"])
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_documented_recurrent_zero_size(op, steps, batch, runner):
+    """Recurrent docs: no step gives an empty Y and zero states (not initial_h); no batch
+    gives empty outputs."""
+    _only_mlx()
+    e = _entry(op)
+    rng = np.random.default_rng(7)
+    width = _RNN_GATES[op] * 5
+    data = {
+        "X": np.zeros((steps, batch, 3), np.float32),
+        "W": rng.uniform(-1, 1, (1, width, 3)).astype(np.float32),
+        "R": rng.uniform(-1, 1, (1, width, 5)).astype(np.float32),
+        "initial_h": rng.uniform(-1, 1, (1, batch, 5)).astype(np.float32),
+    }
+    variant = Variant("zero_size", {"hidden_size": 5}, present=("initial_h",))
+    case = _edge_case(e, {"T": "float", "T1": "int32"}, data, variant, f"zero_size_{steps}x{batch}")
+    _assert_ok(case, runner.check(case))
+
+
+RECURRENT_DECLINED = [
+    ("RNN", {"activations": ["LeakyRelu"]}, "ORT's RNN takes alpha 0 by default, ONNX's LeakyRelu 0.01"),
+    ("RNN", {"direction": "bidirectional", "activations": ["Tanh", "LeakyRelu"], "activation_alpha": [0.1, 0.2]},
+     "ORT's RNN gives LeakyRelu alpha[1], ONNX the first alpha"),
+    ("GRU", {"activations": ["Sigmoid", "ThresholdedRelu"]}, "ORT defaults ThresholdedRelu's alpha to 0, ONNX to 1"),
+    ("LSTM", {"activations": ["Affine", "Tanh", "Tanh"]}, "ORT defaults Affine's alpha to 0, ONNX to 1"),
+]
+
+
+@pytest.mark.parametrize("op,attrs,why", RECURRENT_DECLINED, ids=[f"{o}:{i}" for i, (o, _, _) in enumerate(RECURRENT_DECLINED)])
+def test_recurrent_declined_node_runs_on_cpu(op, attrs, why, runner):
+    e = _entry(op)
+    spec = spec_for(e)
+    # ORT's CPU EP is the only oracle: the numpy reference follows ONNX where the two disagree.
+    cpu_only = type(spec)(**{**spec.__dict__, "ref": None})
+    bidirectional = attrs.get("direction") == "bidirectional"
+    variant = Variant("declined", dict({"hidden_size": 5}, **attrs), present=() if bidirectional else None)
+    if bidirectional:
+        width = _RNN_GATES[op] * 5
+        variant.shapes = [[4, 3, 3], [2, width, 3], [2, width, 5]]
+    case = _finish(Case(e, cpu_only, {"T": "float", "T1": "int32"}, variant, expect_provider=CPU))
+    case.id = f"{e.key}:declined:{attrs}"
+    if case.skip:
+        pytest.skip(case.skip)
+    _assert_ok(case, runner.check(case))

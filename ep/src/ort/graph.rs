@@ -310,11 +310,22 @@ fn read_attribute(
         K::ORT_OP_ATTR_STRING => {
             AttrValue::String(String::from_utf8_lossy(&read_vec::<u8>(attr, kind)?).into_owned())
         }
-        K::ORT_OP_ATTR_STRINGS => AttrValue::Other("strings"),
+        K::ORT_OP_ATTR_STRINGS => AttrValue::Strings(split_strings(&read_vec::<u8>(attr, kind)?)),
         K::ORT_OP_ATTR_GRAPH => AttrValue::Other("graph"),
         K::ORT_OP_ATTR_TENSOR => tensor_attribute(attr)?,
         K::ORT_OP_ATTR_UNDEFINED => AttrValue::Other("undefined"),
     })
+}
+
+/// ORT writes a strings attribute as one buffer, each string followed by a NUL.
+fn split_strings(bytes: &[u8]) -> Vec<String> {
+    if bytes.is_empty() {
+        return Vec::new();
+    }
+    let body = bytes.strip_suffix(&[0]).unwrap_or(bytes);
+    body.split(|&b| b == 0)
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
 }
 
 /// A tensor attribute, copied to the host (ORT hands over a new OrtValue we release).
@@ -383,4 +394,17 @@ fn read_vec<T: Copy + Default>(
     })?;
     values.truncate(written / item);
     Ok(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_strings;
+
+    #[test]
+    fn strings_attributes_split_at_their_terminators() {
+        assert_eq!(split_strings(b""), Vec::<String>::new());
+        assert_eq!(split_strings(b"Sigmoid\0Tanh\0"), ["Sigmoid", "Tanh"]);
+        assert_eq!(split_strings(b"\0Tanh\0"), ["", "Tanh"]);
+        assert_eq!(split_strings(b"\0"), [""]);
+    }
 }

@@ -93,6 +93,15 @@ pub fn concatenate(arrays: &[Array], axis: i32, stream: &Stream) -> Result<Array
     })
 }
 
+/// Joins equally shaped arrays along a new axis `axis`.
+pub fn stack(arrays: &[Array], axis: i32, stream: &Stream) -> Result<Array> {
+    let vector = crate::VectorArray::from_arrays(arrays)?;
+    Array::from_op(|out| {
+        // SAFETY: `vector` holds live arrays; MLX validates shapes and the axis.
+        unsafe { sys::mlx_stack_axis(out, vector.raw(), axis, stream.raw()) }
+    })
+}
+
 /// Splits `a` along `axis` before each of `indices` (ascending).
 pub fn split_at(a: &Array, indices: &[i32], axis: i32, stream: &Stream) -> Result<Vec<Array>> {
     // SAFETY: an owned empty vector, filled in place and owned by `parts`.
