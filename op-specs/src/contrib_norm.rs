@@ -58,13 +58,37 @@ fn skip_layer_normalization(
     bias: Option<Array>,
     #[attr(default = 1e-12)] epsilon: f32,
 ) -> Result<Vec<Array>> {
-    let s = cx.stream();
-    let sum = residual_sum(&input, &skip, bias.as_ref(), s)?;
+    skip_norm(
+        cx.stream(),
+        &input,
+        &skip,
+        &gamma,
+        beta.as_ref(),
+        bias.as_ref(),
+        epsilon,
+        true,
+    )
+}
+
+/// `[output, mean, inv_std_var, input_skip_bias_sum]` of a skip norm over the last axis:
+/// standardised (`centred`) or RMS-scaled `input + skip + bias`, times `gamma`, plus `beta`.
+#[allow(clippy::too_many_arguments)] // the inputs of the skip norms, and how to normalise
+fn skip_norm(
+    s: &Stream,
+    input: &Array,
+    skip: &Array,
+    gamma: &Array,
+    beta: Option<&Array>,
+    bias: Option<&Array>,
+    epsilon: f32,
+    centred: bool,
+) -> Result<Vec<Array>> {
+    let sum = residual_sum(input, skip, bias, s)?;
     let last = input.ndim() as i32 - 1;
-    let stats = standardise(&sum, &[last], epsilon, true, s)?;
-    let mut y = ops::multiply(&stats.normalised, &ops::astype(&gamma, Dtype::F32, s)?, s)?;
+    let stats = standardise(&sum, &[last], epsilon, centred, s)?;
+    let mut y = ops::multiply(&stats.normalised, &ops::astype(gamma, Dtype::F32, s)?, s)?;
     if let Some(beta) = beta {
-        y = ops::add(&y, &ops::astype(&beta, Dtype::F32, s)?, s)?;
+        y = ops::add(&y, &ops::astype(beta, Dtype::F32, s)?, s)?;
     }
     Ok(vec![
         ops::astype(&y, input.dtype(), s)?,
@@ -91,17 +115,16 @@ fn skip_simplified_layer_normalization(
     bias: Option<Array>,
     #[attr(default = 1e-12)] epsilon: f32,
 ) -> Result<Vec<Array>> {
-    let s = cx.stream();
-    let sum = residual_sum(&input, &skip, bias.as_ref(), s)?;
-    let last = input.ndim() as i32 - 1;
-    let stats = standardise(&sum, &[last], epsilon, false, s)?;
-    let y = ops::multiply(&stats.normalised, &ops::astype(&gamma, Dtype::F32, s)?, s)?;
-    Ok(vec![
-        ops::astype(&y, input.dtype(), s)?,
-        stats.mean,
-        stats.inv_std,
-        ops::astype(&sum, input.dtype(), s)?,
-    ])
+    skip_norm(
+        cx.stream(),
+        &input,
+        &skip,
+        &gamma,
+        None,
+        bias.as_ref(),
+        epsilon,
+        false,
+    )
 }
 
 fn no_mean_output(node: &dyn crate::NodeView) -> crate::Verdict {
