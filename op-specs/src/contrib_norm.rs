@@ -59,7 +59,7 @@ fn skip_layer_normalization(
     #[attr(default = 1e-12)] epsilon: f32,
 ) -> Result<Vec<Array>> {
     skip_norm(
-        cx.stream(),
+        cx,
         &input,
         &skip,
         &gamma,
@@ -71,10 +71,11 @@ fn skip_layer_normalization(
 }
 
 /// `[output, mean, inv_std_var, input_skip_bias_sum]` of a skip norm over the last axis:
-/// standardised (`centred`) or RMS-scaled `input + skip + bias`, times `gamma`, plus `beta`.
+/// standardised (`centred`) or RMS-scaled `input + skip + bias`, times `gamma`, plus `beta`;
+/// only `[output]` when the node asks for nothing else.
 #[allow(clippy::too_many_arguments)] // the inputs of the skip norms, and how to normalise
 fn skip_norm(
-    s: &Stream,
+    cx: &Lower,
     input: &Array,
     skip: &Array,
     gamma: &Array,
@@ -83,12 +84,25 @@ fn skip_norm(
     epsilon: f32,
     centred: bool,
 ) -> Result<Vec<Array>> {
+    let s = cx.stream();
+    let only_output = (1..4).all(|i| !cx.node().output_present(i));
     let sum = residual_sum(input, skip, bias, s)?;
+    let gamma = ops::astype(gamma, Dtype::F32, s)?;
+    let beta = beta.map(|b| ops::astype(b, Dtype::F32, s)).transpose()?;
+    if only_output && gamma.ndim() == 1 && beta.as_ref().is_none_or(|b| b.ndim() == 1) {
+        // MLX's fused kernels: the same float32 statistics over the last axis, one pass.
+        let y = if centred {
+            ops::layer_norm(&sum, Some(&gamma), beta.as_ref(), epsilon, s)?
+        } else {
+            ops::rms_norm(&sum, Some(&gamma), epsilon, s)?
+        };
+        return Ok(vec![ops::astype(&y, input.dtype(), s)?]);
+    }
     let last = input.ndim() as i32 - 1;
     let stats = standardise(&sum, &[last], epsilon, centred, s)?;
-    let mut y = ops::multiply(&stats.normalised, &ops::astype(gamma, Dtype::F32, s)?, s)?;
+    let mut y = ops::multiply(&stats.normalised, &gamma, s)?;
     if let Some(beta) = beta {
-        y = ops::add(&y, &ops::astype(beta, Dtype::F32, s)?, s)?;
+        y = ops::add(&y, &beta, s)?;
     }
     Ok(vec![
         ops::astype(&y, input.dtype(), s)?,
@@ -116,7 +130,7 @@ fn skip_simplified_layer_normalization(
     #[attr(default = 1e-12)] epsilon: f32,
 ) -> Result<Vec<Array>> {
     skip_norm(
-        cx.stream(),
+        cx,
         &input,
         &skip,
         &gamma,
@@ -203,12 +217,8 @@ fn embed_layer_normalization(
     if let (Some(ids), Some(table)) = (segment_ids, segment_embedding) {
         sum = ops::add(&sum, &wide(embed(&table, &ids, s)?)?, s)?;
     }
-    let stats = standardise(&sum, &[2], epsilon, true, s)?;
-    let y = ops::add(
-        &ops::multiply(&stats.normalised, &wide(gamma)?, s)?,
-        &wide(beta)?,
-        s,
-    )?;
+    // MLX's fused layer norm: float32 statistics over the hidden axis, as ORT's kernel.
+    let y = ops::layer_norm(&sum, Some(&wide(gamma)?), Some(&wide(beta)?), epsilon, s)?;
     let mask_index = match mask {
         Some(mask) => {
             let ones = ops::equal(&mask, &scalar_like(1.0, &mask, s)?, s)?;
