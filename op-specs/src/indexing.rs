@@ -144,7 +144,8 @@ fn gather_nd(
 /// mul, max, min). With duplicate indices and no reduction ONNX leaves the result undefined.
 #[onnx_op(
     op = "ScatterElements", since = 11, types(T = ANY, Tind = I32 | I64), inputs(data: T, indices: Tind, updates: T),
-    outputs(output: T), shape = ShapeKeyed, claim = scatter_claim
+    outputs(output: T), shape = ShapeKeyed, claim = scatter_claim,
+    declines = "reductions on 64-bit integers (MLX's GPU scatter has no 64-bit kernels)"
 )]
 fn scatter_elements(
     cx: &mut Lower,
@@ -202,7 +203,7 @@ fn scatter_elements(
     let rows = ops::reshape(&ops::broadcast_to(&linear, &idx_dims, s)?, &[count], s)?;
     let flat = ops::reshape(&data, &[data.size() as i64], s)?;
     let values = ops::reshape(&updates, &[count, 1], s)?;
-    let written = ops::scatter_rows(&flat, &rows, &values, scatter_mode(&reduction)?, s)?;
+    let written = scatter_rows(&flat, &rows, &values, scatter_mode(&reduction)?, s)?;
     Ok(ops::reshape(&written, &dims, s)?)
 }
 
@@ -218,11 +219,55 @@ fn scatter_mode(reduction: &str) -> Result<ops::ScatterMode> {
 }
 
 fn scatter_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    let wide = matches!(
+        node.input_type(0),
+        Some(crate::ElemType::Int64 | crate::ElemType::Uint64)
+    );
     match node.attribute("reduction") {
         None => crate::Verdict::Claim,
+        Some(crate::AttrValue::String(r)) if r == "none" => crate::Verdict::Claim,
+        Some(crate::AttrValue::String(r)) if wide && scatter_mode(&r).is_ok() => {
+            crate::Verdict::decline(format!(
+                "reduction {r:?} on 64-bit integers: MLX's GPU scatter has no 64-bit kernels"
+            ))
+        }
         Some(crate::AttrValue::String(r)) if scatter_mode(&r).is_ok() => crate::Verdict::Claim,
         Some(other) => crate::Verdict::decline(format!("reduction {other:?} is not an ONNX mode")),
     }
+}
+
+/// MLX's scatter, on every backend: MLX's GPU scatter has no 64-bit kernels, so a 64-bit
+/// assignment runs as two 32-bit ones over the high and low halves, bit for bit (the claim
+/// declines 64-bit reductions, which halves cannot do).
+fn scatter_rows(
+    a: &Array,
+    rows: &Array,
+    updates: &Array,
+    mode: ops::ScatterMode,
+    s: &mlx_kernels::Stream,
+) -> Result<Array> {
+    use mlx_kernels::Dtype::{U32, U64};
+    if !matches!(a.dtype(), mlx_kernels::Dtype::I64 | U64) {
+        return Ok(ops::scatter_rows(a, rows, updates, mode, s)?);
+    }
+    if !matches!(mode, ops::ScatterMode::Set) {
+        return Err(crate::OpError::new("a 64-bit scatter reduction"));
+    }
+    let thirty_two = crate::table::consts::scalar(32.0, U64, s)?;
+    // Integer casts wrap: i64 -> u64 keeps the bits, u64 -> u32 keeps the low half.
+    let low = |x: &Array| -> Result<Array> { Ok(ops::astype(&ops::astype(x, U64, s)?, U32, s)?) };
+    let high = |x: &Array| -> Result<Array> {
+        let shifted = ops::right_shift(&ops::astype(x, U64, s)?, &thirty_two, s)?;
+        Ok(ops::astype(&shifted, U32, s)?)
+    };
+    let written_low = ops::scatter_rows(&low(a)?, rows, &low(updates)?, mode, s)?;
+    let written_high = ops::scatter_rows(&high(a)?, rows, &high(updates)?, mode, s)?;
+    let joined = ops::bitwise_or(
+        &ops::left_shift(&ops::astype(&written_high, U64, s)?, &thirty_two, s)?,
+        &ops::astype(&written_low, U64, s)?,
+        s,
+    )?;
+    Ok(ops::astype(&joined, a.dtype(), s)?)
 }
 
 /// `data` with the slices addressed by the last axis of `indices` combined with `updates`
@@ -230,7 +275,8 @@ fn scatter_claim(node: &dyn crate::NodeView) -> crate::Verdict {
 /// undefined in ONNX.
 #[onnx_op(
     op = "ScatterND", since = 11, types(T = ANY, I = I64), inputs(data: T, indices: I, updates: T), outputs(output: T),
-    shape = ShapeKeyed, claim = scatter_claim
+    shape = ShapeKeyed, claim = scatter_claim,
+    declines = "reductions on 64-bit integers (MLX's GPU scatter has no 64-bit kernels)"
 )]
 fn scatter_nd(
     cx: &mut Lower,
@@ -265,7 +311,7 @@ fn scatter_nd(
     let rows = ops::reshape(&linear_index(&indices, &dims[..k], s)?, &[count], s)?;
     let view = ops::reshape(&data, &[[addressed].as_slice(), rest].concat(), s)?;
     let slices = ops::reshape(&updates, &[[count, 1].as_slice(), rest].concat(), s)?;
-    let written = ops::scatter_rows(&view, &rows, &slices, scatter_mode(&reduction)?, s)?;
+    let written = scatter_rows(&view, &rows, &slices, scatter_mode(&reduction)?, s)?;
     Ok(ops::reshape(&written, &dims, s)?)
 }
 

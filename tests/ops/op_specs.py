@@ -1583,10 +1583,18 @@ SPECS[("", "GatherND")] = OpSpec(
     ref=_gather_nd, exact=True, domains={"indices": _nd_indices},
     scheme={"basic": [[2, 3, 4], [5, 2]], "dynamic": [[[2, 3, 4], [5, 2]], [[2, 3, 4], [1, 2]], [[2, 3, 4], [3, 2]]]},
 )
+def _WIDE_SCATTER(attrs=None):  # noqa: N802 - a Variant factory, read like a constant
+    """64-bit data over the whole range: MLX's GPU scatter has no 64-bit kernels, so the entry
+    scatters the two 32-bit halves; every bit must come back."""
+    return Variant("wide_values", attrs or {}, domains={"data": "full", "updates": "full"},
+                   when=lambda d: d["T"] in ("int64", "uint64"))
+
+
 SPECS[("", "ScatterElements")] = OpSpec(
     ref=_scatter_elements, exact=True, domains={"indices": _distinct_axis1_indices},
     scheme={"basic": [[2, 3, 4], [2, 2, 4], [2, 2, 4]], "dynamic": [[[2, 3, 4], [2, 2, 4], [2, 2, 4]], [[2, 3, 4], [2, 1, 4], [2, 1, 4]], [[2, 3, 4], [2, 3, 4], [2, 3, 4]]]},
-    variants=[Variant(attrs={"axis": 1}), _rep(Variant("add", {"axis": 1, "reduction": "add"}, min_opset=16)),
+    variants=[Variant(attrs={"axis": 1}), _WIDE_SCATTER(attrs={"axis": 1}),
+              _rep(Variant("add", {"axis": 1, "reduction": "add"}, min_opset=16)),
               _rep(Variant("mul", {"axis": 1, "reduction": "mul"}, min_opset=16)),
               _rep(Variant("max", {"axis": 1, "reduction": "max"}, min_opset=18)),
               _rep(Variant("min", {"axis": 1, "reduction": "min"}, min_opset=18))],
@@ -1636,7 +1644,8 @@ def _distinct_rows(dtype, shape, rng, dtypes):
 SPECS[("", "ScatterND")] = OpSpec(
     ref=_scatter_nd, exact=True, domains={"indices": _distinct_rows},
     scheme={"basic": [[2, 3, 4], [3, 2], [3, 4]], "dynamic": [[[2, 3, 4], [3, 2], [3, 4]], [[2, 3, 4], [1, 2], [1, 4]], [[2, 3, 4], [5, 2], [5, 4]]]},
-    variants=[Variant(), _rep(Variant("add", {"reduction": "add"}, min_opset=16)),
+    variants=[Variant(), _WIDE_SCATTER(),
+              _rep(Variant("add", {"reduction": "add"}, min_opset=16)),
               _rep(Variant("mul", {"reduction": "mul"}, min_opset=16)), _rep(Variant("max", {"reduction": "max"}, min_opset=18))],
 )
 SPECS[("", "Scatter")] = OpSpec(

@@ -236,6 +236,25 @@ def test_declined_node_runs_on_cpu(op, dtypes, why, runner):
     _assert_ok(case, runner.check(case))
 
 
+# Declined for their attributes with these dtypes.
+ATTRIBUTE_DECLINED = [
+    ("ScatterElements", {"T": "int64", "Tind": "int64"}, {"axis": 1, "reduction": "add"},
+     "64-bit scatter reductions: MLX's GPU scatter has no 64-bit kernels"),
+    ("ScatterND", {"T": "uint64", "I": "int64"}, {"reduction": "max"}, "64-bit scatter reductions, as above"),
+]
+
+
+@pytest.mark.parametrize("op,dtypes,attrs,why", ATTRIBUTE_DECLINED, ids=[o for o, _, _, _ in ATTRIBUTE_DECLINED])
+def test_declined_for_attributes_runs_on_cpu(op, dtypes, attrs, why, runner):
+    e = _entry(op)
+    variant = Variant("declined", attrs, min_opset=18)
+    case = _finish(Case(e, spec_for(e), dict(dtypes), variant, expect_provider=CPU))
+    case.id = f"{e.key}:declined:{attrs}"
+    if case.skip:
+        pytest.skip(case.skip)
+    _assert_ok(case, runner.check(case))
+
+
 # --------------------------------------------------------------------------------------------
 # Recurrent ops (RNN, GRU, LSTM): zero-size inputs, which ORT's CPU EP aborts the process on
 # (GRU, and LSTM with no batch), against numpy; nodes whose meaning ORT and ONNX disagree on
