@@ -190,12 +190,19 @@ fn one_hot(
     #[attr(default = -1)] axis: i64,
 ) -> Result<Array> {
     let s = cx.stream();
-    let depth = ops::astype(&depth, Dtype::F64, s)?.to_vec::<f64>(s)?;
-    let depth = depth
-        .first()
-        .copied()
-        .ok_or_else(|| OpError::new("depth must be a scalar"))?
-        .trunc() as i64;
+    // Read in float32 or int64, never float64: MLX's GPU has no float64.
+    let depth = if depth.dtype().is_float() {
+        ops::astype(&depth, Dtype::F32, s)?
+            .to_vec::<f32>(s)?
+            .first()
+            .map(|d| d.trunc() as i64)
+    } else {
+        ops::astype(&depth, Dtype::I64, s)?
+            .to_vec::<i64>(s)?
+            .first()
+            .copied()
+    }
+    .ok_or_else(|| OpError::new("depth must be a scalar"))?;
     if depth < 1 || values.size() != 2 {
         return Err(OpError::new(
             "OneHot needs depth >= 1 and two values [off, on]",

@@ -1,7 +1,7 @@
 //! Rearranging and padding: Pad (constant, edge, reflect, wrap; negative pads crop),
 //! DepthToSpace, SpaceToDepth, EyeLike, GatherElements.
 
-use mlx_kernels::{ops, Array, Stream};
+use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::shape::normalise_axis;
 use crate::table::consts::scalar_like;
@@ -263,13 +263,20 @@ fn eye_like(
     if dims.len() != 2 {
         return Err(OpError::new("EyeLike needs a matrix"));
     }
-    let k = k.clamp(-dims[0].max(1), dims[1].max(1)) as i32;
-    Ok(ops::eye(
-        dims[0] as i32,
-        dims[1] as i32,
-        k,
+    let s = cx.stream();
+    let k = k.clamp(-dims[0].max(1), dims[1].max(1));
+    // row + k == column, compared elementwise: MLX's eye scatters, and its GPU scatter has no
+    // 64-bit kernels.
+    let rows = ops::reshape(
+        &ops::arange(k as f64, (dims[0] + k) as f64, 1.0, Dtype::I32, s)?,
+        &[dims[0], 1],
+        s,
+    )?;
+    let columns = ops::arange(0.0, dims[1] as f64, 1.0, Dtype::I32, s)?;
+    Ok(ops::astype(
+        &ops::equal(&rows, &columns, s)?,
         cx.output_dtype(0)?,
-        cx.stream(),
+        s,
     )?)
 }
 
