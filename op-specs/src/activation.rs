@@ -41,7 +41,7 @@ pub(crate) fn leaky_relu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> 
 }
 
 /// `alpha * (e^x - 1)` for `x < 0`, else `x`.
-fn elu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> {
+pub(crate) fn elu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> {
     let negative = ops::less(x, &zero_like(x, s)?, s)?;
     Ok(ops::where_(
         &negative,
@@ -151,7 +151,7 @@ fn hard_swish(cx: &mut Lower, x: Array) -> Result<Array> {
 }
 
 /// `ln(1 + e^x)`, computed without overflow.
-fn softplus_of(x: &Array, s: &Stream) -> Result<Array> {
+pub(crate) fn softplus_of(x: &Array, s: &Stream) -> Result<Array> {
     Ok(ops::logaddexp(x, &zero_like(x, s)?, s)?)
 }
 
@@ -216,17 +216,23 @@ fn softplus(cx: &mut Lower, x: Array) -> Result<Array> {
 /// `x / (1 + |x|)`.
 #[onnx_op(op = "Softsign", since = 1, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
 fn softsign(cx: &mut Lower, x: Array) -> Result<Array> {
-    let s = cx.stream();
-    let denominator = ops::add(&ops::abs(&x, s)?, &scalar_like(1.0, &x, s)?, s)?;
-    Ok(ops::divide(&x, &denominator, s)?)
+    softsign_of(&x, cx.stream())
+}
+
+pub(crate) fn softsign_of(x: &Array, s: &Stream) -> Result<Array> {
+    let denominator = ops::add(&ops::abs(x, s)?, &scalar_like(1.0, x, s)?, s)?;
+    Ok(ops::divide(x, &denominator, s)?)
 }
 
 /// `x` where `x > alpha`, else 0.
 #[onnx_op(op = "ThresholdedRelu", since = 10, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
 fn thresholded_relu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<Array> {
-    let s = cx.stream();
-    let above = ops::greater(&x, &scalar_like(alpha.into(), &x, s)?, s)?;
-    Ok(ops::where_(&above, &x, &zero_like(&x, s)?, s)?)
+    thresholded_relu_of(&x, alpha.into(), cx.stream())
+}
+
+pub(crate) fn thresholded_relu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> {
+    let above = ops::greater(x, &scalar_like(alpha, x, s)?, s)?;
+    Ok(ops::where_(&above, x, &zero_like(x, s)?, s)?)
 }
 
 /// `1 / (1 + e^-x)`.

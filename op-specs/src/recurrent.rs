@@ -429,45 +429,32 @@ fn clip(x: Array, bound: Option<f32>, s: &Stream) -> Result<Array> {
     }
 }
 
-/// One activation, in float32, as ORT's CPU kernels define it.
+/// One activation, in float32, as ORT's CPU kernels define it (the shared activation bodies;
+/// Affine and ScaledTanh exist only here).
 fn activate(act: Activation, x: &Array, s: &Stream) -> Result<Array> {
+    use crate::activation as a;
     let k = |v: f32| scalar(v.into(), Dtype::F32, s);
-    let zero = || k(0.0);
-    Ok(match act {
-        Activation::Relu => ops::maximum(x, &zero()?, s)?,
-        Activation::Tanh => ops::tanh(x, s)?,
-        Activation::Sigmoid => ops::sigmoid(x, s)?,
-        Activation::Softsign => ops::divide(x, &ops::add(&ops::abs(x, s)?, &k(1.0)?, s)?, s)?,
-        // ln(1 + e^x) without overflow.
-        Activation::Softplus => ops::logaddexp(x, &zero()?, s)?,
+    match act {
+        Activation::Relu => a::relu_of(x, s),
+        Activation::Tanh => Ok(ops::tanh(x, s)?),
+        Activation::Sigmoid => Ok(ops::sigmoid(x, s)?),
+        Activation::Softsign => a::softsign_of(x, s),
+        Activation::Softplus => a::softplus_of(x, s),
         Activation::Affine { alpha, beta } => {
-            ops::add(&ops::multiply(x, &k(alpha)?, s)?, &k(beta)?, s)?
+            Ok(ops::add(&ops::multiply(x, &k(alpha)?, s)?, &k(beta)?, s)?)
         }
-        Activation::LeakyRelu { alpha } => ops::where_(
-            &ops::greater_equal(x, &zero()?, s)?,
-            x,
-            &ops::multiply(x, &k(alpha)?, s)?,
-            s,
-        )?,
-        Activation::ThresholdedRelu { alpha } => {
-            ops::where_(&ops::greater(x, &k(alpha)?, s)?, x, &zero()?, s)?
-        }
-        Activation::ScaledTanh { alpha, beta } => ops::multiply(
+        Activation::LeakyRelu { alpha } => a::leaky_relu_of(x, alpha.into(), s),
+        Activation::ThresholdedRelu { alpha } => a::thresholded_relu_of(x, alpha.into(), s),
+        Activation::ScaledTanh { alpha, beta } => Ok(ops::multiply(
             &ops::tanh(&ops::multiply(x, &k(beta)?, s)?, s)?,
             &k(alpha)?,
             s,
-        )?,
+        )?),
         Activation::HardSigmoid { alpha, beta } => {
-            let linear = ops::add(&ops::multiply(x, &k(alpha)?, s)?, &k(beta)?, s)?;
-            ops::minimum(&ops::maximum(&linear, &zero()?, s)?, &k(1.0)?, s)?
+            a::hard_sigmoid_of(x, alpha.into(), beta.into(), s)
         }
-        Activation::Elu { alpha } => ops::where_(
-            &ops::greater_equal(x, &zero()?, s)?,
-            x,
-            &ops::multiply(&ops::expm1(x, s)?, &k(alpha)?, s)?,
-            s,
-        )?,
-    })
+        Activation::Elu { alpha } => a::elu_of(x, alpha.into(), s),
+    }
 }
 
 /// One direction's weights, widened, and its input projection for every step.
