@@ -163,8 +163,7 @@ fn fused_operand(
 )]
 fn einsum(cx: &mut Lower, inputs: Vec<Array>, #[attr] equation: String) -> Result<Array> {
     let s = cx.stream();
-    let equation: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
-    let product = ops::einsum(&equation, &inputs, s)?;
+    let product = ops::einsum(&without_spaces(&equation), &inputs, s)?;
     if inputs.iter().any(|x| x.size() == 0) {
         // Sums over nothing are zeros: take only the (lazy) result's shape, so that no kernel
         // ever runs over a zero-size operand.
@@ -195,7 +194,7 @@ fn einsum_claim(node: &dyn crate::NodeView) -> crate::Verdict {
 /// term, terms separated by `,`, then optionally `->` and an output term of distinct letters
 /// that all appear in the inputs.
 fn einsum_terms(equation: &str) -> Option<usize> {
-    let equation: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
+    let equation = without_spaces(equation);
     let (inputs, output) = match equation.split_once("->") {
         Some((i, o)) => (i, Some(o)),
         None => (equation.as_str(), None),
@@ -220,4 +219,9 @@ fn einsum_terms(equation: &str) -> Option<usize> {
         }
     }
     Some(terms.len())
+}
+
+/// ONNX allows spaces in an equation; MLX's parser does not.
+fn without_spaces(equation: &str) -> String {
+    equation.chars().filter(|c| !c.is_whitespace()).collect()
 }
