@@ -487,8 +487,6 @@ def build_model(case: Case, inputs: dict[str, np.ndarray]):
         graph_outputs.append(helper.make_tensor_value_info(cur, tensor_type("float" if dtype == "bfloat16" else dtype), None))
         outs.append((cur, dtype))
 
-    while op_outputs and op_outputs[-1] == "":
-        op_outputs.pop()
     op_node = helper.make_node(e.op, op_inputs, op_outputs, name=OP_NODE, domain=e.domain, **case.attrs)
     graph = helper.make_graph(nodes + [op_node], re.sub(r"\W", "_", case.id)[:80], graph_inputs, graph_outputs,
                               initializer=initializers)
@@ -535,9 +533,7 @@ def reference(case: Case, inputs: dict[str, np.ndarray]) -> list[np.ndarray] | N
         xs.pop()
     with np.errstate(all="ignore"):
         # `_n_outputs`: how many outputs the node has (Split's equal parts).
-        # `_outputs`: which outputs the node produces (the optional ones of recurrent ops).
-        res = case.spec.ref(xs, dict(case.attrs, _n_outputs=len(case.output_instances()),
-                                     _outputs=[p.name for _, p in case.output_instances()]))
+        res = case.spec.ref(xs, dict(case.attrs, _n_outputs=len(case.output_instances())))
     res = res if isinstance(res, (list, tuple)) else [res]
     produced = {port.name for _, port in case.output_instances()}
     variadic = any(p.kind == "variadic" for p in case.entry.outputs)
