@@ -6,27 +6,29 @@ PYTHON := .venv/bin/python
 CARGO_FLAGS := --locked --release
 LIBRARY := $(abspath target/release/libonnxruntime_mlx_ep.$(if $(filter Darwin,$(shell uname -s)),dylib,so))
 export ORT_MLX_EP_LIBRARY := $(LIBRARY)
+# Prints each phase's wall time ("[time] build: 312.4 s"), so a CI log shows where time goes.
+TIMED = bash scripts/timed.sh
 
 .PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul real-models leaks docs conformance conformance-update clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
-	@bash scripts/setup.sh
+	@$(TIMED) setup bash scripts/setup.sh
 
 ## Build the plugin library (target/release/libonnxruntime_mlx_ep.so).
 build: setup
-	cargo build $(CARGO_FLAGS) -p onnxruntime-ep-mlx
+	$(TIMED) build cargo build $(CARGO_FLAGS) -p onnxruntime-ep-mlx
 
 ## Formatting and clippy, warnings as errors.
 lint: setup
 	cargo fmt --all --check
-	cargo clippy $(CARGO_FLAGS) --all-targets -- -D warnings
+	$(TIMED) clippy cargo clippy $(CARGO_FLAGS) --all-targets -- -D warnings
 
 test-rust: setup
-	cargo test $(CARGO_FLAGS) --workspace
+	$(TIMED) rust-tests cargo test $(CARGO_FLAGS) --workspace
 
 test-python: build
-	$(PYTHON) -m pytest -q tests
+	$(TIMED) pytest $(PYTHON) -m pytest -q --durations=15 tests
 
 ## Everything CI runs.
 test: lint test-rust test-python

@@ -5,7 +5,8 @@
 #   .venv/            Python: ORT, ONNX, MLX (mlx-cpu on Linux, mlx on macOS), numpy, pytest
 #   .deps/ort/        ORT's C headers, API 29 (npm com.github.asus4.onnxruntime@0.4.9), sha256-checked
 #   .deps/mlx-c/      mlx-c 0.7.0 sources (crates.io mlx-sys 0.7.0, through cargo), sha256-checked
-#   system            libclang (bindgen) and OpenBLAS (Linux) through apt-get when missing
+#   system            libclang, OpenBLAS, valgrind, npm, g++ (Linux) through apt-get when missing
+#                     (scripts/system-deps.sh checks each the way its user finds it)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,20 +18,10 @@ MLX_SYS_SHA256=da965f83ce211b80f9b681d9bbd6fa625fe6bb2e659ba7bc55dd95eea8d3b028
 mkdir -p "$DEPS"
 
 log() { printf '[setup] %s\n' "$*"; }
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-# --- system packages (Linux) ------------------------------------------------------------------
-system_packages() {
-  [ "$(uname -s)" = Linux ] || return 0
-  local missing=()
-  ldconfig -p | grep -q 'libclang.*\.so' || missing+=(libclang-dev)
-  ldconfig -p | grep -q 'libopenblas\.so\.0' || missing+=(libopenblas0-pthread)
-  command -v valgrind >/dev/null || missing+=(valgrind)
-  [ ${#missing[@]} = 0 ] && return 0
-  log "apt-get install ${missing[*]}"
-  as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
-}
+# --- system packages (Linux): libclang, OpenBLAS, valgrind, npm, a C++20 compiler ----------------
+# shellcheck source=system-deps.sh
+source "$ROOT/scripts/system-deps.sh"
 
 # --- Python virtualenv ------------------------------------------------------------------------
 python_env() {
