@@ -52,17 +52,23 @@ find_libclang() {
 }
 
 # libclang parses mlx-c's headers, which include <stddef.h> and <stdbool.h>: those come from
-# clang's own resource folder beside the library (Debian: libclang-common-<v>-dev), not libc.
-clang_builtin_headers_beside() {
-  local libdir
-  libdir=$(dirname "$(readlink -f "$1")")
-  compgen -G "$libdir/clang/*/include/stddef.h" >/dev/null
+# clang's own resource folder (Debian: libclang-common-<v>-dev), not libc. It sits beside the
+# library, or where the distribution keeps LLVM (Debian: /usr/lib/llvm-<v>/lib/clang).
+CLANG_RESOURCE_ROOTS=${CLANG_RESOURCE_ROOTS-/usr/lib/llvm-*/lib/clang /usr/lib/clang /usr/local/lib/clang}
+
+clang_builtin_headers_for() {
+  local root roots
+  roots="$(dirname "$1")/clang $(dirname "$(readlink -f "$1")")/clang $CLANG_RESOURCE_ROOTS"
+  for root in $roots; do
+    compgen -G "$root/*/include/stddef.h" >/dev/null && return 0
+  done
+  return 1
 }
 
 has_libclang() {
   local lib
   lib=$(find_libclang) || return 1
-  clang_builtin_headers_beside "$lib"
+  clang_builtin_headers_for "$lib"
 }
 
 # mlx-cpu's libmlx.so has libopenblas.so.0 as a DT_NEEDED entry.

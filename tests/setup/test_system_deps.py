@@ -34,7 +34,8 @@ def fake_ldconfig(tmp_path: Path, listing: str) -> dict:
     tool = tmp_path / "ldconfig"
     tool.write_text(f'#!/bin/sh\ncat "{listing_file}"\n')
     tool.chmod(0o755)
-    return {"PATH": "/usr/bin:/bin", "LDCONFIG": str(tool)}
+    # Only the fake tree's resource folder counts, not this machine's LLVM.
+    return {"PATH": "/usr/bin:/bin", "LDCONFIG": str(tool), "CLANG_RESOURCE_ROOTS": ""}
 
 
 def test_old_detection_took_libclang_cpp_for_libclang():
@@ -76,7 +77,7 @@ def make_llvm_tree(root: Path, library: str, headers: bool) -> Path:
     return lib
 
 
-def test_has_libclang_needs_the_builtin_headers_beside_the_library(tmp_path):
+def test_has_libclang_needs_clangs_builtin_headers(tmp_path):
     lib = make_llvm_tree(tmp_path / "with", "libclang-14.so.14", headers=True)
     env = fake_ldconfig(tmp_path, f"\tlibclang-14.so.14 (libc6,x86-64) => {lib}/libclang-14.so.14\n")
     assert bash("has_libclang", env).returncode == 0
@@ -84,6 +85,11 @@ def test_has_libclang_needs_the_builtin_headers_beside_the_library(tmp_path):
     bare = make_llvm_tree(tmp_path / "without", "libclang-14.so.14", headers=False)
     env = fake_ldconfig(tmp_path, f"\tlibclang-14.so.14 (libc6,x86-64) => {bare}/libclang-14.so.14\n")
     assert bash("has_libclang", env).returncode == 1
+    # ...unless the distribution keeps them with LLVM (Debian: /usr/lib/llvm-14/lib/clang).
+    llvm = tmp_path / "usr-lib-llvm-14" / "lib" / "clang"
+    (llvm / "14" / "include").mkdir(parents=True)
+    (llvm / "14" / "include" / "stddef.h").write_text("")
+    assert bash("has_libclang", {**env, "CLANG_RESOURCE_ROOTS": str(llvm)}).returncode == 0
 
 
 def test_base_image_listing_is_missing_libclang_and_openblas(tmp_path):
