@@ -11,14 +11,14 @@
 //! it is compiled, default 1: one-shot sessions never pay for compilation),
 //! `ONNXRUNTIME_EP_MLX_NO_SHAPELESS=1` (shape-keyed closures even for shapeless plans).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use mlx_kernels::{Array, Closure, Dtype};
 use op_specs::ShapeSafety;
 
 use crate::device;
-use crate::plan::{Evaluated, Plan, RunTimes, Runtime};
+use crate::plan::{EvalError, Evaluated, Lowering, NodeCheck, Plan, RunTimes, Runtime};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
@@ -113,8 +113,12 @@ impl ShapeKey {
 enum Entry {
     /// Seen this many times, still below the compile threshold.
     Warming(u32),
-    Compiled(Closure),
+    /// The closure returns the plan's outputs, then one array per run-time check; the trace
+    /// records the checks' messages in that order.
+    Compiled(Closure, CheckMessages),
 }
+
+type CheckMessages = Arc<Mutex<Vec<String>>>;
 
 /// The compiled path of one plan (owned by the plan's thread, like its runtime).
 pub struct Capture {
@@ -165,26 +169,44 @@ impl Capture {
             return plan.run(runtime, inputs, times);
         };
         match self.compiled(plan, runtime, &arrays, times) {
-            Ok(Some(evaluated)) => Ok(evaluated),
+            Ok(Some(lowering)) => match plan.evaluate(lowering, times) {
+                Ok(evaluated) => Ok(evaluated),
+                // The inputs are at fault, not the trace: the eager path would fail the same way.
+                Err(EvalError::Input(message)) => Err(message),
+                Err(EvalError::Mlx(reason)) => self.fall_back(plan, runtime, inputs, times, reason),
+            },
             Ok(None) => plan.run(runtime, inputs, times),
-            Err(reason) => {
-                let evaluated = plan.run(runtime, inputs, times)?;
-                self.path = Path::Eager;
-                self.cache.clear();
-                self.fallback = Some(reason);
-                Ok(evaluated)
-            }
+            Err(reason) => self.fall_back(plan, runtime, inputs, times, reason),
         }
     }
 
-    /// `Ok(None)`: this shape is still warming up, run it eagerly.
+    /// A compile or replay failure sends the plan to its eager path for good (the reason kept),
+    /// unless the eager path fails too: then the inputs were at fault, and the error is the
+    /// eager one.
+    fn fall_back(
+        &mut self,
+        plan: &Arc<Plan>,
+        runtime: &Runtime,
+        inputs: Vec<Option<Array>>,
+        times: &mut RunTimes,
+        reason: String,
+    ) -> Result<Evaluated, String> {
+        let evaluated = plan.run(runtime, inputs, times)?;
+        self.path = Path::Eager;
+        self.cache.clear();
+        self.fallback = Some(reason);
+        Ok(evaluated)
+    }
+
+    /// The compiled closure's lazy outputs for `inputs`; `Ok(None)`: this shape is still
+    /// warming up, run it eagerly.
     fn compiled(
         &mut self,
         plan: &Arc<Plan>,
         runtime: &Runtime,
         inputs: &[Array],
         times: &mut RunTimes,
-    ) -> Result<Option<Evaluated>, String> {
+    ) -> Result<Option<Lowering>, String> {
         let started = Instant::now();
         let key = ShapeKey::of(inputs, &runtime.constants, self.path);
         let index = match self.cache.iter().position(|(k, _)| *k == key) {
@@ -209,45 +231,78 @@ impl Capture {
             }
             Entry::Warming(_) => {
                 self.traces += 1;
-                let body = trace_body(Arc::clone(plan), runtime.constants.clone());
-                Entry::Compiled(
-                    Closure::new(body)
-                        .compile(self.path == Path::Shapeless)
-                        .map_err(|e| format!("compile failed: {e}"))?,
-                )
+                let messages = CheckMessages::default();
+                let body = trace_body(
+                    Arc::clone(plan),
+                    runtime.constants.clone(),
+                    Arc::clone(&messages),
+                );
+                let closure = Closure::new(body)
+                    .compile(self.path == Path::Shapeless)
+                    .map_err(|e| format!("compile failed: {e}"))?;
+                Entry::Compiled(closure, messages)
             }
             compiled => {
                 self.hits += 1;
                 compiled
             }
         };
-        let Entry::Compiled(closure) = &entry else {
+        let Entry::Compiled(closure, messages) = &entry else {
             unreachable!("compiled above")
         };
         let applied = closure
             .apply(inputs)
             .map_err(|e| format!("compiled replay failed: {e}"));
+        let messages = messages.lock().map(|m| m.clone()).unwrap_or_default();
         self.cache.push((key, entry));
-        let outputs = applied?;
+        let mut outputs = applied?;
+        let produced = outputs.len();
+        let expected = plan.outputs.len() + messages.len();
+        if produced != expected {
+            return Err(format!(
+                "compiled replay returned {produced} arrays for {expected} outputs and checks"
+            ));
+        }
+        let checks = outputs
+            .split_off(plan.outputs.len())
+            .into_iter()
+            .zip(messages)
+            .map(|(holds, message)| NodeCheck { holds, message })
+            .collect();
         times.translate += started.elapsed();
-        let keep_alive = inputs.iter().cloned().map(Some).collect();
-        plan.evaluate(outputs, keep_alive, times).map(Some)
+        Ok(Some(Lowering {
+            outputs,
+            checks,
+            keep_alive: inputs.iter().cloned().map(Some).collect(),
+        }))
     }
 }
 
-/// The closure MLX traces: the plan's lowering over its inputs, constants captured.
+/// The closure MLX traces: the plan's lowering over its inputs, constants captured. It returns
+/// the outputs followed by the run-time checks, whose messages it records for the replays.
 fn trace_body(
     plan: Arc<Plan>,
     constants: Vec<(usize, Array)>,
+    messages: CheckMessages,
 ) -> impl Fn(&[Array]) -> mlx_kernels::Result<Vec<Array>> {
     move |inputs: &[Array]| {
         let stream = device::stream()?;
-        plan.lower(
-            &stream,
-            &constants,
-            inputs.iter().cloned().map(Some).collect(),
-        )
-        .map(|(outputs, _)| outputs)
-        .map_err(mlx_kernels::Error::Callback)
+        let lowering = plan
+            .lower(
+                &stream,
+                &constants,
+                inputs.iter().cloned().map(Some).collect(),
+            )
+            .map_err(mlx_kernels::Error::Callback)?;
+        let mut arrays = lowering.outputs;
+        let mut recorded = Vec::with_capacity(lowering.checks.len());
+        for check in lowering.checks {
+            arrays.push(check.holds);
+            recorded.push(check.message);
+        }
+        if let Ok(mut slot) = messages.lock() {
+            *slot = recorded;
+        }
+        Ok(arrays)
     }
 }

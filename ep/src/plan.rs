@@ -65,6 +65,38 @@ pub struct RunTimes {
     pub eval: Duration,
 }
 
+/// A run-time check of one node (see `op_specs::RuntimeCheck`), its message naming the node.
+#[derive(Debug, Clone)]
+pub struct NodeCheck {
+    pub holds: Array,
+    pub message: String,
+}
+
+/// The lazy MLX graph of one run: outputs, the checks they are valid under, and every array
+/// of the graph (kept until evaluation).
+pub struct Lowering {
+    pub outputs: Vec<Array>,
+    pub checks: Vec<NodeCheck>,
+    pub keep_alive: Vec<Option<Array>>,
+}
+
+/// Why evaluating a lowering failed.
+#[derive(Debug)]
+pub enum EvalError {
+    /// MLX could not evaluate the graph (or a lowering produced the wrong type).
+    Mlx(String),
+    /// A run-time check did not hold: the input values are at fault, on any path.
+    Input(String),
+}
+
+impl From<EvalError> for String {
+    fn from(e: EvalError) -> String {
+        match e {
+            EvalError::Mlx(m) | EvalError::Input(m) => m,
+        }
+    }
+}
+
 /// The outputs of one run, evaluated. `keep_alive` holds every array of the run, inputs
 /// included, until the outputs are copied out: MLX must never become the sole owner of an
 /// input that borrows ORT's memory (it could reuse the buffer).
@@ -200,49 +232,66 @@ impl Plan {
         times: &mut RunTimes,
     ) -> Result<Evaluated, String> {
         let started = Instant::now();
-        let (outputs, keep_alive) = self.lower(&runtime.stream, &runtime.constants, inputs)?;
+        let lowering = self.lower(&runtime.stream, &runtime.constants, inputs)?;
         times.translate += started.elapsed();
-        self.evaluate(outputs, keep_alive, times)
+        Ok(self.evaluate(lowering, times)?)
     }
 
-    /// Evaluates `outputs` (checking their types against the graph's), keeping `keep_alive`
-    /// until the caller has copied them out.
+    /// Evaluates the outputs (checking their types against the graph's) and the run-time
+    /// checks in one go, failing the run on the first check that does not hold; keeps every
+    /// array of the lowering until the caller has copied the outputs out.
     pub fn evaluate(
         &self,
-        outputs: Vec<Array>,
-        keep_alive: Vec<Option<Array>>,
+        lowering: Lowering,
         times: &mut RunTimes,
-    ) -> Result<Evaluated, String> {
+    ) -> Result<Evaluated, EvalError> {
+        let Lowering {
+            outputs,
+            checks,
+            keep_alive,
+        } = lowering;
         for (array, expected) in outputs.iter().zip(&self.outputs) {
             let produced = ElemType::from_mlx(array.dtype());
             if produced != expected.elem {
-                return Err(format!(
+                return Err(EvalError::Mlx(format!(
                     "a lowering produced {} where the graph declares {} (table bug; set \
                      ONNXRUNTIME_EP_MLX_CLAIM_DEBUG=1 to see which node)",
                     produced.short_name(),
                     expected.elem.short_name()
-                ));
+                )));
             }
         }
         let evaluating = Instant::now();
-        Array::eval_all(&outputs)
-            .map_err(|e| format!("MLX evaluation of {} failed: {e}", self.name))?;
+        let mut all = outputs.clone();
+        all.extend(checks.iter().map(|c| c.holds.clone()));
+        Array::eval_all(&all)
+            .map_err(|e| EvalError::Mlx(format!("MLX evaluation of {} failed: {e}", self.name)))?;
         times.eval += evaluating.elapsed();
+        if !checks.is_empty() {
+            let stream = device::stream().map_err(|e| EvalError::Mlx(e.to_string()))?;
+            for check in &checks {
+                let holds = check.holds.to_vec::<bool>(&stream).map_err(|e| {
+                    EvalError::Mlx(format!("reading a check of {}: {e}", self.name))
+                })?;
+                if holds != [true] {
+                    return Err(EvalError::Input(check.message.clone()));
+                }
+            }
+        }
         Ok(Evaluated {
             outputs,
             keep_alive,
         })
     }
 
-    /// Builds the lazy MLX graph of the plan over `inputs` (one per fused-node input). Returns
-    /// the outputs and every array of the graph (which the caller keeps until evaluation).
-    /// Also the body of a compiled closure, where `inputs` are MLX's tracers.
+    /// Builds the lazy MLX graph of the plan over `inputs` (one per fused-node input). Also the
+    /// body of a compiled closure, where `inputs` are MLX's tracers.
     pub fn lower(
         &self,
         stream: &Stream,
         constants: &[(usize, Array)],
         inputs: Vec<Option<Array>>,
-    ) -> Result<(Vec<Array>, Vec<Option<Array>>), String> {
+    ) -> Result<Lowering, String> {
         let mut env: Vec<Option<Array>> = vec![None; self.slot_count];
         for (slot, array) in constants {
             env[*slot] = Some(array.clone());
@@ -257,17 +306,22 @@ impl Plan {
         for (slot, array) in self.inputs.iter().zip(inputs) {
             env[*slot] = array;
         }
+        let mut checks = Vec::new();
         for planned in &self.nodes {
             let args: Vec<Option<Array>> = planned
                 .inputs
                 .iter()
                 .map(|s| s.and_then(|s| env[s].clone()))
                 .collect();
-            let results = planned
+            let lowered = planned
                 .spec
                 .lower_node(stream, &planned.node, &args)
                 .map_err(|e| node_error(&planned.node, &e.message))?;
-            for (slot, result) in planned.outputs.iter().zip(results) {
+            checks.extend(lowered.checks.into_iter().map(|c| NodeCheck {
+                holds: c.holds,
+                message: failed_check(&planned.node, &c.message),
+            }));
+            for (slot, result) in planned.outputs.iter().zip(lowered.outputs) {
                 if let Some(slot) = slot {
                     env[*slot] = Some(without_kernel_if_empty(result)?);
                 }
@@ -282,7 +336,11 @@ impl Plan {
                     .ok_or_else(|| "a fused output was never computed".to_owned())
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok((outputs, env))
+        Ok(Lowering {
+            outputs,
+            checks,
+            keep_alive: env,
+        })
     }
 }
 
@@ -316,11 +374,28 @@ impl Slots {
 
 fn node_error(node: &GraphNode, message: &str) -> String {
     format!(
-        "node '{}' ({}{}{}): {message}. Set ONNXRUNTIME_EP_MLX_DISABLE=1 to run the model on ORT's CPU EP \
-         and please report the model",
+        "{}: {message}. Set ONNXRUNTIME_EP_MLX_DISABLE=1 to run the model on ORT's CPU EP and \
+         please report the model",
+        node_label(node)
+    )
+}
+
+/// A check that failed is the model's input data at fault (ORT's CPU EP rejects it too), not
+/// the EP: the message says which node and what to fix.
+fn failed_check(node: &GraphNode, message: &str) -> String {
+    format!(
+        "{}: {message} (ORT's CPU EP rejects this input too; check the values fed to the node)",
+        node_label(node)
+    )
+}
+
+/// `node 'name' (domain.Op)`.
+fn node_label(node: &GraphNode) -> String {
+    let dot = if node.domain().is_empty() { "" } else { "." };
+    format!(
+        "node '{}' ({}{dot}{})",
         node.name(),
         node.domain(),
-        if node.domain().is_empty() { "" } else { "." },
         node.op_type()
     )
 }

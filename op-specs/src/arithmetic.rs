@@ -25,34 +25,36 @@ fn mul(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
 }
 
 /// Elementwise quotient. Integers divide truncating toward zero, as C (and ORT) do; an integer
-/// division by zero gives 0 instead of trapping the process, and `MIN / -1` wraps.
+/// division by zero fails the run (as in ORT's CPU EP), and `MIN / -1` wraps.
 #[onnx_op(op = "Div", since = 7, types(T = NUMERIC), inputs(A: T, B: T), outputs(C: T), shape = Shapeless)]
 fn div(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
     let s = cx.stream();
     if a.dtype().is_float() {
         return Ok(ops::divide(&a, &b, s)?);
     }
-    let divisor = SafeDivisor::new(&b, s)?;
+    let divisor = SafeDivisor::new(cx, &b, "integer division by zero")?;
     let quotient = divisor.truncating_quotient(&a, s)?;
     // x / -1 = -x (wrapping at MIN), computed only for signed types.
     let negated = match divisor.is_minus_one {
         Some(_) => Some(ops::negative(&a, s)?),
         None => None,
     };
-    divisor.patch(&a, quotient, negated.as_ref(), s)
+    divisor.patch(quotient, negated.as_ref(), s)
 }
 
 /// An integer divisor with the two values that trap in C replaced by 1: zero, and -1 (for
-/// `MIN / -1`). `patch` then writes the right answers back where they were.
+/// `MIN / -1`). A zero divisor fails the run (ORT's CPU EP raises on one); `patch` writes the
+/// right answers back where the divisor was -1.
 struct SafeDivisor {
     safe: Array,
-    is_zero: Array,
     is_minus_one: Option<Array>,
 }
 
 impl SafeDivisor {
-    fn new(b: &Array, s: &Stream) -> Result<SafeDivisor> {
+    fn new(cx: &mut Lower, b: &Array, zero_message: &str) -> Result<SafeDivisor> {
+        let s = cx.stream();
         let is_zero = ops::equal(b, &scalar_like(0.0, b, s)?, s)?;
+        cx.require(&ops::logical_not(&is_zero, s)?, zero_message)?;
         let is_minus_one = match is_signed_int(b) {
             true => Some(ops::equal(b, &scalar_like(-1.0, b, s)?, s)?),
             false => None,
@@ -62,11 +64,7 @@ impl SafeDivisor {
             None => is_zero.clone(),
         };
         let safe = ops::where_(&trapping, &scalar_like(1.0, b, s)?, b, s)?;
-        Ok(SafeDivisor {
-            safe,
-            is_zero,
-            is_minus_one,
-        })
+        Ok(SafeDivisor { safe, is_minus_one })
     }
 
     /// `a / b` rounded toward zero (with `b` made safe).
@@ -90,24 +88,12 @@ impl SafeDivisor {
         )?)
     }
 
-    /// Zero where the divisor was zero, `when_minus_one` where it was -1, `value` elsewhere.
-    fn patch(
-        &self,
-        a: &Array,
-        value: Array,
-        when_minus_one: Option<&Array>,
-        s: &Stream,
-    ) -> Result<Array> {
-        let value = match (&self.is_minus_one, when_minus_one) {
+    /// `when_minus_one` where the divisor was -1, `value` elsewhere.
+    fn patch(&self, value: Array, when_minus_one: Option<&Array>, s: &Stream) -> Result<Array> {
+        Ok(match (&self.is_minus_one, when_minus_one) {
             (Some(mask), Some(replacement)) => ops::where_(mask, replacement, &value, s)?,
             _ => value,
-        };
-        Ok(ops::where_(
-            &self.is_zero,
-            &scalar_like(0.0, a, s)?,
-            &value,
-            s,
-        )?)
+        })
     }
 }
 
@@ -150,7 +136,8 @@ fn is_float(t: crate::ElemType) -> bool {
 }
 
 /// Elementwise remainder. `fmod = 0` (integers only): the result takes the divisor's sign, as
-/// Python's `%`; `fmod = 1`: C's `fmod`, the dividend's sign. Integer remainder by zero gives 0.
+/// Python's `%`; `fmod = 1`: C's `fmod`, the dividend's sign. An integer remainder by zero fails
+/// the run (as in ORT's CPU EP).
 #[onnx_op(
     op = "Mod", since = 10, types(T = NUMERIC), inputs(A: T, B: T), outputs(C: T),
     shape = Shapeless, claim = mod_claim, declines = "fmod=0 on floats (invalid in ONNX)"
@@ -170,7 +157,7 @@ fn modulo(cx: &mut Lower, a: Array, b: Array, #[attr(default = 0)] fmod: i64) ->
             s,
         )?);
     }
-    let divisor = SafeDivisor::new(&b, s)?;
+    let divisor = SafeDivisor::new(cx, &b, "integer modulo by zero")?;
     let rest = if fmod == 0 {
         ops::remainder(&a, &divisor.safe, s)?
     } else {
@@ -179,7 +166,7 @@ fn modulo(cx: &mut Lower, a: Array, b: Array, #[attr(default = 0)] fmod: i64) ->
         ops::subtract(&a, &ops::multiply(&divisor.safe, &quotient, s)?, s)?
     };
     // Anything modulo -1 is 0, which `rest` already is (the divisor was made 1).
-    divisor.patch(&a, rest, None, s)
+    Ok(rest)
 }
 
 fn mod_claim(node: &dyn crate::NodeView) -> crate::Verdict {

@@ -6,9 +6,8 @@ use crate::shape::normalise_axis;
 use crate::table::consts::scalar_like;
 use crate::{onnx_op, Lower, Result};
 
-/// Entries of `data` along `axis` at `indices` (negative indices count from the end). ONNX
-/// leaves out-of-range indices an error, which ORT raises; MLX does not check them, so they
-/// are clamped into range here rather than read out of bounds.
+/// Entries of `data` along `axis` at `indices` (negative indices count from the end). An
+/// out-of-range index fails the run, as in ORT's CPU EP.
 #[onnx_op(
     op = "Gather", since = 1, types(T = ANY, Tind = I32 | I64), inputs(data: T, indices: Tind), outputs(output: T),
     shape = ShapeKeyed
@@ -26,8 +25,34 @@ fn gather(
             "indices into an empty axis are out of range",
         ));
     }
-    let safe = in_bounds(&indices, data.shape()[axis], s)?;
+    let safe = checked_in_bounds(cx, &indices, data.shape()[axis], axis)?;
     Ok(ops::take(&data, &safe, axis as i32, s)?)
+}
+
+/// [`in_bounds`], with a run-time check that every index was in `[-dim, dim)` before: ORT's
+/// CPU EP fails the run on one that is not, and so does the plan (MLX would read whatever the
+/// clamped position holds).
+pub(crate) fn checked_in_bounds(
+    cx: &mut Lower,
+    indices: &Array,
+    dim: i64,
+    axis: usize,
+) -> Result<Array> {
+    let s = cx.stream();
+    let holds = ops::logical_and(
+        &ops::greater_equal(indices, &scalar_like(-dim as f64, indices, s)?, s)?,
+        &ops::less(indices, &scalar_like(dim as f64, indices, s)?, s)?,
+        s,
+    )?;
+    cx.require(
+        &holds,
+        format!(
+            "an index is out of range: indices along axis {axis} must lie in [{}, {}]",
+            -dim,
+            dim - 1
+        ),
+    )?;
+    in_bounds(indices, dim, s)
 }
 
 /// Negative indices wrapped by `dim` and everything clamped into `[0, dim)`: ONNX calls
@@ -50,10 +75,16 @@ pub(crate) fn in_bounds(indices: &Array, dim: i64, s: &mlx_kernels::Stream) -> R
     )?)
 }
 
-/// For `indices [.., k]` addressing the first `k` axes of a tensor with dims `addressed`: the
-/// row-major position of each addressed slice (shape `indices.shape[..-1]`), indices kept in
-/// bounds.
-fn linear_index(indices: &Array, addressed: &[i64], s: &mlx_kernels::Stream) -> Result<Array> {
+/// For `indices [.., k]` addressing `k` axes of a tensor with dims `addressed` (the first of
+/// them axis `first_axis`): the row-major position of each addressed slice (shape
+/// `indices.shape[..-1]`), each index checked and kept in bounds.
+fn linear_index(
+    cx: &mut Lower,
+    indices: &Array,
+    addressed: &[i64],
+    first_axis: usize,
+) -> Result<Array> {
+    let s = cx.stream();
     let k = addressed.len();
     let coords = match k {
         0 => Vec::new(),
@@ -69,7 +100,7 @@ fn linear_index(indices: &Array, addressed: &[i64], s: &mlx_kernels::Stream) -> 
     for (j, coord) in coords.iter().enumerate() {
         stride /= addressed[j].max(1);
         let coord = ops::squeeze(
-            &in_bounds(coord, addressed[j], s)?,
+            &checked_in_bounds(cx, coord, addressed[j], first_axis + j)?,
             &[coord.ndim() as i32 - 1],
             s,
         )?;
@@ -116,7 +147,7 @@ fn gather_nd(
     let batch: i64 = dims[..b].iter().product();
     let addressed: i64 = dims[b..b + k].iter().product();
     let rest: Vec<i64> = dims[b + k..].to_vec();
-    let linear = linear_index(&indices, &dims[b..b + k], s)?;
+    let linear = linear_index(cx, &indices, &dims[b..b + k], b)?;
     let lookups = &idx_dims[..idx_dims.len() - 1];
     let linear = if b > 0 {
         // Offset each batch entry to its own block of `addressed` slices.
@@ -179,7 +210,7 @@ fn scatter_elements(
     for a in (0..dims.len()).rev() {
         let coord = if a == axis {
             ops::astype(
-                &in_bounds(&indices, dims[a], s)?,
+                &checked_in_bounds(cx, &indices, dims[a], a)?,
                 mlx_kernels::Dtype::I64,
                 s,
             )?
@@ -308,7 +339,7 @@ fn scatter_nd(
     }
     let addressed: i64 = dims[..k].iter().product();
     let rest = &dims[k..];
-    let rows = ops::reshape(&linear_index(&indices, &dims[..k], s)?, &[count], s)?;
+    let rows = ops::reshape(&linear_index(cx, &indices, &dims[..k], 0)?, &[count], s)?;
     let view = ops::reshape(&data, &[[addressed].as_slice(), rest].concat(), s)?;
     let slices = ops::reshape(&updates, &[[count, 1].as_slice(), rest].concat(), s)?;
     let written = scatter_rows(&view, &rows, &slices, scatter_mode(&reduction)?, s)?;

@@ -281,8 +281,7 @@ fn eye_like(
 }
 
 /// `data` picked element by element along `axis` by `indices` (negative ones count from the
-/// end). Out-of-range indices are an error in ONNX (ORT raises it); MLX does not check, so
-/// they are clamped here rather than read out of bounds.
+/// end). An out-of-range index fails the run, as in ORT's CPU EP.
 #[onnx_op(
     op = "GatherElements", since = 11, types(T = ANY, Tind = I32 | I64), inputs(data: T, indices: Tind), outputs(output: T),
     shape = ShapeKeyed
@@ -298,19 +297,30 @@ fn gather_elements(
     if indices.ndim() != data.ndim() {
         return Err(OpError::new("indices must have the rank of data"));
     }
-    let dim = data.shape()[axis];
+    let (dims, idx_dims) = (data.shape(), indices.shape());
+    if (0..dims.len()).any(|a| a != axis && idx_dims[a] > dims[a]) {
+        return Err(OpError::new(format!(
+            "indices {idx_dims:?} exceed data {dims:?} on an axis other than {axis}"
+        )));
+    }
+    let dim = dims[axis];
     if dim == 0 && indices.size() > 0 {
         return Err(OpError::new("indices into an empty axis are out of range"));
     }
-    let dim = dim as f64;
-    let negative = ops::less(&indices, &scalar_like(0.0, &indices, s)?, s)?;
-    let wrapped = ops::where_(
-        &negative,
-        &ops::add(&indices, &scalar_like(dim, &indices, s)?, s)?,
-        &indices,
-        s,
-    )?;
-    let low = ops::maximum(&wrapped, &scalar_like(0.0, &indices, s)?, s)?;
-    let safe = ops::minimum(&low, &scalar_like((dim - 1.0).max(0.0), &indices, s)?, s)?;
+    // The output has the indices' shape: on the other axes, element i reads data's element i,
+    // so data is cut to the indices' extent there (MLX's take_along_axis would broadcast).
+    let mut stop = dims.clone();
+    for (a, extent) in stop.iter_mut().enumerate() {
+        if a != axis {
+            *extent = idx_dims[a];
+        }
+    }
+    let data = if stop == dims {
+        data
+    } else {
+        let stop: Vec<i32> = stop.iter().map(|&d| d as i32).collect();
+        ops::slice(&data, &vec![0; dims.len()], &stop, &vec![1; dims.len()], s)?
+    };
+    let safe = crate::indexing::checked_in_bounds(cx, &indices, dim, axis)?;
     Ok(ops::take_along_axis(&data, &safe, axis as i32, s)?)
 }

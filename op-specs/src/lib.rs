@@ -34,7 +34,9 @@ mod softmax;
 pub use ops_macros::onnx_op;
 pub use table::dtypes::sets as dtypes;
 pub use table::dtypes::{DtypeSet, ElemType};
-pub use table::lower::{FromAttr, FromHost, IntoOutputs, Lower, OpError, Result};
+pub use table::lower::{
+    FromAttr, FromHost, IntoOutputs, Lower, Lowered, OpError, Result, RuntimeCheck,
+};
 pub use table::node::{AttrValue, NodeView, SimpleNode, TensorValue};
 pub use table::registry::{all, decide, lookup, overlaps, Decision};
 pub use table::spec::{AttrKind, AttrSpec, OpSpec, Port, PortKind, ShapeSafety, TypeVar, Verdict};

@@ -1,10 +1,61 @@
 //! Reductions and softmax-style normalisations along one axis.
 
 use crate::dtype::Dtype;
+use crate::ops::{astype, reshape, transpose};
 use crate::{sys, Array, Result, Stream};
 
-/// Softmax along `axis`; `precise` accumulates low-precision inputs in float32.
+// MLX 0.32.4 corrupts its heap (SIGSEGV, "double free") when a shapeless compiled closure holds
+// a reduction whose reduced axes all have size 1, e.g. `sum(x[1, 4], axis 0)`; softmax and
+// logsumexp over a size-1 axis that is not the last reduce that way inside MLX. Such a
+// reduction changes no value, so every reduction here takes it without MLX's reduce: the
+// bug cannot be reached through this crate (docs/DESIGN.md lists the upstream bug).
+
+/// Whether reducing `a` over `axes` (all of them when empty) combines nothing: every reduced
+/// axis has size 1.
+fn reduces_only_size_one_axes(a: &Array, axes: &[i32]) -> bool {
+    let dims = a.shape();
+    if axes.is_empty() {
+        return dims.iter().all(|&d| d == 1);
+    }
+    let rank = dims.len() as i32;
+    axes.iter().all(|&axis| {
+        let axis = if axis < 0 { axis + rank } else { axis };
+        usize::try_from(axis).is_ok_and(|axis| dims.get(axis) == Some(&1))
+    })
+}
+
+/// `reduced` (MLX's reduction of `a` over `axes`, built lazily) unless it reduces only size-1
+/// axes: then `a` reshaped and cast to its shape and dtype (the lazy `reduced` is dropped
+/// unevaluated; it only says which shape and dtype MLX's rules give).
+pub(super) fn unless_size_one(
+    a: &Array,
+    axes: &[i32],
+    reduced: Array,
+    stream: &Stream,
+) -> Result<Array> {
+    if !reduces_only_size_one_axes(a, axes) {
+        return Ok(reduced);
+    }
+    astype(
+        &reshape(a, &reduced.shape(), stream)?,
+        reduced.dtype(),
+        stream,
+    )
+}
+
+/// Softmax along `axis`; `precise` accumulates low-precision inputs in float32. A size-1 axis
+/// that is not the last is moved last, where MLX's fused softmax takes it (see above).
 pub fn softmax(a: &Array, axis: i32, precise: bool, stream: &Stream) -> Result<Array> {
+    let rank = a.ndim() as i32;
+    let last = rank - 1;
+    let resolved = if axis < 0 { axis + rank } else { axis };
+    if resolved != last && reduces_only_size_one_axes(a, &[axis]) {
+        let mut order: Vec<i32> = (0..rank).collect();
+        order.swap(resolved as usize, last as usize);
+        let moved = softmax(&transpose(a, &order, stream)?, -1, precise, stream)?;
+        // Swapping two axes is its own inverse.
+        return transpose(&moved, &order, stream);
+    }
     Array::from_op(|out| {
         // SAFETY: all handles are live; MLX validates the axis.
         unsafe { sys::mlx_softmax_axis(out, a.raw(), axis, precise, stream.raw()) }
@@ -13,10 +64,11 @@ pub fn softmax(a: &Array, axis: i32, precise: bool, stream: &Stream) -> Result<A
 
 /// `log(sum(exp(a)))` along `axis`, computed stably.
 pub fn logsumexp(a: &Array, axis: i32, keepdims: bool, stream: &Stream) -> Result<Array> {
-    Array::from_op(|out| {
+    let reduced = Array::from_op(|out| {
         // SAFETY: all handles are live; MLX validates the axis.
         unsafe { sys::mlx_logsumexp_axis(out, a.raw(), axis, keepdims, stream.raw()) }
-    })
+    })?;
+    unless_size_one(a, &[axis], reduced, stream)
 }
 
 /// Index of the maximum along `axis` (uint32).
@@ -40,10 +92,11 @@ macro_rules! axis_reductions {
     ($($(#[$doc:meta])* $name:ident => $ffi:ident),* $(,)?) => {$(
         $(#[$doc])*
         pub fn $name(a: &Array, axes: &[i32], keepdims: bool, stream: &Stream) -> Result<Array> {
-            Array::from_op(|out| {
+            let reduced = Array::from_op(|out| {
                 // SAFETY: `axes` outlives the call; MLX validates them.
                 unsafe { sys::$ffi(out, a.raw(), axes.as_ptr(), axes.len(), keepdims, stream.raw()) }
-            })
+            })?;
+            unless_size_one(a, axes, reduced, stream)
         }
     )*};
 }
@@ -59,6 +112,14 @@ axis_reductions! {
     prod => mlx_prod_axes,
     /// `log(sum(exp(a)))` over `axes`, computed stably.
     logsumexp_axes => mlx_logsumexp_axes,
+}
+
+/// Whether every element is true (nonzero), as a 0-d bool; true for an empty array.
+pub fn all(a: &Array, stream: &Stream) -> Result<Array> {
+    Array::from_op(|out| {
+        // SAFETY: all handles are live.
+        unsafe { sys::mlx_all(out, a.raw(), false, stream.raw()) }
+    })
 }
 
 /// Index of the minimum along `axis` (uint32).

@@ -63,9 +63,10 @@ pub fn contiguous(a: &Array, stream: &Stream) -> Result<Array> {
     })
 }
 
-/// Sum over `axes` (all axes when empty).
+/// Sum over `axes` (all axes when empty); over size-1 axes only, without MLX's reduce (see
+/// `reduce.rs`: an upstream crash).
 pub fn sum(a: &Array, axes: &[i32], keepdims: bool, stream: &Stream) -> Result<Array> {
-    Array::from_op(|out| {
+    let reduced = Array::from_op(|out| {
         // SAFETY: `axes` outlives the call; all handles are live.
         unsafe {
             if axes.is_empty() {
@@ -81,7 +82,8 @@ pub fn sum(a: &Array, axes: &[i32], keepdims: bool, stream: &Stream) -> Result<A
                 )
             }
         }
-    })
+    })?;
+    super::reduce::unless_size_one(a, axes, reduced, stream)
 }
 
 /// Joins arrays along `axis`.

@@ -39,10 +39,30 @@ impl From<mlx_kernels::Error> for OpError {
 
 pub type Result<T> = std::result::Result<T, OpError>;
 
+/// A condition on the node's input values, known only once they exist (an index in range, an
+/// integer divisor that is not zero). ORT's CPU EP fails the run when one does not hold; MLX
+/// never checks, so the plan evaluates these with the outputs and fails the run itself.
+#[derive(Debug, Clone)]
+pub struct RuntimeCheck {
+    /// A 0-d bool: true when the condition holds.
+    pub holds: Array,
+    /// What went wrong, in the words of the node's op ("an index of 'indices' is out of range").
+    pub message: String,
+}
+
+/// What lowering one node produced: an array per output slot, and the run-time checks the
+/// outputs are only valid under.
+#[derive(Debug)]
+pub struct Lowered {
+    pub outputs: Vec<Array>,
+    pub checks: Vec<RuntimeCheck>,
+}
+
 /// The lowering context of one node.
 pub struct Lower<'a> {
     stream: &'a Stream,
     node: &'a dyn NodeView,
+    checks: Vec<RuntimeCheck>,
 }
 
 impl fmt::Debug for Lower<'_> {
@@ -53,7 +73,27 @@ impl fmt::Debug for Lower<'_> {
 
 impl<'a> Lower<'a> {
     pub fn new(stream: &'a Stream, node: &'a dyn NodeView) -> Lower<'a> {
-        Lower { stream, node }
+        Lower {
+            stream,
+            node,
+            checks: Vec::new(),
+        }
+    }
+
+    /// Makes the run fail with `message` unless every element of `holds` (bool, any shape) is
+    /// true. Costs one reduction in the same evaluation as the outputs, and a 1-byte read.
+    pub fn require(&mut self, holds: &Array, message: impl Into<String>) -> Result<()> {
+        let holds = mlx_kernels::ops::all(holds, self.stream)?;
+        self.checks.push(RuntimeCheck {
+            holds,
+            message: message.into(),
+        });
+        Ok(())
+    }
+
+    /// The checks registered so far (the lowering's caller collects them).
+    pub fn into_checks(self) -> Vec<RuntimeCheck> {
+        self.checks
     }
 
     pub fn stream(&self) -> &'a Stream {

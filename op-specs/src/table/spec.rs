@@ -1,7 +1,7 @@
 //! The table's row type, filled in by `#[onnx_op]`.
 
 use super::dtypes::DtypeSet;
-use super::lower::{Lower, OpError, Result};
+use super::lower::{Lower, Lowered, OpError, Result};
 use super::node::NodeView;
 use mlx_kernels::{Array, Stream};
 
@@ -124,14 +124,15 @@ impl OpSpec {
     }
 
     /// Lowers `node` through this entry's generated adapter; the result has one array per
-    /// output slot of the node (at least).
+    /// output slot of the node (at least), and the run-time checks the lowering registered.
     pub fn lower_node(
         &self,
         stream: &Stream,
         node: &dyn NodeView,
         inputs: &[Option<Array>],
-    ) -> Result<Vec<Array>> {
-        let outputs = (self.lower)(&mut Lower::new(stream, node), inputs)?;
+    ) -> Result<Lowered> {
+        let mut cx = Lower::new(stream, node);
+        let outputs = (self.lower)(&mut cx, inputs)?;
         if outputs.len() < node.output_count() {
             return Err(OpError::new(format!(
                 "the lowering produced {} output(s) for {} output slot(s)",
@@ -139,7 +140,10 @@ impl OpSpec {
                 node.output_count()
             )));
         }
-        Ok(outputs)
+        Ok(Lowered {
+            outputs,
+            checks: cx.into_checks(),
+        })
     }
 
     pub fn type_var(&self, name: &str) -> Option<&TypeVar> {

@@ -29,14 +29,25 @@ pub fn with_attr(n: SimpleNode, name: &str, value: AttrValue) -> SimpleNode {
     n.attr(name, value)
 }
 
-/// Claims `node` through the table (failing the test on a decline) and lowers it.
+/// Claims `node` through the table (failing the test on a decline) and lowers it; a run-time
+/// check that does not hold is an error, as in the EP.
 pub fn run(node: &SimpleNode, inputs: &[Option<Array>]) -> Result<Vec<Array>, String> {
-    match decide(node) {
+    let lowered = match decide(node) {
         Decision::Claim { spec, .. } => spec
             .lower_node(&stream(), node, inputs)
-            .map_err(|e| e.to_string()),
+            .map_err(|e| e.to_string())?,
         Decision::Decline { reason } => panic!("{} declined: {reason}", node.op_type),
+    };
+    for check in &lowered.checks {
+        let holds = check
+            .holds
+            .to_vec::<bool>(&stream())
+            .map_err(|e| e.to_string())?;
+        if holds != [true] {
+            return Err(check.message.clone());
+        }
     }
+    Ok(lowered.outputs)
 }
 
 pub fn decline_reason(node: &SimpleNode) -> Option<String> {

@@ -1,0 +1,144 @@
+"""Inputs ORT's CPU EP rejects at run time (out-of-range indices, integer division by zero) fail
+the MLX run too, naming the node, on the eager and the compiled path; and reductions over
+size-1 axes, which crash MLX 0.32.4 inside shapeless compiled closures, run."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import MLX, Run, cpu_outputs, make_model, tensor
+
+
+def mlx_session(model):
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()  # else ORT's binding retries a failed run on the CPU EP
+    assert session.get_providers()[0] == MLX
+    return session
+
+
+def assert_fails_like_cpu(model, feeds, node_name, words):
+    with pytest.raises(Exception) as cpu_error:
+        cpu_outputs(model, feeds)
+    with pytest.raises(Exception) as mlx_error:
+        mlx_session(model).run(None, feeds)
+    message = str(mlx_error.value)
+    assert f"node '{node_name}'" in message, message
+    assert words in message, message
+    assert cpu_error.value is not None
+
+
+def gather_model(op, data_shape, indices_shape, index_type=TensorProto.INT64, **attrs):
+    node = helper.make_node(op, ["data", "indices"], ["out"], name="pick", **attrs)
+    return make_model([node], [tensor("data", shape=data_shape), tensor("indices", index_type, indices_shape)], [tensor("out")])
+
+
+@pytest.mark.parametrize("op, data_shape, indices", [
+    ("Gather", [3, 2], np.array([0, 3])),
+    ("Gather", [3, 2], np.array([-4])),
+    ("GatherElements", [2, 2], np.array([[0, 2], [1, 0]])),
+    ("GatherND", [2, 3], np.array([[1, 3]])),
+    ("GatherND", [2, 3], np.array([[-3, 0]])),
+])
+def test_an_out_of_range_index_fails_the_run_naming_the_node(op, data_shape, indices):
+    model = gather_model(op, data_shape, list(indices.shape))
+    feeds = {"data": np.arange(np.prod(data_shape), dtype=np.float32).reshape(data_shape), "indices": indices}
+    assert_fails_like_cpu(model, feeds, "pick", "out of range")
+
+
+@pytest.mark.parametrize("op", ["Gather", "GatherElements"])
+def test_in_range_indices_still_run_on_mlx_and_a_bad_one_fails_after_compiling(op):
+    model = gather_model(op, [3, 3], [3, 3], TensorProto.INT32)
+    data = np.arange(9, dtype=np.float32).reshape(3, 3)
+    good = np.array([[0, -1, 2], [2, 1, 0], [-3, 0, 1]], np.int32)
+    run = Run(model, {"data": data, "indices": good})
+    run.assert_all_on_mlx()
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, {"data": data, "indices": good})[0])
+    session = mlx_session(model)
+    for _ in range(3):  # eager, then compiled, then replayed
+        session.run(None, {"data": data, "indices": good})
+    with pytest.raises(Exception, match="node 'pick'.*out of range"):
+        session.run(None, {"data": data, "indices": np.full((3, 3), 3, np.int32)})
+    # A failed check is the input's fault: the session goes on, compiled.
+    np.testing.assert_array_equal(session.run(None, {"data": data, "indices": good})[0],
+                                  cpu_outputs(model, {"data": data, "indices": good})[0])
+
+
+@pytest.mark.parametrize("op", ["ScatterElements", "ScatterND"])
+def test_an_out_of_range_scatter_index_fails_the_run(op):
+    if op == "ScatterND":
+        indices, updates = np.array([[0], [5]]), np.ones((2, 3), np.float32)
+    else:
+        indices, updates = np.array([[0, 1, 7]]), np.ones((1, 3), np.float32)
+    node = helper.make_node(op, ["data", "indices", "updates"], ["out"], name="put")
+    model = make_model([node], [tensor("data", shape=[3, 3]), tensor("indices", TensorProto.INT64, list(indices.shape)),
+                                tensor("updates", shape=list(updates.shape))], [tensor("out")])
+    feeds = {"data": np.zeros((3, 3), np.float32), "indices": indices, "updates": updates}
+    assert_fails_like_cpu(model, feeds, "put", "out of range")
+
+
+def test_gather_elements_with_indices_smaller_than_data_on_another_axis():
+    # Fuzz trigger: data [2,2], indices [[1]], axis 0 gave [[2, 3]] (take_along_axis broadcast).
+    for data_shape, indices, axis in [([2, 2], [[1]], 0), ([3, 4], [[0, 2], [1, 1]], 1), ([2, 3, 4], [[[1]], [[0]]], 2)]:
+        indices = np.array(indices, np.int64)
+        model = gather_model("GatherElements", data_shape, list(indices.shape), axis=axis)
+        feeds = {"data": np.arange(np.prod(data_shape), dtype=np.float32).reshape(data_shape), "indices": indices}
+        run = Run(model, feeds)
+        run.assert_all_on_mlx()
+        np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
+
+
+@pytest.mark.parametrize("op", ["Div", "Mod"])
+@pytest.mark.parametrize("elem, dtype", [(TensorProto.INT32, np.int32), (TensorProto.INT64, np.int64), (TensorProto.UINT8, np.uint8)])
+def test_integer_division_by_zero_fails_the_run_like_cpu(op, elem, dtype):
+    node = helper.make_node(op, ["a", "b"], ["c"], name="ratio")
+    model = make_model([node], [tensor("a", elem, [3]), tensor("b", elem, [3])], [tensor("c", elem)])
+    good = {"a": np.array([7, 9, 4], dtype), "b": np.array([2, 4, 3], dtype)}
+    session = mlx_session(model)
+    for _ in range(3):
+        np.testing.assert_array_equal(session.run(None, good)[0], cpu_outputs(model, good)[0])
+    bad = {"a": np.array([7, 9, 4], dtype), "b": np.array([2, 0, 3], dtype)}
+    assert_fails_like_cpu(model, bad, "ratio", f"integer {'division' if op == 'Div' else 'modulo'} by zero")
+    with pytest.raises(Exception, match="node 'ratio'"):
+        session.run(None, bad)
+
+
+# Reductions over size-1 axes: MLX 0.32.4 corrupts its heap when a shapeless compiled closure
+# holds one (x f32[1, 4], axis 0). Each model runs eagerly, compiled, replayed, at a second
+# shape with the same size-1 axis, and back.
+SIZE_ONE_CASES = [
+    ("Softmax", {"axis": 0}, 13),
+    ("LogSoftmax", {"axis": 0}, 13),
+    ("Softmax", {"axis": 1}, 13),
+    ("LogSoftmax", {"axis": 1}, 13),
+    ("ReduceSum", {"keepdims": 1}, 13),
+    ("ReduceMax", {"keepdims": 0}, 18),
+    ("ReduceMean", {"keepdims": 1}, 18),
+    ("ReduceLogSumExp", {"keepdims": 1}, 18),
+    ("ReduceProd", {"keepdims": 1}, 18),
+]
+
+
+@pytest.mark.parametrize("op, attrs, opset", SIZE_ONE_CASES, ids=[f"{c[0]}-{sorted(c[1].items())}" for c in SIZE_ONE_CASES])
+@pytest.mark.parametrize("layout", ["row", "column"])
+def test_reductions_over_a_size_one_axis_in_compiled_closures(op, attrs, opset, layout):
+    axis = 0 if layout == "row" else 1
+    shapes = [(1, 4), (1, 5)] if layout == "row" else [(4, 1), (6, 1)]
+    inputs = ["x"]
+    initializers = []
+    if op.startswith("Reduce"):
+        axes = numpy_helper.from_array(np.array([axis], np.int64), "axes")
+        inputs.append("axes")
+        initializers.append(axes)
+    else:
+        attrs = {"axis": axis}
+    node = helper.make_node(op, inputs, ["y"], **attrs)
+    dims = ["one", "n"] if layout == "row" else ["n", "one"]
+    model = make_model([node], [tensor("x", shape=dims)], [tensor("y")], initializers, opset=opset)
+    session = mlx_session(model)
+    rng = np.random.default_rng(0)
+    for shape in [shapes[0], shapes[0], shapes[0], shapes[1], shapes[1], shapes[0]]:
+        feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+        np.testing.assert_allclose(session.run(None, feeds)[0], cpu_outputs(model, feeds)[0], rtol=1e-6, atol=1e-6)
+    run = Run(model, {"x": rng.standard_normal(shapes[0]).astype(np.float32)})
+    run.assert_all_on_mlx()
