@@ -239,7 +239,18 @@ def test_run_reports_placement_differences_and_latency(demo_model, monkeypatch, 
     out = capsys.readouterr().out
     assert "x float[batch, 4096] = [2, 4096]" in out
     assert re.search(r"y\s+\[2, 4096\]\s+float32\s+0\b", out)
-    assert "median of 2 warm runs" in out and "MLX / CPU" in out
+    assert "median of 2 warm runs" in out and "second run (trace + compile)" in out
+    assert re.search(r"MLX \(\w+\) took [0-9.e+-]+ ms, ORT's CPU EP [0-9.e+-]+ ms: [0-9.]+x (faster|slower) here", out)
+
+
+@pytest.mark.parametrize("device, mlx_ms, cpu_ms, expected", [
+    ("cpu", 31.7, 3.1, "MLX (cpu) took 31.7 ms, ORT's CPU EP 3.1 ms: 10.2x slower here; on the CPU backend MLX "
+                       "is for development"),
+    ("gpu", 1.5, 30.0, "MLX (gpu) took 1.5 ms, ORT's CPU EP 30 ms: 20.0x faster here."),
+    ("gpu", 4.0, 2.0, "MLX (gpu) took 4 ms, ORT's CPU EP 2 ms: 2.0x slower here."),
+])
+def test_the_speed_sentence_reads_in_one_go(device, mlx_ms, cpu_ms, expected):
+    assert cli.speed_sentence(device, mlx_ms, cpu_ms).startswith(expected)
 
 
 def test_a_library_ort_cannot_register_is_a_clear_error(demo_model, tmp_path):
