@@ -1,0 +1,134 @@
+"""Runs one fuzz case inside a worker: the MLX-first session, then ORT's CPU EP as the oracle.
+
+The MLX session goes first so that a crash in ORT's own CPU kernels (integer division by zero
+traps) cannot hide what the EP did: the worker announces each phase to its parent before
+entering it, and the parent attributes a death to the phase it happened in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import onnxruntime as ort
+
+from op_harness import CPU, EP, OP_NODE, compare, is_not_implemented, reference
+
+from .classify import classify
+from .generate import FuzzCase
+
+HELPER_NODES = ("fz_pre", "fz_post")
+
+
+def _session(model: bytes, providers: list[str]):
+    so = ort.SessionOptions()
+    # As the op suite: no ORT rewrites (constant folding would remove the node under test).
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
+    # One thread and no spinning: with a worker per core, ORT's spinning pool threads took
+    # most of the machine from each other (12 cases/s with two workers instead of ~50 with one).
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model, so, providers=providers)
+
+
+def first_line(err: BaseException, limit: int = 300) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {(text[0] if text else '')[:limit]}"
+
+
+def read_claims(path: Path) -> dict[str, dict]:
+    """The EP's claim decisions by node name (a later GetCapability call's record wins)."""
+    out: dict[str, dict] = {}
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return out
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        out[str(rec.get("node", ""))] = rec
+    return out
+
+
+def run_case(fc: FuzzCase, explain: Path, phase: Callable[..., None]) -> dict:
+    data = fc.model.SerializeToString()
+    started = time.monotonic()
+    explain.write_text("")  # the EP appends its decisions for this session only
+
+    phase("mlx_session")
+    mlx_error, results, sess = None, [], None
+    try:
+        sess = _session(data, [EP, CPU])
+        sess.disable_fallback()  # else ORT's binding retries a failed run on CPU alone
+    except Exception as err:
+        mlx_error = f"session creation: {first_line(err)}"
+    claims = read_claims(explain)
+    claimed = sorted(n for n, r in claims.items() if r.get("claimed"))
+    if not claimed and mlx_error and "MLXExecutionProvider" in mlx_error:
+        claimed = ["(the EP failed before reporting claims)"]
+    op_rec = claims.get(OP_NODE, {})
+    phase("mlx_run", claimed=claimed)
+    if sess is not None:
+        for r, k in enumerate(fc.order):
+            try:
+                results.append(sess.run(None, fc.feeds[k]))
+            except Exception as err:
+                mlx_error = f"run {r + 1} (feed {k + 1}): {first_line(err)}"
+                break
+
+    phase("cpu", claimed=claimed, mlx_error=mlx_error)
+    cpu_error, missing_kernel, expected, oracle = None, False, None, "cpu"
+    try:
+        cpu = _session(data, [CPU])
+        expected = [cpu.run(None, f) for f in fc.feeds]
+    except Exception as err:
+        cpu_error, missing_kernel = first_line(err), is_not_implemented(err)
+    if expected is None and missing_kernel and not fc.chained:
+        expected, oracle = _numpy_reference(fc), "numpy"
+
+    mismatch = None
+    if expected is not None and mlx_error is None:
+        mismatch = _first_mismatch(fc, results, expected, oracle)
+    category, detail = classify(
+        claimed=claimed, op_claimed=OP_NODE in claimed or "fz_again" in claimed, mlx_error=mlx_error,
+        cpu_error=cpu_error, cpu_missing_kernel=missing_kernel, has_oracle=expected is not None,
+        mismatch=mismatch)
+    return {
+        "id": fc.id, "op": fc.op, "category": category, "detail": detail, "claimed": claimed,
+        "decline_reason": None if op_rec.get("claimed", True) else op_rec.get("reason"),
+        "oracle": oracle if expected is not None else None, "mutations": fc.mutations,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _numpy_reference(fc: FuzzCase):
+    """The op suite's numpy reference per feed, or None when it cannot follow the mutation."""
+    try:
+        with np.errstate(all="ignore"):
+            return [reference(fc.base, inputs) for inputs in fc.op_inputs] if fc.base.spec.ref else None
+    except Exception:
+        return None
+
+
+def _first_mismatch(fc: FuzzCase, results, expected, oracle: str) -> str | None:
+    for r, (k, outs) in enumerate(zip(fc.order, results)):
+        for (name, dtype), got, want in zip(fc.outputs, outs, expected[k]):
+            p = compare(got, want, dtype, fc.exact, fc.op_inputs[k], f"run {r + 1} (feed {k + 1}) output {name} vs {oracle}",
+                        fc.tolerance_scale)
+            if p:
+                return p
+    return None
+
+
+def worker_env_summary() -> str:
+    keys = ("ONNXRUNTIME_EP_MLX_NO_COMPILE", "ONNXRUNTIME_EP_MLX_DEVICE", "ONNXRUNTIME_EP_MLX_COMPILE_AFTER")
+    return ", ".join(f"{k}={os.environ[k]}" for k in keys if k in os.environ) or "defaults"
