@@ -9,7 +9,7 @@ export ORT_MLX_EP_LIBRARY := $(LIBRARY)
 # Prints each phase's wall time ("[time] build: 312.4 s"), so a CI log shows where time goes.
 TIMED = bash scripts/timed.sh
 
-.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul real-models leaks docs conformance conformance-update clean
+.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul real-models leaks fuzz docs conformance conformance-update clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
@@ -55,6 +55,11 @@ real-models: build
 ## The EP vs ORT's CPU EP on a 1-node graph and a 50-op elementwise chain (1M elements).
 bench-ep: build
 	$(PYTHON) scripts/bench_ep.py
+
+## 10,000 seeded edge-case models (tests/fuzz) through the EP vs ORT's CPU EP, a worker per core;
+## every problem case with its repro command. More: ARGS="--cases 50000 --seed 2 --json fuzz.json".
+fuzz: build
+	$(TIMED) fuzz $(PYTHON) -m tests.fuzz run --cases 10000 --seed 1 --workers $(shell getconf _NPROCESSORS_ONLN) $(ARGS)
 
 ## No definite leak through our library under valgrind, RSS flat over 500 session cycles.
 leaks: build

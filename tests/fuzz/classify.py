@@ -67,5 +67,5 @@ def classify_lost_worker(kind: str, phase: str | None, claimed: list[str] | None
         return "cpu_only_error", f"ORT's CPU EP {why} on this model, but the MLX session returned values"
     if phase == "mlx_run" and claimed == []:
         return "declined", f"nothing claimed; ORT's CPU EP {why} running it"
-    where = {"mlx_session": "creating the MLX session", "mlx_run": "running the MLX session"}.get(phase or "", "before the case started")
-    return kind, f"{why} while {where}" + (f" (claimed: {', '.join(claimed)})" if claimed else "")
+    where = {"mlx_session": "while creating the MLX session", "mlx_run": "while running the MLX session"}.get(phase or "", "before the case announced a phase")
+    return kind, f"{why} {where}" + (f" (claimed: {', '.join(claimed)})" if claimed else "")
