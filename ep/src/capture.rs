@@ -9,7 +9,9 @@
 //! `ONNXRUNTIME_EP_MLX_NO_COMPILE=1` (eager only), `ONNXRUNTIME_EP_MLX_COMPILE_CACHE=N` (entries
 //! per plan, default 16), `ONNXRUNTIME_EP_MLX_COMPILE_AFTER=N` (eager runs of a shape before
 //! it is compiled, default 1: one-shot sessions never pay for compilation),
-//! `ONNXRUNTIME_EP_MLX_NO_SHAPELESS=1` (shape-keyed closures even for shapeless plans).
+//! `ONNXRUNTIME_EP_MLX_NO_SHAPELESS=1` (shape-keyed closures even for shapeless plans),
+//! `ONNXRUNTIME_EP_MLX_NO_FUSE=1` (closures traced without MLX's kernel fusion: on the CPU
+//! backend every new fused kernel costs a C++ compile at first use).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -47,6 +49,9 @@ pub struct Settings {
     pub fail_compile: bool,
     pub capacity: usize,
     pub compile_after: u32,
+    /// Whether traces fuse kernels (MLX's own setting is per process: the last plan to trace
+    /// sets it, so sessions in one process should agree).
+    pub fuse: bool,
 }
 
 impl Settings {
@@ -63,6 +68,7 @@ impl Settings {
             fail_compile: std::env::var("ONNXRUNTIME_EP_MLX_FAULT").is_ok_and(|v| v == "compile"),
             capacity: number("ONNXRUNTIME_EP_MLX_COMPILE_CACHE", 16).max(1),
             compile_after: number("ONNXRUNTIME_EP_MLX_COMPILE_AFTER", 1) as u32,
+            fuse: !std::env::var("ONNXRUNTIME_EP_MLX_NO_FUSE").is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -239,6 +245,9 @@ impl Capture {
                 );
                 let closure = Closure::new(body)
                     .compile(self.path == Path::Shapeless)
+                    .map_err(|e| format!("compile failed: {e}"))?;
+                // MLX reads the fusion setting when the closure traces: at the apply below.
+                mlx_kernels::set_kernel_fusion(self.settings.fuse)
                     .map_err(|e| format!("compile failed: {e}"))?;
                 Entry::Compiled(closure, messages)
             }

@@ -68,6 +68,21 @@ impl Closure {
     }
 }
 
+/// Whether closures traced from now on fuse elementwise chains into generated kernels (MLX's
+/// default). On the CPU backend each new fused kernel is C++ compiled at first use (cached in
+/// MLX's kernel cache); without fusion a compiled closure still replays its simplified graph.
+/// MLX keeps this per process and reads it when a closure traces.
+pub fn set_kernel_fusion(enabled: bool) -> Result<()> {
+    crate::init();
+    let mode = if enabled {
+        sys::mlx_compile_mode_::MLX_COMPILE_MODE_ENABLED
+    } else {
+        sys::mlx_compile_mode_::MLX_COMPILE_MODE_NO_FUSE
+    };
+    // SAFETY: sets a plain process-wide value.
+    check(unsafe { sys::mlx_set_compile_mode(mode) })
+}
+
 impl Drop for Closure {
     fn drop(&mut self) {
         // SAFETY: each Closure owns one handle, freed exactly once.

@@ -20,7 +20,7 @@ pub mod sys;
 mod vector;
 
 pub use array::Array;
-pub use closure::Closure;
+pub use closure::{set_kernel_fusion, Closure};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, Result};
 pub use runtime::{init, mlx_version};

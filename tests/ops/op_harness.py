@@ -48,6 +48,7 @@ TOLERANCE = {"float": (1e-5, 1e-6), "float16": (2e-3, 1e-3), "bfloat16": (2e-2, 
 # [(instance name, port)] returning one shape per instance, or None when the layout does not
 # apply to the scheme.
 
+NO_FUSE_ENV = "ONNXRUNTIME_EP_MLX_NO_FUSE"
 BASIC = "basic"
 DYNAMIC = "dynamic"  # symbolic dims; runs of different shapes through one session
 LAYOUTS = ("broadcast", "broadcast2", "scalar", "scalar_mix", "empty", "transposed", DYNAMIC)
@@ -152,6 +153,10 @@ class Case:
     data: dict[str, np.ndarray] | None = None  # fixed inputs by instance name (edge tests)
     oracle: str = "auto"  # "auto": ORT CPU, numpy where it has no kernel; "numpy": numpy only
     expect_provider: str = EP  # where the op node must run (CPU for decline tests)
+    # Whether the compiled runs let MLX fuse kernels. Every case runs compiled; fusion (which
+    # on the CPU backend C++-compiles each new kernel at first use, ~10 min for the whole
+    # suite on a cold machine) is kept for a representative slice: see build_cases.
+    fused: bool = False
 
     @property
     def attrs(self) -> dict:
@@ -366,6 +371,10 @@ def build_cases(entries: list[Entry]) -> list[Case]:
 
         def add(case: Case, latest=False):
             case = _finish(case, latest)
+            # The fused slice: the entry's representative dtypes, its default variant, plain and
+            # dynamic shapes (the dynamic layout replays shapeless closures at new shapes).
+            case.fused = (rep is not None and case.dtypes == dict(rep) and case.variant is spec.variants[0]
+                          and case.layout in (BASIC, DYNAMIC))
             base = f"{e.key}:{_combo_id(case.dtypes)}:{case.variant.name}:{case.layout}"
             case.id = base + (f"@opset{case.opset}" if latest else "")
             if case.id not in seen:
@@ -701,6 +710,18 @@ class Runner:
         return [CPU] if self.selfcheck else [EP, CPU]
 
     def check(self, case: Case) -> Outcome:
+        # The EP reads the fusion setting at a session's first run; other suites keep theirs.
+        previous = os.environ.get(NO_FUSE_ENV)
+        os.environ[NO_FUSE_ENV] = "0" if case.fused else "1"
+        try:
+            return self._check(case)
+        finally:
+            if previous is None:
+                os.environ.pop(NO_FUSE_ENV, None)
+            else:
+                os.environ[NO_FUSE_ENV] = previous
+
+    def _check(self, case: Case) -> Outcome:
         sets = [make_inputs(case, i) for i in range(len(case.shape_sets()))]
         built = [build_model(case, inputs) for inputs in sets]
         model, outs = built[0][0], built[0][2]
