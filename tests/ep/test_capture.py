@@ -1,6 +1,10 @@
 """Compiled capture: traced once, compiled by MLX, replayed; eager fallback and kill switch."""
 
 import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -127,3 +131,34 @@ def test_a_shapeless_replay_never_reuses_a_trace_whose_broadcasts_no_longer_hold
         raise AssertionError("x[5] * w[4] must fail")
     except Exception as e:
         assert "broadcast" in str(e), e
+
+
+FUSION_PROBE = """
+import sys, numpy as np, onnxruntime as ort
+sys.path.insert(0, {python!r})
+import onnxruntime_ep_mlx as mlx_ep
+mlx_ep.register_execution_provider_library()
+session = ort.InferenceSession({model!r}, providers=["MLXExecutionProvider", "CPUExecutionProvider"])
+session.disable_fallback()
+x = np.linspace(-1, 1, 64, dtype=np.float32)
+for _ in range(3):  # eager, traced + compiled, replayed
+    session.run(None, {{"x": x, "y": x[::-1].copy()}})
+"""
+
+
+def test_no_fuse_traces_without_generating_kernels(tmp_path):
+    """On the CPU backend a fused kernel is C++-compiled into MLX's cache under $TMPDIR at first
+    use; ONNXRUNTIME_EP_MLX_NO_FUSE=1 compiles the closure without generating one."""
+    model = tmp_path / "chain.onnx"
+    model.write_bytes(CHAIN)
+    python = str(Path(__file__).resolve().parents[2] / "python")
+    generated = {}
+    for fuse in ("0", "1"):
+        tmp = tmp_path / f"tmp-nofuse-{fuse}"
+        tmp.mkdir()
+        env = {**os.environ, "TMPDIR": str(tmp), "ONNXRUNTIME_EP_MLX_NO_FUSE": fuse, "ONNXRUNTIME_EP_MLX_DEVICE": "cpu"}
+        subprocess.run([sys.executable, "-c", FUSION_PROBE.format(python=python, model=str(model))],
+                       env=env, check=True, timeout=300)
+        generated[fuse] = list(tmp.rglob("*.so"))
+    assert generated["0"], "with fusion, MLX's CPU backend generates a kernel for the chain"
+    assert not generated["1"], generated["1"]
