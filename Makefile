@@ -9,7 +9,7 @@ export ORT_MLX_EP_LIBRARY := $(LIBRARY)
 # Prints each phase's wall time ("[time] build: 312.4 s"), so a CI log shows where time goes.
 TIMED = bash scripts/timed.sh
 
-.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul real-models leaks fuzz docs conformance conformance-update clean
+.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul real-models leaks stress fuzz docs conformance conformance-update clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
@@ -60,6 +60,11 @@ bench-ep: build
 ## every problem case with its repro command. More: ARGS="--cases 50000 --seed 2 --json fuzz.json".
 fuzz: build
 	$(TIMED) fuzz $(PYTHON) -m tests.fuzz run --cases 10000 --seed 1 --workers $(shell getconf _NPROCESSORS_ONLN) $(ARGS)
+
+## Threads for SECONDS (default 300): own sessions per thread at changing shapes, plus threads
+## misusing a session another thread owns; no crash, no wrong answer.
+stress: build
+	$(PYTHON) tests/stress/threads.py $(or $(SECONDS),300) 8 2
 
 ## No definite leak through our library under valgrind, RSS flat over 500 session cycles.
 leaks: build

@@ -1,5 +1,6 @@
 """500 create-run-destroy cycles keep the resident set flat."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -71,3 +72,16 @@ def test_the_leak_filter_finds_our_frames():
     ])
     hits = our_frames_in_definite_leaks(log)
     assert len(hits) == 1 and "leaky" in hits[0]
+
+
+THREADS = Path(__file__).with_name("threads.py")
+
+
+def test_sessions_under_thread_load_never_crash_or_answer_wrong():
+    """20 s of six threads creating, running (eager, compiled, replayed, at changing shapes) and
+    destroying their own sessions, while two more threads misuse a session the main thread owns
+    (`make stress` runs it for minutes)."""
+    out = subprocess.run([sys.executable, str(THREADS), "20", "6", "2"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"exit {out.returncode}\n{out.stdout}\n{out.stderr[-3000:]}"
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["runs"] > 500 and report["expected_errors"] > 0, report
