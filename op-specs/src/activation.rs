@@ -1,6 +1,6 @@
 //! Activation functions, Clip and Where.
 
-use mlx_kernels::{ops, Array, Stream};
+use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::table::consts::scalar_like;
 use crate::{onnx_op, Lower, OpError, Result};
@@ -256,20 +256,50 @@ fn clip_attrs(
     #[attr(default = f32::MAX)] max: f32,
 ) -> Result<Array> {
     let s = cx.stream();
-    let low = ops::maximum(&x, &scalar_like(min.into(), &x, s)?, s)?;
-    Ok(ops::minimum(&low, &scalar_like(max.into(), &x, s)?, s)?)
+    let low = scalar_like(min.into(), &x, s)?;
+    let high = scalar_like(max.into(), &x, s)?;
+    clip_between(&x, Some(&low), Some(&high), s)
 }
 
 /// `min(max(x, min), max)`; an absent bound does not clip.
 #[onnx_op(op = "Clip", since = 11, types(T = NUMERIC), inputs(input: T, min: T, max: T), outputs(output: T), shape = Shapeless)]
 fn clip(cx: &mut Lower, x: Array, min: Option<Array>, max: Option<Array>) -> Result<Array> {
     let s = cx.stream();
+    // ORT's CPU EP clips to the type's finite range when a bound is absent, so an absent max
+    // still turns +inf into the largest finite value.
+    let finite = |bound: Option<Array>, sign: f64| -> Result<Option<Array>> {
+        Ok(match (bound, largest_finite(x.dtype())) {
+            (Some(bound), _) => Some(bound),
+            (None, Some(largest)) => Some(scalar_like(sign * largest, &x, s)?),
+            (None, None) => None,
+        })
+    };
+    let min = finite(min, -1.0)?;
+    let max = finite(max, 1.0)?;
+    clip_between(&x, min.as_ref(), max.as_ref(), s)
+}
+
+/// The largest finite value of a float type (`None` for integers, whose extremes clip nothing).
+fn largest_finite(dtype: Dtype) -> Option<f64> {
+    match dtype {
+        Dtype::F32 => Some(f32::MAX.into()),
+        Dtype::F16 => Some(65504.0),
+        // bfloat16's largest finite value, 0x7F7F (f32::MAX itself would round to inf).
+        Dtype::BF16 => Some(3.389_531_389_251_535_5e38),
+        _ => None,
+    }
+}
+
+/// ORT's CPU EP clamps with `x < min ? min : x`, then `max < y ? max : y`: a NaN in `x` stays
+/// NaN, a NaN bound clips nothing, and `min > max` gives `max`. MLX's maximum/minimum
+/// propagate a NaN from either side, so the comparisons are spelled out.
+fn clip_between(x: &Array, min: Option<&Array>, max: Option<&Array>, s: &Stream) -> Result<Array> {
     let low = match min {
-        Some(min) => ops::maximum(&x, &min, s)?,
-        None => x,
+        Some(min) => ops::where_(&ops::less(x, min, s)?, min, x, s)?,
+        None => x.clone(),
     };
     Ok(match max {
-        Some(max) => ops::minimum(&low, &max, s)?,
+        Some(max) => ops::where_(&ops::less(max, &low, s)?, max, &low, s)?,
         None => low,
     })
 }

@@ -401,7 +401,11 @@ fn transposed_padding(
         // larger than the full result (negative padding) extends the end, where only B lands.
         let total = full - target;
         let half = total / 2;
-        return Ok(if total < 0 {
+        return Ok(if total < 0 && wanted.is_none() {
+            // ORT's CPU EP floors a negative SAME padding at 0: the output is the full
+            // result, shorter than `input * stride` (kernel 1, stride 3, input 5: 13, not 15).
+            (0, 0)
+        } else if total < 0 {
             (0, total)
         } else if attrs.auto_pad == "SAME_UPPER" {
             (half, total - half)
@@ -534,16 +538,20 @@ fn batch_norm(
     };
     let xw = ops::astype(x, wide, s)?;
     let param = |p: &Array| -> Result<Array> { per_channel(&ops::astype(p, wide, s)?, rank, s) };
-    let inv_std = ops::rsqrt(
+    // ORT's order: one factor per channel, scale / sqrt(var + eps), then `x * factor + (B -
+    // mean * factor)`. Normalising first overflows where ORT does not (x = 3e38, var 0.25,
+    // scale 0.5: x / 0.5 is inf before the scale could bring it back).
+    let std = ops::sqrt(
         &ops::add(&param(var)?, &scalar_like(epsilon.into(), &xw, s)?, s)?,
         s,
     )?;
-    let normalised = ops::multiply(&ops::subtract(&xw, &param(mean)?, s)?, &inv_std, s)?;
-    let y = ops::add(
-        &ops::multiply(&normalised, &param(scale)?, s)?,
+    let channel_scale = ops::multiply(&ops::reciprocal(&std, s)?, &param(scale)?, s)?;
+    let channel_bias = ops::subtract(
         &param(b)?,
+        &ops::multiply(&param(mean)?, &channel_scale, s)?,
         s,
     )?;
+    let y = ops::add(&ops::multiply(&xw, &channel_scale, s)?, &channel_bias, s)?;
     Ok(ops::astype(&y, x.dtype(), s)?)
 }
 
@@ -566,7 +574,15 @@ pub(crate) fn spatial_axes(x: &Array) -> Result<Vec<i32>> {
 /// Mean over the spatial axes, kept as size 1.
 #[onnx_op(op = "GlobalAveragePool", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed)]
 fn global_average_pool(cx: &mut Lower, x: Array) -> Result<Array> {
-    Ok(ops::mean(&x, &spatial_axes(&x)?, true, cx.stream())?)
+    let s = cx.stream();
+    // 16-bit floats are summed in float32, as ORT's CPU EP does: the sum of a few large
+    // float16 values overflows float16 though their mean does not.
+    let wide = crate::reduce::widened(&x, s)?;
+    Ok(ops::astype(
+        &ops::mean(&wide, &spatial_axes(&x)?, true, s)?,
+        x.dtype(),
+        s,
+    )?)
 }
 
 /// Maximum over the spatial axes, kept as size 1.

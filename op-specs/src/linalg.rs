@@ -86,22 +86,39 @@ fn general_product(
     } else {
         b
     };
-    match c {
-        // MLX's fused form, when C is there.
-        Some(c) => Ok(ops::addmm(&c, &a, &b, alpha, beta, s)?),
-        None => {
-            let product = ops::matmul(&a, &b, s)?;
-            if alpha == 1.0 {
-                Ok(product)
-            } else {
-                Ok(ops::multiply(
-                    &product,
-                    &scalar_like(alpha.into(), &product, s)?,
-                    s,
-                )?)
-            }
+    let product = ops::matmul(&a, &b, s)?;
+    let scaled = |k: f64| -> Result<Array> {
+        let factor = f64::from(alpha) * k;
+        if factor == 1.0 {
+            return Ok(product.clone());
         }
-    }
+        Ok(ops::multiply(
+            &product,
+            &scalar_like(factor, &product, s)?,
+            s,
+        )?)
+    };
+    // ORT's CPU EP keeps beta = 0 from reading C at all (a NaN or inf there does not show).
+    let Some(c) = c.filter(|_| beta != 0.0) else {
+        return scaled(1.0);
+    };
+    // beta * C comes first, on its own (ORT scales C into Y before the product): an overflow
+    // there stays inf.
+    let bias = if beta == 1.0 {
+        c
+    } else {
+        ops::multiply(&c, &scalar_like(beta.into(), &c, s)?, s)?
+    };
+    // ORT adds the bias to `alpha * A·B` in one fused multiply-add, so `alpha * A·B` may pass
+    // the float range on the way (alpha 2, A·B = 3e38, C = -3e38 gives 3e38; with C = -inf,
+    // -inf, not NaN). Where the plain sum is not finite, the same sum at half scale, doubled,
+    // gives the fused result (halving is exact), and stays inf where the result is.
+    let y = ops::add(&scaled(1.0)?, &bias, s)?;
+    let half_bias = ops::multiply(&bias, &scalar_like(0.5, &bias, s)?, s)?;
+    let halved = ops::add(&scaled(0.5)?, &half_bias, s)?;
+    let doubled = ops::add(&halved, &halved, s)?;
+    let not_finite = ops::logical_or(&ops::isnan(&y, s)?, &ops::isinf(&y, s)?, s)?;
+    Ok(ops::where_(&not_finite, &doubled, &y, s)?)
 }
 
 /// ORT's MatMul fusion: `alpha * A' · B'` with numpy's batching, where `A'` is `A` with its
@@ -110,7 +127,7 @@ fn general_product(
 #[allow(clippy::too_many_arguments)] // two inputs and five attributes, as ORT has them
 #[onnx_op(
     domain = "com.microsoft", op = "FusedMatMul", since = 1, types(T = FLOAT), inputs(A: T, B: T), outputs(Y: T),
-    shape = Shapeless
+    shape = Shapeless, claim = fused_matmul_claim, declines = "transA with a 1-D (or unknown-rank) B"
 )]
 fn fused_matmul(
     cx: &mut Lower,
@@ -134,6 +151,19 @@ fn fused_matmul(
         &scalar_like(alpha.into(), &product, s)?,
         s,
     )?)
+}
+
+/// ORT's CPU kernel departs from numpy's rule when `transA` meets a 1-D B (it does not
+/// promote B to a column the way MatMul does), so that configuration stays on ORT.
+fn fused_matmul_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    let trans_a = matches!(node.attribute("transA"), Some(crate::AttrValue::Int(t)) if t != 0);
+    if trans_a && node.input_rank(1).is_none_or(|rank| rank < 2) {
+        return crate::Verdict::decline(
+            "transA with a 1-D (or unknown-rank) B: ORT's CPU kernel departs from numpy's \
+             matmul rule there",
+        );
+    }
+    crate::Verdict::Claim
 }
 
 fn fused_operand(
@@ -224,4 +254,24 @@ fn einsum_terms(equation: &str) -> Option<usize> {
 /// ONNX allows spaces in an equation; MLX's parser does not.
 fn without_spaces(equation: &str) -> String {
     equation.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AttrValue, ElemType, SimpleNode};
+
+    #[test]
+    fn fused_matmul_declines_trans_a_unless_b_is_known_to_be_a_matrix() {
+        let node = |trans_a: i64| {
+            SimpleNode::new("FusedMatMul", 1)
+                .domain("com.microsoft")
+                .input(ElemType::Float)
+                .input(ElemType::Float)
+                .output(ElemType::Float)
+                .attr("transA", AttrValue::Int(trans_a))
+        };
+        assert!(fused_matmul_claim(&node(0)).is_claim());
+        assert!(!fused_matmul_claim(&node(1)).is_claim());
+    }
 }

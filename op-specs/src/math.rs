@@ -22,8 +22,6 @@ unary! {
     abs = "Abs" since 6 over NUMERIC (X -> Y) by ops::abs;
     /// Negation (integers wrap at their minimum).
     neg = "Neg" since 6 over SIGNED (X -> Y) by ops::negative;
-    /// -1, 0 or 1 by the sign of the value.
-    sign = "Sign" since 9 over NUMERIC (input -> output) by ops::sign;
     /// `1 / x`.
     reciprocal = "Reciprocal" since 6 over FLOAT (X -> Y) by ops::reciprocal;
     /// Square root (NaN below zero).
@@ -60,6 +58,17 @@ unary! {
     acosh = "Acosh" since 9 over FLOAT (input -> output) by ops::arccosh;
     /// Inverse hyperbolic tangent.
     atanh = "Atanh" since 9 over FLOAT (input -> output) by ops::arctanh;
+}
+
+/// -1, 0 or 1 by the sign of the value; NaN stays NaN, as in ORT's CPU EP (MLX's sign gives 0).
+#[onnx_op(op = "Sign", since = 9, types(T = NUMERIC), inputs(input: T), outputs(output: T), shape = Shapeless)]
+fn sign(cx: &mut Lower, x: Array) -> Result<Array> {
+    let s = cx.stream();
+    let signs = ops::sign(&x, s)?;
+    if !x.dtype().is_float() {
+        return Ok(signs);
+    }
+    Ok(ops::where_(&ops::isnan(&x, s)?, &x, &signs, s)?)
 }
 
 /// Round to the nearest integer, halves to even.

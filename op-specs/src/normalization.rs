@@ -28,11 +28,11 @@ fn layer_normalization(
     let rank = x.ndim();
     let axis = normalise_axis(axis, rank)?;
     let only_y = cx.node().output_count() == 1;
-    if only_y
-        && axis + 1 == rank
-        && scale.ndim() <= 1
-        && bias.as_ref().is_none_or(|b| b.ndim() <= 1)
-    {
+    // MLX's fused kernel takes only a per-element weight and bias of the last axis; ONNX also
+    // allows them to broadcast (a scale of shape [1], say), which the general path does.
+    let last = x.shape().last().copied();
+    let per_element = |p: &Array| p.ndim() == 1 && p.shape().first().copied() == last;
+    if only_y && axis + 1 == rank && per_element(&scale) && bias.as_ref().is_none_or(per_element) {
         // MLX's fused kernel normalises the last axis and accumulates in float32.
         return Ok(vec![ops::layer_norm(
             &x,

@@ -71,21 +71,92 @@ fn reduce(
         let value = crate::table::consts::scalar(identity, x.dtype(), s)?;
         return Ok(ops::broadcast_to(&value, &shape, s)?);
     }
+    if x.dtype() == Dtype::I32 {
+        if let Some(summed) = saturating_i32_sum(x, how, &resolved, keep, s)? {
+            return Ok(summed);
+        }
+    }
+    // 16-bit floats accumulate in float32, as ORT's CPU EP does: partial sums of float16
+    // values overflow where the mean (or norm, or log) does not.
+    let wide = &widened(x, s)?;
     let sum = |v: &Array| -> Result<Array> { Ok(ops::sum(v, &resolved, keep, s)?) };
     let result = match how {
-        Reduction::Sum => sum(x)?,
-        Reduction::Mean => ops::mean(x, &resolved, keep, s)?,
+        Reduction::Sum => sum(wide)?,
+        Reduction::Mean => ops::mean(wide, &resolved, keep, s)?,
+        // A NaN propagates (numpy's and ONNX's reference rule). ORT's CPU EP skips or keeps
+        // a NaN depending on its SIMD lane, i.e. on the data's alignment (ORT 1.31.1:
+        // min([3, NaN, 1, 0]) is 1, and two equal rows of one tensor can differ), which no
+        // deterministic lowering can repeat.
         Reduction::Max => ops::max(x, &resolved, keep, s)?,
         Reduction::Min => ops::min(x, &resolved, keep, s)?,
-        Reduction::Prod => ops::prod(x, &resolved, keep, s)?,
-        Reduction::SumSquare => sum(&ops::multiply(x, x, s)?)?,
-        Reduction::L1 => sum(&ops::abs(x, s)?)?,
-        Reduction::L2 => ops::sqrt(&sum(&ops::multiply(x, x, s)?)?, s)?,
-        Reduction::LogSum => ops::log(&sum(x)?, s)?,
-        Reduction::LogSumExp => ops::logsumexp_axes(x, &resolved, keep, s)?,
+        Reduction::Prod => ops::prod(wide, &resolved, keep, s)?,
+        Reduction::SumSquare => sum(&ops::multiply(wide, wide, s)?)?,
+        Reduction::L1 => sum(&ops::abs(wide, s)?)?,
+        Reduction::L2 => ops::sqrt(&sum(&ops::multiply(wide, wide, s)?)?, s)?,
+        Reduction::LogSum => ops::log(&sum(wide)?, s)?,
+        Reduction::LogSumExp => ops::logsumexp_axes(wide, &resolved, keep, s)?,
     };
     // MLX widens some integer reductions; ONNX keeps the input type.
     Ok(same_type(result, x.dtype(), s)?)
+}
+
+/// `x` in float32 when it is a 16-bit float (for accumulating), else `x`.
+pub(crate) fn widened(x: &Array, s: &Stream) -> Result<Array> {
+    Ok(match x.dtype() {
+        Dtype::F16 | Dtype::BF16 => ops::astype(x, Dtype::F32, s)?,
+        _ => x.clone(),
+    })
+}
+
+/// ORT's CPU EP sums int32 in a wider type and saturates the result to int32 (no wrap-around):
+/// summing in int64 and clipping gives the same, exactly, below 2^32 elements. Squares and
+/// absolute values are clipped to 2^31 first, which cannot change a saturated result and keeps
+/// the int64 sum from overflowing. `None` for reductions that do not sum.
+fn saturating_i32_sum(
+    x: &Array,
+    how: Reduction,
+    axes: &[i32],
+    keep: bool,
+    s: &Stream,
+) -> Result<Option<Array>> {
+    let wide = ops::astype(x, Dtype::I64, s)?;
+    let bound = |v: f64| crate::table::consts::scalar(v, Dtype::I64, s);
+    let terms = match how {
+        Reduction::Sum => wide,
+        Reduction::SumSquare => {
+            let square = ops::multiply(&wide, &wide, s)?;
+            ops::minimum(&square, &bound(2f64.powi(31))?, s)?
+        }
+        Reduction::L1 => ops::abs(&wide, s)?,
+        _ => return Ok(None),
+    };
+    let sum = ops::sum(&terms, axes, keep, s)?;
+    let low = bound(f64::from(i32::MIN))?;
+    let high = bound(f64::from(i32::MAX))?;
+    let clipped = ops::minimum(&ops::maximum(&sum, &low, s)?, &high, s)?;
+    Ok(Some(ops::astype(&clipped, Dtype::I32, s)?))
+}
+
+/// Declines the integer reductions whose results ORT's CPU EP computes in floating point and
+/// saturates: int64 sums lose precision past 2^53 there and an overflowing product saturates
+/// (int64 and int32), where MLX's integer arithmetic is exact and wraps. int32 sums are
+/// matched exactly (`saturating_i32_sum`).
+fn integer_reduction_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    let sums = ["ReduceSum", "ReduceSumSquare", "ReduceL1"];
+    let op = node.op_type();
+    match node.input_type(0) {
+        Some(crate::ElemType::Int64) if sums.contains(&op) || op == "ReduceProd" => {
+            crate::Verdict::decline(format!(
+                "{op} of int64: ORT's CPU EP accumulates int64 in floating point (inexact past \
+                 2^53, saturating on overflow), which MLX's exact, wrapping int64 cannot match"
+            ))
+        }
+        Some(crate::ElemType::Int32) if op == "ReduceProd" => crate::Verdict::decline(
+            "ReduceProd of int32: ORT's CPU EP multiplies in floating point and saturates on \
+             overflow, which MLX's wrapping int32 product cannot match",
+        ),
+        _ => crate::Verdict::Claim,
+    }
 }
 
 /// The value of a reduction over an empty set (for integers, through saturating casts: the
@@ -126,9 +197,12 @@ fn same_type(a: Array, dtype: Dtype, s: &Stream) -> mlx_kernels::Result<Array> {
 /// Declares one reduction for both opset forms: `axes` attribute up to `$last_attr`, `axes`
 /// input (with `noop_with_empty_axes`) from the next opset on.
 macro_rules! reduction {
-    ($($(#[$doc:meta])* $legacy:ident, $modern:ident = $op:tt over $set:ident by $how:ident, input axes since $since:tt, attribute axes until $until:tt;)*) => {$(
+    ($($(#[$doc:meta])* $legacy:ident, $modern:ident = $op:tt over $set:ident by $how:ident, input axes since $since:tt, attribute axes until $until:tt, declining $declines:literal;)*) => {$(
         $(#[$doc])*
-        #[onnx_op(op = $op, opset = 1..=$until, types(T = $set), inputs(data: T), outputs(reduced: T), shape = ShapeKeyed)]
+        #[onnx_op(
+            op = $op, opset = 1..=$until, types(T = $set), inputs(data: T), outputs(reduced: T), shape = ShapeKeyed,
+            claim = integer_reduction_claim, declines = $declines
+        )]
         fn $legacy(cx: &mut Lower, x: Array, #[attr] axes: Option<Vec<i64>>, #[attr(default = 1)] keepdims: i64) -> Result<Array> {
             reduce(cx, &x, Reduction::$how, axes, keepdims, 0)
         }
@@ -136,7 +210,7 @@ macro_rules! reduction {
         $(#[$doc])*
         #[onnx_op(
             op = $op, since = $since, types(T = $set, I = I64), inputs(data: T, axes: I), outputs(reduced: T),
-            shape = ShapeKeyed
+            shape = ShapeKeyed, claim = integer_reduction_claim, declines = $declines
         )]
         fn $modern(
             cx: &mut Lower,
@@ -152,25 +226,25 @@ macro_rules! reduction {
 
 reduction! {
     /// Sum over `axes` (all axes when none are given).
-    reduce_sum_legacy, reduce_sum = "ReduceSum" over NUMERIC by Sum, input axes since 13, attribute axes until 12;
+    reduce_sum_legacy, reduce_sum = "ReduceSum" over NUMERIC by Sum, input axes since 13, attribute axes until 12, declining "int64 (ORT sums it in floating point)";
     /// Mean over `axes`.
-    reduce_mean_legacy, reduce_mean = "ReduceMean" over FLOAT by Mean, input axes since 18, attribute axes until 17;
+    reduce_mean_legacy, reduce_mean = "ReduceMean" over FLOAT by Mean, input axes since 18, attribute axes until 17, declining "";
     /// Maximum over `axes`.
-    reduce_max_legacy, reduce_max = "ReduceMax" over ANY by Max, input axes since 18, attribute axes until 17;
+    reduce_max_legacy, reduce_max = "ReduceMax" over ANY by Max, input axes since 18, attribute axes until 17, declining "";
     /// Minimum over `axes`.
-    reduce_min_legacy, reduce_min = "ReduceMin" over ANY by Min, input axes since 18, attribute axes until 17;
+    reduce_min_legacy, reduce_min = "ReduceMin" over ANY by Min, input axes since 18, attribute axes until 17, declining "";
     /// Product over `axes`.
-    reduce_prod_legacy, reduce_prod = "ReduceProd" over NUMERIC by Prod, input axes since 18, attribute axes until 17;
+    reduce_prod_legacy, reduce_prod = "ReduceProd" over NUMERIC by Prod, input axes since 18, attribute axes until 17, declining "int32 and int64 (ORT multiplies them in floating point)";
     /// Sum of squares over `axes`.
-    reduce_sum_square_legacy, reduce_sum_square = "ReduceSumSquare" over SIGNED by SumSquare, input axes since 18, attribute axes until 17;
+    reduce_sum_square_legacy, reduce_sum_square = "ReduceSumSquare" over SIGNED by SumSquare, input axes since 18, attribute axes until 17, declining "int64 (ORT sums it in floating point)";
     /// Sum of absolute values over `axes`.
-    reduce_l1_legacy, reduce_l1 = "ReduceL1" over SIGNED by L1, input axes since 18, attribute axes until 17;
+    reduce_l1_legacy, reduce_l1 = "ReduceL1" over SIGNED by L1, input axes since 18, attribute axes until 17, declining "int64 (ORT sums it in floating point)";
     /// Euclidean norm over `axes`.
-    reduce_l2_legacy, reduce_l2 = "ReduceL2" over FLOAT by L2, input axes since 18, attribute axes until 17;
+    reduce_l2_legacy, reduce_l2 = "ReduceL2" over FLOAT by L2, input axes since 18, attribute axes until 17, declining "";
     /// `log(sum(x))` over `axes`.
-    reduce_log_sum_legacy, reduce_log_sum = "ReduceLogSum" over FLOAT by LogSum, input axes since 18, attribute axes until 17;
+    reduce_log_sum_legacy, reduce_log_sum = "ReduceLogSum" over FLOAT by LogSum, input axes since 18, attribute axes until 17, declining "";
     /// `log(sum(exp(x)))` over `axes`, computed stably.
-    reduce_log_sum_exp_legacy, reduce_log_sum_exp = "ReduceLogSumExp" over FLOAT by LogSumExp, input axes since 18, attribute axes until 17;
+    reduce_log_sum_exp_legacy, reduce_log_sum_exp = "ReduceLogSumExp" over FLOAT by LogSumExp, input axes since 18, attribute axes until 17, declining "";
 }
 
 /// Index of the first (or, with `select_last_index`, last) extreme along `axis`, as int64.
@@ -183,10 +257,28 @@ fn arg_extreme(
     max: bool,
 ) -> Result<Array> {
     let s = cx.stream();
-    if x.size() == 0 {
-        return Err(OpError::new("ArgMax/ArgMin of an empty tensor"));
-    }
     let axis = normalise_axis(axis, x.ndim())?;
+    if x.size() == 0 {
+        // ORT's CPU EP fails on an empty reduced axis and returns an empty result when only
+        // another axis is empty.
+        if x.shape()[axis] == 0 {
+            return Err(OpError::new(
+                "ArgMax/ArgMin over an empty axis has no index to return (ORT's CPU EP fails too)",
+            ));
+        }
+        let shape: Vec<i64> = x
+            .shape()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &d)| match (i == axis, keepdims != 0) {
+                (false, _) => Some(d),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect();
+        let none = crate::table::consts::scalar(0.0, Dtype::I64, s)?;
+        return Ok(ops::broadcast_to(&none, &shape, s)?);
+    }
     let pick = |v: &Array| -> mlx_kernels::Result<Array> {
         if max {
             ops::argmax(v, axis as i32, keepdims != 0, s)
@@ -227,4 +319,55 @@ fn arg_min(
     #[attr(default = 0)] select_last_index: i64,
 ) -> Result<Array> {
     arg_extreme(cx, &x, axis, keepdims, select_last_index, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ElemType, SimpleNode};
+
+    fn claims(op: &str, t: ElemType) -> bool {
+        integer_reduction_claim(&SimpleNode::new(op, 13).input(t).output(t)).is_claim()
+    }
+
+    #[test]
+    fn integer_reductions_that_orts_cpu_does_in_floating_point_are_declined() {
+        for op in ["ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceProd"] {
+            assert!(!claims(op, ElemType::Int64), "{op}");
+            assert!(claims(op, ElemType::Float), "{op}");
+        }
+        assert!(!claims("ReduceProd", ElemType::Int32));
+        for op in [
+            "ReduceSum",
+            "ReduceSumSquare",
+            "ReduceL1",
+            "ReduceMax",
+            "ReduceMin",
+        ] {
+            assert!(claims(op, ElemType::Int32), "{op}");
+        }
+        assert!(claims("ReduceMax", ElemType::Int64));
+    }
+
+    #[test]
+    fn int32_sums_saturate_instead_of_wrapping() {
+        let s = Stream::cpu().unwrap();
+        let x =
+            Array::from_slice(&[i32::MAX, 1, 5, i32::MIN, -1, 0, 3, -7, 46341], &[3, 3]).unwrap();
+        let expect = [
+            (Reduction::Sum, [i32::MAX, i32::MIN, 46337]),
+            // 3² + 7² + 46341² is 2147488339, past i32::MAX.
+            (Reduction::SumSquare, [i32::MAX, i32::MAX, i32::MAX]),
+            (Reduction::L1, [i32::MAX, i32::MAX, 46351]),
+        ];
+        for (how, want) in expect {
+            let got = saturating_i32_sum(&x, how, &[1], false, &s)
+                .unwrap()
+                .unwrap();
+            assert_eq!(got.to_vec::<i32>(&s).unwrap(), want);
+        }
+        assert!(saturating_i32_sum(&x, Reduction::Max, &[1], false, &s)
+            .unwrap()
+            .is_none());
+    }
 }
