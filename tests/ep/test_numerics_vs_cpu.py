@@ -218,3 +218,26 @@ def test_gemm_in_range_still_matches_cpu():
              "c": rng.standard_normal((6,)).astype(np.float32)}
     model = single_node_model("Gemm", feeds, {"alpha": 0.7, "beta": -1.5, "transB": 1}, opset=13)
     assert_like_cpu_on_mlx(model, feeds, rtol=1e-5, atol=1e-6)
+
+
+# MeanVarianceNormalization: ORT subtracts the mean first and divides by the root of the mean
+# square (no epsilon: a constant block is NaN), and drops axes outside the rank.
+@pytest.mark.parametrize("case", ["offset", "constant", "rank3_default_axes", "huge", "negative_axes"])
+def test_mean_variance_normalization_like_cpu(case):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 4, 2)).astype(np.float32)
+    attrs = {}
+    if case == "offset":
+        x += 1000  # E[x²] - E[x]² in float32 loses every digit here
+    elif case == "constant":
+        x[:] = 5.0
+    elif case == "rank3_default_axes":
+        x = x[:, :, :, 0].copy()
+    elif case == "huge":
+        x[0, 0, 0, 0] = 3e38
+    else:
+        attrs = {"axes": [-1, 1]}
+    feeds = {"x": x}
+    # At an offset of 1000 one float32 ulp of x is 6e-5: the summation orders differ by that.
+    atol = 3e-4 if case == "offset" else 1e-5
+    assert_like_cpu_on_mlx(single_node_model("MeanVarianceNormalization", feeds, attrs, opset=13), feeds, rtol=1e-4, atol=atol)
