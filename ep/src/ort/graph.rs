@@ -53,6 +53,12 @@ impl NodeView for GraphNode {
     fn input_rank(&self, index: usize) -> Option<usize> {
         Some(self.inputs.get(index)?.as_ref()?.shape.as_ref()?.len())
     }
+    fn input_shape(&self, index: usize) -> Option<Vec<Option<i64>>> {
+        self.inputs.get(index)?.as_ref()?.shape.clone()
+    }
+    fn output_shape(&self, index: usize) -> Option<Vec<Option<i64>>> {
+        self.outputs.get(index)?.as_ref()?.shape.clone()
+    }
     fn input_present(&self, index: usize) -> bool {
         self.inputs.get(index).is_some_and(Option::is_some)
     }

@@ -10,7 +10,8 @@ use super::spec::{AttrKind, OpSpec, Port, PortKind, Verdict};
 pub fn check(spec: &OpSpec, node: &dyn NodeView) -> Verdict {
     let verdict = attributes(spec, node)
         .and_then(|()| ports(spec, node))
-        .and_then(|()| type_constraints(spec, node));
+        .and_then(|()| type_constraints(spec, node))
+        .and_then(|()| dims_fit(spec, node));
     match (verdict, spec.custom_claim) {
         (Err(reason), _) => Verdict::Decline { reason },
         (Ok(()), Some(custom)) => custom(node),
@@ -146,4 +147,78 @@ fn type_constraints(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// MLX dims are `i32`. A declared dim beyond that (even on a tensor with no elements, such as
+/// `[0, 2^31]`, which ORT's CPU EP handles) cannot become an MLX array, whatever the op: it is
+/// declined here once for every op. Host-known shape values (Reshape's target, Expand's shape,
+/// ConstantOfShape's input...) are caught here too whenever ORT inferred the output's shape from
+/// them; dims known only at run time still reach the lowering, which refuses them by name.
+fn dims_fit(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
+    let slots = (0..node.input_count())
+        .map(|i| ("input", port_for(spec.inputs, i), node.input_shape(i)))
+        .chain(
+            (0..node.output_count())
+                .map(|i| ("output", port_for(spec.outputs, i), node.output_shape(i))),
+        );
+    for (what, port, dims) in slots {
+        let Some(dims) = dims else { continue };
+        if let Some(big) = dims.iter().flatten().find(|&&d| d > i64::from(i32::MAX)) {
+            let shape: Vec<String> = dims
+                .iter()
+                .map(|d| d.map_or_else(|| "?".to_owned(), |d| d.to_string()))
+                .collect();
+            return Err(format!(
+                "{what} '{}' has a dim of {big} (shape [{}]); MLX dims are 32-bit (at most {})",
+                port.map_or("?", |p| p.name),
+                shape.join(", "),
+                i32::MAX
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::table::registry::{decide, Decision};
+    use crate::{ElemType, SimpleNode};
+
+    fn relu() -> SimpleNode {
+        SimpleNode::new("Relu", 14)
+            .input(ElemType::Float)
+            .output(ElemType::Float)
+    }
+
+    fn reason(node: &SimpleNode) -> Option<String> {
+        match decide(node) {
+            Decision::Claim { .. } => None,
+            Decision::Decline { reason } => Some(reason),
+        }
+    }
+
+    #[test]
+    fn a_dim_beyond_i32_is_declined_even_on_an_empty_tensor() {
+        let big = Some(1i64 << 31);
+        let on_input = relu().input_dims(0, &[Some(0), big]);
+        let why = reason(&on_input).expect("declined");
+        assert!(
+            why.contains("input 'X' has a dim of 2147483648 (shape [0, 2147483648])"),
+            "{why}"
+        );
+        let on_output = relu().output_dims(0, &[None, big]);
+        let why = reason(&on_output).expect("declined");
+        assert!(
+            why.contains("output 'Y'") && why.contains("[?, 2147483648]"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn dims_up_to_i32_max_and_symbolic_dims_are_claimed() {
+        let node = relu()
+            .input_dims(0, &[Some(0), Some(i64::from(i32::MAX)), None])
+            .output_dims(0, &[None, None, None]);
+        assert_eq!(reason(&node), None);
+    }
 }

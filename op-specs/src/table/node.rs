@@ -59,7 +59,15 @@ pub trait NodeView {
         self.input_type(index).is_some()
     }
     /// The rank of input `index` when the graph declares it.
-    fn input_rank(&self, _index: usize) -> Option<usize> {
+    fn input_rank(&self, index: usize) -> Option<usize> {
+        self.input_shape(index).map(|dims| dims.len())
+    }
+    /// The dims of input `index` when the graph declares its shape; `None` dims are symbolic.
+    fn input_shape(&self, _index: usize) -> Option<Vec<Option<i64>>> {
+        None
+    }
+    /// The dims of output `index` when the graph declares (or ORT inferred) its shape.
+    fn output_shape(&self, _index: usize) -> Option<Vec<Option<i64>>> {
         None
     }
     fn output_count(&self) -> usize;
@@ -83,6 +91,8 @@ pub struct SimpleNode {
     pub inputs: Vec<Option<ElemType>>,
     pub outputs: Vec<Option<ElemType>>,
     pub attributes: Vec<(String, AttrValue)>,
+    /// Declared shapes, by slot: `(input?, index, dims)`.
+    pub shapes: Vec<(bool, usize, Vec<Option<i64>>)>,
 }
 
 impl SimpleNode {
@@ -119,6 +129,25 @@ impl SimpleNode {
         self.attributes.push((name.into(), value));
         self
     }
+
+    /// Declares the shape of input `index` (`None` for a symbolic dim).
+    pub fn input_dims(mut self, index: usize, dims: &[Option<i64>]) -> Self {
+        self.shapes.push((true, index, dims.to_vec()));
+        self
+    }
+
+    /// Declares the shape of output `index` (`None` for a symbolic dim).
+    pub fn output_dims(mut self, index: usize, dims: &[Option<i64>]) -> Self {
+        self.shapes.push((false, index, dims.to_vec()));
+        self
+    }
+
+    fn declared(&self, input: bool, index: usize) -> Option<Vec<Option<i64>>> {
+        self.shapes
+            .iter()
+            .find(|(i, at, _)| *i == input && *at == index)
+            .map(|(_, _, dims)| dims.clone())
+    }
 }
 
 impl NodeView for SimpleNode {
@@ -139,6 +168,12 @@ impl NodeView for SimpleNode {
     }
     fn input_type(&self, index: usize) -> Option<ElemType> {
         self.inputs.get(index).copied().flatten()
+    }
+    fn input_shape(&self, index: usize) -> Option<Vec<Option<i64>>> {
+        self.declared(true, index)
+    }
+    fn output_shape(&self, index: usize) -> Option<Vec<Option<i64>>> {
+        self.declared(false, index)
     }
     fn output_count(&self) -> usize {
         self.outputs.len()
