@@ -129,15 +129,22 @@ fn reshape(
     )?)
 }
 
-/// Removes `axes` (all size-1 axes when absent); each must have size 1.
+/// Removes `axes` (all size-1 axes when absent); each must have size 1. An axis named twice
+/// (`[0, 0]`, or `[0, -2]` at rank 2) is removed once, and an empty `axes` means all size-1
+/// axes, as ORT's CPU EP does.
 fn squeeze_axes(cx: &Lower, x: &Array, axes: Option<Vec<i64>>) -> Result<Array> {
     let dims = x.shape();
-    let axes: Vec<usize> = match axes {
+    let axes: Vec<usize> = match axes.filter(|a| !a.is_empty()) {
         None => (0..dims.len()).filter(|&a| dims[a] == 1).collect(),
-        Some(axes) => axes
-            .iter()
-            .map(|&a| normalise_axis(a, dims.len()))
-            .collect::<Result<_>>()?,
+        Some(axes) => {
+            let mut resolved = axes
+                .iter()
+                .map(|&a| normalise_axis(a, dims.len()))
+                .collect::<Result<Vec<_>>>()?;
+            resolved.sort_unstable();
+            resolved.dedup();
+            resolved
+        }
     };
     if let Some(&bad) = axes.iter().find(|&&a| dims[a] != 1) {
         return Err(OpError::new(format!(
@@ -231,15 +238,40 @@ fn transpose(cx: &mut Lower, x: Array, #[attr] perm: Option<Vec<i64>>) -> Result
     Ok(ops::transpose(&x, &as_mlx_axes(&perm), cx.stream())?)
 }
 
-/// Joins the inputs along `axis`.
+/// Joins the inputs along `axis`. As in ORT's CPU EP, an input with no elements only adds its
+/// `axis` dim: its other dims need not match (the first non-empty input sets them). Where that
+/// dim is not 0, ORT leaves the slab it reserves unwritten (it reads as zeros); here it is zeros.
 #[onnx_op(op = "Concat", since = 4, types(T = ANY), inputs(inputs: T), outputs(concat_result: T), shape = ShapeKeyed)]
 fn concat(cx: &mut Lower, inputs: Vec<Array>, #[attr] axis: i64) -> Result<Array> {
-    let rank = inputs
+    let s = cx.stream();
+    let first = inputs
         .first()
-        .map(Array::ndim)
         .ok_or_else(|| OpError::new("Concat needs an input"))?;
+    let rank = first.ndim();
+    if inputs.iter().any(|a| a.ndim() != rank) {
+        return Err(OpError::new("the inputs differ in rank"));
+    }
     let axis = normalise_axis(axis, rank)?;
-    Ok(ops::concatenate(&inputs, axis as i32, cx.stream())?)
+    let reference = inputs.iter().find(|a| a.size() > 0).unwrap_or(first);
+    let slab = |along: i64| -> Result<Array> {
+        let mut dims = reference.shape();
+        dims[axis] = along;
+        let zero = crate::table::consts::scalar_like(0.0, reference, s)?;
+        Ok(ops::broadcast_to(&zero, &dims, s)?)
+    };
+    let mut parts = Vec::with_capacity(inputs.len());
+    for input in &inputs {
+        let along = input.shape()[axis];
+        if input.size() > 0 {
+            parts.push(input.clone());
+        } else if along > 0 {
+            parts.push(slab(along)?);
+        }
+    }
+    if parts.is_empty() {
+        return slab(0);
+    }
+    Ok(ops::concatenate(&parts, axis as i32, s)?)
 }
 
 /// Sizes of the parts of a Split: the given `split`, else `parts` (near-)equal chunks.
@@ -377,7 +409,8 @@ fn expand(cx: &mut Lower, x: Array, #[host] shape: Vec<i64>) -> Result<Array> {
 }
 
 /// One axis of a Slice, resolved: `[start, stop)` by a positive `step`, on the axis reversed
-/// first when ONNX's step was negative.
+/// first when ONNX's step was negative. Every field lies in `[0, dim]` (the step in `[1, dim]`),
+/// so it fits MLX's 32-bit slice arguments whatever the inputs held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct AxisSlice {
     pub reversed: bool,
@@ -386,40 +419,61 @@ pub(crate) struct AxisSlice {
     pub step: i64,
 }
 
-/// ONNX Slice's clamping rules for one axis of size `dim`.
+/// Slice's clamping rules for one axis of size `dim`, as ORT's CPU EP applies them: the step is
+/// clamped to `[-dim, dim]` (one step that size already leaves the axis), and an `end` of
+/// `INT32_MAX` or `INT64_MAX` means "through the last element in the step's direction" (numpy's
+/// `None`), so with a negative step it reaches index 0 where ONNX's clamp would stop short.
 pub(crate) fn resolve_slice(dim: i64, start: i64, end: i64, step: i64) -> Result<AxisSlice> {
     if step == 0 {
         return Err(OpError::new("slice step 0"));
     }
+    let empty = AxisSlice {
+        reversed: false,
+        start: 0,
+        stop: 0,
+        step: 1,
+    };
+    if dim <= 0 {
+        return Ok(empty);
+    }
+    let step = step.clamp(-dim, dim);
+    // Both bounds are clamped right after, so saturating cannot change the result.
     let from_end = |v: i64| if v < 0 { v.saturating_add(dim) } else { v };
-    if dim == 0 {
-        return Ok(AxisSlice {
-            reversed: false,
-            start: 0,
-            stop: 0,
-            step: 1,
-        });
-    }
-    if step > 0 {
+    let whole_axis = end == i64::from(i32::MAX) || end == i64::MAX;
+    let (start, end) = if step > 0 {
         let start = from_end(start).clamp(0, dim);
-        let stop = from_end(end).clamp(0, dim).max(start);
-        return Ok(AxisSlice {
-            reversed: false,
-            start,
-            stop,
-            step,
-        });
+        let end = if whole_axis {
+            dim
+        } else {
+            from_end(end).clamp(0, dim)
+        };
+        (start, end)
+    } else {
+        let start = from_end(start).clamp(0, dim - 1);
+        let end = if whole_axis {
+            -1
+        } else {
+            from_end(end).clamp(-1, dim)
+        };
+        (start, end)
+    };
+    let span = if step > 0 { end - start } else { start - end };
+    let stride = step.abs();
+    let count = if span > 0 {
+        (span + stride - 1) / stride
+    } else {
+        0
+    };
+    if count == 0 {
+        return Ok(empty);
     }
-    // Negative step: start in [0, dim - 1], end in [-1, dim - 1]; on the reversed axis,
-    // original index i is dim - 1 - i.
-    let start = from_end(start).clamp(0, dim - 1);
-    let end = from_end(end).clamp(-1, dim - 1);
-    let (start, stop) = (dim - 1 - start, dim - 1 - end);
+    // On the reversed axis, original index i is dim - 1 - i.
+    let first = if step > 0 { start } else { dim - 1 - start };
     Ok(AxisSlice {
-        reversed: true,
-        start: start.min(dim),
-        stop: stop.max(start).min(dim),
-        step: step.saturating_neg(),
+        reversed: step < 0,
+        start: first,
+        stop: first + (count - 1) * stride + 1,
+        step: stride,
     })
 }
 
@@ -454,10 +508,10 @@ fn slice_with(
         if resolved.reversed {
             reverse.push(axis as i32);
         }
+        // resolve_slice keeps every field within [0, dim], and dim came from an MLX shape.
         start[axis] = resolved.start as i32;
         stop[axis] = resolved.stop as i32;
-        // A step beyond the dim takes one element, like any step that large.
-        stride[axis] = resolved.step.min(i64::from(i32::MAX)) as i32;
+        stride[axis] = resolved.step as i32;
     }
     let s = cx.stream();
     let source = if reverse.is_empty() {
@@ -517,26 +571,78 @@ mod tests {
         assert!(reshape_target(&[0, 3], &[-1, 0], true).is_err()); // -1 next to a zero is ambiguous
     }
 
-    /// The indices a Slice takes on one axis, by ONNX's definition.
-    fn onnx_slice_indices(dim: i64, start: i64, end: i64, step: i64) -> Vec<i64> {
+    /// The indices a Slice takes on one axis, by ORT's CPU EP (checked against ORT 1.31.1 over
+    /// these edge values), in i128 so that the reference itself cannot overflow.
+    fn ort_slice_indices(dim: i64, start: i64, end: i64, step: i64) -> Vec<i64> {
         if dim == 0 {
             return Vec::new();
         }
-        let adjust = |v: i64| if v < 0 { v + dim } else { v };
+        let (dim, step) = (
+            i128::from(dim),
+            i128::from(step).clamp(-i128::from(dim), i128::from(dim)),
+        );
+        let adjust = |v: i64| {
+            if v < 0 {
+                i128::from(v) + dim
+            } else {
+                i128::from(v)
+            }
+        };
+        let whole = end == i64::from(i32::MAX) || end == i64::MAX;
         let (mut i, end) = if step > 0 {
-            (adjust(start).clamp(0, dim), adjust(end).clamp(0, dim))
+            (
+                adjust(start).clamp(0, dim),
+                if whole {
+                    dim
+                } else {
+                    adjust(end).clamp(0, dim)
+                },
+            )
         } else {
             (
                 adjust(start).clamp(0, dim - 1),
-                adjust(end).clamp(-1, dim - 1),
+                if whole {
+                    -1
+                } else {
+                    adjust(end).clamp(-1, dim)
+                },
             )
         };
         let mut out = Vec::new();
         while (step > 0 && i < end) || (step < 0 && i > end) {
-            out.push(i);
+            out.push(i as i64);
             i += step;
         }
         out
+    }
+
+    /// Bounds and steps where clamping and overflow matter.
+    fn edge_value() -> impl Strategy<Value = i64> {
+        let i32_edges = [i32::MAX, i32::MIN].map(i64::from);
+        prop_oneof![
+            -15i64..15,
+            prop::sample::select(vec![
+                i32_edges[0],
+                i32_edges[0] + 1,
+                i32_edges[1],
+                i32_edges[1] - 1,
+                1 << 32,
+                i64::MAX,
+                i64::MAX - 1,
+                i64::MIN,
+                i64::MIN + 1,
+            ]),
+        ]
+    }
+
+    #[test]
+    fn huge_steps_take_one_element_and_int_max_ends_reach_the_front() {
+        let one = resolve_slice(4, 0, 4, 1 << 31).unwrap();
+        assert_eq!(resolved_indices(4, one), vec![0]);
+        let back = resolve_slice(4, 3, i64::from(i32::MAX), -1).unwrap();
+        assert_eq!(resolved_indices(4, back), vec![3, 2, 1, 0]);
+        let min_step = resolve_slice(4, -1, i64::MIN, i64::MIN).unwrap();
+        assert_eq!(resolved_indices(4, min_step), vec![3]);
     }
 
     fn resolved_indices(dim: i64, r: AxisSlice) -> Vec<i64> {
@@ -547,11 +653,14 @@ mod tests {
     }
 
     proptest! {
-        /// Slice's clamping and negative steps pick exactly ONNX's indices.
+        /// Slice's clamping, huge values and negative steps pick exactly ORT's indices.
         #[test]
-        fn slices_pick_onnx_indices(dim in 0i64..12, start in -15i64..15, end in -15i64..15, step in prop_oneof![-5i64..=-1, 1i64..=5]) {
+        fn slices_pick_ort_indices(dim in 0i64..12, start in edge_value(), end in edge_value(), step in edge_value()) {
+            prop_assume!(step != 0);
             let resolved = resolve_slice(dim, start, end, step).unwrap();
-            prop_assert_eq!(resolved_indices(dim, resolved), onnx_slice_indices(dim, start, end, step));
+            prop_assert!(0 <= resolved.start && resolved.start <= resolved.stop && resolved.stop <= dim.max(0));
+            prop_assert!(1 <= resolved.step && resolved.step <= dim.max(1));
+            prop_assert_eq!(resolved_indices(dim, resolved), ort_slice_indices(dim, start, end, step));
         }
 
         /// Splits cover the dim exactly, in as many parts as asked, each at most one chunk.
