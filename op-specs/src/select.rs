@@ -6,19 +6,34 @@ use crate::shape::normalise_axis;
 use crate::table::consts::scalar;
 use crate::{onnx_op, Lower, OpError, Result};
 
+/// ORT's CPU EP reads `k` as a 32-bit unsigned count: a negative k fails, and a larger one keeps
+/// its low 32 bits (k = 2^40 selects nothing, 2^32 + 2 selects two) before it is checked
+/// against the axis.
+fn effective_k(k: i64, dim: i64) -> Result<i64> {
+    if k < 0 {
+        return Err(OpError::new(format!("k = {k} is negative")));
+    }
+    let k32 = i64::from(k as u32);
+    if k32 > dim {
+        return Err(OpError::new(format!(
+            "k = {k32} is larger than the axis ({dim})"
+        )));
+    }
+    Ok(k32)
+}
+
 fn top_k(cx: &Lower, x: &Array, k: i64, axis: i64, largest: bool) -> Result<Vec<Array>> {
     let s = cx.stream();
     let axis = normalise_axis(axis, x.ndim())?;
     let dim = x.shape()[axis];
-    if k < 0 || k > dim {
-        return Err(OpError::new(format!("k = {k} for an axis of {dim}")));
-    }
+    let k = effective_k(k, dim)?;
     // MLX's argsort is stable, so equal values keep their order: the lower index first, as
-    // ONNX wants. Largest-first sorts the negated values.
-    let key = if largest {
-        ops::negative(x, s)?
-    } else {
-        x.clone()
+    // ONNX wants. Largest-first sorts an order-reversing key: negation for floats, bitwise
+    // NOT for integers (negating the type's minimum would overflow to itself).
+    let key = match (largest, x.dtype().is_float()) {
+        (false, _) => x.clone(),
+        (true, true) => ops::negative(x, s)?,
+        (true, false) => ops::bitwise_invert(x, s)?,
     };
     let order = ops::argsort(&key, axis as i32, s)?;
     let dims = x.shape();
@@ -46,11 +61,24 @@ fn top_k_1(
     top_k(cx, &x, k, axis, true)
 }
 
+/// `sorted = 0` leaves the order of the k results to the implementation, and ORT's CPU EP
+/// returns them in the order its selection algorithm leaves them (a heap or a partition,
+/// depending on k and the axis): a stable sort cannot reproduce that.
+fn top_k_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    match node.attribute("sorted") {
+        Some(crate::AttrValue::Int(0)) => crate::Verdict::decline(
+            "sorted = 0: ORT's CPU EP returns the top k in its selection algorithm's order, \
+             which this EP does not reproduce",
+        ),
+        _ => crate::Verdict::Claim,
+    }
+}
+
 /// The `k` largest (or smallest) values along `axis` and their indices, sorted; equal values
 /// by lower index first.
 #[onnx_op(
     op = "TopK", since = 10, types(T = SIGNED, I = I64), inputs(X: T, K: I), outputs(Values: T, Indices: I),
-    shape = ShapeKeyed
+    shape = ShapeKeyed, claim = top_k_claim, declines = "sorted = 0 (ORT's order is its selection algorithm's)"
 )]
 fn top_k_10(
     cx: &mut Lower,
@@ -60,9 +88,12 @@ fn top_k_10(
     #[attr(default = 1)] largest: i64,
     #[attr(name = "sorted", default = 1)] _sorted: i64,
 ) -> Result<Vec<Array>> {
-    let k = *k
-        .first()
-        .ok_or_else(|| OpError::new("K must hold one value"))?;
+    let [k] = k[..] else {
+        return Err(OpError::new(format!(
+            "K must hold one value, not {}",
+            k.len()
+        )));
+    };
     top_k(cx, &x, k, axis, largest != 0)
 }
 
@@ -195,4 +226,28 @@ fn center_crop_pad(
                 )?)
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k_keeps_its_low_32_bits_as_in_ort() {
+        assert_eq!(effective_k(0, 4).unwrap(), 0);
+        assert_eq!(effective_k(4, 4).unwrap(), 4);
+        assert_eq!(effective_k(1 << 40, 4).unwrap(), 0);
+        assert_eq!(effective_k((1 << 32) + 2, 4).unwrap(), 2);
+        assert!(effective_k(5, 4).is_err());
+        assert!(effective_k(-1, 4).is_err());
+        assert!(effective_k(i64::MAX, 4).is_err());
+    }
+
+    #[test]
+    fn unsorted_top_k_is_declined() {
+        let node = crate::SimpleNode::new("TopK", 11).attr("sorted", crate::AttrValue::Int(0));
+        assert!(!top_k_claim(&node).is_claim());
+        let sorted = crate::SimpleNode::new("TopK", 11).attr("sorted", crate::AttrValue::Int(1));
+        assert!(top_k_claim(&sorted).is_claim());
+    }
 }
