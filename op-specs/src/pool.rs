@@ -13,7 +13,13 @@ struct Windows {
     kernel: Vec<i64>,
     strides: Vec<i64>,
     dilations: Vec<i64>,
+    /// Padding before each spatial axis; negative (SAME with a stride above the kernel) drops
+    /// that many leading elements, as ORT's window start `o * stride - lo` does.
     lo: Vec<i64>,
+    /// Padding after each axis as the pads (or SAME) give it; may be negative, like `lo`.
+    tail: Vec<i64>,
+    /// Padding after each axis that the view adds: the tail, widened to reach the last
+    /// window where it overhangs (ceil_mode, or a window larger than the padded input).
     hi: Vec<i64>,
     out: Vec<i64>,
 }
@@ -46,34 +52,25 @@ impl Windows {
                 "kernel_shape, strides and dilations must be positive",
             ));
         }
-        let (lo, mut hi) = conv_padding(
-            auto_pad,
-            pads.as_deref(),
-            &input,
-            &kernel,
-            &strides,
-            &dilations,
-        )?;
+        let (lo, tail) = match auto_pad {
+            "SAME_UPPER" | "SAME_LOWER" => same_padding(auto_pad, &input, &kernel, &strides),
+            _ => conv_padding(
+                auto_pad,
+                pads.as_deref(),
+                &input,
+                &kernel,
+                &strides,
+                &dilations,
+            )?,
+        };
         let mut out = Vec::with_capacity(n);
+        let mut hi = Vec::with_capacity(n);
         for i in 0..n {
             let span = (kernel[i] - 1) * dilations[i] + 1;
-            let room = input[i] + lo[i] + hi[i] - span;
-            if room < 0 {
-                return Err(OpError::new(
-                    "the pooling window is larger than the padded input",
-                ));
-            }
-            let mut count = if ceil_mode {
-                (room + strides[i] - 1) / strides[i] + 1
-            } else {
-                room / strides[i] + 1
-            };
-            // A window that would start inside the end padding is dropped (ONNX, ORT).
-            if ceil_mode && (count - 1) * strides[i] >= input[i] + lo[i] {
-                count -= 1;
-            }
-            // Room for the last window when ceil_mode overhangs the padding.
-            hi[i] += ((count - 1) * strides[i] + span - (input[i] + lo[i] + hi[i])).max(0);
+            let count = output_length(input[i], lo[i], tail[i], span, strides[i], ceil_mode)?;
+            // Where the last window ends, counted from the first input element.
+            let reach = (count - 1) * strides[i] + span - lo[i];
+            hi.push(tail[i].max(reach - input[i]).max(0));
             out.push(count);
         }
         Ok(Windows {
@@ -81,32 +78,51 @@ impl Windows {
             strides,
             dilations,
             lo,
+            tail,
             hi,
             out,
         })
     }
 
-    /// `[N, C, out.., kernel..]` windows of `x` padded with `fill`. With `declared_hi`, only
-    /// that much end padding gets `fill` and the ceil_mode overhang past it gets zeros (for
-    /// AveragePool's count_include_pad divisor).
-    fn view(
-        &self,
-        x: &Array,
-        fill: &Array,
-        declared_hi: Option<&[i64]>,
-        s: &Stream,
-    ) -> Result<Array> {
+    fn has_negative_padding(&self) -> bool {
+        self.lo.iter().chain(&self.tail).any(|&p| p < 0)
+    }
+
+    /// `[N, C, out.., kernel..]` windows of `x` padded with `fill`. With `overhang_zero`, only
+    /// the declared end padding gets `fill` and the overhang past it gets zeros (for
+    /// AveragePool's count_include_pad divisor: ORT counts padding, never the overhang).
+    fn view(&self, x: &Array, fill: &Array, overhang_zero: bool, s: &Stream) -> Result<Array> {
         let n = self.kernel.len();
+        if self.out.contains(&0) {
+            // No windows: an empty view, with no padding or striding to get wrong.
+            let mut shape = x.shape()[..2].to_vec();
+            shape.extend(&self.out);
+            shape.extend(&self.kernel);
+            return Ok(ops::broadcast_to(&scalar(0.0, x.dtype(), s)?, &shape, s)?);
+        }
         let axes: Vec<i32> = (2..2 + n as i32).collect();
-        let lo: Vec<i32> = self.lo.iter().map(|&v| v as i32).collect();
-        let hi: Vec<i32> = match declared_hi {
-            Some(d) => d.iter().map(|&v| v as i32).collect(),
-            None => self.hi.iter().map(|&v| v as i32).collect(),
-        };
-        let mut padded = ops::pad(x, &axes, &lo, &hi, fill, false, s)?;
-        if let Some(d) = declared_hi {
-            // The ceil_mode overhang never counts: pad it with zeros.
-            let extra: Vec<i32> = self.hi.iter().zip(d).map(|(h, d)| (h - d) as i32).collect();
+        let dims = x.shape();
+        let mut source = x.clone();
+        if self.lo.iter().any(|&p| p < 0) {
+            let mut start = vec![0i32; dims.len()];
+            for (i, &p) in self.lo.iter().enumerate() {
+                start[2 + i] = (-p).clamp(0, dims[2 + i]) as i32;
+            }
+            let stop: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
+            source = ops::slice(&source, &start, &stop, &vec![1; dims.len()], s)?;
+        }
+        let lo: Vec<i32> = self.lo.iter().map(|&v| v.max(0) as i32).collect();
+        let declared: Vec<i64> = self.tail.iter().map(|&t| t.max(0)).collect();
+        let first_hi = if overhang_zero { &declared } else { &self.hi };
+        let hi: Vec<i32> = first_hi.iter().map(|&v| v as i32).collect();
+        let mut padded = ops::pad(&source, &axes, &lo, &hi, fill, false, s)?;
+        if overhang_zero {
+            let extra: Vec<i32> = self
+                .hi
+                .iter()
+                .zip(&declared)
+                .map(|(h, d)| (h - d) as i32)
+                .collect();
             padded = ops::pad(
                 &padded,
                 &axes,
@@ -129,7 +145,11 @@ impl Windows {
         let mut strides = element_strides[..2].to_vec();
         strides.extend((0..n).map(|i| element_strides[2 + i] * self.strides[i]));
         strides.extend((0..n).map(|i| element_strides[2 + i] * self.dilations[i]));
-        Ok(ops::as_strided(&padded, &shape, &strides, s)?)
+        // Copied before anyone reduces it: MLX 0.32.4's reductions misread some overlapping
+        // strided views (kernel 2, stride 1, dilation 2 over 5 elements sums the wrong taps
+        // in every channel after the first), while a contiguous copy reduces correctly.
+        let windows = ops::as_strided(&padded, &shape, &strides, s)?;
+        Ok(ops::contiguous(&windows, s)?)
     }
 
     fn kernel_axes(&self) -> Vec<i32> {
@@ -138,7 +158,88 @@ impl Windows {
     }
 }
 
+/// The number of windows along one axis, as ORT's CPU EP counts them (its own rule, not ONNX's
+/// formula in two places): the floor division truncates toward zero, so a window larger than
+/// the padded input still yields one output when the shortfall is under a stride; ceil_mode
+/// divides in float32 and drops a last window that would start in the end padding. Zero
+/// windows is a valid, empty answer; a negative count fails as in ORT.
+fn output_length(
+    input: i64,
+    lo: i64,
+    hi: i64,
+    span: i64,
+    stride: i64,
+    ceil_mode: bool,
+) -> Result<i64> {
+    let numerator = input + lo + hi - span;
+    let count = if ceil_mode {
+        let count = (numerator as f32 / stride as f32).ceil() as i64 + 1;
+        if (count - 1) * stride >= input + lo {
+            count - 1
+        } else {
+            count
+        }
+    } else {
+        numerator / stride + 1
+    };
+    if count < 0 {
+        return Err(OpError::new(
+            "the pooling window is larger than the padded input: the output length would be \
+             negative (check kernel_shape, pads, strides and dilations)",
+        ));
+    }
+    Ok(count)
+}
+
+/// SAME_UPPER/SAME_LOWER padding as ORT's CPU EP computes it for pools: from the undilated
+/// kernel (the claim declines dilations with SAME), halved by truncation toward zero. With a
+/// stride above the kernel the total can be negative; ORT then starts the windows later and
+/// (except in MaxPool's single-output float path, which refuses it) still pools.
+fn same_padding(
+    auto_pad: &str,
+    input: &[i64],
+    kernel: &[i64],
+    strides: &[i64],
+) -> (Vec<i64>, Vec<i64>) {
+    let mut lo = Vec::with_capacity(input.len());
+    let mut hi = Vec::with_capacity(input.len());
+    for i in 0..input.len() {
+        let target = (input[i] + strides[i] - 1) / strides[i];
+        let needed = (target - 1) * strides[i] + kernel[i] - input[i];
+        let head = if auto_pad == "SAME_LOWER" {
+            (needed + 1) / 2
+        } else {
+            needed / 2
+        };
+        lo.push(head);
+        hi.push(needed - head);
+    }
+    (lo, hi)
+}
+
+/// A SAME-padded pool with a dilation above 1 is declined: ORT's CPU EP sizes its padding from
+/// the undilated kernel (`(ceil(in / stride) - 1) * stride + kernel - in`) but dilates the
+/// window, so its output is shorter than ONNX's `ceil(in / stride)` and its windows sit
+/// elsewhere than ONNX's formula puts them; the EP would have to copy that departure.
 fn pool_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    let same = matches!(
+        node.attribute("auto_pad"),
+        Some(crate::AttrValue::String(p)) if p.starts_with("SAME_")
+    );
+    let dilated = matches!(
+        node.attribute("dilations"),
+        Some(crate::AttrValue::Ints(d)) if d.iter().any(|&v| v != 1)
+    );
+    if same && dilated {
+        return crate::Verdict::decline(
+            "SAME auto_pad with dilations > 1: ORT's CPU EP pads as if the kernel were \
+             undilated, departing from ONNX's output shape",
+        );
+    }
+    auto_pad_claim(node)
+}
+
+fn auto_pad_claim(node: &dyn crate::NodeView) -> crate::Verdict {
     match node.attribute("auto_pad") {
         None => crate::Verdict::Claim,
         Some(crate::AttrValue::String(p))
@@ -163,7 +264,7 @@ fn spatial(x: &Array) -> Result<Vec<i64>> {
 #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
 #[onnx_op(
     op = "MaxPool", opset = 8..=11, types(T = FLOAT, I = I64), inputs(X: T), outputs(Y: T, Indices?: I), shape = ShapeKeyed,
-    claim = pool_claim
+    claim = pool_claim, declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there)"
 )]
 fn max_pool_8(
     cx: &mut Lower,
@@ -192,7 +293,8 @@ fn max_pool_8(
 #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
 #[onnx_op(
     op = "MaxPool", since = 12, types(T = FLOAT | I8 | U8, I = I64), inputs(X: T), outputs(Y: T, Indices?: I),
-    shape = ShapeKeyed, claim = pool_claim
+    shape = ShapeKeyed, claim = pool_claim,
+    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there)"
 )]
 fn max_pool(
     cx: &mut Lower,
@@ -224,22 +326,30 @@ fn max_pool_outputs(
     column_major: bool,
 ) -> Result<Vec<Array>> {
     if !cx.node().output_present(1) {
+        if !column_major {
+            refuse_negative_padding(x, windows)?;
+        }
         return Ok(vec![window_max(cx, x, windows)?]);
     }
     let s = cx.stream();
+    if windows.out.contains(&0) {
+        // No windows (MLX's argmax refuses an empty array): both outputs are empty.
+        let mut shape = x.shape()[..2].to_vec();
+        shape.extend(&windows.out);
+        let empty =
+            |dtype| -> Result<Array> { Ok(ops::broadcast_to(&scalar(0.0, dtype, s)?, &shape, s)?) };
+        return Ok(vec![empty(x.dtype())?, empty(Dtype::I64)?]);
+    }
     // Windows flattened to one axis of K taps, in row-major window order.
+    let taps: i64 = windows.kernel.iter().product();
     let flat = |windows_view: Array| -> Result<Array> {
         let mut shape = windows_view.shape()[..2 + windows.kernel.len()].to_vec();
-        shape.push(-1);
+        shape.push(taps);
         Ok(ops::reshape(&windows_view, &shape, s)?)
     };
-    let values = flat(windows.view(x, &lowest_value(x.dtype(), s)?, None, s)?)?;
-    let positions = flat(windows.view(
-        &flat_positions(x, column_major, s)?,
-        &scalar(-1.0, Dtype::I64, s)?,
-        None,
-        s,
-    )?)?;
+    let values = flat(windows.view(x, &padding_value(x.dtype(), s)?, false, s)?)?;
+    let numbering = flat_positions(x, column_major, s)?;
+    let positions = flat(windows.view(&numbering, &scalar(-1.0, Dtype::I64, s)?, false, s)?)?;
     let y = ops::max(&values, &[-1], true, s)?;
     // The first tap that holds the maximum and lies inside X (padding can tie an integer minimum).
     let hit = ops::logical_and(
@@ -249,10 +359,81 @@ fn max_pool_outputs(
     )?;
     let first = ops::argmax(&ops::astype(&hit, Dtype::U8, s)?, -1, true, s)?;
     let indices = ops::take_along_axis(&positions, &first, -1, s)?;
-    Ok(vec![
+    let (y, indices) = (
         ops::squeeze(&y, &[-1], s)?,
         ops::squeeze(&indices, &[-1], s)?,
-    ])
+    );
+    // A window of padding only (dilations can make one): ORT reports every spatial index of
+    // its never-updated maximum as -1, folded into the flat index like real ones.
+    let padding_only = ops::less(
+        &ops::max(&positions, &[-1], false, s)?,
+        &scalar(0.0, Dtype::I64, s)?,
+        s,
+    )?;
+    let origin = origin_index(&numbering, windows.kernel.len(), column_major, s)?;
+    let indices = ops::where_(&padding_only, &origin, &indices, s)?;
+    Ok(vec![empty_window_answer(&y, &padding_only, s)?, indices])
+}
+
+/// Each (n, c) image's flat index of the spatial position (-1, ..., -1), shaped
+/// `[N, C, 1, ...]`: the index ORT's CPU EP gives a window that holds padding only.
+fn origin_index(
+    numbering: &Array,
+    spatial: usize,
+    column_major: bool,
+    s: &Stream,
+) -> Result<Array> {
+    let dims = numbering.shape();
+    let mut stop: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
+    for d in &mut stop[2..] {
+        *d = 1;
+    }
+    let corner = ops::slice(
+        numbering,
+        &vec![0; dims.len()],
+        &stop,
+        &vec![1; dims.len()],
+        s,
+    )?;
+    let spatial_dims = &dims[2..2 + spatial];
+    // The flat step of each spatial axis in the numbering's storage order.
+    let step = |i: usize| -> i64 {
+        if column_major {
+            spatial_dims[..i].iter().product()
+        } else {
+            spatial_dims[i + 1..].iter().product()
+        }
+    };
+    let back: i64 = (0..spatial).map(step).sum();
+    Ok(ops::subtract(
+        &corner,
+        &scalar(back as f64, Dtype::I64, s)?,
+        s,
+    )?)
+}
+
+/// ORT's value for a max window of padding only is the type's lowest finite value for float32
+/// (its running maximum starts there); for the other types it is what the padding already
+/// holds (-inf for float16, the minimum for integers).
+fn empty_window_answer(y: &Array, padding_only: &Array, s: &Stream) -> Result<Array> {
+    if y.dtype() != Dtype::F32 {
+        return Ok(y.clone());
+    }
+    let lowest = scalar(f64::from(f32::MIN), Dtype::F32, s)?;
+    Ok(ops::where_(padding_only, &lowest, y, s)?)
+}
+
+/// ORT's CPU EP runs a float MaxPool with one output and row-major storage through a kernel
+/// that refuses negative padding (SAME with a stride above the kernel), where its other
+/// paths pool anyway: fail the same way.
+fn refuse_negative_padding(x: &Array, windows: &Windows) -> Result<()> {
+    if x.dtype().is_float() && windows.has_negative_padding() {
+        return Err(OpError::new(
+            "SAME padding comes out negative here (a stride larger than the kernel); ORT's \
+             CPU EP refuses this MaxPool too",
+        ));
+    }
+    Ok(())
 }
 
 /// Each element's flat index into X (int64): row-major, or with the spatial axes column-major
@@ -282,8 +463,9 @@ fn flat_positions(x: &Array, column_major: bool, s: &Stream) -> Result<Array> {
     Ok(ops::transpose(&numbering, &order, s)?)
 }
 
-/// The value that never beats a real element: -inf for floats, the type's minimum for integers.
-fn lowest_value(dtype: Dtype, s: &Stream) -> Result<Array> {
+/// The padding of a max window, below every real element: -inf for floats, the type's
+/// minimum for integers.
+fn padding_value(dtype: Dtype, s: &Stream) -> Result<Array> {
     let lowest = match dtype {
         Dtype::I8 => f64::from(i8::MIN),
         Dtype::U8 => 0.0,
@@ -293,7 +475,7 @@ fn lowest_value(dtype: Dtype, s: &Stream) -> Result<Array> {
 }
 
 /// MaxPool before opset 8: no dilations, ceil_mode or Indices output.
-#[onnx_op(op = "MaxPool", opset = 1..=7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = pool_claim)]
+#[onnx_op(op = "MaxPool", opset = 1..=7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = auto_pad_claim)]
 fn max_pool_legacy(
     cx: &mut Lower,
     x: Array,
@@ -303,25 +485,39 @@ fn max_pool_legacy(
     #[attr] strides: Option<Vec<i64>>,
 ) -> Result<Array> {
     let windows = Windows::new(&x, kernel_shape, strides, None, pads, &auto_pad, false)?;
+    refuse_negative_padding(&x, &windows)?;
     window_max(cx, &x, &windows)
 }
 
 fn window_max(cx: &mut Lower, x: &Array, windows: &Windows) -> Result<Array> {
     let s = cx.stream();
-    let lowest = lowest_value(x.dtype(), s)?;
-    Ok(ops::max(
-        &windows.view(x, &lowest, None, s)?,
+    let y = ops::max(
+        &windows.view(x, &padding_value(x.dtype(), s)?, false, s)?,
         &windows.kernel_axes(),
         false,
         s,
-    )?)
+    )?;
+    if windows.dilations.iter().all(|&d| d == 1) {
+        // Pads are smaller than the kernel, so every undilated window holds an input element.
+        return Ok(y);
+    }
+    let ones = ops::broadcast_to(&scalar(1.0, Dtype::F32, s)?, &x.shape(), s)?;
+    let inside = ops::max(
+        &windows.view(&ones, &scalar(0.0, Dtype::F32, s)?, false, s)?,
+        &windows.kernel_axes(),
+        false,
+        s,
+    )?;
+    let padding_only = ops::equal(&inside, &scalar(0.0, Dtype::F32, s)?, s)?;
+    empty_window_answer(&y, &padding_only, s)
 }
 
 /// The mean of each window: over the window's input elements, or (`count_include_pad`) over
 /// its declared padding too.
 #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
 #[onnx_op(
-    op = "AveragePool", since = 7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = pool_claim
+    op = "AveragePool", since = 7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = pool_claim,
+    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there)"
 )]
 fn average_pool(
     cx: &mut Lower,
@@ -335,10 +531,6 @@ fn average_pool(
     #[attr] strides: Option<Vec<i64>>,
 ) -> Result<Array> {
     let s = cx.stream();
-    let declared_hi = match (&pads, auto_pad.as_str()) {
-        (Some(p), "NOTSET") => p[p.len() / 2..].to_vec(),
-        _ => vec![0; kernel_shape.len()],
-    };
     let windows = Windows::new(
         &x,
         kernel_shape,
@@ -351,7 +543,7 @@ fn average_pool(
     let wide = ops::astype(&x, Dtype::F32, s)?;
     let zero = scalar(0.0, Dtype::F32, s)?;
     let sums = ops::sum(
-        &windows.view(&wide, &zero, None, s)?,
+        &windows.view(&wide, &zero, false, s)?,
         &windows.kernel_axes(),
         false,
         s,
@@ -363,12 +555,13 @@ fn average_pool(
         Dtype::F32,
         s,
     )?;
-    let counted = if count_include_pad != 0 && auto_pad == "NOTSET" {
-        windows.view(&ones, &pad_weight, Some(&declared_hi), s)?
-    } else {
-        windows.view(&ones, &pad_weight, None, s)?
-    };
-    let counts = ops::sum(&counted, &windows.kernel_axes(), false, s)?;
+    let counted = windows.view(&ones, &pad_weight, true, s)?;
+    // A window of padding only (dilations can make one) counts nothing: ORT's answer is 0.
+    let counts = ops::maximum(
+        &ops::sum(&counted, &windows.kernel_axes(), false, s)?,
+        &scalar(1.0, Dtype::F32, s)?,
+        s,
+    )?;
     Ok(ops::astype(&ops::divide(&sums, &counts, s)?, x.dtype(), s)?)
 }
 
@@ -394,7 +587,7 @@ fn lp_norm(x: &Array, p: i64, axes: &[i32], keepdims: bool, s: &Stream) -> Resul
 #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
 #[onnx_op(
     op = "LpPool", since = 2, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = lp_claim,
-    declines = "p < 1"
+    declines = "p < 1; SAME auto_pad with dilations > 1 (ORT departs from ONNX there)"
 )]
 fn lp_pool(
     cx: &mut Lower,
@@ -419,7 +612,7 @@ fn lp_pool(
     )?;
     let zero = scalar(0.0, x.dtype(), s)?;
     lp_norm(
-        &windows.view(&x, &zero, None, s)?,
+        &windows.view(&x, &zero, false, s)?,
         p,
         &windows.kernel_axes(),
         false,
@@ -434,4 +627,65 @@ fn lp_pool(
 )]
 fn global_lp_pool(cx: &mut Lower, x: Array, #[attr(default = 2)] p: i64) -> Result<Array> {
     lp_norm(&x, p, &spatial_axes(&x)?, true, cx.stream())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_counts_follow_ort_truncation_and_ceil_rules() {
+        // (input, lo, hi, span, stride, ceil) -> ORT 1.31.1's output length.
+        let cases = [
+            ((3, 0, 0, 5, 1, true), None),     // negative: ORT fails
+            ((3, 0, 0, 5, 1, false), None),    // negative: ORT fails
+            ((3, 1, 1, 6, 1, true), Some(0)),  // zero windows
+            ((3, 0, 0, 5, 2, true), Some(0)),  // zero windows
+            ((1, 0, 0, 2, 2, false), Some(1)), // -1 / 2 truncates to 0
+            ((1, 0, 0, 2, 2, true), Some(1)),
+            ((5, 0, 0, 2, 2, true), Some(3)),
+            ((5, 0, 0, 2, 2, false), Some(2)),
+            ((4, 0, 1, 2, 2, true), Some(2)), // the third would start in the end padding
+        ];
+        for ((input, lo, hi, span, stride, ceil), want) in cases {
+            let got = output_length(input, lo, hi, span, stride, ceil).ok();
+            assert_eq!(got, want, "{input} {lo} {hi} {span} {stride} {ceil}");
+        }
+    }
+
+    #[test]
+    fn same_padding_halves_by_truncation_and_may_go_negative() {
+        assert_eq!(
+            same_padding("SAME_UPPER", &[9], &[2], &[8]),
+            (vec![0], vec![1])
+        );
+        assert_eq!(
+            same_padding("SAME_LOWER", &[9], &[2], &[8]),
+            (vec![1], vec![0])
+        );
+        // (ceil(4 / 7) - 1) * 7 + 1 - 4 = -3: UPPER -3 / 2 = -1, LOWER -2 / 2 = -1.
+        assert_eq!(
+            same_padding("SAME_UPPER", &[4], &[1], &[7]),
+            (vec![-1], vec![-2])
+        );
+        assert_eq!(
+            same_padding("SAME_LOWER", &[4], &[1], &[7]),
+            (vec![-1], vec![-2])
+        );
+    }
+
+    #[test]
+    fn same_padding_with_dilations_is_declined() {
+        let node = crate::SimpleNode::new("MaxPool", 12)
+            .attr("auto_pad", crate::AttrValue::String("SAME_UPPER".into()))
+            .attr("dilations", crate::AttrValue::Ints(vec![1, 2]));
+        let crate::Verdict::Decline { reason } = pool_claim(&node) else {
+            panic!("claimed")
+        };
+        assert!(reason.contains("dilations > 1"), "{reason}");
+        let undilated = crate::SimpleNode::new("MaxPool", 12)
+            .attr("auto_pad", crate::AttrValue::String("SAME_UPPER".into()))
+            .attr("dilations", crate::AttrValue::Ints(vec![1, 1]));
+        assert!(pool_claim(&undilated).is_claim());
+    }
 }

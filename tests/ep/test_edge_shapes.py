@@ -1,0 +1,274 @@
+"""Edge cases found by fuzzing the EP against ORT's CPU EP (issue 13): huge or extreme index
+values, zero-size results, dims beyond MLX's 32 bits, and places where ORT's CPU EP departs from
+the ONNX spec. Each node either runs on MLX with ORT's answer or is declined with a reason."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import Run, cpu_outputs, make_model, tensor
+
+I32_MAX = np.iinfo(np.int32).max
+I64 = np.iinfo(np.int64)
+
+
+def const(name, values, dtype=np.int64):
+    return numpy_helper.from_array(np.array(values, dtype), name)
+
+
+def assert_same_as_cpu(model, feeds, run=None):
+    run = run or Run(model, feeds)
+    run.assert_all_on_mlx()
+    want = cpu_outputs(model, feeds)
+    for got, expected in zip(run.outputs, want):
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+    return run
+
+
+def assert_declined(model, feeds, capfd, monkeypatch, name, op, reason):
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_CLAIM_DEBUG", "1")
+    run = Run(model, feeds)
+    assert run.providers_of_kernels() == {"CPUExecutionProvider"}, run.kernels
+    err = capfd.readouterr().err
+    assert f"declined '{name}' ({op}): " in err and reason in err, err
+    return run
+
+
+# --- Slice: every clamp path, as ORT's CPU EP resolves it ------------------------------------
+
+SLICE_VALUES = [0, 1, 3, 4, 5, -1, -4, -5, I32_MAX, I32_MAX + 1, 1 << 32, -(1 << 31), I64.max, I64.min]
+SLICE_STEPS = [1, 2, -1, -2, 1 << 31, -(1 << 31), 1 << 32, I64.max, I64.min, -I64.max]
+
+
+@pytest.mark.parametrize("step", SLICE_STEPS)
+def test_slice_huge_and_extreme_bounds_match_ort(step):
+    # The fuzz trigger: x[4], starts 0, ends 4, step 2^31 gave [] where ORT gives [x[0]]; an end
+    # of INT32_MAX/INT64_MAX with a negative step runs through index 0 in ORT.
+    model = make_model(
+        [helper.make_node("Slice", ["x", "s", "e", "a", "p"], ["y"], name="slice")],
+        [tensor("x", shape=[4]), tensor("s", TensorProto.INT64, [1]), tensor("e", TensorProto.INT64, [1])],
+        [tensor("y")],
+        [const("a", [0]), const("p", [step])],
+        opset=13,
+    )
+    x = np.arange(4, dtype=np.float32)
+    for start in SLICE_VALUES:
+        for end in SLICE_VALUES:
+            feeds = {"x": x, "s": np.array([start], np.int64), "e": np.array([end], np.int64)}
+            run = Run(model, feeds)
+            run.assert_all_on_mlx()
+            np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0], err_msg=f"{start}:{end}:{step}")
+
+
+# --- TopK -------------------------------------------------------------------------------------
+
+INT_TYPES = [(np.int8, TensorProto.INT8), (np.int16, TensorProto.INT16), (np.int32, TensorProto.INT32), (np.int64, TensorProto.INT64)]
+
+
+def topk_model(elem, n, largest=1, name="topk", **attrs):
+    return make_model(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"], largest=largest, name=name, **attrs)],
+        [tensor("x", elem, [n]), tensor("k", TensorProto.INT64, [1])],
+        [tensor("v", elem), tensor("i", TensorProto.INT64)],
+        opset=13,
+    )
+
+
+@pytest.mark.parametrize("dtype,elem", INT_TYPES)
+@pytest.mark.parametrize("largest", [0, 1])
+def test_topk_integer_extremes(dtype, elem, largest):
+    # [-3, INT64_MIN] with largest=1, k=1 gave INT64_MIN: the largest-first key negated the
+    # values, and the minimum negates to itself.
+    info = np.iinfo(dtype)
+    x = np.array([-3, info.min, info.max, 0, info.min, info.max, -1], dtype)
+    model = topk_model(elem, len(x), largest)
+    for k in range(len(x) + 1):
+        assert_same_as_cpu(model, {"x": x, "k": np.array([k], np.int64)})
+
+
+@pytest.mark.parametrize("k,picked", [(1 << 40, 0), ((1 << 32) + 2, 2)])
+def test_topk_k_keeps_its_low_32_bits_as_in_ort(k, picked):
+    model = topk_model(TensorProto.FLOAT, 4)
+    feeds = {"x": np.array([5, 1, 4, 2], np.float32), "k": np.array([k], np.int64)}
+    run = assert_same_as_cpu(model, feeds)
+    assert run.outputs[0].shape == (picked,)
+
+
+def test_topk_k_too_large_fails_like_ort():
+    model = topk_model(TensorProto.FLOAT, 4)
+    session_feeds = {"x": np.ones(4, np.float32), "k": np.array([I64.max], np.int64)}
+    with pytest.raises(Exception, match="larger than the axis"):
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(model, providers=["MLXExecutionProvider", "CPUExecutionProvider"])
+        session.disable_fallback()
+        session.run(None, session_feeds)
+
+
+def test_unsorted_topk_is_declined(capfd, monkeypatch):
+    model = topk_model(TensorProto.FLOAT, 6, sorted=0)
+    feeds = {"x": np.array([-3, 7, 2, 0, 9, 1], np.float32), "k": np.array([3], np.int64)}
+    run = assert_declined(model, feeds, capfd, monkeypatch, "topk", "TopK", "sorted = 0")
+    for got, want in zip(run.outputs, cpu_outputs(model, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+# --- dims beyond MLX's 32 bits ------------------------------------------------------------------
+
+BIG = 1 << 31
+
+
+def test_a_static_dim_beyond_i32_is_declined_for_any_op(capfd, monkeypatch):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", shape=[0, BIG])], [tensor("y")])
+    run = assert_declined(
+        model, {"x": np.zeros((0, BIG), np.float32)}, capfd, monkeypatch, "relu", "Relu", "input 'X' has a dim of 2147483648"
+    )
+    assert run.outputs[0].shape == (0, BIG)
+
+
+@pytest.mark.parametrize(
+    "node,inputs,feeds,op",
+    [
+        (helper.make_node("Expand", ["x", "s"], ["y"], name="n"), [tensor("x", shape=[1])], {"x": np.ones(1, np.float32)}, "Expand"),
+        (helper.make_node("Reshape", ["x", "s"], ["y"], name="n"), [tensor("x", shape=[0])], {"x": np.zeros(0, np.float32)}, "Reshape"),
+    ],
+)
+def test_a_host_known_target_beyond_i32_is_declined(node, inputs, feeds, op, capfd, monkeypatch):
+    # ORT infers the output's shape from the constant target: the claim sees the big dim there.
+    model = make_model([node], inputs, [tensor("y")], [const("s", [0, BIG])], opset=14)
+    run = assert_declined(model, feeds, capfd, monkeypatch, "n", op, "output 'output' has a dim" if op == "Expand" else "has a dim of 2147483648")
+    assert run.outputs[0].shape == (0, BIG)
+
+
+# --- pools --------------------------------------------------------------------------------------
+
+
+def pool_model(op, shape, outputs=("y",), name="pool", **attrs):
+    outs = [tensor("y")] + ([tensor("i", TensorProto.INT64)] if len(outputs) > 1 else [])
+    return make_model([helper.make_node(op, ["x"], list(outputs), name=name, **attrs)], [tensor("x", shape=shape)], outs, opset=19)
+
+
+def pool_feeds(shape):
+    return {"x": (np.random.default_rng(0).standard_normal(shape) * 10).astype(np.float32)}
+
+
+def assert_pool_close(model, feeds):
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    for got, want in zip(run.outputs, cpu_outputs(model, feeds)):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    return run
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+@pytest.mark.parametrize(
+    "shape,attrs,out",
+    [
+        # The window outgrows the padded input; with ceil_mode ORT returns a zero-size dim.
+        ([1, 2, 3], dict(kernel_shape=[6], pads=[1, 1], ceil_mode=1), (1, 2, 0)),
+        ([1, 2, 3], dict(kernel_shape=[5], strides=[2], ceil_mode=1), (1, 2, 0)),
+        ([1, 2, 1, 3], dict(kernel_shape=[2, 2], ceil_mode=1, auto_pad="VALID"), (1, 2, 0, 2)),
+        # ORT's floor division truncates toward zero: (1 - 2) / 2 + 1 = 1 window that overhangs.
+        ([1, 2, 1], dict(kernel_shape=[2], strides=[2]), (1, 2, 1)),
+        ([1, 2, 3, 2], dict(kernel_shape=[4, 3], strides=[2, 3], pads=[0, 1, 0, 0]), (1, 2, 1, 1)),
+    ],
+)
+def test_pool_windows_larger_than_the_input_follow_ort(op, shape, attrs, out):
+    for outputs in [("y",), ("y", "i")] if op == "MaxPool" else [("y",)]:
+        run = assert_pool_close(pool_model(op, shape, outputs, **attrs), pool_feeds(shape))
+        assert run.outputs[0].shape == out
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+def test_dilated_pools_over_several_channels(op):
+    # MLX 0.32.4 reduced this strided window view wrongly in every channel after the first.
+    for count_include_pad in [0, 1]:
+        attrs = dict(kernel_shape=[2], pads=[1, 1], dilations=[2])
+        if op == "AveragePool":
+            attrs["count_include_pad"] = count_include_pad
+        assert_pool_close(pool_model(op, [2, 3, 5], **attrs), pool_feeds([2, 3, 5]))
+
+
+@pytest.mark.parametrize("outputs", [("y",), ("y", "i")])
+def test_max_windows_of_padding_only_give_orts_lowest_value_and_index(outputs):
+    # Dilation 2 with pads 1 puts the first and last windows' taps all in the padding.
+    assert_pool_close(pool_model("MaxPool", [1, 2, 1, 2], outputs, kernel_shape=[2, 1], strides=[2, 3], pads=[1, 0, 1, 0], dilations=[2, 1], ceil_mode=1), pool_feeds([1, 2, 1, 2]))
+    assert_pool_close(pool_model("AveragePool", [1, 2, 1], kernel_shape=[2], pads=[1, 1], dilations=[2]), pool_feeds([1, 2, 1]))
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_same_padded_pools_with_dilations_are_declined(op, auto_pad, capfd, monkeypatch):
+    model = pool_model(op, [1, 1, 7], kernel_shape=[3], dilations=[2], auto_pad=auto_pad)
+    feeds = pool_feeds([1, 1, 7])
+    run = assert_declined(model, feeds, capfd, monkeypatch, "pool", op, "SAME auto_pad with dilations > 1")
+    # ORT pads as if undilated: 7 -> 5 outputs where ONNX's SAME would keep 7.
+    assert run.outputs[0].shape == (1, 1, 5)
+
+
+@pytest.mark.parametrize("op,outputs", [("AveragePool", ("y",)), ("LpPool", ("y",)), ("MaxPool", ("y", "i"))])
+def test_same_padding_that_comes_out_negative_pools_as_in_ort(op, outputs):
+    # (ceil(4 / 7) - 1) * 7 + 1 - 4 = -3: ORT starts the window one element in.
+    for shape, stride in [([1, 2, 4], 7), ([1, 2, 5], 3), ([1, 2, 2, 3], 2)]:
+        strides = [stride] + [1] * (len(shape) - 3)
+        kernel = [1] * (len(shape) - 2)
+        for auto_pad in ["SAME_UPPER", "SAME_LOWER"]:
+            assert_pool_close(pool_model(op, shape, outputs, kernel_shape=kernel, strides=strides, auto_pad=auto_pad), pool_feeds(shape))
+
+
+# --- Squeeze and Concat -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("axes", [[0, 0], [0, -2], [1, -1], [0, 1, 0], []])
+def test_squeeze_names_an_axis_twice_or_none(axes):
+    model = make_model(
+        [helper.make_node("Squeeze", ["x", "a"], ["y"])],
+        [tensor("x", shape=["p", "q"]), tensor("a", TensorProto.INT64, [len(axes)])],
+        [tensor("y")],
+        opset=13,
+    )
+    assert_same_as_cpu(model, {"x": np.ones((1, 1), np.float32), "a": np.array(axes, np.int64)})
+
+
+@pytest.mark.parametrize("axes", [[0, 0], [0, -2]])
+def test_squeeze_attribute_names_an_axis_twice(axes):
+    model = make_model([helper.make_node("Squeeze", ["x"], ["y"], axes=axes)], [tensor("x", shape=[1, 3])], [tensor("y")], opset=11)
+    assert_same_as_cpu(model, {"x": np.arange(3, dtype=np.float32).reshape(1, 3)})
+
+
+def concat_model(axis):
+    # Symbolic shapes: ORT's shape inference cannot reject these, its CPU EP accepts them.
+    return make_model(
+        [helper.make_node("Concat", ["a", "b"], ["y"], axis=axis)],
+        [tensor("a", shape=["p", "q"]), tensor("b", shape=["r", "s"])],
+        [tensor("y")],
+    )
+
+
+@pytest.mark.parametrize(
+    "a,b,axis",
+    [((2, 3), (0, 5), 0), ((0, 5), (2, 3), 0), ((0, 3), (0, 5), 0), ((2, 3), (0, 0), 0), ((2, 3), (2, 0), 1)],
+)
+def test_concat_empty_inputs_whose_other_dims_differ(a, b, axis):
+    model = concat_model(axis)
+    assert_same_as_cpu(model, {"a": np.full(a, 7, np.float32), "b": np.ones(b, np.float32)})
+
+
+@pytest.mark.parametrize("a,b,axis", [((2, 3), (0, 5), 1), ((2, 3), (1, 0), 0), ((2, 3), (0, 3), 1), ((0, 3), (2, 0), 0)])
+def test_concat_empty_input_with_an_axis_dim_reserves_zeros(a, b, axis):
+    # ORT sizes the output with the empty input's axis dim too and never writes that slab (it
+    # holds whatever the allocation held); here it is zeros. The rest must agree exactly.
+    model = concat_model(axis)
+    feeds = {"a": np.full(a, 7, np.float32), "b": np.ones(b, np.float32)}
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    got, want = run.outputs[0], cpu_outputs(model, feeds)[0]
+    assert got.shape == want.shape
+    written = [slice(None)] * 2
+    written[axis] = slice(0, a[axis])
+    np.testing.assert_array_equal(got[tuple(written)], want[tuple(written)])
+    unwritten = [slice(None)] * 2
+    unwritten[axis] = slice(a[axis], None)
+    assert not got[tuple(unwritten)].any()
