@@ -1,6 +1,6 @@
 //! Elementwise math functions of one tensor, plus the IsNaN/IsInf predicates.
 
-use mlx_kernels::{ops, Array, Dtype};
+use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::table::consts::scalar;
 
@@ -26,8 +26,6 @@ unary! {
     reciprocal = "Reciprocal" since 6 over FLOAT (X -> Y) by ops::reciprocal;
     /// Square root (NaN below zero).
     sqrt = "Sqrt" since 6 over FLOAT (X -> Y) by ops::sqrt;
-    /// `e^x`.
-    exp = "Exp" since 6 over FLOAT (input -> output) by ops::exp;
     /// Natural logarithm (NaN below zero, -inf at zero).
     log = "Log" since 6 over FLOAT (input -> output) by ops::log;
     /// Round toward +inf.
@@ -60,15 +58,40 @@ unary! {
     atanh = "Atanh" since 9 over FLOAT (input -> output) by ops::arctanh;
 }
 
-/// -1, 0 or 1 by the sign of the value; NaN stays NaN, as in ORT's CPU EP (MLX's sign gives 0).
+/// -1, 0 or 1 by the sign of the value. A float32 NaN stays NaN, as in ORT's CPU EP (MLX's
+/// sign gives 0); ORT's float16 kernel gives 0 for NaN, like MLX.
 #[onnx_op(op = "Sign", since = 9, types(T = NUMERIC), inputs(input: T), outputs(output: T), shape = Shapeless)]
 fn sign(cx: &mut Lower, x: Array) -> Result<Array> {
     let s = cx.stream();
     let signs = ops::sign(&x, s)?;
-    if !x.dtype().is_float() {
+    if x.dtype() != Dtype::F32 {
         return Ok(signs);
     }
     Ok(ops::where_(&ops::isnan(&x, s)?, &x, &signs, s)?)
+}
+
+/// `e^x`. MLX's CPU kernel overflows from x ≈ 88.1 where float32 reaches 88.72 (ORT gives
+/// 3.3e38 for e^88.7, MLX inf), so the top of the range is taken as `e^(x - 8) * e^8` (the
+/// subtraction is exact there).
+#[onnx_op(op = "Exp", since = 6, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
+fn exp(cx: &mut Lower, x: Array) -> Result<Array> {
+    exp_of(&x, cx.stream())
+}
+
+/// `e^x` up to float32's last finite value (see Exp).
+fn exp_of(x: &Array, s: &Stream) -> Result<Array> {
+    let plain = ops::exp(x, s)?;
+    if x.dtype() != Dtype::F32 {
+        return Ok(plain);
+    }
+    let shift = scalar(8.0, Dtype::F32, s)?;
+    let shifted = ops::multiply(
+        &ops::exp(&ops::subtract(x, &shift, s)?, s)?,
+        &scalar(8f64.exp(), Dtype::F32, s)?,
+        s,
+    )?;
+    let high = ops::greater(x, &scalar(88.0, Dtype::F32, s)?, s)?;
+    Ok(ops::where_(&high, &shifted, &plain, s)?)
 }
 
 /// Round to the nearest integer, halves to even.
