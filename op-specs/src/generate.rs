@@ -47,7 +47,8 @@ fn constant_of_shape(
 }
 
 /// `start, start + delta, ...` below `limit` (above, for a negative delta). Computed on the
-/// host, accumulating in the element type as ORT's CPU EP does (`value += delta`).
+/// host as ORT's CPU EP does: the count from the bounds in float64, the values accumulated in
+/// the element type (`value += delta`).
 #[onnx_op(
     op = "Range", since = 11, types(T = F32 | I16 | I32 | I64), inputs(start: T, limit: T, delta: T), outputs(output: T),
     shape = Eager
@@ -58,7 +59,10 @@ fn range(cx: &mut Lower, start: Array, limit: Array, delta: Array) -> Result<Arr
     if dtype == Dtype::F32 {
         let read = |a: &Array| -> Result<f32> { first(a.to_vec::<f32>(s)?) };
         let (from, to, step) = (read(&start)?, read(&limit)?, read(&delta)?);
-        let count = element_count(f64::from(to - from) / f64::from(step), step == 0.0)?;
+        let count = element_count(
+            (f64::from(to) - f64::from(from)) / f64::from(step),
+            step == 0.0,
+        )?;
         let values: Vec<f32> = std::iter::successors(Some(from), |v| Some(v + step))
             .take(count)
             .collect();
@@ -67,7 +71,9 @@ fn range(cx: &mut Lower, start: Array, limit: Array, delta: Array) -> Result<Arr
     let read =
         |a: &Array| -> Result<i64> { first(ops::astype(a, Dtype::I64, s)?.to_vec::<i64>(s)?) };
     let (from, to, step) = (read(&start)?, read(&limit)?, read(&delta)?);
-    let count = element_count((to - from) as f64 / step as f64, step == 0)?;
+    // In float64 like ORT's CPU EP: no overflow for INT64_MIN..INT64_MAX, and large bounds
+    // round (2^62 .. 2^62 + 3 holds no element there).
+    let count = element_count((to as f64 - from as f64) / step as f64, step == 0)?;
     let values: Vec<i64> = (0..count as i64)
         .map(|i| from.wrapping_add(i.wrapping_mul(step)))
         .collect();
@@ -126,9 +132,11 @@ fn trilu(
     if x.ndim() < 2 {
         return Err(OpError::new("Trilu needs at least two axes"));
     }
-    let k = k
-        .unwrap_or(0)
-        .clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+    // Beyond [-rows, cols] every k keeps all or nothing; clamping there keeps MLX's own
+    // index arithmetic clear of overflow (k = INT32_MIN flipped the answer).
+    let dims = x.shape();
+    let (rows, cols) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+    let k = k.unwrap_or(0).clamp(-rows, cols) as i32;
     Ok(ops::triangle(&x, k, upper != 0, cx.stream())?)
 }
 

@@ -97,7 +97,8 @@ fn top_k_10(
     top_k(cx, &x, k, axis, largest != 0)
 }
 
-/// Reverses the first `sequence_lens[b]` steps along `time_axis` of each batch entry `b`.
+/// Reverses the first `sequence_lens[b]` steps along `time_axis` of each batch entry `b`; a
+/// length outside `[0, steps]` fails the run, as in ORT's CPU EP.
 #[onnx_op(
     op = "ReverseSequence", since = 10, types(T = ANY, I = I64), inputs(input: T, sequence_lens: I), outputs(Y: T),
     shape = ShapeKeyed
@@ -130,10 +131,14 @@ fn reverse_sequence(
         time_axis,
         ops::arange(0.0, steps as f64, 1.0, Dtype::I64, s)?,
     )?;
-    let lens = ops::minimum(
-        &ops::maximum(&lens, &scalar(0.0, Dtype::I64, s)?, s)?,
-        &scalar(steps as f64, Dtype::I64, s)?,
+    let in_range = ops::logical_and(
+        &ops::greater_equal(&lens, &scalar(0.0, Dtype::I64, s)?, s)?,
+        &ops::less_equal(&lens, &scalar(steps as f64, Dtype::I64, s)?, s)?,
         s,
+    )?;
+    cx.require(
+        &in_range,
+        format!("a sequence length is outside [0, {steps}] (ORT's CPU EP fails there too)"),
     )?;
     let lens = along(batch_axis, lens)?;
     let inside = ops::less(&t, &lens, s)?;

@@ -83,6 +83,14 @@ pub(crate) fn reshape_target(input: &[i64], shape: &[i64], allowzero: bool) -> R
     let total: i64 = input.iter().product();
     if let Some(i) = infer {
         let known: i64 = dims.iter().product();
+        // ORT's CPU EP infers -1 next to a real zero (allowzero) from the nonzero dims alone:
+        // [0, 6] to [0, 2, -1] gives [0, 2, 3]. ONNX calls that ambiguous; users expect ORT.
+        let nonzero = |d: &[i64]| d.iter().filter(|&&v| v != 0).product::<i64>();
+        let (total, known) = if known == 0 && allowzero {
+            (nonzero(input), nonzero(&dims))
+        } else {
+            (total, known)
+        };
         if known == 0 || total % known != 0 {
             return Err(OpError::new(format!(
                 "cannot infer -1 reshaping {input:?} to {shape:?}"
@@ -294,17 +302,25 @@ pub(crate) fn split_sizes(
         return Err(OpError::new("Split needs at least one output"));
     }
     let n = parts as i64;
-    if dim % n == 0 {
+    if !uneven_ok {
+        if dim % n != 0 {
+            return Err(OpError::new(format!(
+                "a dim of {dim} does not split evenly into {parts} parts"
+            )));
+        }
         return Ok(vec![dim / n; parts]);
     }
-    if !uneven_ok {
+    // Opset 18's num_outputs: chunks of ceil(dim / n), the last one smaller. ORT's CPU EP
+    // refuses more outputs than the dim and a last chunk that would be empty (4 into 3 would
+    // be [2, 2, 0]).
+    let chunk = (dim + n - 1) / n;
+    if dim < n || dim - (n - 1) * chunk <= 0 {
         return Err(OpError::new(format!(
-            "a dim of {dim} does not split evenly into {parts} parts"
+            "num_outputs {parts} cannot cut a dim of {dim} into nonempty chunks (ORT's CPU EP \
+             refuses that too)"
         )));
     }
-    // Opset 18: chunks of ceil(dim / n), the last one smaller.
-    let chunk = (dim + n - 1) / n;
-    Ok((0..n).map(|i| (dim - i * chunk).clamp(0, chunk)).collect())
+    Ok((0..n).map(|i| (dim - i * chunk).min(chunk)).collect())
 }
 
 fn split_along(cx: &Lower, x: &Array, axis: i64, sizes: &[i64]) -> Result<Vec<Array>> {
@@ -568,7 +584,15 @@ mod tests {
         assert_eq!(reshape_target(&[0, 3], &[3, 0], true).unwrap(), vec![3, 0]);
         assert!(reshape_target(&[2, 3], &[-1, -1], false).is_err());
         assert!(reshape_target(&[2, 3], &[4, -1], false).is_err());
-        assert!(reshape_target(&[0, 3], &[-1, 0], true).is_err()); // -1 next to a zero is ambiguous
+        // -1 next to a real zero: ORT infers it from the nonzero dims.
+        assert_eq!(reshape_target(&[0, 3], &[-1, 0], true).unwrap(), vec![3, 0]);
+        assert_eq!(reshape_target(&[0], &[0, -1], true).unwrap(), vec![0, 1]);
+        assert_eq!(
+            reshape_target(&[0, 6], &[0, 2, -1], true).unwrap(),
+            vec![0, 2, 3]
+        );
+        assert!(reshape_target(&[0, 6], &[0, 4, -1], true).is_err());
+        assert!(reshape_target(&[0, 3], &[0, -1], false).is_err()); // a copied 0, as in ORT
     }
 
     /// The indices a Slice takes on one axis, by ORT's CPU EP (checked against ORT 1.31.1 over
@@ -666,7 +690,12 @@ mod tests {
         /// Splits cover the dim exactly, in as many parts as asked, each at most one chunk.
         #[test]
         fn split_sizes_partition_the_dim(dim in 0i64..40, parts in 1usize..8) {
+            let n = parts as i64;
+            let chunk = (dim + n - 1) / n;
+            let nonempty = dim >= n && dim - (n - 1) * chunk > 0;
             match split_sizes(dim, None, parts, true) {
+                Ok(_) if !nonempty => prop_assert!(false, "{dim} into {parts} must fail"),
+                Err(_) if !nonempty => {}
                 Ok(sizes) => {
                     prop_assert_eq!(sizes.len(), parts);
                     prop_assert_eq!(sizes.iter().sum::<i64>(), dim);

@@ -272,3 +272,92 @@ def test_concat_empty_input_with_an_axis_dim_reserves_zeros(a, b, axis):
     unwritten = [slice(None)] * 2
     unwritten[axis] = slice(a[axis], None)
     assert not got[tuple(unwritten)].any()
+
+
+# --- more of the shape family at its edges ------------------------------------------------------
+
+
+def mlx_session(model):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model, providers=["MLXExecutionProvider", "CPUExecutionProvider"])
+    session.disable_fallback()
+    return session
+
+
+def assert_both_fail(model, feeds, ours):
+    import onnxruntime as ort
+
+    with pytest.raises(Exception):
+        ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    with pytest.raises(Exception, match=ours):
+        mlx_session(model).run(None, feeds)
+
+
+@pytest.mark.parametrize(
+    "shape,target",
+    [((0, 6), [0, 2, -1]), ((2, 0, 3), [0, -1]), ((2, 0, 3), [0, 0, -1]), ((0,), [0, -1]), ((0, 3), [-1, 0])],
+)
+def test_reshape_infers_minus_one_next_to_a_real_zero_as_ort(shape, target):
+    model = make_model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"], allowzero=1)],
+        [tensor("x", shape=["a"] * len(shape)), tensor("s", TensorProto.INT64, [len(target)])],
+        [tensor("y")],
+        opset=14,
+    )
+    assert_same_as_cpu(model, {"x": np.ones(shape, np.float32), "s": np.array(target, np.int64)})
+
+
+@pytest.mark.parametrize(
+    "dtype,elem,bounds",
+    [
+        (np.int64, TensorProto.INT64, (I64.min, I64.max, 1 << 62)),  # the span overflows int64
+        (np.int64, TensorProto.INT64, (1 << 62, (1 << 62) + 3, 1)),  # float64 rounds the span to 0
+        (np.float32, TensorProto.FLOAT, (-16777216, 1, 1)),  # float32 would round the span
+    ],
+)
+def test_range_counts_in_float64_as_ort(dtype, elem, bounds):
+    model = make_model(
+        [helper.make_node("Range", ["a", "b", "d"], ["y"])],
+        [tensor("a", elem, []), tensor("b", elem, []), tensor("d", elem, [])],
+        [tensor("y", elem)],
+        opset=13,
+    )
+    a, b, d = (np.array(v, dtype) for v in bounds)
+    assert_same_as_cpu(model, {"a": a, "b": b, "d": d})
+
+
+@pytest.mark.parametrize("k", [-(1 << 31) - 1, I64.min, I64.max, 1 << 31, -5, 5])
+@pytest.mark.parametrize("upper", [0, 1])
+def test_trilu_extreme_k(k, upper):
+    model = make_model(
+        [helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper)],
+        [tensor("x", shape=[3, 4]), tensor("k", TensorProto.INT64, [])],
+        [tensor("y")],
+        opset=14,
+    )
+    assert_same_as_cpu(model, {"x": np.arange(12, dtype=np.float32).reshape(3, 4) + 1, "k": np.array(k, np.int64)})
+
+
+@pytest.mark.parametrize("n,parts", [(0, 1), (2, 3), (4, 3), (9, 4)])
+def test_split_num_outputs_with_an_empty_chunk_fails_as_in_ort(n, parts):
+    outs = [f"o{i}" for i in range(parts)]
+    model = make_model(
+        [helper.make_node("Split", ["x"], outs, axis=0, num_outputs=parts)],
+        [tensor("x", shape=["n"])],
+        [tensor(o) for o in outs],
+        opset=18,
+    )
+    assert_both_fail(model, {"x": np.arange(n, dtype=np.float32)}, "nonempty chunks")
+
+
+def test_reverse_sequence_length_out_of_range_fails_as_in_ort():
+    model = make_model(
+        [helper.make_node("ReverseSequence", ["x", "l"], ["y"], batch_axis=0, time_axis=1)],
+        [tensor("x", shape=[2, 4]), tensor("l", TensorProto.INT64, [2])],
+        [tensor("y")],
+        opset=10,
+    )
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    assert_both_fail(model, {"x": x, "l": np.array([5, 1], np.int64)}, "sequence length is outside")
+    assert_same_as_cpu(model, {"x": x, "l": np.array([4, 0], np.int64)})
