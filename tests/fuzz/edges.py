@@ -21,6 +21,21 @@ I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 FLOAT_SPECIALS = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -1e-45, 6e-8, 65504.0, -65504.0,
                   65520.0, 3.4028235e38, -3.4028235e38, 1e30, 1e-30]
 
+# Ops that combine many elements into one (sums, maxima, statistics, recurrences): a NaN or
+# inf there gives NaN, inf or a finite value depending on evaluation order and on whether a
+# kernel's max skips NaN, which ONNX leaves open; and big opposite values cancel differently.
+# Their value edges are the quiet ones: signed zeros, denormals, and float16's largest value
+# for float16 inputs (an accumulator kept in float16 overflows on it).
+MIXING_FAMILIES = {"reduce", "normalization", "contrib_norm", "pool", "conv", "linalg", "recurrent", "softmax", "resize"}
+MIXING_OPS = {"CumSum", "CumProd", "Hardmax", "LpNormalization", "BiasSoftmax", "EmbedLayerNormalization",
+              "FusedConv", "FusedMatMul", "Einsum", "Gemm", "MatMul", "LRN", "MeanVarianceNormalization"}
+QUIET_FLOATS = [-0.0, 0.0, 1e-45, -1e-45, 6e-8, -6e-8]
+
+
+def is_mixing(family: str, op: str) -> bool:
+    return family in MIXING_FAMILIES or op in MIXING_OPS
+
+
 # Ports whose values set an output's size: a huge positive value there allocates gigabytes on
 # ORT's CPU EP before anything fails, so they get only the values that stay small or fail fast.
 SIZE_PORTS = {
@@ -42,9 +57,11 @@ def int_specials(dtype: str) -> list[int]:
     return vals
 
 
-def float_values(rng, dtype: str, x: np.ndarray, fraction: float) -> np.ndarray:
-    """``x`` with about ``fraction`` of its elements replaced by special floats."""
-    return _sprinkle(rng, x, FLOAT_SPECIALS, fraction, dtype)
+def float_values(rng, dtype: str, x: np.ndarray, fraction: float, mixing: bool = False) -> np.ndarray:
+    """``x`` with about ``fraction`` of its elements replaced by special floats (the quiet
+    ones for ops that mix elements)."""
+    pool = (QUIET_FLOATS + ([65504.0] if dtype == "float16" else [])) if mixing else FLOAT_SPECIALS
+    return _sprinkle(rng, x, pool, fraction, dtype)
 
 
 def int_values(rng, dtype: str, x: np.ndarray, fraction: float) -> np.ndarray:

@@ -369,7 +369,9 @@ def _mutate_values(rng, case: Case, inputs: dict, notes: list[str] | None) -> di
             continue
         elif dtype in FLOATS:
             frac = [0.1, 0.3, 1.0][int(rng.integers(3))]
-            out[n], what = edges.float_values(rng, dtype, x, frac), f"special floats {frac:.0%}"
+            mixing = edges.is_mixing(case.entry.family, case.entry.op)
+            out[n] = edges.float_values(rng, dtype, x, frac, mixing)
+            what = f"{'quiet' if mixing else 'special'} floats {frac:.0%}"
         elif dtype in INTS:
             out[n], what = edges.int_values(rng, dtype, x, 0.3), "integer extremes"
         elif dtype == "bool":
