@@ -197,6 +197,12 @@ fn center_crop_pad(
             .collect::<Result<_>>()?,
         None => (0..x.ndim()).collect(),
     };
+    let mut seen = vec![false; x.ndim()];
+    if axes.iter().any(|&a| std::mem::replace(&mut seen[a], true)) {
+        return Err(OpError::new(format!(
+            "axes {axes:?} name an axis twice (ORT fails there too)"
+        )));
+    }
     if axes.len() != shape.len() || shape.iter().any(|&d| d < 0) {
         return Err(OpError::new(format!(
             "shape {shape:?} does not fit axes {axes:?}"

@@ -507,8 +507,21 @@ fn slice_with(
             .iter()
             .map(|&a| normalise_axis(a, dims.len()))
             .collect::<Result<_>>()?,
-        None => (0..starts.len()).collect(),
+        None if starts.len() <= dims.len() => (0..starts.len()).collect(),
+        None => {
+            return Err(OpError::new(format!(
+                "{} starts for rank {}",
+                starts.len(),
+                dims.len()
+            )))
+        }
     };
+    let mut seen = vec![false; dims.len()];
+    if axes.iter().any(|&a| std::mem::replace(&mut seen[a], true)) {
+        return Err(OpError::new(format!(
+            "axes {axes:?} name an axis twice (ORT's CPU EP refuses that too)"
+        )));
+    }
     let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
     if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
         return Err(OpError::new(

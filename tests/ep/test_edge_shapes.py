@@ -361,3 +361,33 @@ def test_reverse_sequence_length_out_of_range_fails_as_in_ort():
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     assert_both_fail(model, {"x": x, "l": np.array([5, 1], np.int64)}, "sequence length is outside")
     assert_same_as_cpu(model, {"x": x, "l": np.array([4, 0], np.int64)})
+
+
+@pytest.mark.parametrize("axes", [[0, 0], [1, -1], None])
+def test_slice_naming_an_axis_twice_or_too_many_fails_as_in_ort(axes):
+    count = 3 if axes is None else len(axes)
+    names = ["x", "s", "e"] + (["a"] if axes is not None else [])
+    inputs = [tensor("x", shape=["p", "q"]), tensor("s", TensorProto.INT64, [count]), tensor("e", TensorProto.INT64, [count])]
+    if axes is not None:
+        inputs.append(tensor("a", TensorProto.INT64, [count]))
+    model = make_model([helper.make_node("Slice", names, ["y"])], inputs, [tensor("y")], opset=13)
+    feeds = {"x": np.ones((3, 4), np.float32), "s": np.zeros(count, np.int64), "e": np.ones(count, np.int64)}
+    if axes is not None:
+        feeds["a"] = np.array(axes, np.int64)
+    assert_both_fail(model, feeds, "name an axis twice" if axes else "3 starts for rank 2")
+
+
+def test_center_crop_pad_naming_an_axis_twice_fails_as_in_ort():
+    model = make_model(
+        [helper.make_node("CenterCropPad", ["x", "s"], ["y"], axes=[0, 0])],
+        [tensor("x", shape=["p", "q"]), tensor("s", TensorProto.INT64, [2])],
+        [tensor("y")],
+        opset=18,
+    )
+    feeds = {"x": np.ones((3, 4), np.float32), "s": np.array([2, 2], np.int64)}
+    import onnxruntime as ort
+
+    with pytest.raises(Exception):
+        ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    with pytest.raises(Exception, match="name an axis twice"):
+        mlx_session(model).run(None, feeds)
