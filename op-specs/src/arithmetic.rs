@@ -32,7 +32,7 @@ fn div(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
     if a.dtype().is_float() {
         return Ok(ops::divide(&a, &b, s)?);
     }
-    let divisor = SafeDivisor::new(cx, &b, "integer division by zero")?;
+    let divisor = SafeDivisor::new(cx, &a, &b, "integer division by zero")?;
     let quotient = divisor.truncating_quotient(&a, s)?;
     // x / -1 = -x (wrapping at MIN), computed only for signed types.
     let negated = match divisor.is_minus_one {
@@ -51,10 +51,13 @@ struct SafeDivisor {
 }
 
 impl SafeDivisor {
-    fn new(cx: &mut Lower, b: &Array, zero_message: &str) -> Result<SafeDivisor> {
+    fn new(cx: &mut Lower, a: &Array, b: &Array, zero_message: &str) -> Result<SafeDivisor> {
         let s = cx.stream();
         let is_zero = ops::equal(b, &scalar_like(0.0, b, s)?, s)?;
-        cx.require(&ops::logical_not(&is_zero, s)?, zero_message)?;
+        // An empty result divides nothing (a zero-size side empties the broadcast).
+        if a.size() > 0 && b.size() > 0 {
+            cx.require(&ops::logical_not(&is_zero, s)?, zero_message)?;
+        }
         let is_minus_one = match is_signed_int(b) {
             true => Some(ops::equal(b, &scalar_like(-1.0, b, s)?, s)?),
             false => None,
@@ -157,7 +160,7 @@ fn modulo(cx: &mut Lower, a: Array, b: Array, #[attr(default = 0)] fmod: i64) ->
             s,
         )?);
     }
-    let divisor = SafeDivisor::new(cx, &b, "integer modulo by zero")?;
+    let divisor = SafeDivisor::new(cx, &a, &b, "integer modulo by zero")?;
     let rest = if fmod == 0 {
         ops::remainder(&a, &divisor.safe, s)?
     } else {
@@ -204,17 +207,35 @@ fn min(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
     fold(data, cx.stream(), ops::minimum)
 }
 
-/// Elementwise sum of all inputs.
+/// Elementwise sum of all inputs; 16-bit floats add up in float32 and round once, as in ORT's
+/// CPU EP (a float16 Mean of [6e4, 6e4] is 6e4 there, not inf).
 #[onnx_op(op = "Sum", since = 6, types(T = FLOAT), inputs(data_0: T), outputs(sum: T), shape = Shapeless)]
 fn sum(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
-    fold(data, cx.stream(), ops::add)
+    let s = cx.stream();
+    let dtype = data.first().map(Array::dtype);
+    let total = fold(all_widened(data, s)?, s, ops::add)?;
+    narrowed(total, dtype, s)
 }
 
-/// Elementwise mean of all inputs.
+/// Elementwise mean of all inputs (16-bit floats in float32, as [`sum`]).
 #[onnx_op(op = "Mean", since = 6, types(T = FLOAT), inputs(data_0: T), outputs(mean: T), shape = Shapeless)]
 fn mean(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
     let s = cx.stream();
     let count = data.len() as f64;
-    let total = fold(data, s, ops::add)?;
-    Ok(ops::divide(&total, &scalar(count, total.dtype(), s)?, s)?)
+    let dtype = data.first().map(Array::dtype);
+    let total = fold(all_widened(data, s)?, s, ops::add)?;
+    let mean = ops::divide(&total, &scalar(count, total.dtype(), s)?, s)?;
+    narrowed(mean, dtype, s)
+}
+
+fn all_widened(data: Vec<Array>, s: &Stream) -> Result<Vec<Array>> {
+    data.iter().map(|a| crate::reduce::widened(a, s)).collect()
+}
+
+/// `a` back in the inputs' dtype.
+fn narrowed(a: Array, dtype: Option<mlx_kernels::Dtype>, s: &Stream) -> Result<Array> {
+    match dtype {
+        Some(d) if d != a.dtype() => Ok(ops::astype(&a, d, s)?),
+        _ => Ok(a),
+    }
 }

@@ -134,6 +134,14 @@ fn convolve(
         &strides,
         &dilations,
     )?;
+    let channels = x.shape()[1];
+    if attrs.group < 1 || channels % attrs.group != 0 || w.shape()[1] * attrs.group != channels {
+        return Err(OpError::new(format!(
+            "X's {channels} channels do not split into {} groups of W's {}",
+            attrs.group,
+            w.shape()[1]
+        )));
+    }
     let x_last = ops::transpose(x, &channels_last(rank), s)?;
     let w_last = ops::transpose(w, &channels_last(rank), s)?;
     let y = ops::conv(
@@ -446,6 +454,12 @@ fn crop_negative_padding(
 }
 
 fn conv_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    // MLX divides by the group count unchecked (group 0 raised SIGFPE on its CUDA backend).
+    if let Some(crate::AttrValue::Int(g)) = node.attribute("group") {
+        if g < 1 || g > i64::from(i32::MAX) {
+            return crate::Verdict::decline(format!("group {g} is not a positive 32-bit count"));
+        }
+    }
     let grouped = matches!(node.attribute("group"), Some(crate::AttrValue::Int(g)) if g != 1);
     if grouped && node.input_rank(0).is_none_or(|rank| rank > 4) {
         return crate::Verdict::decline(

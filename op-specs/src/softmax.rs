@@ -1,7 +1,7 @@
 //! Softmax, LogSoftmax and Hardmax: the opset-13 per-axis form, and the older form that
 //! flattens the input to 2-D at `axis`.
 
-use mlx_kernels::{ops, Array, Dtype, Stream};
+use mlx_kernels::{ops, Array, Stream};
 
 use crate::{onnx_op, Lower, OpError, Result};
 
@@ -45,18 +45,19 @@ fn softmax_axis(x: &Array, axis: i32, s: &Stream) -> Result<Array> {
     Ok(ops::softmax(x, axis, true, s)?)
 }
 
-/// `x - logsumexp(x)`, in float32 for 16-bit floats (rounded once at the end): in float16 the
-/// log-sum-exp of a peaked row rounds to a value that cancels `x` to a few ulps (ORT's CPU EP
-/// computes in float32 too).
+/// `(x - max) - log(sum(exp(x - max)))`, ORT's CPU EP's formula, so that infinities give its
+/// answers (a row holding +inf is NaN throughout; MLX's logsumexp special-cases infinities and
+/// gave [NaN, -inf, ..]). In float32 for 16-bit floats, rounded once at the end: in float16 the
+/// log-sum-exp of a peaked row rounds to a value that cancels `x` to a few ulps (ORT computes in
+/// float32 too).
 fn log_softmax_axis(x: &Array, axis: i32, s: &Stream) -> Result<Array> {
     if x.size() == 0 {
         return Ok(x.clone());
     }
-    let wide = match x.dtype() {
-        Dtype::F16 | Dtype::BF16 => ops::astype(x, Dtype::F32, s)?,
-        _ => x.clone(),
-    };
-    let result = ops::subtract(&wide, &ops::logsumexp(&wide, axis, true, s)?, s)?;
+    let wide = crate::reduce::widened(x, s)?;
+    let shifted = ops::subtract(&wide, &ops::max(&wide, &[axis], true, s)?, s)?;
+    let total = ops::sum(&ops::exp(&shifted, s)?, &[axis], true, s)?;
+    let result = ops::subtract(&shifted, &ops::log(&total, s)?, s)?;
     Ok(ops::astype(&result, x.dtype(), s)?)
 }
 

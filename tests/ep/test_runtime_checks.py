@@ -142,3 +142,39 @@ def test_reductions_over_a_size_one_axis_in_compiled_closures(op, attrs, opset, 
         np.testing.assert_allclose(session.run(None, feeds)[0], cpu_outputs(model, feeds)[0], rtol=1e-6, atol=1e-6)
     run = Run(model, {"x": rng.standard_normal(shapes[0]).astype(np.float32)})
     run.assert_all_on_mlx()
+
+
+def test_conv_with_group_zero_is_declined_not_run():
+    # Fuzz trigger on MLX's CUDA backend: group=0 reached MLX, whose division by it raised SIGFPE.
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=0)
+    model = make_model([node], [tensor("x", shape=[1, 2, 4, 4]), tensor("w", shape=[2, 2, 3, 3])], [tensor("y")])
+    feeds = {"x": np.ones((1, 2, 4, 4), np.float32), "w": np.ones((2, 2, 3, 3), np.float32)}
+    with pytest.raises(Exception):
+        cpu_outputs(model, feeds)  # ORT's CPU EP rejects it: so must the session, on the CPU EP
+    with pytest.raises(Exception) as error:
+        Run(model, feeds)
+    assert "MLXExecutionProvider" not in str(error.value), "the node must not have run on MLX"
+
+
+@pytest.mark.parametrize("row", [[1.0, np.inf, 2.0], [-np.inf, -np.inf, 0.0], [np.nan, 1.0, 2.0], [3.0, 1.0, -2.0]])
+@pytest.mark.parametrize("elem, dtype", [(TensorProto.FLOAT, np.float32), (TensorProto.FLOAT16, np.float16)])
+def test_log_softmax_with_infinities_matches_cpu(row, elem, dtype):
+    # Fuzz trigger: +inf in a row gave [NaN, -inf, -inf]; ORT's CPU EP gives NaN throughout.
+    model = make_model([helper.make_node("LogSoftmax", ["x"], ["y"], axis=-1)], [tensor("x", elem, [2, 3])],
+                       [tensor("y", elem)], opset=13)
+    feeds = {"x": np.array([row, [0.5, 0.25, 0.125]], dtype)}
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    np.testing.assert_allclose(run.outputs[0], cpu_outputs(model, feeds)[0], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("op", ["Sum", "Mean"])
+def test_float16_sum_and_mean_add_up_in_float32(op):
+    # [6e4, 6e4]: ORT's CPU EP adds in float32 (Mean 6e4), float16 addition overflowed to inf.
+    model = make_model([helper.make_node(op, ["a", "b", "c"], ["y"])],
+                       [tensor(n, TensorProto.FLOAT16, [3]) for n in "abc"], [tensor("y", TensorProto.FLOAT16)])
+    feeds = {"a": np.array([6e4, 6e4, 1], np.float16), "b": np.array([6e4, -6e4, 2], np.float16),
+             "c": np.array([-6e4, 1e-3, 3], np.float16)}
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
