@@ -193,10 +193,16 @@ fn scatter_elements(
             "indices and updates must match, with data's rank",
         ));
     }
+    let dims = data.shape();
+    let idx_dims = indices.shape();
+    if (0..dims.len()).any(|a| a != axis && idx_dims[a] > dims[a]) {
+        return Err(crate::OpError::new(format!(
+            "indices {idx_dims:?} exceed data {dims:?} on an axis other than {axis}"
+        )));
+    }
     if indices.size() == 0 {
         return Ok(data);
     }
-    let dims = data.shape();
     if dims[axis] == 0 {
         return Err(crate::OpError::new(
             "indices into an empty axis are out of range",
@@ -204,7 +210,6 @@ fn scatter_elements(
     }
     // Each update's position in the flattened data: its own coordinates, with the one along
     // `axis` taken from `indices`.
-    let idx_dims = indices.shape();
     let mut linear = crate::table::consts::scalar(0.0, mlx_kernels::Dtype::I64, s)?;
     let mut stride = 1i64;
     for a in (0..dims.len()).rev() {

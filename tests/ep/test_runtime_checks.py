@@ -178,3 +178,15 @@ def test_float16_sum_and_mean_add_up_in_float32(op):
     run = Run(model, feeds)
     run.assert_all_on_mlx()
     np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
+
+
+@pytest.mark.parametrize("op", ["Scatter", "ScatterElements"])
+def test_scatter_indices_larger_than_data_on_another_axis_fail_like_cpu(op):
+    # Fuzz trigger: ORT raises "Indices dim=4 at pos=1 is greater than input dim=2"; we scattered.
+    node = helper.make_node(op, ["data", "indices", "updates"], ["out"], name="put", axis=0)
+    opset = 10 if op == "Scatter" else 17
+    model = make_model([node], [tensor("data", shape=[3, 2]), tensor("indices", TensorProto.INT64, [1, 4]),
+                                tensor("updates", shape=[1, 4])], [tensor("out")], opset=opset)
+    feeds = {"data": np.zeros((3, 2), np.float32), "indices": np.zeros((1, 4), np.int64),
+             "updates": np.ones((1, 4), np.float32)}
+    assert_fails_like_cpu(model, feeds, "put", "exceed data")
