@@ -138,6 +138,12 @@ fn gather_nd(
             "indices {idx_dims:?} do not address data {dims:?} with batch_dims {b}"
         )));
     }
+    let lookups = &idx_dims[..idx_dims.len() - 1];
+    if dims[b + k..].contains(&0) || lookups.contains(&0) {
+        // Nothing is read, so nothing is checked (ORT's CPU EP accepts any index here too).
+        let out_shape = [lookups, &dims[b + k..]].concat();
+        return Ok(Array::from_bytes(&[], &out_shape, data.dtype())?);
+    }
     if dims[b..b + k].contains(&0) && indices.size() > 0 {
         return Err(crate::OpError::new(
             "indices into an empty axis are out of range",
@@ -148,7 +154,6 @@ fn gather_nd(
     let addressed: i64 = dims[b..b + k].iter().product();
     let rest: Vec<i64> = dims[b + k..].to_vec();
     let linear = linear_index(cx, &indices, &dims[b..b + k], b)?;
-    let lookups = &idx_dims[..idx_dims.len() - 1];
     let linear = if b > 0 {
         // Offset each batch entry to its own block of `addressed` slices.
         let mut batch_shape = dims[..b].to_vec();

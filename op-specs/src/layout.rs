@@ -119,6 +119,19 @@ fn pad_with(
         None => scalar_like(0.0, x, s)?,
     };
     let n = axes.len();
+    let dims = x.shape();
+    for (i, &axis) in axes.iter().enumerate() {
+        // In i128: pads reach i64's extremes (ORT fails on a negative length; MLX's dims are i32).
+        let padded = i128::from(dims[axis]) + i128::from(pads[i]) + i128::from(pads[i + n]);
+        if padded < 0 || padded > i128::from(i32::MAX) {
+            return Err(OpError::new(format!(
+                "pads {} and {} give axis {axis} (of length {}) a length of {padded}",
+                pads[i],
+                pads[i + n],
+                dims[axis]
+            )));
+        }
+    }
     axes.iter()
         .enumerate()
         .try_fold(x.clone(), |acc, (i, &axis)| {

@@ -190,3 +190,26 @@ def test_scatter_indices_larger_than_data_on_another_axis_fail_like_cpu(op):
     feeds = {"data": np.zeros((3, 2), np.float32), "indices": np.zeros((1, 4), np.int64),
              "updates": np.ones((1, 4), np.float32)}
     assert_fails_like_cpu(model, feeds, "put", "exceed data")
+
+
+@pytest.mark.parametrize("pads", [[-(2**63), 0, 0, 0], [0, -3, 0, -2], [0, 2**40, 0, 0]])
+def test_pads_that_leave_no_valid_length_fail_like_cpu(pads):
+    # Fuzz trigger: pads [INT64_MIN, ...] wrapped around and we returned values; ORT raises.
+    pads_init = numpy_helper.from_array(np.array(pads, np.int64), "pads")
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], name="pad")
+    model = make_model([node], [tensor("x", shape=[2, 4])], [tensor("y")], [pads_init], opset=13)
+    feeds = {"x": np.ones((2, 4), np.float32)}
+    with pytest.raises(Exception):
+        cpu_outputs(model, feeds)
+    with pytest.raises(Exception, match="node 'pad'|Pad"):
+        mlx_session(model).run(None, feeds)
+
+
+def test_gather_nd_reading_nothing_checks_no_index():
+    # Fuzz trigger: data [2, 3, 0] reads empty slices; ORT's CPU EP returns [5, 0] whatever the
+    # indices hold, and so must we.
+    model = gather_model("GatherND", [2, 3, 0], [5, 2])
+    feeds = {"data": np.zeros((2, 3, 0), np.float32), "indices": np.full((5, 2), 7, np.int64)}
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    assert run.outputs[0].shape == cpu_outputs(model, feeds)[0].shape == (5, 0)
