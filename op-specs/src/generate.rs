@@ -85,10 +85,13 @@ fn range(cx: &mut Lower, start: Array, limit: Array, delta: Array) -> Result<Arr
 }
 
 fn first<T: Copy>(values: Vec<T>) -> Result<T> {
-    values
-        .first()
-        .copied()
-        .ok_or_else(|| OpError::new("Range bounds must be scalars"))
+    match values[..] {
+        [one] => Ok(one),
+        _ => Err(OpError::new(format!(
+            "Range bounds must be scalars, not {} values",
+            values.len()
+        ))),
+    }
 }
 
 /// ONNX's `max(ceil((limit - start) / delta), 0)`, bounded so a bad input cannot ask for an
@@ -97,8 +100,14 @@ fn element_count(span: f64, zero_step: bool) -> Result<usize> {
     if zero_step {
         return Err(OpError::new("Range delta is 0"));
     }
+    // Checked before the clamp: NaN.max(0.0) is 0 in Rust, where ORT's CPU EP fails.
+    if !span.is_finite() {
+        return Err(OpError::new(format!(
+            "Range's element count {span} is not finite"
+        )));
+    }
     let count = span.ceil().max(0.0);
-    if !count.is_finite() || count > i32::MAX as f64 {
+    if count > i32::MAX as f64 {
         return Err(OpError::new(format!("Range would have {count} elements")));
     }
     Ok(count as usize)
@@ -140,10 +149,24 @@ fn trilu(
     Ok(ops::triangle(&x, k, upper != 0, cx.stream())?)
 }
 
+/// ORT's CPU EP refuses `exclusive` and `reverse` values other than 0 and 1 when it loads the
+/// node; leave those to it.
+fn flags_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    for flag in ["exclusive", "reverse"] {
+        if let Some(crate::AttrValue::Int(v)) = node.attribute(flag) {
+            if v != 0 && v != 1 {
+                return crate::Verdict::decline(format!("{flag} = {v} (ORT accepts only 0 or 1)"));
+            }
+        }
+    }
+    crate::Verdict::Claim
+}
+
 /// Running sum along `axis` (an input), exclusive and/or reversed on request.
 #[onnx_op(
     op = "CumSum", since = 11, types(T = F32 | F16 | BF16 | I32 | I64 | U32 | U64, I = I32 | I64),
-    inputs(x: T, axis: I), outputs(y: T), shape = ShapeKeyed
+    inputs(x: T, axis: I), outputs(y: T), shape = ShapeKeyed, claim = flags_claim,
+    declines = "exclusive or reverse other than 0 and 1"
 )]
 fn cumsum(
     cx: &mut Lower,
@@ -152,6 +175,10 @@ fn cumsum(
     #[attr(default = 0)] exclusive: i64,
     #[attr(default = 0)] reverse: i64,
 ) -> Result<Array> {
+    if x.size() == 0 {
+        // ORT's CPU EP returns an empty input as it is, whatever the axis says.
+        return Ok(x);
+    }
     let axis = normalise_axis(axis, x.ndim())?;
     Ok(ops::cumsum(
         &x,
@@ -165,7 +192,8 @@ fn cumsum(
 /// Running product along `axis` (an input), exclusive and/or reversed on request.
 #[onnx_op(
     op = "CumProd", since = 26, types(T = F32 | F16 | BF16 | I32 | I64 | U32 | U64, I = I32 | I64),
-    inputs(x: T, axis: I), outputs(y: T), shape = ShapeKeyed
+    inputs(x: T, axis: I), outputs(y: T), shape = ShapeKeyed, claim = flags_claim,
+    declines = "exclusive or reverse other than 0 and 1"
 )]
 fn cumprod(
     cx: &mut Lower,
@@ -174,6 +202,10 @@ fn cumprod(
     #[attr(default = 0)] exclusive: i64,
     #[attr(default = 0)] reverse: i64,
 ) -> Result<Array> {
+    if x.size() == 0 {
+        // ORT's CPU EP returns an empty input as it is, whatever the axis says.
+        return Ok(x);
+    }
     let axis = normalise_axis(axis, x.ndim())?;
     Ok(ops::cumprod(
         &x,

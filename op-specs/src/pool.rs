@@ -236,10 +236,18 @@ fn pool_claim(node: &dyn crate::NodeView) -> crate::Verdict {
              undilated, departing from ONNX's output shape",
         );
     }
-    auto_pad_claim(node)
+    pool_attributes_claim(node)
 }
 
-fn auto_pad_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+/// A storage_order other than 0 or 1 is refused by ORT's CPU EP when it loads the node: left to
+/// it. (Pads as large as the kernel, which ORT also refuses, are pooled here: with dilations they
+/// are meaningful, and the op suite holds them to numpy.)
+fn pool_attributes_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    if let Some(crate::AttrValue::Int(order)) = node.attribute("storage_order") {
+        if order != 0 && order != 1 {
+            return crate::Verdict::decline(format!("storage_order {order} (ORT accepts 0 or 1)"));
+        }
+    }
     match node.attribute("auto_pad") {
         None => crate::Verdict::Claim,
         Some(crate::AttrValue::String(p))
@@ -255,7 +263,19 @@ fn spatial(x: &Array) -> Result<Vec<i64>> {
     if x.ndim() < 3 {
         return Err(OpError::new("pooling needs [N, C, spatial..]"));
     }
+    only_n_may_be_empty(x)?;
     Ok(x.shape()[2..].to_vec())
+}
+
+/// ORT's CPU EP pools a zero-size input only when N is the zero.
+fn only_n_may_be_empty(x: &Array) -> Result<()> {
+    if x.shape().iter().skip(1).any(|&d| d == 0) {
+        return Err(OpError::new(format!(
+            "input shape {:?}: only N may be 0 (ORT's CPU EP fails here too)",
+            x.shape()
+        )));
+    }
+    Ok(())
 }
 
 /// The maximum of each window (padding never wins); `Indices`, when asked for, is the flat
@@ -332,8 +352,8 @@ fn max_pool_outputs(
         return Ok(vec![window_max(cx, x, windows)?]);
     }
     let s = cx.stream();
-    if windows.out.contains(&0) {
-        // No windows (MLX's argmax refuses an empty array): both outputs are empty.
+    if windows.out.contains(&0) || x.size() == 0 {
+        // No windows or no images (MLX's argmax refuses an empty array): both outputs are empty.
         let mut shape = x.shape()[..2].to_vec();
         shape.extend(&windows.out);
         let empty =
@@ -475,7 +495,7 @@ fn padding_value(dtype: Dtype, s: &Stream) -> Result<Array> {
 }
 
 /// MaxPool before opset 8: no dilations, ceil_mode or Indices output.
-#[onnx_op(op = "MaxPool", opset = 1..=7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = auto_pad_claim)]
+#[onnx_op(op = "MaxPool", opset = 1..=7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = pool_attributes_claim)]
 fn max_pool_legacy(
     cx: &mut Lower,
     x: Array,
@@ -626,6 +646,7 @@ fn lp_pool(
     declines = "p < 1"
 )]
 fn global_lp_pool(cx: &mut Lower, x: Array, #[attr(default = 2)] p: i64) -> Result<Array> {
+    only_n_may_be_empty(&x)?;
     lp_norm(&x, p, &spatial_axes(&x)?, true, cx.stream())
 }
 

@@ -2,7 +2,7 @@
 
 use mlx_kernels::{ops, Array, Dtype};
 
-use crate::shape::normalise_axis;
+use crate::shape::{normalise_axis, resolve_slice};
 use crate::table::consts::scalar;
 use crate::{onnx_op, Lower, OpError, Result};
 
@@ -64,12 +64,23 @@ fn top_k_1(
 /// `sorted = 0` leaves the order of the k results to the implementation, and ORT's CPU EP
 /// returns them in the order its selection algorithm leaves them (a heap or a partition,
 /// depending on k and the axis): a stable sort cannot reproduce that.
+/// ORT's CPU EP also reads `largest` and `sorted` as "equals 1": `largest = -1` selects the
+/// smallest and `sorted = 2` is unsorted there; such values are left to it too.
 fn top_k_claim(node: &dyn crate::NodeView) -> crate::Verdict {
-    match node.attribute("sorted") {
-        Some(crate::AttrValue::Int(0)) => crate::Verdict::decline(
-            "sorted = 0: ORT's CPU EP returns the top k in its selection algorithm's order, \
-             which this EP does not reproduce",
-        ),
+    if let Some(crate::AttrValue::Int(sorted)) = node.attribute("sorted") {
+        if sorted != 1 {
+            return crate::Verdict::decline(format!(
+                "sorted = {sorted}: ORT's CPU EP returns the top k in its selection algorithm's \
+                 order, which this EP does not reproduce"
+            ));
+        }
+    }
+    match node.attribute("largest") {
+        Some(crate::AttrValue::Int(largest)) if largest != 0 && largest != 1 => {
+            crate::Verdict::decline(format!(
+                "largest = {largest} (ORT's CPU EP reads it as 'equals 1')"
+            ))
+        }
         _ => crate::Verdict::Claim,
     }
 }
@@ -78,7 +89,8 @@ fn top_k_claim(node: &dyn crate::NodeView) -> crate::Verdict {
 /// by lower index first.
 #[onnx_op(
     op = "TopK", since = 10, types(T = SIGNED, I = I64), inputs(X: T, K: I), outputs(Values: T, Indices: I),
-    shape = ShapeKeyed, claim = top_k_claim, declines = "sorted = 0 (ORT's order is its selection algorithm's)"
+    shape = ShapeKeyed, claim = top_k_claim,
+    declines = "sorted other than 1 (ORT's order is its selection algorithm's); largest other than 0 or 1"
 )]
 fn top_k_10(
     cx: &mut Lower,
@@ -97,11 +109,30 @@ fn top_k_10(
     top_k(cx, &x, k, axis, largest != 0)
 }
 
+/// ONNX allows only 0 and 1 for the two axes; ORT's CPU EP accepts any pair of different values
+/// below 2 and reads only whether `time_axis` is 0 (batch_axis -4 acts as 1). Leave any other
+/// pair to it.
+fn reverse_sequence_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    let axis = |name: &str, default: i64| match node.attribute(name) {
+        Some(crate::AttrValue::Int(v)) => v,
+        _ => default,
+    };
+    let (batch, time) = (axis("batch_axis", 1), axis("time_axis", 0));
+    if [(batch, time), (time, batch)].contains(&(0, 1)) {
+        crate::Verdict::Claim
+    } else {
+        crate::Verdict::decline(format!(
+            "batch_axis {batch} and time_axis {time} are not 0 and 1 (ORT's CPU EP reads such \
+             pairs its own way)"
+        ))
+    }
+}
+
 /// Reverses the first `sequence_lens[b]` steps along `time_axis` of each batch entry `b`; a
 /// length outside `[0, steps]` fails the run, as in ORT's CPU EP.
 #[onnx_op(
     op = "ReverseSequence", since = 10, types(T = ANY, I = I64), inputs(input: T, sequence_lens: I), outputs(Y: T),
-    shape = ShapeKeyed
+    shape = ShapeKeyed, claim = reverse_sequence_claim, declines = "axes other than 0 and 1"
 )]
 fn reverse_sequence(
     cx: &mut Lower,
@@ -122,6 +153,13 @@ fn reverse_sequence(
     }
     let dims = x.shape();
     let steps = dims[time_axis];
+    if lens.shape() != [dims[batch_axis]] {
+        return Err(OpError::new(format!(
+            "sequence_lens has shape {:?} for a batch of {}",
+            lens.shape(),
+            dims[batch_axis]
+        )));
+    }
     let along = |axis: usize, a: Array| -> Result<Array> {
         let mut shape = vec![1i64; dims.len()];
         shape[axis] = dims[axis];
@@ -203,7 +241,7 @@ fn center_crop_pad(
             "axes {axes:?} name an axis twice (ORT fails there too)"
         )));
     }
-    if axes.len() != shape.len() || shape.iter().any(|&d| d < 0) {
+    if axes.len() != shape.len() {
         return Err(OpError::new(format!(
             "shape {shape:?} does not fit axes {axes:?}"
         )));
@@ -215,13 +253,17 @@ fn center_crop_pad(
             let dims = acc.shape();
             let dim = dims[axis];
             if target <= dim {
-                let from = (dim - target) / 2;
+                // ORT runs ONNX's function body: Slice from (dim - target) / 2 for target
+                // elements, in wrapping int64 arithmetic, clamped as Slice clamps. A negative
+                // target crops to nothing; INT64_MIN wraps around to the whole axis.
+                let from = dim.wrapping_sub(target) / 2;
+                let kept = resolve_slice(dim, from, from.wrapping_add(target), 1)?;
                 let (mut start, mut stop) = (
                     vec![0i32; dims.len()],
                     dims.iter().map(|&d| d as i32).collect::<Vec<_>>(),
                 );
-                start[axis] = from as i32;
-                stop[axis] = (from + target) as i32;
+                start[axis] = kept.start as i32;
+                stop[axis] = kept.stop as i32;
                 Ok(ops::slice(&acc, &start, &stop, &vec![1; dims.len()], s)?)
             } else {
                 let before = (target - dim) / 2;

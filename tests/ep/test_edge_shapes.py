@@ -391,3 +391,117 @@ def test_center_crop_pad_naming_an_axis_twice_fails_as_in_ort():
         ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
     with pytest.raises(Exception, match="name an axis twice"):
         mlx_session(model).run(None, feeds)
+
+
+# --- found by `python -m tests.fuzz run --seed 7` over this family --------------------------------
+
+
+@pytest.mark.parametrize("attrs,reason", [(dict(largest=-1), "largest = -1"), (dict(sorted=2), "sorted = 2")])
+def test_topk_flags_ort_reads_as_equals_one_are_declined(attrs, reason, capfd, monkeypatch):
+    model = topk_model(TensorProto.FLOAT, 6, **attrs) if "largest" not in attrs else topk_model(TensorProto.FLOAT, 6, attrs["largest"])
+    feeds = {"x": np.array([-3, 7, 2, 0, 9, 1], np.float32), "k": np.array([3], np.int64)}
+    assert_declined(model, feeds, capfd, monkeypatch, "topk", "TopK", reason)
+
+
+@pytest.mark.parametrize("target", [[3, 5, -1], [-1, 5, 3], [I64.min, 3, 2], [4, 3, I64.min], [2, 1, 7]])
+def test_center_crop_pad_negative_targets_follow_orts_function_body(target):
+    model = make_model(
+        [helper.make_node("CenterCropPad", ["x", "s"], ["y"])],
+        [tensor("x", shape=["a", "b", "c"])],
+        [tensor("y")],
+        [const("s", target)],
+        opset=18,
+    )
+    assert_same_as_cpu(model, {"x": np.arange(24, dtype=np.float32).reshape(4, 3, 2)})
+
+
+@pytest.mark.parametrize("op", ["CumSum"])
+def test_cumulative_ops_return_an_empty_input_whatever_the_axis(op):
+    model = make_model(
+        [helper.make_node(op, ["x", "a"], ["y"])],
+        [tensor("x", shape=["p", "q", "r"]), tensor("a", TensorProto.INT64, [])],
+        [tensor("y")],
+        opset=14,
+    )
+    assert_same_as_cpu(model, {"x": np.zeros((2, 3, 0), np.float32), "a": np.array(3, np.int64)})
+
+
+def test_cumsum_flags_other_than_0_or_1_are_declined(capfd, monkeypatch):
+    model = make_model(
+        [helper.make_node("CumSum", ["x", "a"], ["y"], exclusive=2, name="cs")],
+        [tensor("x", shape=[3]), tensor("a", TensorProto.INT64, [])],
+        [tensor("y")],
+        opset=14,
+    )
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_CLAIM_DEBUG", "1")
+    import onnxruntime as ort
+
+    with pytest.raises(Exception):  # ORT's CPU EP refuses the node when it loads it
+        ort.InferenceSession(model, providers=["MLXExecutionProvider", "CPUExecutionProvider"])
+    assert "declined 'cs' (CumSum): exclusive = 2" in capfd.readouterr().err
+
+
+def range_model(elem=TensorProto.FLOAT, start_shape=()):
+    return make_model(
+        [helper.make_node("Range", ["a", "b", "d"], ["y"])],
+        [tensor("a", elem, list(start_shape)), tensor("b", elem, []), tensor("d", elem, [])],
+        [tensor("y", elem)],
+        opset=13,
+    )
+
+
+def test_range_with_a_non_finite_count_or_non_scalar_bounds_fails_as_in_ort():
+    f = np.float32
+    assert_both_fail(range_model(), {"a": np.array(0, f), "b": np.array(np.inf, f), "d": np.array(1, f)}, "not finite")
+    assert_both_fail(range_model(), {"a": np.array(np.nan, f), "b": np.array(1, f), "d": np.array(1, f)}, "not finite")
+    assert_both_fail(
+        range_model(start_shape=[3]), {"a": np.zeros(3, f), "b": np.array(1, f), "d": np.array(1, f)}, "must be scalars"
+    )
+
+
+def test_reverse_sequence_axes_outside_0_and_1_are_declined(capfd, monkeypatch):
+    model = make_model(
+        [helper.make_node("ReverseSequence", ["x", "l"], ["y"], batch_axis=-4, time_axis=0, name="rs")],
+        [tensor("x", shape=[4, 3, 2]), tensor("l", TensorProto.INT64, [3])],
+        [tensor("y")],
+        opset=10,
+    )
+    feeds = {"x": np.arange(24, dtype=np.float32).reshape(4, 3, 2), "l": np.array([1, 2, 3], np.int64)}
+    run = assert_declined(model, feeds, capfd, monkeypatch, "rs", "ReverseSequence", "batch_axis -4 and time_axis 0")
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
+
+
+def test_reverse_sequence_lengths_of_the_wrong_shape_fail_as_in_ort():
+    model = make_model(
+        [helper.make_node("ReverseSequence", ["x", "l"], ["y"], batch_axis=1, time_axis=0)],
+        [tensor("x", shape=[4, 3, 2]), tensor("l", TensorProto.INT64, ["n"])],
+        [tensor("y")],
+        opset=10,
+    )
+    feeds = {"x": np.zeros((4, 3, 2), np.float32), "l": np.array([1, 2, 3, 4], np.int64)}
+    assert_both_fail(model, feeds, "for a batch of 3")
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+def test_pools_fail_on_an_empty_channel_or_spatial_dim_as_in_ort(op):
+    for shape in [(2, 0, 5), (2, 3, 0)]:
+        model = pool_model(op, ["n", "c", "w"], kernel_shape=[2])
+        assert_both_fail(model, {"x": np.zeros(shape, np.float32)}, "only N may be 0")
+
+
+def test_max_pool_indices_of_an_empty_batch():
+    model = pool_model("MaxPool", ["n", 3, 4, 4], ("y", "i"), kernel_shape=[2, 2], dilations=[2, 1], ceil_mode=1, strides=[2, 2])
+    run = assert_pool_close(model, {"x": np.zeros((0, 3, 4, 4), np.float32)})
+    assert run.outputs[0].shape == (0, 3, 2, 2)
+
+
+@pytest.mark.parametrize("attrs,reason", [(dict(storage_order=2), "storage_order 2")])
+def test_pool_attributes_ort_refuses_are_declined(attrs, reason, capfd, monkeypatch):
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_CLAIM_DEBUG", "1")
+    import onnxruntime as ort
+
+    model = pool_model("MaxPool", [1, 1, 5], kernel_shape=[2], **attrs)
+    with pytest.raises(Exception):  # ORT's CPU EP refuses the node when it loads it
+        ort.InferenceSession(model, providers=["MLXExecutionProvider", "CPUExecutionProvider"]).run(None, pool_feeds([1, 1, 5]))
+    err = capfd.readouterr().err
+    assert "declined 'pool' (MaxPool): " in err and reason in err, err
