@@ -217,7 +217,8 @@ fn cumprod(
 }
 
 /// One-hot along `axis`: `values[1]` where the position equals the index (negative indices
-/// count from `depth`), `values[0]` elsewhere; out-of-range indices give all `values[0]`.
+/// count from `depth`), `values[0]` elsewhere; out-of-range indices, and float indices that are
+/// not whole numbers, give all `values[0]`.
 #[onnx_op(
     op = "OneHot", since = 9, types(T1 = NUMERIC, T2 = NUMERIC, T3 = ANY), inputs(indices: T1, depth: T2, values: T3),
     outputs(output: T3), shape = ShapeKeyed
@@ -250,11 +251,18 @@ fn one_hot(
     }
     let rank = indices.ndim() + 1;
     let axis = normalise_axis(axis, rank)?;
-    let idx = ops::astype(&indices, Dtype::I64, s)?;
-    let negative = ops::less(&idx, &scalar(0.0, Dtype::I64, s)?, s)?;
+    // Float indices are compared as they are, as ORT's CPU EP does: 2.7 or NaN matches no
+    // position (only integer values are hot); float16/bfloat16 widen to float32 exactly.
+    let kind = if indices.dtype().is_float() {
+        Dtype::F32
+    } else {
+        Dtype::I64
+    };
+    let idx = ops::astype(&indices, kind, s)?;
+    let negative = ops::less(&idx, &scalar(0.0, kind, s)?, s)?;
     let idx = ops::where_(
         &negative,
-        &ops::add(&idx, &scalar(depth as f64, Dtype::I64, s)?, s)?,
+        &ops::add(&idx, &scalar(depth as f64, kind, s)?, s)?,
         &idx,
         s,
     )?;
@@ -262,7 +270,7 @@ fn one_hot(
     let mut position_shape = vec![1i64; rank];
     position_shape[axis] = depth;
     let positions = ops::reshape(
-        &ops::arange(0.0, depth as f64, 1.0, Dtype::I64, s)?,
+        &ops::arange(0.0, depth as f64, 1.0, kind, s)?,
         &position_shape,
         s,
     )?;

@@ -505,3 +505,19 @@ def test_pool_attributes_ort_refuses_are_declined(attrs, reason, capfd, monkeypa
         ort.InferenceSession(model, providers=["MLXExecutionProvider", "CPUExecutionProvider"]).run(None, pool_feeds([1, 1, 5]))
     err = capfd.readouterr().err
     assert "declined 'pool' (MaxPool): " in err and reason in err, err
+
+
+@pytest.mark.parametrize("dtype,elem", [(np.float32, TensorProto.FLOAT), (np.float16, TensorProto.FLOAT16)])
+def test_one_hot_float_indices_match_only_whole_numbers_as_in_ort(dtype, elem):
+    # ORT compares float indices exactly: 2.7, -0.5 and NaN are hot nowhere (we truncated them).
+    indices = np.array(
+        [[np.nan, np.inf, -np.inf, 1e30, 2.7, -0.5], [0.0, 1.0, -1.0, -4.0, 3.0, 4.0], [-0.0, -5, 2, -2, 1.0000001, 0.99999994]],
+        np.float32,
+    ).astype(dtype)
+    model = make_model(
+        [helper.make_node("OneHot", ["i", "d", "v"], ["y"])],
+        [tensor("i", elem, [3, 6]), tensor("d", TensorProto.FLOAT, []), tensor("v", TensorProto.FLOAT, [2])],
+        [tensor("y")],
+        opset=11,
+    )
+    assert_same_as_cpu(model, {"i": indices, "d": np.array(4, np.float32), "v": np.array([0.25, 7], np.float32)})
