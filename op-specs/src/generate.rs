@@ -162,6 +162,28 @@ fn flags_claim(node: &dyn crate::NodeView) -> crate::Verdict {
     crate::Verdict::Claim
 }
 
+/// A running sum or product along `axis`. Half-precision inputs run in float32 and round each
+/// output once, as ORT's CPU EP keeps its float16 accumulator in float32 ([300, 300, 0.5]
+/// gives [300, inf, 44992] there; rounding every step gave inf at the end).
+fn running(
+    cx: &Lower,
+    x: Array,
+    axis: i64,
+    op: impl Fn(&Array, i32, &mlx_kernels::Stream) -> Result<Array>,
+) -> Result<Array> {
+    if x.size() == 0 {
+        // ORT's CPU EP returns an empty input as it is, whatever the axis says.
+        return Ok(x);
+    }
+    let s = cx.stream();
+    let axis = normalise_axis(axis, x.ndim())? as i32;
+    if matches!(x.dtype(), Dtype::F16 | Dtype::BF16) {
+        let wide = op(&ops::astype(&x, Dtype::F32, s)?, axis, s)?;
+        return Ok(ops::astype(&wide, x.dtype(), s)?);
+    }
+    op(&x, axis, s)
+}
+
 /// Running sum along `axis` (an input), exclusive and/or reversed on request.
 #[onnx_op(
     op = "CumSum", since = 11, types(T = F32 | F16 | BF16 | I32 | I64 | U32 | U64, I = I32 | I64),
@@ -175,18 +197,9 @@ fn cumsum(
     #[attr(default = 0)] exclusive: i64,
     #[attr(default = 0)] reverse: i64,
 ) -> Result<Array> {
-    if x.size() == 0 {
-        // ORT's CPU EP returns an empty input as it is, whatever the axis says.
-        return Ok(x);
-    }
-    let axis = normalise_axis(axis, x.ndim())?;
-    Ok(ops::cumsum(
-        &x,
-        axis as i32,
-        reverse != 0,
-        exclusive == 0,
-        cx.stream(),
-    )?)
+    running(cx, x, axis, |wide, axis, s| {
+        Ok(ops::cumsum(wide, axis, reverse != 0, exclusive == 0, s)?)
+    })
 }
 
 /// Running product along `axis` (an input), exclusive and/or reversed on request.
@@ -202,18 +215,9 @@ fn cumprod(
     #[attr(default = 0)] exclusive: i64,
     #[attr(default = 0)] reverse: i64,
 ) -> Result<Array> {
-    if x.size() == 0 {
-        // ORT's CPU EP returns an empty input as it is, whatever the axis says.
-        return Ok(x);
-    }
-    let axis = normalise_axis(axis, x.ndim())?;
-    Ok(ops::cumprod(
-        &x,
-        axis as i32,
-        reverse != 0,
-        exclusive == 0,
-        cx.stream(),
-    )?)
+    running(cx, x, axis, |wide, axis, s| {
+        Ok(ops::cumprod(wide, axis, reverse != 0, exclusive == 0, s)?)
+    })
 }
 
 /// One-hot along `axis`: `values[1]` where the position equals the index (negative indices

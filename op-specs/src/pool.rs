@@ -239,6 +239,7 @@ fn pool_claim(node: &dyn crate::NodeView) -> crate::Verdict {
     pool_attributes_claim(node)
 }
 
+/// ceil_mode is read as "equals 1" throughout, as ORT's CPU EP reads it (2 is floor mode there).
 /// A storage_order other than 0 or 1 is refused by ORT's CPU EP when it loads the node: left to
 /// it. (Pads as large as the kernel, which ORT also refuses, are pooled here: with dilations they
 /// are meaningful, and the op suite holds them to numpy.)
@@ -304,7 +305,7 @@ fn max_pool_8(
         dilations,
         pads,
         &auto_pad,
-        ceil_mode != 0,
+        ceil_mode == 1,
     )?;
     max_pool_outputs(cx, &x, &windows, storage_order != 0)
 }
@@ -334,7 +335,7 @@ fn max_pool(
         dilations,
         pads,
         &auto_pad,
-        ceil_mode != 0,
+        ceil_mode == 1,
     )?;
     max_pool_outputs(cx, &x, &windows, storage_order != 0)
 }
@@ -558,7 +559,7 @@ fn average_pool(
         dilations,
         pads,
         &auto_pad,
-        ceil_mode != 0,
+        ceil_mode == 1,
     )?;
     let wide = ops::astype(&x, Dtype::F32, s)?;
     let zero = scalar(0.0, Dtype::F32, s)?;
@@ -628,7 +629,7 @@ fn lp_pool(
         dilations,
         pads,
         &auto_pad,
-        ceil_mode != 0,
+        ceil_mode == 1,
     )?;
     let zero = scalar(0.0, x.dtype(), s)?;
     lp_norm(

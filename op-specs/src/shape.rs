@@ -132,7 +132,8 @@ fn reshape(
 ) -> Result<Array> {
     Ok(ops::reshape(
         &x,
-        &reshape_target(&x.shape(), &shape, allowzero != 0)?,
+        // ORT's CPU EP reads allowzero as "equals 1": -1 still copies zeros there.
+        &reshape_target(&x.shape(), &shape, allowzero == 1)?,
         cx.stream(),
     )?)
 }

@@ -521,3 +521,29 @@ def test_one_hot_float_indices_match_only_whole_numbers_as_in_ort(dtype, elem):
         opset=11,
     )
     assert_same_as_cpu(model, {"i": indices, "d": np.array(4, np.float32), "v": np.array([0.25, 7], np.float32)})
+
+
+@pytest.mark.parametrize("op,x", [("CumProd", [300, 300, 0.5]), ("CumSum", [60000, 60000, -60000]), ("CumSum", [1, 0.0004, 0.0004, 0.0004])])
+def test_half_precision_running_ops_accumulate_in_float32_as_ort(op, x):
+    model = make_model(
+        [helper.make_node(op, ["x", "a"], ["y"])],
+        [tensor("x", TensorProto.FLOAT16, [len(x)])],
+        [tensor("y", TensorProto.FLOAT16)],
+        [const("a", 0)],
+        opset=26,
+    )
+    assert_same_as_cpu(model, {"x": np.array(x, np.float16)})
+
+
+def test_flags_ort_reads_as_equals_one():
+    # ceil_mode = 2 is floor mode in ORT; allowzero = -1 still copies zeros.
+    pool = pool_model("MaxPool", [1, 2, 7, 8], ("y", "i"), kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], ceil_mode=2)
+    assert_pool_close(pool, pool_feeds([1, 2, 7, 8]))
+    reshape = make_model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"], allowzero=-1)],
+        [tensor("x", TensorProto.INT32, ["p", "q"])],
+        [tensor("y", TensorProto.INT32)],
+        [const("s", [0, 1, 3])],
+        opset=14,
+    )
+    assert_same_as_cpu(reshape, {"x": np.arange(3, dtype=np.int32).reshape(1, 3)})
