@@ -40,7 +40,7 @@ def _tasks(seed: int, start: int, cases: int, op: str | None):
 def fuzz(seed: int, cases: int, workers: int, timeout: float, start: int = 0, op: str | None = None,
          progress: bool = False):
     """Run ``cases`` cases; returns the Summary."""
-    from .generate import entry_for
+    from .generate import entry_for, make_case, parse_case_id
     from .pool import run_tasks
     from .report import Summary
 
@@ -48,6 +48,11 @@ def fuzz(seed: int, cases: int, workers: int, timeout: float, start: int = 0, op
     began = time.monotonic()
 
     def on_result(r):
+        if "mutations" not in r and r["id"].startswith("s"):  # a lost worker's case: say what it was
+            try:
+                r["mutations"] = make_case(*parse_case_id(r["id"])).mutations
+            except Exception:
+                pass
         summary.add(r)
         n = len(summary.results)
         if progress and (n % 500 == 0 or n == cases):

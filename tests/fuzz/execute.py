@@ -80,7 +80,8 @@ def run_case(fc: FuzzCase, explain: Path, phase: Callable[..., None]) -> dict:
     except Exception as err:
         mlx_error = f"session creation: {first_line(err)}"
     claims = read_claims(explain)
-    claimed = sorted(n for n, r in claims.items() if r.get("claimed"))
+    # Nodes ORT made itself (a function op's body, inlined before GetCapability) have no name.
+    claimed = sorted(n or f"(unnamed {r.get('op')})" for n, r in claims.items() if r.get("claimed"))
     if not claimed and mlx_error and "MLXExecutionProvider" in mlx_error:
         claimed = ["(the EP failed before reporting claims)"]
     op_rec = claims.get(OP_NODE, {})
