@@ -81,6 +81,11 @@ class Summary:
                 lines.append(f"  also: {more}" + (f" (+{len(rs) - max_ids} more)" if len(rs) > max_ids else ""))
         return "\n".join(lines)
 
+    def problem_lines(self) -> list[str]:
+        """Every problem case on one line: category, op, what happened, and its repro command."""
+        return [f"{r['category']} {r['op']} {r['id']}: {r['detail'].splitlines()[0][:240]} | {repro_line(r['id'])}"
+                for r in self.problems()]
+
     def write_json(self, path: Path, meta: dict) -> None:
         data = {"meta": meta, "counts": dict(self.counts()), "per_op": {k: dict(v) for k, v in self.per_op().items()},
                 "problems": [dict(r, repro=repro_line(r["id"])) for r in self.problems()],

@@ -48,7 +48,8 @@ def test_fuzz_slice():
     assert len(summary.results) == SLICE_CASES
     covered = {r["op"] for r in summary.results}
     assert covered == {e.key for e in entries()}, "the slice must reach every table entry"
-    assert not summary.problems(), "\n" + summary.text(per_op=False, max_ids=1000)
+    assert not summary.problems(), "\n".join(["", summary.text(per_op=False), "", "every problem case:"]
+                                              + summary.problem_lines())
 
 
 # --------------------------------------------------------------------------------------------
