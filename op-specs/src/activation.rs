@@ -263,7 +263,10 @@ fn tanh(cx: &mut Lower, x: Array) -> Result<Array> {
 }
 
 /// `min(max(x, min), max)` with bounds from attributes (defaults: the float range).
-#[onnx_op(op = "Clip", opset = 6..=10, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
+#[onnx_op(
+    op = "Clip", opset = 6..=10, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless,
+    claim = clip_attrs_claim, declines = "min > max (or NaN): ORT's kernel refuses them"
+)]
 fn clip_attrs(
     cx: &mut Lower,
     x: Array,
@@ -274,6 +277,20 @@ fn clip_attrs(
     let low = scalar_like(min.into(), &x, s)?;
     let high = scalar_like(max.into(), &x, s)?;
     clip_between(&x, Some(&low), Some(&high), s)
+}
+
+/// ORT's Clip-6 kernel requires `min <= max` when the session is created.
+fn clip_attrs_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    let bound = |name: &str, default: f32| match node.attribute(name) {
+        Some(crate::AttrValue::Float(v)) => v,
+        _ => default,
+    };
+    let (min, max) = (bound("min", f32::MIN), bound("max", f32::MAX));
+    if min <= max {
+        crate::Verdict::Claim
+    } else {
+        crate::Verdict::decline(format!("min {min} > max {max}: ORT's kernel refuses it"))
+    }
 }
 
 /// `min(max(x, min), max)`; an absent bound does not clip.
@@ -294,13 +311,13 @@ fn clip(cx: &mut Lower, x: Array, min: Option<Array>, max: Option<Array>) -> Res
     clip_between(&x, min.as_ref(), max.as_ref(), s)
 }
 
-/// The largest finite value of a float type (`None` for integers, whose extremes clip nothing).
+/// The largest finite value of a float type that ORT clips to when a bound is absent (`None`
+/// for integers, whose extremes clip nothing, and bfloat16, which ORT leaves unclipped).
 fn largest_finite(dtype: Dtype) -> Option<f64> {
     match dtype {
         Dtype::F32 => Some(f32::MAX.into()),
         Dtype::F16 => Some(65504.0),
-        // bfloat16's largest finite value, 0x7F7F (f32::MAX itself would round to inf).
-        Dtype::BF16 => Some(3.389_531_389_251_535_5e38),
+        // ORT's CPU EP leaves bfloat16 infinities unclipped when a bound is absent.
         _ => None,
     }
 }

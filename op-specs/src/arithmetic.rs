@@ -195,22 +195,53 @@ fn fold(
     iter.try_fold(first, |acc, x| Ok(f(&acc, &x, s)?))
 }
 
+/// Opsets 6 and 7 of Sum, Mean, Max and Min do not broadcast: ORT's CPU kernels for them fail
+/// on inputs whose shapes differ, and so does the node here.
+fn same_shapes_before_8(cx: &Lower, data: &[Array]) -> Result<()> {
+    if cx.node().since_version() >= 8 {
+        return Ok(());
+    }
+    match data.split_first() {
+        Some((first, rest)) if rest.iter().any(|a| a.shape() != first.shape()) => {
+            Err(crate::OpError::new(format!(
+                "inputs of shapes {:?}: before opset 8 all inputs must have the same shape \
+                 (opset 8 added broadcasting)",
+                data.iter().map(Array::shape).collect::<Vec<_>>()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Before opset 8 the lowering compares input shapes, so a closure must retrace per shape.
+fn variadic_shape(node: &dyn crate::NodeView) -> crate::table::spec::ShapeSafety {
+    use crate::table::spec::ShapeSafety;
+    if node.since_version() < 8 {
+        ShapeSafety::ShapeKeyed
+    } else {
+        ShapeSafety::Shapeless
+    }
+}
+
 /// Elementwise maximum of all inputs (NaN propagates).
-#[onnx_op(op = "Max", since = 6, types(T = NUMERIC), inputs(data_0: T), outputs(max: T), shape = Shapeless)]
+#[onnx_op(op = "Max", since = 6, types(T = NUMERIC), inputs(data_0: T), outputs(max: T), shape = variadic_shape)]
 fn max(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
+    same_shapes_before_8(cx, &data)?;
     fold(data, cx.stream(), ops::maximum)
 }
 
 /// Elementwise minimum of all inputs (NaN propagates).
-#[onnx_op(op = "Min", since = 6, types(T = NUMERIC), inputs(data_0: T), outputs(min: T), shape = Shapeless)]
+#[onnx_op(op = "Min", since = 6, types(T = NUMERIC), inputs(data_0: T), outputs(min: T), shape = variadic_shape)]
 fn min(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
+    same_shapes_before_8(cx, &data)?;
     fold(data, cx.stream(), ops::minimum)
 }
 
 /// Elementwise sum of all inputs; 16-bit floats add up in float32 and round once, as in ORT's
 /// CPU EP (a float16 Mean of [6e4, 6e4] is 6e4 there, not inf).
-#[onnx_op(op = "Sum", since = 6, types(T = FLOAT), inputs(data_0: T), outputs(sum: T), shape = Shapeless)]
+#[onnx_op(op = "Sum", since = 6, types(T = FLOAT), inputs(data_0: T), outputs(sum: T), shape = variadic_shape)]
 fn sum(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
+    same_shapes_before_8(cx, &data)?;
     let s = cx.stream();
     let dtype = data.first().map(Array::dtype);
     let total = fold(all_widened(data, s)?, s, ops::add)?;
@@ -218,8 +249,9 @@ fn sum(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
 }
 
 /// Elementwise mean of all inputs (16-bit floats in float32, as [`sum`]).
-#[onnx_op(op = "Mean", since = 6, types(T = FLOAT), inputs(data_0: T), outputs(mean: T), shape = Shapeless)]
+#[onnx_op(op = "Mean", since = 6, types(T = FLOAT), inputs(data_0: T), outputs(mean: T), shape = variadic_shape)]
 fn mean(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
+    same_shapes_before_8(cx, &data)?;
     let s = cx.stream();
     let count = data.len() as f64;
     let dtype = data.first().map(Array::dtype);

@@ -20,7 +20,10 @@ fn ms_gelu(cx: &mut Lower, x: Array) -> Result<Array> {
 fn fast_gelu(cx: &mut Lower, x: Array, bias: Option<Array>) -> Result<Array> {
     let s = cx.stream();
     let x = match bias {
-        Some(b) => ops::add(&x, &b, s)?,
+        Some(b) => {
+            check_bias(&x, &b)?;
+            ops::add(&x, &b, s)?
+        }
         None => x,
     };
     gelu_tanh(&x, s)
@@ -33,7 +36,25 @@ fn fast_gelu(cx: &mut Lower, x: Array, bias: Option<Array>) -> Result<Array> {
 )]
 fn bias_gelu(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
     let s = cx.stream();
+    check_bias(&a, &b)?;
     gelu_erf(&ops::add(&a, &b, s)?, s)
+}
+
+/// ORT's bias GELU kernels take a bias of one value per element of the input's last axis (not
+/// any broadcastable shape) and an input of rank 1 or more.
+fn check_bias(x: &Array, bias: &Array) -> Result<()> {
+    let Some(&last) = x.shape().last() else {
+        return Err(crate::OpError::new(
+            "the input must have 1 or more dimensions, not 0",
+        ));
+    };
+    if bias.shape() != [last] {
+        return Err(crate::OpError::new(format!(
+            "bias has shape {:?}: it must be 1-D with the length of the input's last axis ({last})",
+            bias.shape()
+        )));
+    }
+    Ok(())
 }
 
 /// `x * sigmoid(alpha * x)`.

@@ -8,7 +8,9 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::activation::silu_of;
-use crate::normalization::{group_standardise, layer_norm_claim, rms_norm_over, standardise};
+use crate::normalization::{
+    group_standardise, layer_norm_claim, require_norm_extent, rms_norm_over, standardise,
+};
 use crate::table::consts::scalar_like;
 use crate::{onnx_op, Lower, OpError, Result};
 
@@ -29,6 +31,7 @@ fn simplified_layer_normalization(
 ) -> Result<Vec<Array>> {
     let _ = stash_type; // declined unless 1, see the claim
     let only_y = !cx.node().output_present(1);
+    require_norm_extent(&x, crate::shape::normalise_axis(axis, x.ndim())?)?;
     rms_norm_over(&x, &scale, axis, epsilon, only_y, cx.stream())
 }
 
@@ -47,7 +50,8 @@ fn residual_sum(input: &Array, skip: &Array, bias: Option<&Array>, s: &Stream) -
 #[onnx_op(
     domain = "com.microsoft", op = "SkipLayerNormalization", since = 1, types(T = FLOAT, U = F32),
     inputs(input: T, skip: T, gamma: T, beta: T, bias: T),
-    outputs(output: T, mean?: U, inv_std_var?: U, input_skip_bias_sum?: T), shape = ShapeKeyed
+    outputs(output: T, mean?: U, inv_std_var?: U, input_skip_bias_sum?: T), shape = ShapeKeyed,
+    claim = non_negative_epsilon, declines = "a negative epsilon (ORT's kernel refuses it)"
 )]
 fn skip_layer_normalization(
     cx: &mut Lower,
@@ -85,6 +89,12 @@ fn skip_norm(
     centred: bool,
 ) -> Result<Vec<Array>> {
     let s = cx.stream();
+    if input.shape().last().is_none_or(|&hidden| hidden == 0) {
+        return Err(OpError::new(format!(
+            "input has shape {:?}: its last axis (hidden_size) must be positive",
+            input.shape()
+        )));
+    }
     let only_output = (1..4).all(|i| !cx.node().output_present(i));
     let sum = residual_sum(input, skip, bias, s)?;
     let gamma = ops::astype(gamma, Dtype::F32, s)?;
@@ -119,7 +129,7 @@ fn skip_norm(
     domain = "com.microsoft", op = "SkipSimplifiedLayerNormalization", since = 1, types(T = FLOAT, U = F32),
     inputs(input: T, skip: T, gamma: T, bias: T),
     outputs(output: T, mean?: U, inv_std_var?: U, input_skip_bias_sum?: T), shape = ShapeKeyed,
-    claim = no_mean_output, declines = "the mean output (a simplified norm has no mean)"
+    claim = simplified_skip_claim, declines = "the mean output (a simplified norm has no mean); a negative epsilon (ORT's kernel refuses it)"
 )]
 fn skip_simplified_layer_normalization(
     cx: &mut Lower,
@@ -141,22 +151,49 @@ fn skip_simplified_layer_normalization(
     )
 }
 
-fn no_mean_output(node: &dyn crate::NodeView) -> crate::Verdict {
+fn simplified_skip_claim(node: &dyn crate::NodeView) -> crate::Verdict {
     if node.output_present(1) {
         return crate::Verdict::decline(
             "the mean output of a simplified norm (ORT leaves it unspecified)",
         );
     }
-    crate::Verdict::Claim
+    non_negative_epsilon(node)
 }
 
-/// Rows of `table` at `ids` (int32, negative ids from the end); ids out of range, which ORT
-/// reports as an error, are clamped rather than read out of bounds (as Gather does).
-fn embed(table: &Array, ids: &Array, s: &Stream) -> Result<Array> {
+/// ORT's SkipLayerNorm and EmbedLayerNorm kernels refuse a negative epsilon when the session
+/// is created; declined, ORT's CPU EP fails the same way.
+fn non_negative_epsilon(node: &dyn crate::NodeView) -> crate::Verdict {
+    match node.attribute("epsilon") {
+        Some(crate::AttrValue::Float(e)) if e.is_nan() || e < 0.0 => {
+            crate::Verdict::decline(format!("epsilon {e}: ORT's kernel requires epsilon >= 0"))
+        }
+        _ => crate::Verdict::Claim,
+    }
+}
+
+/// Rows of `table` at `ids`. ORT's kernel fails the run on an id outside `[0, rows)` (no
+/// negative ids from the end), so does a run-time check; the ids are clamped as well, since
+/// MLX evaluates the gather before the check is read.
+fn embed(cx: &mut Lower, table: &Array, ids: &Array, what: &str) -> Result<Array> {
+    let s = cx.stream();
     let rows = table.shape().first().copied().unwrap_or(0);
     if rows == 0 {
-        return Err(OpError::new("an embedding table with no rows"));
+        return Err(OpError::new(format!(
+            "the {what} embedding table has no rows"
+        )));
     }
+    let holds = ops::logical_and(
+        &ops::greater_equal(ids, &scalar_like(0.0, ids, s)?, s)?,
+        &ops::less(ids, &scalar_like(rows as f64, ids, s)?, s)?,
+        s,
+    )?;
+    cx.require(
+        &holds,
+        format!(
+            "input index out of range: {what} ids must lie in [0, {}]",
+            rows - 1
+        ),
+    )?;
     let safe = crate::indexing::in_bounds(ids, rows, s)?;
     Ok(ops::take(table, &safe, 0, s)?)
 }
@@ -169,7 +206,8 @@ fn embed(table: &Array, ids: &Array, s: &Stream) -> Result<Array> {
     domain = "com.microsoft", op = "EmbedLayerNormalization", since = 1, types(T1 = I32, T = F32 | F16),
     inputs(input_ids: T1, segment_ids: T1, word_embedding: T, position_embedding: T, segment_embedding: T,
            gamma: T, beta: T, mask: T1, position_ids: T1),
-    outputs(output: T, mask_index?: T1, embedding_sum?: T), shape = ShapeKeyed
+    outputs(output: T, mask_index?: T1, embedding_sum?: T), shape = ShapeKeyed,
+    claim = non_negative_epsilon, declines = "a negative epsilon (ORT's kernel refuses it)"
 )]
 fn embed_layer_normalization(
     cx: &mut Lower,
@@ -192,9 +230,9 @@ fn embed_layer_normalization(
     }
     let (batch, sequence) = (shape[0], shape[1]);
     let wide = |a: Array| ops::astype(&a, Dtype::F32, s);
-    let mut sum = wide(embed(&word_embedding, &input_ids, s)?)?;
+    let mut sum = wide(embed(cx, &word_embedding, &input_ids, "word")?)?;
     let positions = match position_ids {
-        Some(ids) => embed(&position_embedding, &ids, s)?,
+        Some(ids) => embed(cx, &position_embedding, &ids, "position")?,
         None if position_embedding
             .shape()
             .first()
@@ -215,7 +253,7 @@ fn embed_layer_normalization(
     };
     sum = ops::add(&sum, &wide(positions)?, s)?;
     if let (Some(ids), Some(table)) = (segment_ids, segment_embedding) {
-        sum = ops::add(&sum, &wide(embed(&table, &ids, s)?)?, s)?;
+        sum = ops::add(&sum, &wide(embed(cx, &table, &ids, "segment")?)?, s)?;
     }
     // MLX's fused layer norm: float32 statistics over the hidden axis, as ORT's kernel.
     let y = ops::layer_norm(&sum, Some(&wide(gamma)?), Some(&wide(beta)?), epsilon, s)?;

@@ -8,7 +8,81 @@ use crate::{onnx_op, Lower, OpError, Result};
 /// numpy's matmul: batched, broadcasting batch dims, 1-D operands promoted and squeezed back.
 #[onnx_op(op = "MatMul", since = 1, types(T = FLOAT), inputs(A: T, B: T), outputs(Y: T), shape = Shapeless)]
 fn matmul(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
+    ort_batch_check(&a.shape(), &b.shape(), Transposes::default())?;
     numpy_matmul(&a, &b, cx.stream())
+}
+
+/// FusedMatMul's transposition flags (all false for MatMul).
+#[derive(Clone, Copy, Default)]
+struct Transposes {
+    a: bool,
+    batch_a: bool,
+    batch_b: bool,
+}
+
+/// The shapes ORT's MatMul helper refuses that numpy's rule accepts: it broadcasts batch dims
+/// by `max` alone, so a zero-size batch dim only meets its equal (`[1, 3, 4] x [0, 4, 5]`
+/// fails there, and so does `[0, 3] x [3]`, whose row count it lines up with the 1-D side's
+/// padding). Its flattening shortcut (no transposition of A, B's batch dims all 1) checks no
+/// batch dims at all.
+fn ort_batch_check(a: &[i64], b: &[i64], t: Transposes) -> Result<()> {
+    let (ln, rn) = (a.len(), b.len());
+    if ln == 0 || rn == 0 {
+        return Err(OpError::new("MatMul operands must have rank >= 1"));
+    }
+    let shortcut = !t.a && !t.batch_a && !t.batch_b && rn >= 2 && ln >= rn;
+    if shortcut && b[..rn - 2].iter().product::<i64>() == 1 {
+        return Ok(());
+    }
+    if (t.batch_a || t.batch_b) && !(ln > 2 && ln == rn) {
+        return Err(OpError::new(format!(
+            "shapes {a:?} and {b:?}: transBatchA/transBatchB need operands of one rank >= 3"
+        )));
+    }
+    // transBatch moves the leading axis behind the other batch axes.
+    let batch_moved = |dims: &[i64], moved: bool| -> Vec<i64> {
+        let mut dims = dims.to_vec();
+        if moved {
+            let lead = dims.remove(0);
+            dims.insert(dims.len() - 1, lead);
+        }
+        dims
+    };
+    let (left, right) = (batch_moved(a, t.batch_a), batch_moved(b, t.batch_b));
+    let padded_rank = ln.max(rn) + usize::from(rn == 1);
+    let mut lp = vec![1i64; padded_rank];
+    let mut rp = vec![1i64; padded_rank];
+    if rn == 1 {
+        // B becomes [.., K, 1]; A's rows sit where B's K does, its K last.
+        rp[padded_rank - 2] = right[0];
+        if ln >= 2 {
+            lp[..ln - 2].copy_from_slice(&left[..ln - 2]);
+            let (rows, depth) = if t.a {
+                (ln - 1, ln - 2)
+            } else {
+                (ln - 2, ln - 1)
+            };
+            lp[padded_rank - 3] = left[rows];
+            lp[padded_rank - 1] = left[depth];
+        } else {
+            lp[padded_rank - ln..].copy_from_slice(&left);
+        }
+    } else {
+        lp[padded_rank - ln..].copy_from_slice(&left);
+        rp[padded_rank - rn..].copy_from_slice(&right);
+    }
+    for i in 0..padded_rank - 2 {
+        let out = lp[i].max(rp[i]);
+        for (side, dim) in [("left", lp[i]), ("right", rp[i])] {
+            if dim != out && dim != 1 {
+                return Err(OpError::new(format!(
+                    "shapes {a:?} and {b:?}: the {side} operand cannot broadcast on dim {i} \
+                     (ORT's CPU EP refuses this too)"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn numpy_matmul(a: &Array, b: &Array, s: &mlx_kernels::Stream) -> Result<Array> {
@@ -140,17 +214,24 @@ fn fused_matmul(
     #[attr(name = "transBatchB", default = 0)] trans_batch_b: i64,
 ) -> Result<Array> {
     let s = cx.stream();
+    let flags = Transposes {
+        a: trans_a != 0,
+        batch_a: trans_batch_a != 0,
+        batch_b: trans_batch_b != 0,
+    };
+    ort_batch_check(&a.shape(), &b.shape(), flags)?;
+    let dtype = a.dtype();
     let a = fused_operand(a, trans_batch_a != 0, trans_a != 0, s)?;
     let b = fused_operand(b, trans_batch_b != 0, trans_b != 0, s)?;
-    let product = numpy_matmul(&a, &b, s)?;
     if alpha == 1.0 {
-        return Ok(product);
+        return numpy_matmul(&a, &b, s);
     }
-    Ok(ops::multiply(
-        &product,
-        &scalar_like(alpha.into(), &product, s)?,
-        s,
-    )?)
+    // ORT scales inside the product, before rounding to a 16-bit type: a product past
+    // float16's range can come back into it (alpha 0.5 of -67264 is -33632, not -inf).
+    let wide = |x: &Array| crate::reduce::widened(x, s);
+    let product = numpy_matmul(&wide(&a)?, &wide(&b)?, s)?;
+    let scaled = ops::multiply(&product, &scalar_like(alpha.into(), &product, s)?, s)?;
+    Ok(ops::astype(&scaled, dtype, s)?)
 }
 
 /// ORT's CPU kernel departs from numpy's rule when `transA` meets a 1-D B (it does not

@@ -27,6 +27,7 @@ fn layer_normalization(
     let s = cx.stream();
     let rank = x.ndim();
     let axis = normalise_axis(axis, rank)?;
+    require_norm_extent(&x, axis)?;
     let only_y = cx.node().output_count() == 1;
     // MLX's fused kernel takes only a per-element weight and bias of the last axis; ONNX also
     // allows them to broadcast (a scale of shape [1], say), which the general path does.
@@ -43,6 +44,18 @@ fn layer_normalization(
         )?]);
     }
     layer_norm_general(&x, &scale, bias.as_ref(), axis, epsilon, s)
+}
+
+/// ORT's layer norm kernels fail on an empty `X.shape[axis:]` (there is nothing to take the
+/// statistics of), even when `X` is empty anyway.
+pub(crate) fn require_norm_extent(x: &Array, axis: usize) -> Result<()> {
+    if x.shape()[axis.min(x.ndim())..].contains(&0) {
+        return Err(crate::OpError::new(format!(
+            "X has shape {:?}: the size of X.shape[axis:] (axis {axis}) must be at least 1",
+            x.shape()
+        )));
+    }
+    Ok(())
 }
 
 pub(crate) fn layer_norm_claim(node: &dyn crate::NodeView) -> crate::Verdict {
@@ -69,6 +82,7 @@ fn rms_normalization(
     #[attr(default = 1)] stash_type: i64,
 ) -> Result<Array> {
     let _ = stash_type; // declined unless 1, see the claim
+    require_norm_extent(&x, normalise_axis(axis, x.ndim())?)?;
     let mut outputs = rms_norm_over(&x, &scale, axis, epsilon, true, cx.stream())?;
     Ok(outputs.swap_remove(0))
 }
@@ -145,9 +159,35 @@ fn lp_normalization_claim(node: &dyn crate::NodeView) -> crate::Verdict {
     }
 }
 
+/// ORT's LRN kernel, when the session is created, requires an odd positive size and positive
+/// alpha and beta.
+fn lrn_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    use crate::AttrValue::{Float, Int};
+    let positive = |name: &str| match node.attribute(name) {
+        Some(Float(v)) => v > 0.0,
+        _ => true, // the defaults are positive
+    };
+    match node.attribute("size") {
+        Some(Int(size)) if size > 0 && size % 2 == 1 => {}
+        other => {
+            return crate::Verdict::decline(format!(
+                "size {other:?}: ORT's LRN takes an odd positive size"
+            ))
+        }
+    }
+    if positive("alpha") && positive("beta") {
+        crate::Verdict::Claim
+    } else {
+        crate::Verdict::decline("alpha or beta not positive: ORT's LRN refuses them")
+    }
+}
+
 /// Cross-channel local response normalisation, in float32:
 /// `x / (bias + alpha / size * sum of x^2 over the size channels around c)^beta`.
-#[onnx_op(op = "LRN", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed)]
+#[onnx_op(
+    op = "LRN", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
+    claim = lrn_claim, declines = "a size that is not positive and odd, alpha or beta not positive (ORT's kernel refuses them)"
+)]
 fn lrn(
     cx: &mut Lower,
     x: Array,
@@ -157,10 +197,12 @@ fn lrn(
     #[attr] size: i64,
 ) -> Result<Array> {
     let s = cx.stream();
-    if x.ndim() < 3 || size < 1 {
-        return Err(crate::OpError::new(
-            "LRN needs [N, C, spatial..] and a positive size",
-        ));
+    if x.ndim() != 4 {
+        // ORT's CPU kernel takes NCHW only.
+        return Err(crate::OpError::new(format!(
+            "X has rank {}: LRN takes [N, C, H, W] (give it rank 4)",
+            x.ndim()
+        )));
     }
     if x.size() == 0 {
         return Ok(x);
@@ -288,6 +330,15 @@ fn instance_normalization(
         return Err(crate::OpError::new(
             "InstanceNormalization needs [N, C, spatial..]",
         ));
+    }
+    let channels = x.shape()[1];
+    for (name, p) in [("scale", &scale), ("B", &b)] {
+        if p.shape() != [channels] {
+            return Err(crate::OpError::new(format!(
+                "{name} has shape {:?}: it must be [C] = [{channels}]",
+                p.shape()
+            )));
+        }
     }
     let axes: Vec<i32> = (2..rank as i32).collect();
     let normalised = standardise(&x, &axes, epsilon, true, s)?.normalised;
@@ -434,6 +485,11 @@ fn mean_variance_normalization(
         .collect();
     axes.sort_unstable();
     axes.dedup();
+    if axes.is_empty() {
+        return Err(crate::OpError::new(format!(
+            "no valid axes are specified for X of rank {rank}: name at least one axis in [-{rank}, {rank})"
+        )));
+    }
     let wide = ops::astype(&x, Dtype::F32, s)?;
     let centred = ops::subtract(&wide, &ops::mean(&wide, &axes, true, s)?, s)?;
     let spread = ops::sqrt(

@@ -6,7 +6,7 @@
 //!   last valid step. A length of 0 (and a zero-length sequence) gives zero states, not the
 //!   initial ones. The lengths stay a runtime tensor: each step selects, per batch entry, between
 //!   the new state and the carried one, so no host read is needed. Lengths outside
-//!   `[0, seq_length]`, which ORT's CPU EP rejects, act as if clamped.
+//!   `[0, seq_length]` fail the run, as in ORT's CPU EP (a run-time check).
 //! - `clip` bounds the input of the gate activations only (not the cell state fed to `h`).
 //! - `input_forget = 1` (LSTM) couples the gates: `f = 1 - i`.
 //! - `activation_alpha`/`activation_beta` are consumed in order by the activations that take
@@ -689,7 +689,7 @@ fn run_direction(
 }
 
 /// The recurrent layer: `[Y, Y_h, Y_c]` (absent outputs get a placeholder the EP drops).
-fn recurrent(cx: &Lower, cfg: &Config, mut inputs: Inputs) -> Result<Vec<Array>> {
+fn recurrent(cx: &mut Lower, cfg: &Config, mut inputs: Inputs) -> Result<Vec<Array>> {
     let s = cx.stream();
     let out_dtype = inputs.x.dtype();
     if inputs.x.ndim() != 3 {
@@ -713,6 +713,9 @@ fn recurrent(cx: &Lower, cfg: &Config, mut inputs: Inputs) -> Result<Vec<Array>>
         cfg.cell.gates() * cfg.hidden,
     );
     check_shapes(&inputs, dirs, batch, input_size, hidden, width)?;
+    if let Some(lens) = &inputs.lens {
+        check_lengths(cx, lens, steps)?;
+    }
     let want = |i: usize| cx.node().output_present(i);
     if steps == 0 || batch == 0 {
         // No step runs: empty Y, zero states (ORT's CPU EP gives zeros for a zero length).
@@ -771,6 +774,22 @@ fn finish(cfg: &Config, y: Array, y_h: Array, y_c: Array, s: &Stream) -> Result<
         y
     };
     Ok(vec![y, states(&y_h)?, states(&y_c)?])
+}
+
+/// ORT's CPU EP fails the run on a length outside `[0, seq_length]`; the steps themselves
+/// stay safe for any length (each only compares against the step index).
+fn check_lengths(cx: &mut Lower, lens: &Array, steps: i64) -> Result<()> {
+    let s = cx.stream();
+    let lens = ops::astype(lens, Dtype::I64, s)?;
+    let holds = ops::logical_and(
+        &ops::greater_equal(&lens, &scalar(0.0, Dtype::I64, s)?, s)?,
+        &ops::less_equal(&lens, &scalar(steps as f64, Dtype::I64, s)?, s)?,
+        s,
+    )?;
+    cx.require(
+        &holds,
+        format!("invalid sequence_lens: every length must lie in [0, {steps}] (seq_length)"),
+    )
 }
 
 fn check_shapes(
@@ -877,7 +896,7 @@ type ActivationAttrs = (Option<Vec<f32>>, Option<Vec<f32>>, Option<Vec<String>>)
 
 #[allow(clippy::too_many_arguments)] // the shared attributes, passed through
 fn rnn(
-    cx: &Lower,
+    cx: &mut Lower,
     [x, w, r]: [Array; 3],
     [b, lens, h0]: [Option<Array>; 3],
     (alphas, betas, names): ActivationAttrs,
@@ -984,7 +1003,7 @@ fn gru_14(
 }
 
 fn gru(
-    cx: &Lower,
+    cx: &mut Lower,
     [x, w, r]: [Array; 3],
     [b, lens, h0]: [Option<Array>; 3],
     (alphas, betas, names): ActivationAttrs,
@@ -1097,7 +1116,7 @@ fn lstm_14(
 }
 
 fn lstm(
-    cx: &Lower,
+    cx: &mut Lower,
     [x, w, r]: [Array; 3],
     [b, lens, h0, c0, p]: [Option<Array>; 5],
     (alphas, betas, names): ActivationAttrs,

@@ -34,9 +34,19 @@ fn reduce(
 ) -> Result<Array> {
     let s = cx.stream();
     let axes = axes.unwrap_or_default();
-    if axes.is_empty() && noop_with_empty_axes != 0 {
+    // ORT reads the flag as `== 1` (as keepdims).
+    if axes.is_empty() && noop_with_empty_axes == 1 {
         // No reduction, but the element-wise part of the reduction still applies.
         return elementwise_part(x, how, s);
+    }
+    if x.size() == 0 {
+        return empty_reduction(x, how, &axes, keep_of(keepdims), s);
+    }
+    if x.ndim() == 0 {
+        // ORT's CPU EP ignores the axes of a scalar (any axis, keepdims or not) and reduces
+        // its one element.
+        let one = ops::reshape(x, &[1], s)?;
+        return reduce(cx, &one, how, Some(vec![0]), 0, 0);
     }
     let resolved: Vec<i32> = if axes.is_empty() {
         (0..x.ndim() as i32).collect()
@@ -49,28 +59,7 @@ fn reduce(
         r.dedup();
         r
     };
-    let keep = keepdims != 0;
-    if x.size() == 0 {
-        // MLX refuses some reductions of empty arrays; ONNX gives the reduction's value over
-        // an empty set where a reduced axis is empty (and an empty result otherwise).
-        let dims = x.shape();
-        let shape: Vec<i64> = dims
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &d)| match (resolved.contains(&(i as i32)), keep) {
-                (false, _) => Some(d),
-                (true, true) => Some(1),
-                (true, false) => None,
-            })
-            .collect();
-        let identity = match (empty_set_value(how), x.dtype()) {
-            // For booleans the extremes are false and true (not "-inf != 0").
-            (v, Dtype::Bool) if v.is_infinite() => f64::from(u8::from(v > 0.0)),
-            (v, _) => v,
-        };
-        let value = crate::table::consts::scalar(identity, x.dtype(), s)?;
-        return Ok(ops::broadcast_to(&value, &shape, s)?);
-    }
+    let keep = keep_of(keepdims);
     if x.dtype() == Dtype::I32 {
         if let Some(summed) = saturating_i32_sum(x, how, &resolved, keep, s)? {
             return Ok(summed);
@@ -98,6 +87,47 @@ fn reduce(
     };
     // MLX widens some integer reductions; ONNX keeps the input type.
     Ok(same_type(result, x.dtype(), s)?)
+}
+
+/// ORT reads keepdims as `keepdims == 1`: 2 or -1 drop the reduced axes as 0 does.
+fn keep_of(keepdims: i64) -> bool {
+    keepdims == 1
+}
+
+/// A reduction of an empty tensor as ORT's CPU EP gives it (MLX refuses some reductions of
+/// empty arrays): the reduction's value over an empty set where a reduced axis is empty, an
+/// empty result otherwise. ORT's empty path reads only the axes in `[0, rank)` (a negative or
+/// too large axis is ignored, not an error) and, when none is left of a non-empty list,
+/// returns the input's shape unreduced.
+fn empty_reduction(
+    x: &Array,
+    how: Reduction,
+    axes: &[i64],
+    keep: bool,
+    s: &Stream,
+) -> Result<Array> {
+    let dims = x.shape();
+    let rank = dims.len() as i64;
+    let reduced = |i: usize| axes.is_empty() || axes.contains(&(i as i64));
+    let shape: Vec<i64> = if !axes.is_empty() && !axes.iter().any(|a| (0..rank).contains(a)) {
+        dims.clone()
+    } else {
+        dims.iter()
+            .enumerate()
+            .filter_map(|(i, &d)| match (reduced(i), keep) {
+                (false, _) => Some(d),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect()
+    };
+    let identity = match (empty_set_value(how), x.dtype()) {
+        // For booleans the extremes are false and true (not "-inf != 0").
+        (v, Dtype::Bool) if v.is_infinite() => f64::from(u8::from(v > 0.0)),
+        (v, _) => v,
+    };
+    let value = crate::table::consts::scalar(identity, x.dtype(), s)?;
+    Ok(ops::broadcast_to(&value, &shape, s)?)
 }
 
 /// `x` in float32 when it is a 16-bit float (for accumulating), else `x`.
@@ -160,19 +190,31 @@ fn integer_reduction_claim(node: &dyn crate::NodeView) -> crate::Verdict {
 }
 
 /// The value of a reduction over an empty set (for integers, through saturating casts: the
-/// type's extremes). ONNX leaves the mean of nothing undefined; NaN says so.
+/// type's extremes). ONNX leaves the mean of nothing undefined; ORT's CPU EP gives 0.
 fn empty_set_value(how: Reduction) -> f64 {
     match how {
-        Reduction::Sum | Reduction::SumSquare | Reduction::L1 | Reduction::L2 => 0.0,
+        Reduction::Sum | Reduction::SumSquare | Reduction::L1 | Reduction::L2 | Reduction::Mean => {
+            0.0
+        }
         Reduction::Prod => 1.0,
         Reduction::Max | Reduction::LogSum | Reduction::LogSumExp => f64::NEG_INFINITY,
         Reduction::Min => f64::INFINITY,
-        Reduction::Mean => f64::NAN,
     }
 }
 
 /// What a reduction does to each element before combining (`noop_with_empty_axes = 1`).
 fn elementwise_part(x: &Array, how: Reduction, s: &Stream) -> Result<Array> {
+    if x.dtype() == Dtype::I32 && matches!(how, Reduction::SumSquare | Reduction::L1) {
+        // ORT saturates int32 squares and absolute values (|-2^31| is 2^31 - 1, not -2^31).
+        let wide = ops::astype(x, Dtype::I64, s)?;
+        let terms = match how {
+            Reduction::SumSquare => ops::multiply(&wide, &wide, s)?,
+            _ => ops::abs(&wide, s)?,
+        };
+        let bound = |v: i32| crate::table::consts::scalar(v.into(), Dtype::I64, s);
+        let high = ops::minimum(&terms, &bound(i32::MAX)?, s)?;
+        return Ok(ops::astype(&high, Dtype::I32, s)?);
+    }
     Ok(match how {
         Reduction::Sum
         | Reduction::Mean
@@ -270,7 +312,7 @@ fn arg_extreme(
             .shape()
             .iter()
             .enumerate()
-            .filter_map(|(i, &d)| match (i == axis, keepdims != 0) {
+            .filter_map(|(i, &d)| match (i == axis, keep_of(keepdims)) {
                 (false, _) => Some(d),
                 (true, true) => Some(1),
                 (true, false) => None,
@@ -281,9 +323,9 @@ fn arg_extreme(
     }
     let pick = |v: &Array| -> mlx_kernels::Result<Array> {
         if max {
-            ops::argmax(v, axis as i32, keepdims != 0, s)
+            ops::argmax(v, axis as i32, keep_of(keepdims), s)
         } else {
-            ops::argmin(v, axis as i32, keepdims != 0, s)
+            ops::argmin(v, axis as i32, keep_of(keepdims), s)
         }
     };
     let index = if last != 0 {

@@ -26,15 +26,22 @@ fn along_axis(x: &Array, axis: i64, s: &Stream, f: AxisFn) -> Result<Array> {
     f(x, normalise_axis(axis, x.ndim())?, s)
 }
 
+/// ORT's Softmax, LogSoftmax and Hardmax kernels keep the axis in 32 bits (2^32 + 1 is axis 1,
+/// 2^63 - 1 is -1).
+fn ort_axis(axis: i64) -> i64 {
+    i64::from(axis as i32)
+}
+
 /// Opsets 1–12: view the input as `[prod(dims[..axis]), prod(dims[axis..])]`, apply `f` on the
 /// second axis, and restore the shape.
 fn flattened(x: &Array, axis: i64, s: &Stream, f: AxisFn) -> Result<Array> {
     let shape = x.shape();
-    let axis = if x.ndim() == 0 {
-        0
-    } else {
-        normalise_axis(axis, x.ndim())? as usize
-    };
+    if x.ndim() == 0 {
+        return Err(OpError::new(
+            "input must have rank >= 1 (ORT's CPU EP refuses a scalar)",
+        ));
+    }
+    let axis = normalise_axis(axis, x.ndim())? as usize;
     let outer: i64 = shape[..axis].iter().product();
     let inner: i64 = shape[axis..].iter().product();
     let flat = ops::reshape(x, &[outer, inner], s)?;
@@ -85,37 +92,37 @@ fn hardmax_axis(x: &Array, axis: i32, s: &Stream) -> Result<Array> {
 /// `exp(x) / sum(exp(x))` along `axis`.
 #[onnx_op(op = "Softmax", since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
 fn softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<Array> {
-    along_axis(&x, axis, cx.stream(), softmax_axis)
+    along_axis(&x, ort_axis(axis), cx.stream(), softmax_axis)
 }
 
 /// Softmax over the input flattened to 2-D at `axis`.
 #[onnx_op(op = "Softmax", opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
 fn softmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
-    flattened(&x, axis, cx.stream(), softmax_axis)
+    flattened(&x, ort_axis(axis), cx.stream(), softmax_axis)
 }
 
 /// `x - log(sum(exp(x)))` along `axis`.
 #[onnx_op(op = "LogSoftmax", since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
 fn log_softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<Array> {
-    along_axis(&x, axis, cx.stream(), log_softmax_axis)
+    along_axis(&x, ort_axis(axis), cx.stream(), log_softmax_axis)
 }
 
 /// LogSoftmax over the input flattened to 2-D at `axis`.
 #[onnx_op(op = "LogSoftmax", opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
 fn log_softmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
-    flattened(&x, axis, cx.stream(), log_softmax_axis)
+    flattened(&x, ort_axis(axis), cx.stream(), log_softmax_axis)
 }
 
 /// One-hot of the first maximum along `axis`.
 #[onnx_op(op = "Hardmax", since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
 fn hardmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<Array> {
-    along_axis(&x, axis, cx.stream(), hardmax_axis)
+    along_axis(&x, ort_axis(axis), cx.stream(), hardmax_axis)
 }
 
 /// Hardmax over the input flattened to 2-D at `axis`.
 #[onnx_op(op = "Hardmax", opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
 fn hardmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
-    flattened(&x, axis, cx.stream(), hardmax_axis)
+    flattened(&x, ort_axis(axis), cx.stream(), hardmax_axis)
 }
 
 /// ORT's fusion of `Softmax(data + bias)`: the bias broadcasts as the Add it replaced did

@@ -485,7 +485,8 @@ for _op, _f in (("Max", np.maximum), ("Min", np.minimum)):
     SPECS[("", _op)] = OpSpec(
         ref=_fold(_f), exact=True,
         variants=[
-            Variant(),
+            # min_opset 8: the dynamic layout's last run broadcasts, which opsets 6-7 refuse.
+            Variant(min_opset=8),
             Variant("one_input", n_variadic=1, sweep=False),
             Variant("three_inputs", n_variadic=3, sweep=False),
             Variant("nan", when=_float_only, domains={"*": "nan_mix"}),
@@ -494,7 +495,8 @@ for _op, _f in (("Max", np.maximum), ("Min", np.minimum)):
     )
 for _op, _f in (("Sum", lambda xs, a: _fold(np.add)(xs, a)), ("Mean", lambda xs, a: _fold(np.add)(xs, a) / len(xs))):
     SPECS[("", _op)] = OpSpec(
-        ref=_f, variants=[Variant(), Variant("one_input", n_variadic=1), Variant("three_inputs", n_variadic=3)],
+        # min_opset 8: the dynamic layout's last run broadcasts, which opsets 6-7 refuse.
+        ref=_f, variants=[Variant(min_opset=8), Variant("one_input", n_variadic=1), Variant("three_inputs", n_variadic=3)],
         broadcast_since=8,
     )
 
@@ -1056,10 +1058,10 @@ SPECS[("", "LRN")] = OpSpec(
     variants=[
         Variant(attrs={"size": 3}),
         _rep(Variant("size5_params", {"size": 5, "alpha": 0.5, "beta": 0.6, "bias": 2.0})),
-        _rep(Variant("even_size", {"size": 2, "alpha": 0.3})),
         _rep(Variant("size_past_channels", {"size": 11, "alpha": 2.0})),
-        _rep(Variant("rank3", {"size": 3, "alpha": 0.2}, shapes=[[2, 4, 6]])),
     ],
+    note="an even size (refused when the session is created) and ranks other than 4 (refused at run time) "
+         "fail on ORT's CPU EP; tests/ep/test_fuzz_findings_numeric.py checks both",
 )
 
 
@@ -1943,7 +1945,7 @@ SPECS[("com.microsoft", "FusedMatMul")] = OpSpec(
     variants=[
         Variant("alpha", {"alpha": 0.5}),
         _rep(Variant("trans_both", {"transA": 1, "transB": 1}, shapes=[[2, 4, 3], [5, 4]])),
-        _rep(Variant("trans_batch_a", {"transBatchA": 1, "alpha": 2.0}, shapes=[[3, 2, 4, 5], [4, 5, 6]])),
+        _rep(Variant("trans_batch_a", {"transBatchA": 1, "alpha": 2.0}, shapes=[[3, 2, 4, 5], [2, 4, 5, 6]])),
         _rep(Variant("trans_batch_both", {"transBatchA": 1, "transA": 1, "transBatchB": 1, "transB": 1},
                      shapes=[[3, 2, 5, 4], [6, 2, 5, 3]])),
         _rep(Variant("vector", {}, shapes=[[4], [2, 4, 3]])),

@@ -1,0 +1,231 @@
+"""Fuzzer findings in the numeric families (recurrent, normalisation, Clip, Sum/Mean/Max/Min, MatMul,
+ConvTranspose): where ORT's CPU EP refuses an attribute, a shape or a value, the MLX-first session
+fails as well (an attribute is declined, a shape fails the lowering, a value fails a run-time check
+naming the node); inputs ORT accepts still run on MLX and match it."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from conftest import MLX, Run, cpu_outputs, make_model, tensor
+
+MS = [("com.microsoft", 1)]
+
+
+def mlx_session(model):
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()  # else ORT's binding retries a failed run on the CPU EP
+    assert session.get_providers()[0] == MLX
+    return session
+
+
+def assert_both_fail(model, feeds, words=None, node_name=None):
+    """ORT's CPU EP and the MLX-first session both fail, at session creation or at run time."""
+    with pytest.raises(Exception):
+        cpu_outputs(model, feeds)
+    with pytest.raises(Exception) as mlx_error:
+        mlx_session(model).run(None, feeds)
+    message = str(mlx_error.value)
+    if node_name is not None:
+        assert f"node '{node_name}'" in message, message
+    if words is not None:
+        assert words in message, message
+
+
+def assert_matches_cpu_on_mlx(model, feeds, rtol=1e-5, atol=1e-6):
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    for got, want in zip(run.outputs, cpu_outputs(model, feeds)):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+def rng():
+    return np.random.default_rng(7)
+
+
+# --- RNN, GRU, LSTM: sequence_lens outside [0, seq_length] -------------------------------------
+
+
+def recurrent_model(op, opset, hidden=3, input_size=2, **attrs):
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    node = helper.make_node(op, ["X", "W", "R", "B", "lens"], ["Y", "Y_h"], name="cell",
+                            hidden_size=hidden, **attrs)
+    model = make_model([node], [tensor("X"), tensor("W"), tensor("R"), tensor("B"),
+                                tensor("lens", TensorProto.INT32)],
+                       [tensor("Y"), tensor("Y_h")], opset=opset)
+    r = rng()
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    weights = {
+        "W": r.standard_normal((dirs, gates * hidden, input_size)).astype(np.float32),
+        "R": r.standard_normal((dirs, gates * hidden, hidden)).astype(np.float32),
+        "B": r.standard_normal((dirs, 2 * gates * hidden)).astype(np.float32),
+    }
+    return model, weights
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("opset", [13, 14])
+@pytest.mark.parametrize("bad", [4, -1])
+def test_recurrent_sequence_lens_out_of_range_fails_the_run(op, opset, bad):
+    model, feeds = recurrent_model(op, opset, direction="bidirectional")
+    feeds["X"] = rng().standard_normal((3, 2, 2)).astype(np.float32)  # seq_length 3, batch 2
+    feeds["lens"] = np.array([2, bad], np.int32)
+    assert_both_fail(model, feeds, "sequence_lens", "cell")
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_recurrent_sequence_lens_at_the_bounds_still_run_on_mlx(op):
+    model, feeds = recurrent_model(op, 14, direction="bidirectional")
+    feeds["X"] = rng().standard_normal((3, 2, 2)).astype(np.float32)
+    feeds["lens"] = np.array([0, 3], np.int32)
+    assert_matches_cpu_on_mlx(model, feeds, rtol=1e-4, atol=1e-5)
+
+
+# --- com.microsoft EmbedLayerNormalization, SkipLayerNormalization ------------------------------
+
+
+def embed_model(**attrs):
+    node = helper.make_node("EmbedLayerNormalization",
+                            ["ids", "segments", "word", "position", "segment", "gamma", "beta"],
+                            ["out", "mask_index"], name="embed", domain="com.microsoft", **attrs)
+    inputs = [tensor("ids", TensorProto.INT32), tensor("segments", TensorProto.INT32)] + [
+        tensor(n) for n in ["word", "position", "segment", "gamma", "beta"]]
+    model = make_model([node], inputs, [tensor("out"), tensor("mask_index", TensorProto.INT32)], domains=MS)
+    r = rng()
+    feeds = {
+        "ids": np.array([[0, 1, 4]], np.int32),
+        "segments": np.array([[0, 1, 1]], np.int32),
+        "word": r.standard_normal((5, 4)).astype(np.float32),
+        "position": r.standard_normal((3, 4)).astype(np.float32),
+        "segment": r.standard_normal((2, 4)).astype(np.float32),
+        "gamma": r.standard_normal(4).astype(np.float32),
+        "beta": r.standard_normal(4).astype(np.float32),
+    }
+    return model, feeds
+
+
+@pytest.mark.parametrize("what, ids", [
+    ("ids", [[0, 5, 1]]), ("ids", [[0, -1, 1]]), ("segments", [[0, 2, 1]]), ("segments", [[-1, 0, 0]]),
+])
+def test_embed_layer_norm_ids_out_of_range_fail_the_run(what, ids):
+    model, feeds = embed_model(epsilon=1e-5)
+    feeds[what] = np.array(ids, np.int32)
+    assert_both_fail(model, feeds, "out of range", "embed")
+
+
+def test_embed_layer_norm_in_range_runs_on_mlx():
+    model, feeds = embed_model(epsilon=1e-5)
+    assert_matches_cpu_on_mlx(model, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_embed_layer_norm_negative_epsilon_is_refused_as_on_cpu():
+    model, feeds = embed_model(epsilon=-1.0)
+    assert_both_fail(model, feeds)
+
+
+@pytest.mark.parametrize("op", ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"])
+def test_skip_layer_norm_negative_epsilon_is_refused_as_on_cpu(op):
+    names = ["x", "skip", "gamma"] + (["beta"] if op == "SkipLayerNormalization" else [])
+    node = helper.make_node(op, names, ["out"], domain="com.microsoft", epsilon=-0.5)
+    model = make_model([node], [tensor(n) for n in names], [tensor("out")], domains=MS)
+    r = rng()
+    feeds = {n: r.standard_normal((2, 3, 4) if n in ("x", "skip") else (4,)).astype(np.float32)
+             for n in names}
+    assert_both_fail(model, feeds)
+
+
+# --- LRN ---------------------------------------------------------------------------------------
+
+
+def lrn_model(**attrs):
+    node = helper.make_node("LRN", ["x"], ["y"], name="lrn", **attrs)
+    return make_model([node], [tensor("x")], [tensor("y")])
+
+
+@pytest.mark.parametrize("attrs", [{"size": 2}, {"size": 3, "alpha": -1e-4}, {"size": 3, "beta": 0.0}])
+def test_lrn_attributes_ort_refuses_are_declined(attrs):
+    feeds = {"x": rng().standard_normal((1, 4, 2, 2)).astype(np.float32)}
+    assert_both_fail(lrn_model(**attrs), feeds)
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 5), (1, 4, 2, 2, 2)])
+def test_lrn_input_of_rank_other_than_4_fails(shape):
+    feeds = {"x": rng().standard_normal(shape).astype(np.float32)}
+    assert_both_fail(lrn_model(size=3), feeds, node_name="lrn")
+
+
+# --- Clip-6 ------------------------------------------------------------------------------------
+
+
+def test_clip_6_with_min_above_max_is_refused_as_on_cpu():
+    node = helper.make_node("Clip", ["x"], ["y"], min=1.0, max=0.0)
+    model = make_model([node], [tensor("x")], [tensor("y")], opset=10)
+    assert_both_fail(model, {"x": np.zeros(3, np.float32)})
+
+
+def test_clip_6_with_equal_bounds_runs_on_mlx():
+    node = helper.make_node("Clip", ["x"], ["y"], min=0.5, max=0.5)
+    model = make_model([node], [tensor("x")], [tensor("y")], opset=10)
+    assert_matches_cpu_on_mlx(model, {"x": np.array([-1, 0.5, 2], np.float32)})
+
+
+# --- MeanVarianceNormalization, InstanceNormalization, GroupNormalization, LayerNormalization ----
+
+
+def test_mean_variance_normalization_without_a_valid_axis_fails():
+    node = helper.make_node("MeanVarianceNormalization", ["x"], ["y"], name="mvn", axes=[4, -5])
+    model = make_model([node], [tensor("x")], [tensor("y")])
+    assert_both_fail(model, {"x": rng().standard_normal((2, 3, 2, 2)).astype(np.float32)}, node_name="mvn")
+
+
+@pytest.mark.parametrize("scale_shape", [(2,), (1, 3)])
+def test_instance_norm_scale_that_is_not_per_channel_fails(scale_shape):
+    node = helper.make_node("InstanceNormalization", ["x", "scale", "b"], ["y"], name="inorm")
+    model = make_model([node], [tensor("x"), tensor("scale"), tensor("b")], [tensor("y")])
+    r = rng()
+    feeds = {"x": r.standard_normal((2, 3, 4)).astype(np.float32),
+             "scale": r.standard_normal(scale_shape).astype(np.float32),
+             "b": r.standard_normal(scale_shape).astype(np.float32)}
+    assert_both_fail(model, feeds, node_name="inorm")
+
+
+@pytest.mark.parametrize("opset, params", [(18, 2), (21, 3)])
+def test_group_norm_whose_channels_do_not_split_into_groups_fails(opset, params):
+    node = helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"], name="gnorm", num_groups=2)
+    model = make_model([node], [tensor("x"), tensor("scale"), tensor("bias")], [tensor("y")], opset=opset)
+    r = rng()
+    feeds = {"x": r.standard_normal((1, 3, 2, 2)).astype(np.float32),  # 12 elements split in 2, 3 channels don't
+             "scale": r.standard_normal(params).astype(np.float32),
+             "bias": r.standard_normal(params).astype(np.float32)}
+    assert_both_fail(model, feeds)
+
+
+@pytest.mark.parametrize("op, domains", [("LayerNormalization", ()), ("SimplifiedLayerNormalization", ())])
+def test_layer_norm_over_an_empty_extent_fails(op, domains):
+    node = helper.make_node(op, ["x", "scale"], ["y"], name="lnorm", axis=1)
+    model = make_model([node], [tensor("x"), tensor("scale")], [tensor("y")], domains=domains)
+    feeds = {"x": np.zeros((2, 0, 3), np.float32), "scale": np.zeros((0, 3), np.float32)}
+    assert_both_fail(model, feeds, node_name="lnorm")
+
+
+# --- Sum, Mean, Max, Min before opset 8: no broadcasting ----------------------------------------
+
+
+def variadic_model(op, opset):
+    node = helper.make_node(op, ["a", "b"], ["y"], name="fold")
+    return make_model([node], [tensor("a"), tensor("b")], [tensor("y")], opset=opset)
+
+
+@pytest.mark.parametrize("op", ["Sum", "Mean", "Max", "Min"])
+def test_variadic_ops_before_opset_8_refuse_different_shapes(op):
+    feeds = {"a": np.ones((2, 3), np.float32), "b": np.ones((1, 3), np.float32)}
+    assert_both_fail(variadic_model(op, 7), feeds, node_name="fold")
+
+
+@pytest.mark.parametrize("op", ["Sum", "Mean", "Max", "Min"])
+def test_variadic_ops_broadcast_from_opset_8_and_run_equal_shapes_before(op):
+    r = rng()
+    a, b = r.standard_normal((2, 3)).astype(np.float32), r.standard_normal((1, 3)).astype(np.float32)
+    assert_matches_cpu_on_mlx(variadic_model(op, 8), {"a": a, "b": b})
+    assert_matches_cpu_on_mlx(variadic_model(op, 7), {"a": a, "b": np.broadcast_to(b, a.shape).copy()})
