@@ -229,3 +229,161 @@ def test_variadic_ops_broadcast_from_opset_8_and_run_equal_shapes_before(op):
     a, b = r.standard_normal((2, 3)).astype(np.float32), r.standard_normal((1, 3)).astype(np.float32)
     assert_matches_cpu_on_mlx(variadic_model(op, 8), {"a": a, "b": b})
     assert_matches_cpu_on_mlx(variadic_model(op, 7), {"a": a, "b": np.broadcast_to(b, a.shape).copy()})
+
+
+def test_rms_norm_over_an_empty_extent_fails():
+    node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], name="rms", axis=-1)
+    model = make_model([node], [tensor("x"), tensor("scale")], [tensor("y")], opset=23)
+    feeds = {"x": np.zeros((2, 0), np.float32), "scale": np.zeros(0, np.float32)}
+    assert_both_fail(model, feeds, node_name="rms")
+
+
+@pytest.mark.parametrize("op", ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"])
+def test_skip_layer_norm_with_no_hidden_values_fails(op):
+    node = helper.make_node(op, ["x", "skip", "gamma"], ["out"], name="skip", domain="com.microsoft")
+    model = make_model([node], [tensor(n) for n in ["x", "skip", "gamma"]], [tensor("out")], domains=MS)
+    feeds = {"x": np.zeros((2, 3, 0), np.float32), "skip": np.zeros((2, 3, 0), np.float32),
+             "gamma": np.zeros(0, np.float32)}
+    assert_both_fail(model, feeds, node_name="skip")
+
+
+# --- Reductions: ORT's empty-tensor path, scalars, keepdims and noop_with_empty_axes as `== 1` ----
+
+
+def reduce_model(op, opset, axes=None, elem=TensorProto.FLOAT, **attrs):
+    inputs, inits = ["x"], []
+    if axes is not None and (opset >= 18 or (op == "ReduceSum" and opset >= 13)):
+        inputs.append("axes")
+        inits.append(helper.make_tensor("axes", TensorProto.INT64, [len(axes)], axes))
+    elif axes is not None:
+        attrs["axes"] = axes
+    node = helper.make_node(op, inputs, ["y"], **attrs)
+    return make_model([node], [tensor("x", elem)], [tensor("y", elem)], inits, opset=opset)
+
+
+@pytest.mark.parametrize("op, opset, shape, axes, keepdims", [
+    ("ReduceSum", 13, (0, 3, 4), [-3], 0),  # ORT's empty path ignores negative axes: (0, 3, 4)
+    ("ReduceSum", 13, (0, 3), [1, -1], 1),
+    ("ReduceMean", 18, (0, 3, 4), [0], 0),  # the mean of nothing is 0 there
+    ("ReduceMean", 11, (0, 3), [1], 2),  # keepdims 2 drops the axis
+    ("ReduceMax", 18, (2, 0, 4), [1], 1),
+    ("ReduceL2", 11, (0, 3), None, 0),
+    ("ReduceSum", 13, (0, 3), [5], 0),  # an out-of-range axis of an empty tensor is ignored too
+])
+def test_reductions_of_empty_tensors_match_ort(op, opset, shape, axes, keepdims):
+    model = reduce_model(op, opset, axes, keepdims=keepdims)
+    assert_matches_cpu_on_mlx(model, {"x": np.zeros(shape, np.float32)})
+    assert Run(model, {"x": np.zeros(shape, np.float32)}).outputs[0].shape == \
+        cpu_outputs(model, {"x": np.zeros(shape, np.float32)})[0].shape
+
+
+@pytest.mark.parametrize("op, axes", [("ReduceSum", [0]), ("ReduceL2", [-1]), ("ReduceLogSumExp", [1]), ("ReduceMax", None)])
+def test_reductions_of_a_scalar_ignore_the_axes(op, axes):
+    model = reduce_model(op, 11, axes)
+    assert_matches_cpu_on_mlx(model, {"x": np.array(-3.0, np.float32)})
+
+
+@pytest.mark.parametrize("keepdims", [2, -1])
+def test_reduce_keepdims_other_than_one_drops_the_axes(keepdims):
+    x = rng().standard_normal((2, 3)).astype(np.float32)
+    assert_matches_cpu_on_mlx(reduce_model("ReduceSum", 13, [1], keepdims=keepdims), {"x": x})
+    assert_matches_cpu_on_mlx(reduce_model("ReduceMean", 11, [0], keepdims=keepdims), {"x": x})
+
+
+def test_reduce_noop_with_empty_axes_other_than_one_reduces_everything():
+    model = reduce_model("ReduceL1", 18, keepdims=0, noop_with_empty_axes=-1)
+    assert_matches_cpu_on_mlx(model, {"x": rng().standard_normal((2, 3, 4)).astype(np.float32)})
+
+
+def test_reduce_sum_square_noop_saturates_int32():
+    model = reduce_model("ReduceSumSquare", 18, elem=TensorProto.INT32, noop_with_empty_axes=1)
+    x = np.array([[-2**31, 2**31 - 1, 46341, -3]], np.int32)
+    assert_matches_cpu_on_mlx(model, {"x": x})
+
+
+# --- Softmax, LogSoftmax, Hardmax: a 32-bit axis; no scalars ------------------------------------
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("opset", [11, 13])
+@pytest.mark.parametrize("axis", [2**63 - 1, 2**32 + 1, -(2**32) + 1])
+def test_softmax_family_reads_the_axis_in_32_bits(op, opset, axis):
+    node = helper.make_node(op, ["x"], ["y"], axis=axis)
+    model = make_model([node], [tensor("x")], [tensor("y")], opset=opset)
+    assert_matches_cpu_on_mlx(model, {"x": rng().standard_normal((2, 3, 4)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("opset", [11, 13])
+def test_softmax_family_of_a_scalar_fails(op, opset):
+    node = helper.make_node(op, ["x"], ["y"], name="sm")
+    model = make_model([node], [tensor("x")], [tensor("y")], opset=opset)
+    assert_both_fail(model, {"x": np.array(1.0, np.float32)}, node_name="sm")
+
+
+# --- Clip-11 of bfloat16 without bounds --------------------------------------------------------
+
+
+def test_bfloat16_clip_without_bounds_keeps_infinities():
+    nodes = [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16), helper.make_node("Clip", ["xb"], ["yb"]),
+             helper.make_node("Cast", ["yb"], ["y"], to=TensorProto.FLOAT)]
+    model = make_model(nodes, [tensor("x")], [tensor("y")], opset=13)
+    feeds = {"x": np.array([-np.inf, np.inf, 1.0, 3e38], np.float32)}
+    run = Run(model, feeds)
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
+    assert MLX in run.providers_of_kernels()
+
+
+# --- MatMul and FusedMatMul: the batch shapes ORT's helper refuses -----------------------------
+
+
+def matmul_model(op="MatMul", a=None, b=None, **attrs):
+    """A (Fused)MatMul; the operands' shapes declared when given (FusedMatMul with transA is claimed
+    only for a B of known rank)."""
+    domain = "com.microsoft" if op == "FusedMatMul" else ""
+    node = helper.make_node(op, ["a", "b"], ["y"], name="mm", domain=domain, **attrs)
+    return make_model([node], [tensor("a", shape=a), tensor("b", shape=b)], [tensor("y")],
+                      domains=MS if domain else ())
+
+
+@pytest.mark.parametrize("a, b", [((1, 3, 4), (0, 4, 5)), ((0, 3), (3,)), ((3,), (0, 3, 5)), ((2, 3), (0, 3, 4))])
+def test_matmul_zero_batch_shapes_ort_refuses_fail(a, b):
+    feeds = {"a": np.ones(a, np.float32), "b": np.ones(b, np.float32)}
+    assert_both_fail(matmul_model(), feeds, "cannot broadcast", "mm")
+
+
+@pytest.mark.parametrize("a, b", [((0, 3, 4), (1, 4, 5)), ((0, 3, 4), (0, 4, 5)), ((1, 2, 3), (4, 3, 2))])
+def test_matmul_shapes_ort_accepts_still_run_on_mlx(a, b):
+    r = rng()
+    feeds = {"a": r.standard_normal(a).astype(np.float32), "b": r.standard_normal(b).astype(np.float32)}
+    assert_matches_cpu_on_mlx(matmul_model(), feeds, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("a, b, attrs", [
+    ((0, 4, 3), (5, 4), {"transA": 1, "transB": 1}),
+    ((3, 2, 4, 5), (4, 5, 6), {"transBatchA": 1}),  # transBatch needs one rank >= 3 on both sides
+    ((2, 3), (3, 4), {"transBatchB": 1}),
+])
+def test_fused_matmul_shapes_ort_refuses_fail(a, b, attrs):
+    feeds = {"a": np.ones(a, np.float32), "b": np.ones(b, np.float32)}
+    assert_both_fail(matmul_model("FusedMatMul", list(a), list(b), **attrs), feeds, node_name="mm")
+
+
+def test_fused_matmul_float16_alpha_scales_before_rounding():
+    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft", alpha=0.5)
+    model = make_model([node], [tensor("a", TensorProto.FLOAT16), tensor("b", TensorProto.FLOAT16)],
+                       [tensor("y", TensorProto.FLOAT16)], domains=MS)
+    feeds = {"a": np.full((2, 3, 4), 200, np.float16), "b": np.full((4, 5), -100, np.float16)}  # A.B = -80000
+    assert_matches_cpu_on_mlx(model, feeds, rtol=2e-3, atol=0)
+
+
+# --- com.microsoft BiasGelu / FastGelu: a bias of the last axis only ----------------------------
+
+
+@pytest.mark.parametrize("op", ["BiasGelu", "FastGelu"])
+@pytest.mark.parametrize("x_shape, bias_shape", [((2, 3), (1,)), ((2, 3), (2, 3)), ((), (1,))])
+def test_bias_gelu_bias_not_of_the_last_axis_fails(op, x_shape, bias_shape):
+    node = helper.make_node(op, ["x", "bias"], ["y"], name="gelu", domain="com.microsoft")
+    model = make_model([node], [tensor("x"), tensor("bias")], [tensor("y")], domains=MS)
+    feeds = {"x": np.ones(x_shape, np.float32), "bias": np.ones(bias_shape, np.float32)}
+    assert_both_fail(model, feeds, node_name="gelu")
