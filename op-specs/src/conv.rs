@@ -125,6 +125,16 @@ fn convolve(
     let rank = x.ndim();
     let kernel = kernel_of(x, w, attrs)?;
     let spatial = rank - 2;
+    if let Some(b) = b {
+        // ORT's Conv takes one bias value per output channel, not any broadcastable shape.
+        let maps = w.shape()[0];
+        if b.shape() != [maps] {
+            return Err(OpError::new(format!(
+                "B has shape {:?}: it must be 1-D with one value per output channel ({maps})",
+                b.shape()
+            )));
+        }
+    }
     let (strides, dilations) = strides_and_dilations(attrs, spatial)?;
     let (lo, hi) = conv_padding(
         &attrs.auto_pad,
@@ -301,6 +311,14 @@ fn conv_transpose(
     let kernel = kernel_of(&x, &w, &attrs)?;
     let rank = x.ndim();
     let spatial = rank - 2;
+    let empty_spatial = x.shape()[2..].contains(&0);
+    if empty_spatial && output_shape.is_some() {
+        return Err(OpError::new(format!(
+            "X has shape {:?}: with output_shape, ORT's ConvTranspose needs every input spatial \
+             dimension positive",
+            x.shape()
+        )));
+    }
     let (strides, dilations) = strides_and_dilations(&attrs, spatial)?;
     let extra = output_padding.unwrap_or_else(|| vec![0; spatial]);
     let wanted = match output_shape {
@@ -328,6 +346,7 @@ fn conv_transpose(
     }
     let mut lo = Vec::with_capacity(spatial);
     let mut hi = Vec::with_capacity(spatial);
+    let mut lengths = Vec::with_capacity(spatial);
     for i in 0..spatial {
         let (head, tail) = transposed_padding(
             &attrs,
@@ -342,8 +361,26 @@ fn conv_transpose(
         // A transposed convolution is a convolution of the stride-dilated input with the
         // flipped kernel, padded by the kernel's reach less the ONNX pads.
         let reach = dilations[i] * (kernel[i] - 1);
+        let length = strides[i] * (x.shape()[2 + i] - 1) + extra[i] + reach + 1 - head - tail;
+        if length <= 0 {
+            return Err(OpError::new(format!(
+                "output spatial dimension {i} would be {length}: ORT's ConvTranspose needs it \
+                 positive"
+            )));
+        }
+        lengths.push(length);
         lo.push(reach - head);
         hi.push(reach - tail + extra[i]);
+    }
+    if empty_spatial {
+        // Nothing scatters into the output: it is B (or zeros) at each position.
+        let mut shape = vec![x.shape()[0], group * c_out_per_group];
+        shape.extend(&lengths);
+        let zeros = ops::broadcast_to(&scalar_like(0.0, &x, s)?, &shape, s)?;
+        return Ok(match b {
+            Some(b) => ops::add(&zeros, &per_channel(&b, rank, s)?, s)?,
+            None => zeros,
+        });
     }
     // W [C_in, C_out/g, k..] -> MLX's [C_out, k.., C_in/g], kernel flipped on every spatial axis.
     let mut grouped_shape = vec![group, c_in / group, c_out_per_group];
@@ -543,6 +580,15 @@ fn batch_norm(
     let rank = x.ndim();
     if rank < 2 {
         return Err(OpError::new("BatchNormalization needs a channel axis"));
+    }
+    let channels = x.shape()[1];
+    for (name, p) in [("scale", scale), ("B", b), ("mean", mean), ("var", var)] {
+        if p.shape() != [channels] {
+            return Err(OpError::new(format!(
+                "{name} has shape {:?}: it must be [C] = [{channels}]",
+                p.shape()
+            )));
+        }
     }
     // 16-bit inputs are normalised in float32 and rounded once, as ORT's CPU EP does.
     let wide = if matches!(x.dtype(), Dtype::F16 | Dtype::BF16) {

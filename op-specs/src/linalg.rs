@@ -274,6 +274,7 @@ fn fused_operand(
 )]
 fn einsum(cx: &mut Lower, inputs: Vec<Array>, #[attr] equation: String) -> Result<Array> {
     let s = cx.stream();
+    ellipsis_kept(&equation, &inputs)?;
     let product = ops::einsum(&without_spaces(&equation), &inputs, s)?;
     if inputs.iter().any(|x| x.size() == 0) {
         // Sums over nothing are zeros: take only the (lazy) result's shape, so that no kernel
@@ -285,6 +286,28 @@ fn einsum(cx: &mut Lower, inputs: Vec<Array>, #[attr] equation: String) -> Resul
         )?);
     }
     Ok(product)
+}
+
+/// ORT's Einsum refuses an explicit output without `...` when an input's `...` stands for at
+/// least one axis (numpy would sum those axes away).
+fn ellipsis_kept(equation: &str, inputs: &[Array]) -> Result<()> {
+    let equation = without_spaces(equation);
+    let Some((terms, output)) = equation.split_once("->") else {
+        return Ok(());
+    };
+    if output.contains("...") {
+        return Ok(());
+    }
+    for (term, x) in terms.split(',').zip(inputs) {
+        let letters = term.replacen("...", "", 1).chars().count();
+        if term.contains("...") && x.ndim() > letters {
+            return Err(OpError::new(format!(
+                "equation {equation:?}: the inputs' ellipses stand for axes, so the output must \
+                 contain an ellipsis too"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn einsum_claim(node: &dyn crate::NodeView) -> crate::Verdict {

@@ -394,6 +394,19 @@ pub(crate) fn group_standardise(
     Ok(ops::reshape(&standardised.normalised, &shape, s)?)
 }
 
+/// ORT's CPU EP runs GroupNormalization as its function body, whose Reshapes fail on an empty
+/// X (a zero dim copied past the rank, or `-1` over nothing); so does the node here.
+fn refuse_empty_group_norm(x: &Array) -> Result<()> {
+    if x.size() == 0 {
+        return Err(crate::OpError::new(format!(
+            "X has shape {:?}: GroupNormalization of an empty tensor fails on ORT's CPU EP (its \
+             function body's Reshape)",
+            x.shape()
+        )));
+    }
+    Ok(())
+}
+
 /// Group normalisation (opset 21): statistics per sample over `num_groups` groups of channels,
 /// in float32 (`stash_type` 1), then `scale` and `bias` per channel.
 #[onnx_op(
@@ -411,6 +424,7 @@ fn group_normalization(
 ) -> Result<Array> {
     let _ = stash_type; // declined unless 1, see the claim
     let s = cx.stream();
+    refuse_empty_group_norm(&x)?;
     let normalised = group_standardise(&x, num_groups, epsilon, false, s)?;
     let rank = x.ndim();
     let y = ops::add(
@@ -435,9 +449,7 @@ fn group_normalization_18(
     #[attr] num_groups: i64,
 ) -> Result<Array> {
     let s = cx.stream();
-    if x.size() == 0 {
-        return Ok(x);
-    }
+    refuse_empty_group_norm(&x)?;
     let normalised = group_standardise(&x, num_groups, epsilon, false, s)?;
     // Per group: [G] as [N=1, G, 1] against the [N, G, C/G * spatial] view.
     let per_group = |p: &Array| -> Result<Array> {

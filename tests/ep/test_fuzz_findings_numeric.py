@@ -387,3 +387,79 @@ def test_bias_gelu_bias_not_of_the_last_axis_fails(op, x_shape, bias_shape):
     model = make_model([node], [tensor("x"), tensor("bias")], [tensor("y")], domains=MS)
     feeds = {"x": np.ones(x_shape, np.float32), "bias": np.ones(bias_shape, np.float32)}
     assert_both_fail(model, feeds, node_name="gelu")
+
+
+# --- GroupNormalization of an empty tensor; Einsum ellipses -------------------------------------
+
+
+@pytest.mark.parametrize("opset, params", [(18, 3), (21, 6)])
+@pytest.mark.parametrize("shape", [(0, 6, 2), (2, 6, 0)])
+def test_group_norm_of_an_empty_tensor_fails(opset, params, shape):
+    node = helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"], name="gnorm", num_groups=3)
+    model = make_model([node], [tensor("x"), tensor("scale"), tensor("bias")], [tensor("y")], opset=opset)
+    feeds = {"x": np.zeros(shape, np.float32), "scale": np.ones(params, np.float32),
+             "bias": np.zeros(params, np.float32)}
+    assert_both_fail(model, feeds, node_name="gnorm")
+
+
+@pytest.mark.parametrize("equation, shapes", [("...i->i", [(1, 3)]), ("...ij,jk->ik", [(5, 2, 3), (3, 4)])])
+def test_einsum_output_without_the_inputs_ellipsis_fails(equation, shapes):
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], name="es", equation=equation)
+    model = make_model([node], [tensor(n) for n in names], [tensor("y")], opset=13)
+    assert_both_fail(model, {n: np.ones(s, np.float32) for n, s in zip(names, shapes)}, "ellipsis", "es")
+
+
+def test_einsum_ellipsis_over_no_axes_still_runs_on_mlx():
+    node = helper.make_node("Einsum", ["x"], ["y"], equation="...i->i")
+    model = make_model([node], [tensor("x")], [tensor("y")], opset=13)
+    assert_matches_cpu_on_mlx(model, {"x": np.arange(3, dtype=np.float32)})
+
+
+# --- Conv / FusedConv bias, ConvTranspose spatial dims, BatchNormalization parameters -----------
+
+
+@pytest.mark.parametrize("op, domains", [("Conv", ()), ("FusedConv", MS)])
+def test_conv_bias_not_one_per_output_channel_fails(op, domains):
+    domain = "com.microsoft" if domains else ""
+    node = helper.make_node(op, ["x", "w", "b"], ["y"], name="conv", domain=domain)
+    model = make_model([node], [tensor("x"), tensor("w"), tensor("b")], [tensor("y")], domains=domains)
+    r = rng()
+    feeds = {"x": r.standard_normal((1, 3, 5, 5)).astype(np.float32),
+             "w": r.standard_normal((2, 3, 3, 3)).astype(np.float32), "b": np.ones(4, np.float32)}
+    assert_both_fail(model, feeds, node_name="conv")
+
+
+def deconv_model(**attrs):
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="deconv", **attrs)
+    return make_model([node], [tensor("x"), tensor("w"), tensor("b")], [tensor("y")])
+
+
+@pytest.mark.parametrize("attrs", [{"output_shape": [4, 4]}, {"strides": [2, 2]}, {"pads": [1, 1, 1, 1]},
+                                   {"auto_pad": "SAME_UPPER"}])
+def test_conv_transpose_of_an_empty_spatial_input_fails_where_ort_does(attrs):
+    feeds = {"x": np.zeros((1, 2, 0, 3), np.float32), "w": np.ones((2, 1, 2, 2), np.float32),
+             "b": np.ones(1, np.float32)}
+    assert_both_fail(deconv_model(**attrs), feeds, node_name="deconv")
+
+
+@pytest.mark.parametrize("x_shape", [(1, 2, 0, 3), (1, 2, 0)])
+def test_conv_transpose_of_an_empty_spatial_input_is_the_bias_where_ort_computes_it(x_shape):
+    spatial = len(x_shape) - 2
+    feeds = {"x": np.zeros(x_shape, np.float32), "w": np.ones((2, 1) + (2,) * spatial, np.float32),
+             "b": np.array([0.5], np.float32)}
+    assert_matches_cpu_on_mlx(deconv_model(), feeds)
+
+
+def test_conv_transpose_whose_pads_leave_no_output_fails():
+    feeds = {"x": np.ones((1, 1, 1, 1), np.float32), "w": np.ones((1, 1, 1, 1), np.float32),
+             "b": np.ones(1, np.float32)}
+    assert_both_fail(deconv_model(pads=[1, 0, 0, 0]), feeds, node_name="deconv")
+
+
+def test_batch_norm_parameters_not_per_channel_fail():
+    node = helper.make_node("BatchNormalization", ["x", "scale", "b", "mean", "var"], ["y"], name="bn")
+    model = make_model([node], [tensor(n) for n in ["x", "scale", "b", "mean", "var"]], [tensor("y")], opset=9)
+    feeds = {"x": np.ones((2, 3, 2), np.float32), "scale": np.ones(3, np.float32), "b": np.ones(3, np.float32),
+             "mean": np.ones(1, np.float32), "var": np.ones(3, np.float32)}
+    assert_both_fail(model, feeds, node_name="bn")
