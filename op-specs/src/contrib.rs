@@ -19,6 +19,11 @@ fn ms_gelu(cx: &mut Lower, x: Array) -> Result<Array> {
 )]
 fn fast_gelu(cx: &mut Lower, x: Array, bias: Option<Array>) -> Result<Array> {
     let s = cx.stream();
+    if x.ndim() == 0 {
+        return Err(crate::OpError::new(
+            "X must have 1 or more dimensions, not 0 (ORT's kernel refuses a scalar)",
+        ));
+    }
     let x = match bias {
         Some(b) => {
             check_bias(&x, &b)?;

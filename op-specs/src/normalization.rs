@@ -207,46 +207,53 @@ fn lrn(
     if x.size() == 0 {
         return Ok(x);
     }
+    // ORT's order, so that rounding and infinities come out as there (alpha = inf gives NaN
+    // from inf - inf): squares scaled by alpha / size, padded to C + size - 1 channels; the
+    // first channel's scale is bias plus the first `size` of them, each next one the previous
+    // plus the entering square less the leaving one; then `x * scale^-beta`.
     let channels = x.shape()[1];
-    // Channels further than C - 1 away only ever meet padding: clamp the window to that.
-    let before = ((size - 1) / 2).min(channels - 1);
-    let after = (size - 1 - (size - 1) / 2).min(channels - 1);
+    let before = (size - 1) / 2;
     let wide = ops::astype(&x, Dtype::F32, s)?;
     let zero = scalar(0.0, Dtype::F32, s)?;
-    let squares = ops::pad(
-        &ops::multiply(&wide, &wide, s)?,
-        &[1],
-        &[before as i32],
-        &[after as i32],
-        &zero,
-        false,
-        s,
-    )?;
-    let mut stop: Vec<i32> = squares.shape().iter().map(|&d| d as i32).collect();
-    let mut start = vec![0i32; stop.len()];
-    let step = vec![1i32; stop.len()];
-    let mut window_sum = zero;
-    for offset in 0..=(before + after) as i32 {
-        start[1] = offset;
-        stop[1] = offset + channels as i32;
-        window_sum = ops::add(
-            &window_sum,
-            &ops::slice(&squares, &start, &stop, &step, s)?,
-            s,
-        )?;
-    }
-    let scale = ops::add(
-        &scalar(bias.into(), Dtype::F32, s)?,
-        &ops::multiply(
-            &window_sum,
-            &scalar(f64::from(alpha) / size as f64, Dtype::F32, s)?,
+    let step = alpha / size as f32;
+    let terms = ops::multiply(
+        &ops::pad(
+            &ops::multiply(&wide, &wide, s)?,
+            &[1],
+            &[before as i32],
+            &[(size - 1 - before) as i32],
+            &zero,
+            false,
             s,
         )?,
+        &scalar(step.into(), Dtype::F32, s)?,
         s,
     )?;
-    let divisor = ops::power(&scale, &scalar(beta.into(), Dtype::F32, s)?, s)?;
+    let dims = terms.shape();
+    let channel = |c: i64| -> Result<Array> {
+        let mut start = vec![0i32; dims.len()];
+        let mut stop: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
+        start[1] = c as i32;
+        stop[1] = c as i32 + 1;
+        Ok(ops::slice(&terms, &start, &stop, &vec![1; dims.len()], s)?)
+    };
+    let mut scale = scalar(bias.into(), Dtype::F32, s)?;
+    for c in 0..size {
+        scale = ops::add(&scale, &channel(c)?, s)?;
+    }
+    let mut scales = vec![scale.clone()];
+    for c in 1..channels {
+        scale = ops::subtract(
+            &ops::add(&scale, &channel(c + size - 1)?, s)?,
+            &channel(c - 1)?,
+            s,
+        )?;
+        scales.push(scale.clone());
+    }
+    let scale = ops::concatenate(&scales, 1, s)?;
+    let factor = ops::power(&scale, &scalar((-beta).into(), Dtype::F32, s)?, s)?;
     Ok(ops::astype(
-        &ops::divide(&wide, &divisor, s)?,
+        &ops::multiply(&wide, &factor, s)?,
         x.dtype(),
         s,
     )?)

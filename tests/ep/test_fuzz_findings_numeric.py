@@ -463,3 +463,27 @@ def test_batch_norm_parameters_not_per_channel_fail():
     feeds = {"x": np.ones((2, 3, 2), np.float32), "scale": np.ones(3, np.float32), "b": np.ones(3, np.float32),
              "mean": np.ones(1, np.float32), "var": np.ones(3, np.float32)}
     assert_both_fail(model, feeds, node_name="bn")
+
+
+# --- LRN in ORT's running-sum order --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attrs, shape", [
+    ({"size": 3}, (2, 5, 3, 4)),
+    ({"size": 5, "alpha": 0.5, "beta": 0.6, "bias": 2.0}, (3, 6, 1, 5)),
+    ({"size": 11, "alpha": 2.0}, (1, 4, 2, 2)),  # the window reaches past every channel
+    ({"size": 3, "alpha": float("inf")}, (2, 5, 3, 4)),  # inf - inf in the running sum: NaN, as ORT
+])
+def test_lrn_follows_ort_to_the_last_ulp_or_two(attrs, shape):
+    model = lrn_model(**attrs)
+    feeds = {"x": (rng().standard_normal(shape) * 40).astype(np.float32)}
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    # pow itself differs by an ulp between MLX and Eigen; the sums are ORT's, NaNs included.
+    np.testing.assert_allclose(run.outputs[0], cpu_outputs(model, feeds)[0], rtol=3e-7, atol=0)
+
+
+def test_fast_gelu_of_a_scalar_fails():
+    node = helper.make_node("FastGelu", ["x"], ["y"], name="gelu", domain="com.microsoft")
+    model = make_model([node], [tensor("x")], [tensor("y")], domains=MS)
+    assert_both_fail(model, {"x": np.array(1.0, np.float32)}, node_name="gelu")
