@@ -110,10 +110,13 @@ fn is_signed_int(a: &Array) -> bool {
 #[onnx_op(
     op = "Pow", since = 7, types(T = FLOAT | I32 | I64, T1 = FLOAT | I32 | I64),
     inputs(X: T, Y: T1), outputs(Z: T), shape = Shapeless, claim = pow_claim,
-    declines = "an exponent type different from the base's, unless both are floats"
+    declines = "an exponent type different from the base's, unless both are floats; an int64 base (ORT raises it through double)"
 )]
 fn pow(cx: &mut Lower, x: Array, y: Array) -> Result<Array> {
     let s = cx.stream();
+    if x.dtype() == mlx_kernels::Dtype::I32 {
+        return int32_pow(&x, &y, s);
+    }
     let y = if y.dtype() == x.dtype() {
         y
     } else {
@@ -122,8 +125,56 @@ fn pow(cx: &mut Lower, x: Array, y: Array) -> Result<Array> {
     Ok(ops::power(&x, &y, s)?)
 }
 
+/// ORT's int32 power, `(int32_t)std::pow((double)x, (double)y)`: truncated toward zero (2^-1
+/// is 0, (-1)^-3 is -1), and INT32_MIN, x86's answer to an out-of-range conversion, where the
+/// power leaves the int32 range or is infinite (0^-1). Exact powers in int64 stand in for the
+/// double ones (exact below 2^53); a float32 estimate keeps the int64 power from wrapping.
+fn int32_pow(x: &Array, y: &Array, s: &Stream) -> Result<Array> {
+    use mlx_kernels::Dtype::{F32, I32, I64};
+    let k = |v: f64| scalar(v, I64, s);
+    let (xw, yw) = (ops::astype(x, I64, s)?, ops::astype(y, I64, s)?);
+    let positive_y = ops::maximum(&yw, &k(0.0)?, s)?;
+    let estimate = ops::exp(
+        &ops::multiply(
+            &ops::astype(&positive_y, F32, s)?,
+            &ops::log(&ops::abs(&ops::astype(&xw, F32, s)?, s)?, s)?,
+            s,
+        )?,
+        s,
+    )?;
+    let huge = ops::greater(&estimate, &scalar(2f64.powi(40), F32, s)?, s)?;
+    let exact = ops::power(&ops::where_(&huge, &k(1.0)?, &xw, s)?, &positive_y, s)?;
+    // A negative exponent leaves only ±1 (by parity), an infinity (base 0) or a fraction (0).
+    let unit = ops::equal(&ops::abs(&xw, s)?, &k(1.0)?, s)?;
+    let unit_power = ops::power(
+        &ops::where_(&unit, &xw, &k(1.0)?, s)?,
+        &ops::abs(&yw, s)?,
+        s,
+    )?;
+    let negative_y = ops::less(&yw, &k(0.0)?, s)?;
+    let value = ops::where_(
+        &negative_y,
+        &ops::where_(&unit, &unit_power, &k(0.0)?, s)?,
+        &exact,
+        s,
+    )?;
+    let out_of_range = ops::logical_or(
+        &ops::less(&value, &k(i32::MIN.into())?, s)?,
+        &ops::greater(&value, &k(i32::MAX.into())?, s)?,
+        s,
+    )?;
+    let infinite = ops::logical_and(&negative_y, &ops::equal(&xw, &k(0.0)?, s)?, s)?;
+    let invalid = ops::logical_or(&ops::logical_or(&huge, &out_of_range, s)?, &infinite, s)?;
+    let result = ops::where_(&invalid, &k(i32::MIN.into())?, &value, s)?;
+    Ok(ops::astype(&result, I32, s)?)
+}
+
 fn pow_claim(node: &dyn crate::NodeView) -> crate::Verdict {
     match (node.input_type(0), node.input_type(1)) {
+        (Some(crate::ElemType::Int64), _) => crate::Verdict::decline(
+            "an int64 base: ORT's CPU EP raises int64 through double (inexact past 2^53, \
+             INT64_MIN past the range), which MLX's exact int64 power cannot match",
+        ),
         (Some(x), Some(y)) if x == y => crate::Verdict::Claim,
         (Some(x), Some(y)) if is_float(x) && is_float(y) => crate::Verdict::Claim,
         (x, y) => crate::Verdict::decline(format!(

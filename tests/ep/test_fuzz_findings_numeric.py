@@ -487,3 +487,27 @@ def test_fast_gelu_of_a_scalar_fails():
     node = helper.make_node("FastGelu", ["x"], ["y"], name="gelu", domain="com.microsoft")
     model = make_model([node], [tensor("x")], [tensor("y")], domains=MS)
     assert_both_fail(model, {"x": np.array(1.0, np.float32)}, node_name="gelu")
+
+
+# --- Pow of int32: ORT's double power, truncated, INT32_MIN out of range -------------------------
+
+
+def test_int32_pow_matches_ort_at_the_edges():
+    node = helper.make_node("Pow", ["x", "y"], ["z"])
+    model = make_model([node], [tensor("x", TensorProto.INT32), tensor("y", TensorProto.INT32)],
+                       [tensor("z", TensorProto.INT32)], opset=13)
+    x = np.array([2147483647, -2147483648, 2, 2, -2, 0, 0, 3, 46341, -46341, 1, -1, -1, 2, 7, 2, -3, 46340], np.int32)
+    y = np.array([3, 3, -1, 31, 31, 0, -1, 20, 2, 2, -5, -5, 7, 62, 2, 30, 19, 2], np.int32)
+    run = Run(model, {"x": x, "y": y})
+    run.assert_all_on_mlx()
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, {"x": x, "y": y})[0])
+
+
+def test_int64_pow_is_left_to_ort():
+    node = helper.make_node("Pow", ["x", "y"], ["z"])
+    model = make_model([node], [tensor("x", TensorProto.INT64), tensor("y", TensorProto.INT64)],
+                       [tensor("z", TensorProto.INT64)], opset=13)
+    feeds = {"x": np.array([3, 2], np.int64), "y": np.array([39, 3], np.int64)}  # 3^39 is inexact in double
+    run = Run(model, feeds)
+    assert run.providers_of_kernels() == {"CPUExecutionProvider"}
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
