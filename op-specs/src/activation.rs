@@ -75,7 +75,11 @@ fn celu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<A
     let s = cx.stream();
     let alpha = f64::from(alpha);
     let zero = zero_like(&x, s)?;
-    let curve = scale(&ops::expm1(&scale(&x, 1.0 / alpha, s)?, s)?, alpha, s)?;
+    // exp(x / alpha) - 1 as ORT computes it, not expm1: a huge alpha gives its 0, not x.
+    let one = scalar_like(1.0, &x, s)?;
+    let ratio = ops::divide(&x, &scalar_like(alpha, &x, s)?, s)?;
+    let exp_minus_one = ops::subtract(&ops::exp(&ratio, s)?, &one, s)?;
+    let curve = scale(&exp_minus_one, alpha, s)?;
     Ok(ops::add(
         &ops::maximum(&x, &zero, s)?,
         &ops::minimum(&curve, &zero, s)?,

@@ -1,6 +1,6 @@
 //! Matrix products: MatMul, Gemm, Einsum, and com.microsoft FusedMatMul.
 
-use mlx_kernels::{ops, Array};
+use mlx_kernels::{ops, Array, Dtype};
 
 use crate::table::consts::scalar_like;
 use crate::{onnx_op, Lower, OpError, Result};
@@ -149,6 +149,15 @@ fn general_product(
     let s = cx.stream();
     if a.ndim() != 2 || b.ndim() != 2 {
         return Err(OpError::new("Gemm operands must be matrices"));
+    }
+    // 16-bit types in float32, rounded once: ORT's kernels accumulate and scale in float32,
+    // so a product past float16's range that alpha (or C) brings back stays finite there.
+    let dtype = a.dtype();
+    if matches!(dtype, Dtype::F16 | Dtype::BF16) {
+        let wide = |x: &Array| ops::astype(x, Dtype::F32, s);
+        let c = c.as_ref().map(wide).transpose()?;
+        let y = general_product(cx, wide(&a)?, wide(&b)?, c, alpha, beta, trans_a, trans_b)?;
+        return Ok(ops::astype(&y, dtype, s)?);
     }
     let a = if trans_a {
         ops::transpose(&a, &[1, 0], s)?

@@ -511,3 +511,31 @@ def test_int64_pow_is_left_to_ort():
     run = Run(model, feeds)
     assert run.providers_of_kernels() == {"CPUExecutionProvider"}
     np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
+
+
+# --- Celu's exp(x / alpha) - 1; float16 Gemm in float32; FastGelu's 16-bit broadcast ------------
+
+
+def test_celu_with_a_huge_alpha_follows_ort():
+    node = helper.make_node("Celu", ["x"], ["y"], alpha=1e38)
+    model = make_model([node], [tensor("x")], [tensor("y")], opset=12)
+    assert_matches_cpu_on_mlx(model, {"x": np.array([-2.25, -1e-3, -50, 3], np.float32)}, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("alpha, beta", [(0.0, 1.0), (0.5, 1.0), (1.0, 0.5)])
+def test_float16_gemm_products_past_the_range_come_back(alpha, beta):
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=alpha, beta=beta)
+    model = make_model([node], [tensor(n, TensorProto.FLOAT16) for n in "abc"], [tensor("y", TensorProto.FLOAT16)],
+                       opset=13)
+    feeds = {"a": np.full((3, 4), 200, np.float16), "b": np.full((4, 5), 100, np.float16),  # A.B = 80000
+             "c": np.full(5, -30000, np.float16)}
+    assert_matches_cpu_on_mlx(model, feeds, rtol=2e-3, atol=0)
+
+
+@pytest.mark.parametrize("x_shape, bias_shape", [((), (4,)), ((2, 3), (1,))])
+def test_float16_fast_gelu_broadcasts_as_ort_function_body(x_shape, bias_shape):
+    node = helper.make_node("FastGelu", ["x", "bias"], ["y"], domain="com.microsoft")
+    model = make_model([node], [tensor("x", TensorProto.FLOAT16), tensor("bias", TensorProto.FLOAT16)],
+                       [tensor("y", TensorProto.FLOAT16)], domains=MS)
+    feeds = {"x": np.full(x_shape, 0.5, np.float16), "bias": np.full(bias_shape, 0.25, np.float16)}
+    assert_matches_cpu_on_mlx(model, feeds, rtol=2e-3, atol=1e-3)
