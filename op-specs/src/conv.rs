@@ -144,6 +144,36 @@ fn convolve(
         &strides,
         &dilations,
     )?;
+    // ORT fails on an output extent that is not positive (an input shorter than the dilated
+    // kernel, or an empty one without the padding to cover a kernel).
+    let same = attrs.auto_pad.starts_with("SAME");
+    let mut lengths = Vec::with_capacity(spatial);
+    for i in 0..spatial {
+        let input = x.shape()[2 + i];
+        let span = input + lo[i] + hi[i] - (dilations[i] * (kernel[i] - 1) + 1);
+        let length = match (same, span < 0) {
+            (true, _) => (input + strides[i] - 1) / strides[i],
+            (false, true) => 0,
+            (false, false) => span / strides[i] + 1,
+        };
+        if length <= 0 {
+            return Err(OpError::new(format!(
+                "X has shape {:?}: spatial axis {i} leaves no output (invalid input shape)",
+                x.shape()
+            )));
+        }
+        lengths.push(length);
+    }
+    if x.shape()[2..].contains(&0) {
+        // Padding alone reaches the kernel: the output is B (or zeros) throughout.
+        let mut shape = vec![x.shape()[0], w.shape()[0]];
+        shape.extend(&lengths);
+        let zeros = ops::broadcast_to(&scalar_like(0.0, x, s)?, &shape, s)?;
+        return Ok(match b {
+            Some(b) => ops::add(&zeros, &per_channel(b, rank, s)?, s)?,
+            None => zeros,
+        });
+    }
     let channels = x.shape()[1];
     if attrs.group < 1 || channels % attrs.group != 0 || w.shape()[1] * attrs.group != channels {
         return Err(OpError::new(format!(
@@ -176,7 +206,7 @@ fn convolve(
 #[allow(clippy::too_many_arguments)] // three inputs and six attributes, as ONNX has them
 #[onnx_op(
     op = "Conv", since = 1, types(T = FLOAT), inputs(X: T, W: T, B: T), outputs(Y: T), shape = ShapeKeyed,
-    claim = conv_claim, declines = "auto_pad values other than ONNX's four; grouped convolutions beyond 2-D (MLX has none)"
+    claim = conv_claim, declines = "auto_pad values other than ONNX's four, or one besides NOTSET together with pads (ORT refuses both); grouped convolutions beyond 2-D (MLX has none)"
 )]
 fn conv(
     cx: &mut Lower,
@@ -283,7 +313,7 @@ fn fused_conv_claim(node: &dyn crate::NodeView) -> crate::Verdict {
 #[allow(clippy::too_many_arguments)] // three inputs and eight attributes, as ONNX has them
 #[onnx_op(
     op = "ConvTranspose", since = 1, types(T = FLOAT), inputs(X: T, W: T, B: T), outputs(Y: T), shape = ShapeKeyed,
-    claim = conv_claim, declines = "auto_pad values other than ONNX's four; grouped convolutions beyond 2-D (MLX has none)"
+    claim = conv_claim, declines = "auto_pad values other than ONNX's four, or one besides NOTSET together with pads (ORT refuses both); grouped convolutions beyond 2-D (MLX has none)"
 )]
 fn conv_transpose(
     cx: &mut Lower,
@@ -505,6 +535,10 @@ fn conv_claim(node: &dyn crate::NodeView) -> crate::Verdict {
     }
     match node.attribute("auto_pad") {
         None => crate::Verdict::Claim,
+        // ORT's ConvAttributes refuse both attributes at once when the session is created.
+        Some(crate::AttrValue::String(p)) if p != "NOTSET" && node.attribute("pads").is_some() => {
+            crate::Verdict::decline(format!("auto_pad {p} with pads: ORT's kernel refuses both"))
+        }
         Some(crate::AttrValue::String(p))
             if ["NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"].contains(&p.as_str()) =>
         {

@@ -539,3 +539,34 @@ def test_float16_fast_gelu_broadcasts_as_ort_function_body(x_shape, bias_shape):
                        [tensor("y", TensorProto.FLOAT16)], domains=MS)
     feeds = {"x": np.full(x_shape, 0.5, np.float16), "bias": np.full(bias_shape, 0.25, np.float16)}
     assert_matches_cpu_on_mlx(model, feeds, rtol=2e-3, atol=1e-3)
+
+
+# --- Conv: output extents ORT refuses, an empty input padded to a kernel, auto_pad with pads -----
+
+
+def conv_model(op="Conv", **attrs):
+    node = helper.make_node(op, ["x", "w", "b"], ["y"], name="conv", **attrs)
+    return make_model([node], [tensor("x"), tensor("w"), tensor("b")], [tensor("y")])
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((1, 3, 0, 5), (4, 3, 1, 1), {}),
+    ((1, 3, 2, 5), (4, 3, 3, 1), {}),
+    ((1, 3, 0, 5), (4, 3, 1, 1), {"auto_pad": "SAME_UPPER"}),
+    ((1, 3, 0, 5), (4, 3, 1, 1), {"auto_pad": "VALID"}),
+])
+def test_conv_leaving_no_output_fails(x_shape, w_shape, attrs):
+    feeds = {"x": np.ones(x_shape, np.float32), "w": np.ones(w_shape, np.float32), "b": np.ones(4, np.float32)}
+    assert_both_fail(conv_model(**attrs), feeds, node_name="conv")
+
+
+def test_conv_of_an_empty_input_padded_to_the_kernel_is_the_bias():
+    feeds = {"x": np.ones((1, 3, 0, 5), np.float32), "w": np.ones((4, 3, 1, 1), np.float32),
+             "b": np.arange(4, dtype=np.float32)}
+    assert_matches_cpu_on_mlx(conv_model(pads=[1, 1, 1, 1]), feeds)
+
+
+@pytest.mark.parametrize("op", ["Conv", "ConvTranspose"])
+def test_conv_with_auto_pad_and_pads_is_refused_as_on_cpu(op):
+    feeds = {"x": np.ones((1, 2, 5), np.float32), "w": np.ones((2, 2, 3), np.float32), "b": np.ones(2, np.float32)}
+    assert_both_fail(conv_model(op, auto_pad="SAME_LOWER", pads=[0, 1]), feeds)
