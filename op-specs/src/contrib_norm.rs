@@ -89,6 +89,12 @@ fn skip_norm(
     centred: bool,
 ) -> Result<Vec<Array>> {
     let s = cx.stream();
+    if !(2..=3).contains(&input.ndim()) {
+        return Err(OpError::new(format!(
+            "input has rank {}: ORT's kernel takes [batch, sequence, hidden] or [tokens, hidden]",
+            input.ndim()
+        )));
+    }
     if input.shape().last().is_none_or(|&hidden| hidden == 0) {
         return Err(OpError::new(format!(
             "input has shape {:?}: its last axis (hidden_size) must be positive",

@@ -121,11 +121,14 @@ fn empty_reduction(
             })
             .collect()
     };
-    let identity = match (empty_set_value(how), x.dtype()) {
-        // For booleans the extremes are false and true (not "-inf != 0").
-        (v, Dtype::Bool) if v.is_infinite() => f64::from(u8::from(v > 0.0)),
-        (v, _) => v,
-    };
+    let extreme = matches!(how, Reduction::Max | Reduction::Min);
+    if x.dtype() == Dtype::Bool && extreme && shape.iter().all(|&d| d > 0) {
+        return Err(OpError::new(
+            "the maximum or minimum of an empty set of booleans is undefined (ORT's CPU EP fails \
+             too)",
+        ));
+    }
+    let identity = empty_set_value(how);
     let value = crate::table::consts::scalar(identity, x.dtype(), s)?;
     Ok(ops::broadcast_to(&value, &shape, s)?)
 }

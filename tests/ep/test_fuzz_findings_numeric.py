@@ -570,3 +570,24 @@ def test_conv_of_an_empty_input_padded_to_the_kernel_is_the_bias():
 def test_conv_with_auto_pad_and_pads_is_refused_as_on_cpu(op):
     feeds = {"x": np.ones((1, 2, 5), np.float32), "w": np.ones((2, 2, 3), np.float32), "b": np.ones(2, np.float32)}
     assert_both_fail(conv_model(op, auto_pad="SAME_LOWER", pads=[0, 1]), feeds)
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceMax"])
+def test_bool_extreme_of_an_empty_set_fails(op):
+    model = reduce_model(op, 20, None, elem=TensorProto.BOOL)
+    assert_both_fail(model, {"x": np.zeros((0, 3, 4), bool)})
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceMax"])
+def test_bool_extreme_with_an_empty_result_runs(op):
+    model = reduce_model(op, 20, [1], elem=TensorProto.BOOL)
+    assert_matches_cpu_on_mlx(model, {"x": np.zeros((0, 3, 4), bool)})
+
+
+@pytest.mark.parametrize("op", ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"])
+def test_skip_layer_norm_of_rank_4_fails(op):
+    node = helper.make_node(op, ["x", "skip", "gamma"], ["out"], name="skip", domain="com.microsoft")
+    model = make_model([node], [tensor(n) for n in ["x", "skip", "gamma"]], [tensor("out")], domains=MS)
+    feeds = {"x": np.ones((1, 2, 3, 4), np.float32), "skip": np.ones((1, 2, 3, 4), np.float32),
+             "gamma": np.ones(4, np.float32)}
+    assert_both_fail(model, feeds, node_name="skip")
