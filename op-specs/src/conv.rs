@@ -366,6 +366,16 @@ fn conv_transpose(
             "output_padding does not match the spatial rank",
         ));
     }
+    for i in 0..spatial {
+        // ORT's bound: padding past the last stride would add positions no input reaches.
+        if extra[i] >= strides[i].max(dilations[i]) {
+            return Err(OpError::new(format!(
+                "output_padding[{i}] ({}) must be less than max(stride, dilation) ({})",
+                extra[i],
+                strides[i].max(dilations[i])
+            )));
+        }
+    }
     let group = attrs.group;
     let (c_in, c_out_per_group) = (w.shape()[0], w.shape()[1]);
     if group < 1 || c_in % group != 0 || x.shape()[1] != c_in {

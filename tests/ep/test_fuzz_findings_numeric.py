@@ -591,3 +591,17 @@ def test_skip_layer_norm_of_rank_4_fails(op):
     feeds = {"x": np.ones((1, 2, 3, 4), np.float32), "skip": np.ones((1, 2, 3, 4), np.float32),
              "gamma": np.ones(4, np.float32)}
     assert_both_fail(model, feeds, node_name="skip")
+
+
+@pytest.mark.parametrize("attrs", [{"output_padding": [1, 0]}, {"output_padding": [2, 0], "strides": [2, 2]},
+                                   {"output_padding": [0, 2], "dilations": [1, 2]}])
+def test_conv_transpose_output_padding_of_a_stride_or_more_fails(attrs):
+    feeds = {"x": np.ones((1, 2, 3, 3), np.float32), "w": np.ones((2, 1, 2, 2), np.float32),
+             "b": np.ones(1, np.float32)}
+    assert_both_fail(deconv_model(**attrs), feeds, "output_padding", "deconv")
+
+
+def test_conv_transpose_output_padding_below_the_stride_runs_on_mlx():
+    feeds = {"x": rng().standard_normal((1, 2, 3, 3)).astype(np.float32), "w": np.ones((2, 1, 2, 2), np.float32),
+             "b": np.ones(1, np.float32)}
+    assert_matches_cpu_on_mlx(deconv_model(output_padding=[1, 1], strides=[2, 2]), feeds)
