@@ -80,11 +80,9 @@ fn celu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<A
     let ratio = ops::divide(&x, &scalar_like(alpha, &x, s)?, s)?;
     let exp_minus_one = ops::subtract(&ops::exp(&ratio, s)?, &one, s)?;
     let curve = scale(&exp_minus_one, alpha, s)?;
-    Ok(ops::add(
-        &ops::maximum(&x, &zero, s)?,
-        &ops::minimum(&curve, &zero, s)?,
-        s,
-    )?)
+    // std::min(curve, 0) keeps a NaN curve (alpha = -0 gives -0 * inf); MLX's minimum does not.
+    let negative_part = ops::where_(&ops::greater(&curve, &zero, s)?, &zero, &curve, s)?;
+    Ok(ops::add(&ops::maximum(&x, &zero, s)?, &negative_part, s)?)
 }
 
 /// `0.5 x (1 + erf(x / √2))`.

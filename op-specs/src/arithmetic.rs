@@ -127,7 +127,7 @@ fn pow(cx: &mut Lower, x: Array, y: Array) -> Result<Array> {
 
 /// ORT's int32 power, `(int32_t)std::pow((double)x, (double)y)`: truncated toward zero (2^-1
 /// is 0, (-1)^-3 is -1), and INT32_MIN, x86's answer to an out-of-range conversion, where the
-/// power leaves the int32 range or is infinite (0^-1). Exact powers in int64 stand in for the
+/// power leaves the int32 range or is infinite (0^-1); but see the shortcut below. Exact powers in int64 stand in for the
 /// double ones (exact below 2^53); a float32 estimate keeps the int64 power from wrapping.
 fn int32_pow(x: &Array, y: &Array, s: &Stream) -> Result<Array> {
     use mlx_kernels::Dtype::{F32, I32, I64};
@@ -165,8 +165,25 @@ fn int32_pow(x: &Array, y: &Array, s: &Stream) -> Result<Array> {
     )?;
     let infinite = ops::logical_and(&negative_y, &ops::equal(&xw, &k(0.0)?, s)?, s)?;
     let invalid = ops::logical_or(&ops::logical_or(&huge, &out_of_range, s)?, &infinite, s)?;
-    let result = ops::where_(&invalid, &k(i32::MIN.into())?, &value, s)?;
-    Ok(ops::astype(&result, I32, s)?)
+    let result = ops::astype(
+        &ops::where_(&invalid, &k(i32::MIN.into())?, &value, s)?,
+        I32,
+        s,
+    )?;
+    if y.size() != 1 || x.size() == 1 {
+        return Ok(result);
+    }
+    // A one-element exponent of 2 or 3 takes ORT's shortcut, `x * x` or `x * x * x` in int32,
+    // which wraps instead.
+    let square = ops::multiply(x, x, s)?;
+    let cube = ops::multiply(&square, x, s)?;
+    let exponent = |v: f64| -> Result<Array> { Ok(ops::equal(&yw, &k(v)?, s)?) };
+    Ok(ops::where_(
+        &exponent(2.0)?,
+        &square,
+        &ops::where_(&exponent(3.0)?, &cube, &result, s)?,
+        s,
+    )?)
 }
 
 fn pow_claim(node: &dyn crate::NodeView) -> crate::Verdict {

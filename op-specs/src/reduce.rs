@@ -302,6 +302,10 @@ fn arg_extreme(
     max: bool,
 ) -> Result<Array> {
     let s = cx.stream();
+    if x.ndim() == 0 {
+        // ORT's CPU EP ignores the axis of a scalar: its one element is at index 0.
+        return Ok(crate::table::consts::scalar(0.0, Dtype::I64, s)?);
+    }
     let axis = normalise_axis(axis, x.ndim())?;
     if x.size() == 0 {
         // ORT's CPU EP fails on an empty reduced axis and returns an empty result when only

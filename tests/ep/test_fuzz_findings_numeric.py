@@ -605,3 +605,32 @@ def test_conv_transpose_output_padding_below_the_stride_runs_on_mlx():
     feeds = {"x": rng().standard_normal((1, 2, 3, 3)).astype(np.float32), "w": np.ones((2, 1, 2, 2), np.float32),
              "b": np.ones(1, np.float32)}
     assert_matches_cpu_on_mlx(deconv_model(output_padding=[1, 1], strides=[2, 2]), feeds)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("attrs", [{}, {"axis": 1}, {"axis": -1, "keepdims": 0}])
+def test_arg_extreme_of_a_scalar_is_index_zero(op, attrs):
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    model = make_model([node], [tensor("x")], [tensor("y", TensorProto.INT64)], opset=13)
+    assert_matches_cpu_on_mlx(model, {"x": np.array(3.0, np.float32)})
+
+
+@pytest.mark.parametrize("exponent", [2, 3, 4])
+def test_int32_pow_by_a_one_element_exponent_takes_ort_shortcut(exponent):
+    node = helper.make_node("Pow", ["x", "y"], ["z"])
+    model = make_model([node], [tensor("x", TensorProto.INT32), tensor("y", TensorProto.INT32)],
+                       [tensor("z", TensorProto.INT32)], opset=13)
+    feeds = {"x": np.array([-2147483647, 2147483647, 46341, -5, 0, 1300], np.int32),
+             "y": np.array([exponent], np.int32)}  # 2 and 3 wrap as x * x (* x); others saturate
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
+
+
+@pytest.mark.parametrize("alpha", [-0.0, 0.0, float("inf")])
+def test_celu_with_degenerate_alpha_follows_ort(alpha):
+    node = helper.make_node("Celu", ["x"], ["y"], alpha=alpha)
+    model = make_model([node], [tensor("x")], [tensor("y")], opset=12)
+    x = np.array([-2.9, -0.5, 0.0, 1.5], np.float32)
+    run = Run(model, {"x": x})
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, {"x": x})[0])
