@@ -182,8 +182,23 @@ fn convolve(
             w.shape()[1]
         )));
     }
-    let x_last = ops::transpose(x, &channels_last(rank), s)?;
-    let w_last = ops::transpose(w, &channels_last(rank), s)?;
+    // Zero input channels sum to zero (the output is the bias), but MLX's CUDA backend traps
+    // (SIGFPE) convolving them: one zero channel per group gives the same sums.
+    let (x, w) = if channels == 0 {
+        let zero = |shape: Vec<i64>| -> Result<Array> {
+            let zero = crate::table::consts::scalar(0.0, x.dtype(), s)?;
+            Ok(ops::broadcast_to(&zero, &shape, s)?)
+        };
+        let mut x_shape = x.shape();
+        x_shape[1] = attrs.group;
+        let mut w_shape = w.shape();
+        w_shape[1] = 1;
+        (zero(x_shape)?, zero(w_shape)?)
+    } else {
+        (x.clone(), w.clone())
+    };
+    let x_last = ops::transpose(&x, &channels_last(rank), s)?;
+    let w_last = ops::transpose(&w, &channels_last(rank), s)?;
     let y = ops::conv(
         &x_last,
         &w_last,

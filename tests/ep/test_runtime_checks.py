@@ -213,3 +213,20 @@ def test_gather_nd_reading_nothing_checks_no_index():
     run = Run(model, feeds)
     run.assert_all_on_mlx()
     assert run.outputs[0].shape == cpu_outputs(model, feeds)[0].shape == (5, 0)
+
+
+@pytest.mark.parametrize("op, domain", [("Conv", ()), ("FusedConv", (("com.microsoft", 1),))])
+def test_conv_over_zero_input_channels_gives_the_bias(op, domain):
+    # Fuzz trigger on MLX's CUDA backend: X [2, 0, 6, 6], W [4, 0, 3, 3] raised SIGFPE in MLX.
+    # (ORT's CPU EP never returns on this model, so the expectation is the definition: no
+    # channel contributes, every output is the bias, then FusedConv's activation.)
+    extra = {"domain": "com.microsoft", "activation": "Relu"} if op == "FusedConv" else {}
+    node = helper.make_node(op, ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], **extra)
+    model = make_model([node], [tensor("x", shape=[2, 0, 6, 6]), tensor("w", shape=[4, 0, 3, 3]), tensor("b", shape=[4])],
+                       [tensor("y")], domains=domain)
+    bias = np.array([1, -2, 3, -4], np.float32)
+    feeds = {"x": np.zeros((2, 0, 6, 6), np.float32), "w": np.zeros((4, 0, 3, 3), np.float32), "b": bias}
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    expected = np.broadcast_to(bias.reshape(1, 4, 1, 1), (2, 4, 6, 6))
+    np.testing.assert_array_equal(run.outputs[0], np.maximum(expected, 0) if op == "FusedConv" else expected)
