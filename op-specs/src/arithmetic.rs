@@ -32,7 +32,7 @@ fn div(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
     if a.dtype().is_float() {
         return Ok(ops::divide(&a, &b, s)?);
     }
-    let divisor = SafeDivisor::new(cx, &a, &b, "integer division by zero")?;
+    let divisor = SafeDivisor::new(cx, &b, "integer division by zero")?;
     let quotient = divisor.truncating_quotient(&a, s)?;
     // x / -1 = -x (wrapping at MIN), computed only for signed types.
     let negated = match divisor.is_minus_one {
@@ -51,13 +51,11 @@ struct SafeDivisor {
 }
 
 impl SafeDivisor {
-    fn new(cx: &mut Lower, a: &Array, b: &Array, zero_message: &str) -> Result<SafeDivisor> {
+    fn new(cx: &mut Lower, b: &Array, zero_message: &str) -> Result<SafeDivisor> {
         let s = cx.stream();
         let is_zero = ops::equal(b, &scalar_like(0.0, b, s)?, s)?;
-        // An empty result divides nothing (a zero-size side empties the broadcast).
-        if a.size() > 0 && b.size() > 0 {
-            cx.require(&ops::logical_not(&is_zero, s)?, zero_message)?;
-        }
+        // ORT's CPU EP checks every divisor, even where the broadcast result is empty.
+        cx.require(&ops::logical_not(&is_zero, s)?, zero_message)?;
         let is_minus_one = match is_signed_int(b) {
             true => Some(ops::equal(b, &scalar_like(-1.0, b, s)?, s)?),
             false => None,
@@ -228,7 +226,7 @@ fn modulo(cx: &mut Lower, a: Array, b: Array, #[attr(default = 0)] fmod: i64) ->
             s,
         )?);
     }
-    let divisor = SafeDivisor::new(cx, &a, &b, "integer modulo by zero")?;
+    let divisor = SafeDivisor::new(cx, &b, "integer modulo by zero")?;
     let rest = if fmod == 0 {
         ops::remainder(&a, &divisor.safe, s)?
     } else {
