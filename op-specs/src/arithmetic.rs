@@ -239,6 +239,12 @@ fn modulo(cx: &mut Lower, a: Array, b: Array, #[attr(default = 0)] fmod: i64) ->
 }
 
 fn mod_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    // ORT's kernel refuses any other value when the session is created.
+    if let Some(crate::AttrValue::Int(f)) = node.attribute("fmod") {
+        if f != 0 && f != 1 {
+            return crate::Verdict::decline(format!("fmod={f}: ONNX allows only 0 and 1"));
+        }
+    }
     let fmod = matches!(node.attribute("fmod"), Some(crate::AttrValue::Int(1)));
     match node.input_type(0) {
         Some(t) if is_float(t) && !fmod => {

@@ -230,3 +230,12 @@ def test_conv_over_zero_input_channels_gives_the_bias(op, domain):
     run.assert_all_on_mlx()
     expected = np.broadcast_to(bias.reshape(1, 4, 1, 1), (2, 4, 6, 6))
     np.testing.assert_array_equal(run.outputs[0], np.maximum(expected, 0) if op == "FusedConv" else expected)
+
+
+def test_mod_with_an_fmod_other_than_0_or_1_is_left_to_ort():
+    # Fuzz trigger: fmod=-1; ORT's kernel refuses it at session creation, we computed.
+    node = helper.make_node("Mod", ["a", "b"], ["c"], fmod=-1)
+    model = make_model([node], [tensor("a", TensorProto.INT32, [3]), tensor("b", TensorProto.INT32, [3])],
+                       [tensor("c", TensorProto.INT32)])
+    with pytest.raises(Exception, match="fmod"):
+        ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])

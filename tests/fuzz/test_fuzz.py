@@ -15,6 +15,7 @@ import pytest
 from op_table import load_table
 
 from .classify import CATEGORIES, classify, classify_lost_worker, is_problem
+from .known import KNOWN
 from .generate import entries, entry_for, make_case
 from .pool import Task, run_tasks
 from .report import Summary, repro_line, signature
@@ -43,13 +44,22 @@ def _run(tasks, timeout=30.0) -> Summary:
 
 
 @needs_ep
-def test_fuzz_slice():
+def test_fuzz_slice(monkeypatch):
+    # Every case still runs eagerly, compiled and replayed; MLX's kernel fusion (a C++ compile
+    # per new kernel on the CPU backend, minutes on a cold machine) is left to `make fuzz`.
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_NO_FUSE", "1")
     summary = _run([Task(SLICE_SEED, i) for i in range(SLICE_CASES)])
     assert len(summary.results) == SLICE_CASES
     covered = {r["op"] for r in summary.results}
     assert covered == {e.key for e in entries()}, "the slice must reach every table entry"
-    assert not summary.problems(), "\n".join(["", summary.text(per_op=False), "", "every problem case:"]
-                                              + summary.problem_lines())
+    found = {r["id"]: r for r in summary.problems()}
+    unexpected = [line for line, r in zip(summary.problem_lines(), summary.problems())
+                  if r["id"] not in KNOWN or r["category"] in ("death", "hang")
+                  or KNOWN[r["id"]][0] != r["category"]]
+    in_slice = {f"s{SLICE_SEED}-{i}" for i in range(SLICE_CASES)}
+    stale = sorted(case for case in KNOWN if case in in_slice and case not in found)
+    assert not unexpected, "\n".join(["", summary.text(per_op=False), "", "problems not in known.py:"] + unexpected)
+    assert not stale, f"fixed, so delete from tests/fuzz/known.py: {stale}"
 
 
 # --------------------------------------------------------------------------------------------
