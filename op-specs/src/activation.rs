@@ -80,7 +80,8 @@ fn celu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<A
     let ratio = ops::divide(&x, &scalar_like(alpha, &x, s)?, s)?;
     let exp_minus_one = ops::subtract(&ops::exp(&ratio, s)?, &one, s)?;
     let curve = scale(&exp_minus_one, alpha, s)?;
-    // std::min(curve, 0) keeps a NaN curve (alpha = -0 gives -0 * inf); MLX's minimum does not.
+    // std::min(curve, 0) keeps a NaN curve (alpha = -0 gives -0 * inf), as ORT's scalar path
+    // does; its SIMD lanes drop it, so which one a position gets there depends on its lane.
     let negative_part = ops::where_(&ops::greater(&curve, &zero, s)?, &zero, &curve, s)?;
     Ok(ops::add(&ops::maximum(&x, &zero, s)?, &negative_part, s)?)
 }
@@ -302,11 +303,13 @@ fn clip(cx: &mut Lower, x: Array, min: Option<Array>, max: Option<Array>) -> Res
     // ORT's CPU EP clips to the type's finite range when a bound is absent, so an absent max
     // still turns +inf into the largest finite value.
     let finite = |bound: Option<Array>, sign: f64| -> Result<Option<Array>> {
-        Ok(match (bound, largest_finite(x.dtype())) {
-            (Some(bound), _) => Some(bound),
-            (None, Some(largest)) => Some(scalar_like(sign * largest, &x, s)?),
-            (None, None) => None,
-        })
+        Ok(
+            match (bound, largest_finite(x.dtype(), cx.node().since_version())) {
+                (Some(bound), _) => Some(bound),
+                (None, Some(largest)) => Some(scalar_like(sign * largest, &x, s)?),
+                (None, None) => None,
+            },
+        )
     };
     let min = finite(min, -1.0)?;
     let max = finite(max, 1.0)?;
@@ -314,11 +317,12 @@ fn clip(cx: &mut Lower, x: Array, min: Option<Array>, max: Option<Array>) -> Res
 }
 
 /// The largest finite value of a float type that ORT clips to when a bound is absent (`None`
-/// for integers, whose extremes clip nothing, and bfloat16, which ORT leaves unclipped).
-fn largest_finite(dtype: Dtype) -> Option<f64> {
+/// for integers, whose extremes clip nothing, and the 16-bit types where ORT leaves infinities).
+fn largest_finite(dtype: Dtype, since_version: i64) -> Option<f64> {
     match dtype {
         Dtype::F32 => Some(f32::MAX.into()),
-        Dtype::F16 => Some(65504.0),
+        // Clip-11 leaves float16 infinities unclipped there; from Clip-12 on it clips them.
+        Dtype::F16 if since_version >= 12 => Some(65504.0),
         // ORT's CPU EP leaves bfloat16 infinities unclipped when a bound is absent.
         _ => None,
     }

@@ -47,7 +47,10 @@ fn fast_gelu(cx: &mut Lower, x: Array, bias: Option<Array>) -> Result<Array> {
 fn bias_gelu(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
     let s = cx.stream();
     check_bias(&a, &b)?;
-    gelu_erf(&ops::add(&a, &b, s)?, s)
+    // In float32 for 16-bit types, as ORT's kernel: a sum past float16's range stays finite.
+    let wide = |x: &Array| crate::reduce::widened(x, s);
+    let y = gelu_erf(&ops::add(&wide(&a)?, &wide(&b)?, s)?, s)?;
+    Ok(ops::astype(&y, a.dtype(), s)?)
 }
 
 /// ORT's bias GELU kernels take a bias of one value per element of the input's last axis (not
