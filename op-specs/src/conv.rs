@@ -691,9 +691,29 @@ pub(crate) fn spatial_axes(x: &Array) -> Result<Vec<i32>> {
 }
 
 /// Mean over the spatial axes, kept as size 1.
+/// ORT's pool kernels refuse an empty input unless its batch is what is empty; then the result
+/// is `[0, C, 1, ..]`. `None`: the input is not empty.
+fn empty_global_pool(x: &Array) -> Result<Option<Array>> {
+    let dims = x.shape();
+    if x.size() > 0 {
+        return Ok(None);
+    }
+    if dims.first() != Some(&0) {
+        return Err(OpError::new(format!(
+            "global pooling of an empty tensor {dims:?}"
+        )));
+    }
+    let mut out = dims.clone();
+    out.iter_mut().skip(2).for_each(|d| *d = 1);
+    Ok(Some(Array::from_bytes(&[], &out, x.dtype())?))
+}
+
 #[onnx_op(op = "GlobalAveragePool", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed)]
 fn global_average_pool(cx: &mut Lower, x: Array) -> Result<Array> {
     let s = cx.stream();
+    if let Some(empty) = empty_global_pool(&x)? {
+        return Ok(empty);
+    }
     // 16-bit floats are summed in float32, as ORT's CPU EP does: the sum of a few large
     // float16 values overflows float16 though their mean does not.
     let wide = crate::reduce::widened(&x, s)?;
@@ -707,8 +727,8 @@ fn global_average_pool(cx: &mut Lower, x: Array) -> Result<Array> {
 /// Maximum over the spatial axes, kept as size 1.
 #[onnx_op(op = "GlobalMaxPool", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed)]
 fn global_max_pool(cx: &mut Lower, x: Array) -> Result<Array> {
-    if x.size() == 0 {
-        return Err(OpError::new("GlobalMaxPool of an empty tensor"));
+    if let Some(empty) = empty_global_pool(&x)? {
+        return Ok(empty);
     }
     Ok(ops::max(&x, &spatial_axes(&x)?, true, cx.stream())?)
 }

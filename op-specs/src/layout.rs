@@ -30,6 +30,12 @@ fn pad_axis(
     let dim = x.shape()[axis];
     // Negative pads remove elements first.
     let (from, to) = (lo.min(0).abs(), dim - hi.min(0).abs());
+    if from > to && mode == "constant" {
+        // The crop reaches into the other side's padding (x[1] padded by 1, cropped by 2: ORT
+        // gives length 0): pad first, then crop the padded axis.
+        let padded = pad_axis(x, axis, lo.max(0), hi.max(0), mode, value, s)?;
+        return pad_axis(padded, axis, lo.min(0), hi.min(0), mode, value, s);
+    }
     if from > to {
         return Err(OpError::new(format!(
             "pads crop more than axis {axis} holds"

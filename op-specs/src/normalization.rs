@@ -528,7 +528,11 @@ fn inference_dropout(cx: &Lower, x: Array) -> Result<Vec<Array>> {
     if cx.node().output_count() < 2 {
         return Ok(vec![x]);
     }
-    let mask = ops::broadcast_to(&scalar(1.0, cx.output_dtype(1)?, s)?, &x.shape(), s)?;
+    // All true, built elementwise from `x` so that a shapeless replay gives the new shape (a
+    // broadcast to `x.shape()` would bake the traced shape in: found by the fuzzer).
+    let nan = ops::isnan(&x, s)?;
+    let all_true = ops::logical_or(&nan, &ops::logical_not(&nan, s)?, s)?;
+    let mask = ops::astype(&all_true, cx.output_dtype(1)?, s)?;
     Ok(vec![x, mask])
 }
 

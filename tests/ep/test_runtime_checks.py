@@ -239,3 +239,41 @@ def test_mod_with_an_fmod_other_than_0_or_1_is_left_to_ort():
                        [tensor("c", TensorProto.INT32)])
     with pytest.raises(Exception, match="fmod"):
         ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+
+
+def test_pad_whose_crop_reaches_into_the_other_sides_padding():
+    # Fuzz trigger: x[2, 3, 1] padded 1 before and cropped 2 after on the last axis; ORT gives length 0.
+    for pads in ([0, 2, 1, 1, 0, -2], [0, 0, 3, 0, 0, -2]):
+        pads_init = numpy_helper.from_array(np.array(pads, np.int64), "pads")
+        model = make_model([helper.make_node("Pad", ["x", "pads"], ["y"])], [tensor("x", shape=[2, 3, 1])],
+                           [tensor("y")], [pads_init], opset=13)
+        feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3, 1)}
+        run = Run(model, feeds)
+        run.assert_all_on_mlx()
+        np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
+
+
+def test_dropout_mask_follows_the_input_shape_across_shapeless_replays():
+    # Fuzz trigger: the mask kept the first feed's shape (a broadcast baked into the trace).
+    node = helper.make_node("Dropout", ["x"], ["y", "mask"])
+    model = make_model([node], [tensor("x", shape=[1, 3, "n"])], [tensor("y"), tensor("mask", TensorProto.BOOL)], opset=13)
+    session = mlx_session(model)
+    for n in (4, 4, 4, 9, 9, 4):
+        feeds = {"x": np.ones((1, 3, n), np.float32)}
+        for got, want in zip(session.run(None, feeds), cpu_outputs(model, feeds)):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 0), (0, 3, 4, 5), (0, 3, 0, 5)])
+def test_global_pools_of_empty_inputs_match_cpu(op, shape):
+    # Fuzz triggers: ORT refuses an empty input unless its batch is empty (then [0, C, 1, 1]).
+    model = make_model([helper.make_node(op, ["x"], ["y"])], [tensor("x", shape=list(shape))], [tensor("y")])
+    feeds = {"x": np.zeros(shape, np.float32)}
+    try:
+        want = cpu_outputs(model, feeds)[0]
+    except Exception:
+        with pytest.raises(Exception):
+            mlx_session(model).run(None, feeds)
+        return
+    np.testing.assert_array_equal(mlx_session(model).run(None, feeds)[0], want)
