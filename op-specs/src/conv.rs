@@ -690,7 +690,6 @@ pub(crate) fn spatial_axes(x: &Array) -> Result<Vec<i32>> {
     Ok((2..x.ndim() as i32).collect())
 }
 
-/// Mean over the spatial axes, kept as size 1.
 /// ORT's pool kernels refuse an empty input unless its batch is what is empty; then the result
 /// is `[0, C, 1, ..]`. `None`: the input is not empty.
 fn empty_global_pool(x: &Array) -> Result<Option<Array>> {
@@ -708,6 +707,7 @@ fn empty_global_pool(x: &Array) -> Result<Option<Array>> {
     Ok(Some(Array::from_bytes(&[], &out, x.dtype())?))
 }
 
+/// Mean over the spatial axes, kept as size 1.
 #[onnx_op(op = "GlobalAveragePool", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed)]
 fn global_average_pool(cx: &mut Lower, x: Array) -> Result<Array> {
     let s = cx.stream();
