@@ -175,6 +175,9 @@ fn saturating_i32_sum(
 /// (int64 and int32), where MLX's integer arithmetic is exact and wraps. int32 sums are
 /// matched exactly (`saturating_i32_sum`).
 fn integer_reduction_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    if let Some(decline) = non_binary_flag(node) {
+        return decline;
+    }
     let sums = ["ReduceSum", "ReduceSumSquare", "ReduceL1"];
     let op = node.op_type();
     match node.input_type(0) {
@@ -190,6 +193,23 @@ fn integer_reduction_claim(node: &dyn crate::NodeView) -> crate::Verdict {
         ),
         _ => crate::Verdict::Claim,
     }
+}
+
+/// ONNX's 0/1 flags of the reductions. Another value is outside the spec: ORT's kernels read it
+/// as `== 1`, its function bodies and references as nonzero, so the EP leaves it to ORT.
+fn non_binary_flag(node: &dyn crate::NodeView) -> Option<crate::Verdict> {
+    ["keepdims", "noop_with_empty_axes", "select_last_index"]
+        .into_iter()
+        .find_map(|flag| match node.attribute(flag) {
+            Some(crate::AttrValue::Int(v)) if v != 0 && v != 1 => Some(crate::Verdict::decline(
+                format!("{flag}={v}: ONNX allows only 0 and 1"),
+            )),
+            _ => None,
+        })
+}
+
+fn arg_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    non_binary_flag(node).unwrap_or(crate::Verdict::Claim)
 }
 
 /// The value of a reduction over an empty set (for integers, through saturating casts: the
@@ -271,25 +291,25 @@ macro_rules! reduction {
 
 reduction! {
     /// Sum over `axes` (all axes when none are given).
-    reduce_sum_legacy, reduce_sum = "ReduceSum" over NUMERIC by Sum, input axes since 13, attribute axes until 12, declining "int64 (ORT sums it in floating point)";
+    reduce_sum_legacy, reduce_sum = "ReduceSum" over NUMERIC by Sum, input axes since 13, attribute axes until 12, declining "int64 (ORT sums it in floating point); keepdims or noop_with_empty_axes other than 0/1";
     /// Mean over `axes`.
-    reduce_mean_legacy, reduce_mean = "ReduceMean" over FLOAT by Mean, input axes since 18, attribute axes until 17, declining "";
+    reduce_mean_legacy, reduce_mean = "ReduceMean" over FLOAT by Mean, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
     /// Maximum over `axes`.
-    reduce_max_legacy, reduce_max = "ReduceMax" over ANY by Max, input axes since 18, attribute axes until 17, declining "";
+    reduce_max_legacy, reduce_max = "ReduceMax" over ANY by Max, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
     /// Minimum over `axes`.
-    reduce_min_legacy, reduce_min = "ReduceMin" over ANY by Min, input axes since 18, attribute axes until 17, declining "";
+    reduce_min_legacy, reduce_min = "ReduceMin" over ANY by Min, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
     /// Product over `axes`.
-    reduce_prod_legacy, reduce_prod = "ReduceProd" over NUMERIC by Prod, input axes since 18, attribute axes until 17, declining "int32 and int64 (ORT multiplies them in floating point)";
+    reduce_prod_legacy, reduce_prod = "ReduceProd" over NUMERIC by Prod, input axes since 18, attribute axes until 17, declining "int32 and int64 (ORT multiplies them in floating point); keepdims or noop_with_empty_axes other than 0/1";
     /// Sum of squares over `axes`.
-    reduce_sum_square_legacy, reduce_sum_square = "ReduceSumSquare" over SIGNED by SumSquare, input axes since 18, attribute axes until 17, declining "int64 (ORT sums it in floating point)";
+    reduce_sum_square_legacy, reduce_sum_square = "ReduceSumSquare" over SIGNED by SumSquare, input axes since 18, attribute axes until 17, declining "int64 (ORT sums it in floating point); keepdims or noop_with_empty_axes other than 0/1";
     /// Sum of absolute values over `axes`.
-    reduce_l1_legacy, reduce_l1 = "ReduceL1" over SIGNED by L1, input axes since 18, attribute axes until 17, declining "int64 (ORT sums it in floating point)";
+    reduce_l1_legacy, reduce_l1 = "ReduceL1" over SIGNED by L1, input axes since 18, attribute axes until 17, declining "int64 (ORT sums it in floating point); keepdims or noop_with_empty_axes other than 0/1";
     /// Euclidean norm over `axes`.
-    reduce_l2_legacy, reduce_l2 = "ReduceL2" over FLOAT by L2, input axes since 18, attribute axes until 17, declining "";
+    reduce_l2_legacy, reduce_l2 = "ReduceL2" over FLOAT by L2, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
     /// `log(sum(x))` over `axes`.
-    reduce_log_sum_legacy, reduce_log_sum = "ReduceLogSum" over FLOAT by LogSum, input axes since 18, attribute axes until 17, declining "";
+    reduce_log_sum_legacy, reduce_log_sum = "ReduceLogSum" over FLOAT by LogSum, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
     /// `log(sum(exp(x)))` over `axes`, computed stably.
-    reduce_log_sum_exp_legacy, reduce_log_sum_exp = "ReduceLogSumExp" over FLOAT by LogSumExp, input axes since 18, attribute axes until 17, declining "";
+    reduce_log_sum_exp_legacy, reduce_log_sum_exp = "ReduceLogSumExp" over FLOAT by LogSumExp, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
 }
 
 /// Index of the first (or, with `select_last_index`, last) extreme along `axis`, as int64.
@@ -347,7 +367,10 @@ fn arg_extreme(
 }
 
 /// Index of the maximum along `axis` (ties: the first, or the last with `select_last_index`).
-#[onnx_op(op = "ArgMax", since = 1, types(T = NUMERIC, I = I64), inputs(data: T), outputs(reduced: I), shape = ShapeKeyed)]
+#[onnx_op(
+    op = "ArgMax", since = 1, types(T = NUMERIC, I = I64), inputs(data: T), outputs(reduced: I), shape = ShapeKeyed,
+    claim = arg_claim, declines = "keepdims or select_last_index other than 0/1"
+)]
 fn arg_max(
     cx: &mut Lower,
     x: Array,
@@ -359,7 +382,10 @@ fn arg_max(
 }
 
 /// Index of the minimum along `axis` (ties: the first, or the last with `select_last_index`).
-#[onnx_op(op = "ArgMin", since = 1, types(T = NUMERIC, I = I64), inputs(data: T), outputs(reduced: I), shape = ShapeKeyed)]
+#[onnx_op(
+    op = "ArgMin", since = 1, types(T = NUMERIC, I = I64), inputs(data: T), outputs(reduced: I), shape = ShapeKeyed,
+    claim = arg_claim, declines = "keepdims or select_last_index other than 0/1"
+)]
 fn arg_min(
     cx: &mut Lower,
     x: Array,

@@ -277,3 +277,15 @@ def test_global_pools_of_empty_inputs_match_cpu(op, shape):
             mlx_session(model).run(None, feeds)
         return
     np.testing.assert_array_equal(mlx_session(model).run(None, feeds)[0], want)
+
+
+@pytest.mark.parametrize("op, attrs", [("ReduceSum", {"keepdims": 2}), ("ReduceMean", {"keepdims": -1}),
+                                       ("ArgMax", {"keepdims": 2}), ("ArgMin", {"select_last_index": 3})])
+def test_flags_outside_0_1_are_left_to_ort(op, attrs):
+    # Fuzz triggers: keepdims=-1/2 read as "== 1" by ORT's kernels but as nonzero by references.
+    model = make_model([helper.make_node(op, ["x"], ["y"], **attrs)], [tensor("x", shape=[2, 3])],
+                       [tensor("y", TensorProto.INT64 if op.startswith("Arg") else TensorProto.FLOAT)], opset=12)
+    feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    run = Run(model, feeds)
+    assert run.providers_of_kernels() == {"CPUExecutionProvider"}, run.kernels
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])

@@ -8,9 +8,6 @@ or the reason it stays.
 
 from __future__ import annotations
 
-_BOOL_ATTR = ("a 0/1 attribute (keepdims) set to -1 or 2 on a dtype ORT's CPU EP has no kernel for: the "
-              "numpy reference reads nonzero as true, the EP reads `== 1` as ORT's kernels do (issue 13: "
-              "decline values outside {0, 1} instead)")
 _NAN_ORDER = "NaN through TopK: ORT's order is its selection algorithm's, not a function of the input"
 _REFERENCE = ("checked against the numpy reference (ORT's CPU EP has no kernel for this op or dtype), which "
               "evaluates in float64 what the op computes in float32/float16 at extreme magnitudes")
@@ -28,12 +25,6 @@ KNOWN: dict[str, tuple[str, str]] = {
                                          "refuses at run time: the claim does not decline them yet"),
     "s20261201-1477": ("lost_fallback", _I32_DIMS),
     "s20261201-103": ("lost_fallback", _I32_DIMS),
-    "s20261201-1045": ("wrong", _BOOL_ATTR),
-    "s20261201-768": ("wrong", _BOOL_ATTR),
-    "s20261201-1046": ("wrong", _BOOL_ATTR),
-    "s20261201-381": ("wrong", _BOOL_ATTR),
-    "s20261201-1225": ("wrong", _BOOL_ATTR),
-    "s20261201-1798": ("wrong", _BOOL_ATTR),
     "s20261201-1388": ("wrong", "OneHot with NaN/fractional float indices on a dtype ORT has no kernel for: "
                                 "the numpy reference differs from what ORT's kernels do, which the EP follows"),
     "s20261201-541": ("wrong", "ReduceLogSum of a row of signed zeros and denormals: ORT gives NaN, the EP "
