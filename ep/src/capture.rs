@@ -124,7 +124,7 @@ enum Entry {
     Compiled(Closure, CheckMessages),
 }
 
-type CheckMessages = Arc<Mutex<Vec<String>>>;
+type CheckMessages = Arc<Mutex<Vec<Arc<str>>>>;
 
 /// The compiled path of one plan (owned by the plan's thread, like its runtime).
 pub struct Capture {
@@ -175,7 +175,7 @@ impl Capture {
             return plan.run(runtime, inputs, times);
         };
         match self.compiled(plan, runtime, &arrays, times) {
-            Ok(Some(lowering)) => match plan.evaluate(lowering, times) {
+            Ok(Some(lowering)) => match plan.evaluate(lowering, &runtime.stream, times) {
                 Ok(evaluated) => Ok(evaluated),
                 // The inputs are at fault, not the trace: the eager path would fail the same way.
                 Err(EvalError::Input(message)) => Err(message),

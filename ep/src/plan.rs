@@ -5,6 +5,7 @@
 //! lazy MLX graph from the table's lowerings and evaluates it once, at the boundary.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlx_kernels::{Array, Stream};
@@ -69,7 +70,8 @@ pub struct RunTimes {
 #[derive(Debug, Clone)]
 pub struct NodeCheck {
     pub holds: Array,
-    pub message: String,
+    /// Shared: a compiled closure's replays reuse the messages its trace recorded.
+    pub message: Arc<str>,
 }
 
 /// The lazy MLX graph of one run: outputs, the checks they are valid under, and every array
@@ -234,7 +236,7 @@ impl Plan {
         let started = Instant::now();
         let lowering = self.lower(&runtime.stream, &runtime.constants, inputs)?;
         times.translate += started.elapsed();
-        Ok(self.evaluate(lowering, times)?)
+        Ok(self.evaluate(lowering, &runtime.stream, times)?)
     }
 
     /// Evaluates the outputs (checking their types against the graph's) and the run-time
@@ -243,6 +245,7 @@ impl Plan {
     pub fn evaluate(
         &self,
         lowering: Lowering,
+        stream: &Stream,
         times: &mut RunTimes,
     ) -> Result<Evaluated, EvalError> {
         let Lowering {
@@ -267,15 +270,13 @@ impl Plan {
         Array::eval_all(&all)
             .map_err(|e| EvalError::Mlx(format!("MLX evaluation of {} failed: {e}", self.name)))?;
         times.eval += evaluating.elapsed();
-        if !checks.is_empty() {
-            let stream = device::stream().map_err(|e| EvalError::Mlx(e.to_string()))?;
-            for check in &checks {
-                let holds = check.holds.to_vec::<bool>(&stream).map_err(|e| {
-                    EvalError::Mlx(format!("reading a check of {}: {e}", self.name))
-                })?;
-                if holds != [true] {
-                    return Err(EvalError::Input(check.message.clone()));
-                }
+        for check in &checks {
+            let holds = check
+                .holds
+                .to_vec::<bool>(stream)
+                .map_err(|e| EvalError::Mlx(format!("reading a check of {}: {e}", self.name)))?;
+            if holds != [true] {
+                return Err(EvalError::Input(check.message.to_string()));
             }
         }
         Ok(Evaluated {
@@ -319,7 +320,7 @@ impl Plan {
                 .map_err(|e| node_error(&planned.node, &e.message))?;
             checks.extend(lowered.checks.into_iter().map(|c| NodeCheck {
                 holds: c.holds,
-                message: failed_check(&planned.node, &c.message),
+                message: failed_check(&planned.node, &c.message).into(),
             }));
             for (slot, result) in planned.outputs.iter().zip(lowered.outputs) {
                 if let Some(slot) = slot {

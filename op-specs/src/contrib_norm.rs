@@ -188,13 +188,10 @@ fn embed(cx: &mut Lower, table: &Array, ids: &Array, what: &str) -> Result<Array
             "the {what} embedding table has no rows"
         )));
     }
-    let holds = ops::logical_and(
-        &ops::greater_equal(ids, &scalar_like(0.0, ids, s)?, s)?,
-        &ops::less(ids, &scalar_like(rows as f64, ids, s)?, s)?,
-        s,
-    )?;
-    cx.require(
-        &holds,
+    cx.require_in_range(
+        ids,
+        0,
+        rows - 1,
         format!(
             "input index out of range: {what} ids must lie in [0, {}]",
             rows - 1

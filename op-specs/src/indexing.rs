@@ -38,21 +38,17 @@ pub(crate) fn checked_in_bounds(
     dim: i64,
     axis: usize,
 ) -> Result<Array> {
-    let s = cx.stream();
-    let holds = ops::logical_and(
-        &ops::greater_equal(indices, &scalar_like(-dim as f64, indices, s)?, s)?,
-        &ops::less(indices, &scalar_like(dim as f64, indices, s)?, s)?,
-        s,
-    )?;
-    cx.require(
-        &holds,
+    cx.require_in_range(
+        indices,
+        -dim,
+        dim - 1,
         format!(
             "an index is out of range: indices along axis {axis} must lie in [{}, {}]",
             -dim,
             dim - 1
         ),
     )?;
-    in_bounds(indices, dim, s)
+    in_bounds(indices, dim, cx.stream())
 }
 
 /// Negative indices wrapped by `dim` and everything clamped into `[0, dim)`: ONNX calls

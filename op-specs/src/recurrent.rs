@@ -779,15 +779,10 @@ fn finish(cfg: &Config, y: Array, y_h: Array, y_c: Array, s: &Stream) -> Result<
 /// ORT's CPU EP fails the run on a length outside `[0, seq_length]`; the steps themselves
 /// stay safe for any length (each only compares against the step index).
 fn check_lengths(cx: &mut Lower, lens: &Array, steps: i64) -> Result<()> {
-    let s = cx.stream();
-    let lens = ops::astype(lens, Dtype::I64, s)?;
-    let holds = ops::logical_and(
-        &ops::greater_equal(&lens, &scalar(0.0, Dtype::I64, s)?, s)?,
-        &ops::less_equal(&lens, &scalar(steps as f64, Dtype::I64, s)?, s)?,
-        s,
-    )?;
-    cx.require(
-        &holds,
+    cx.require_in_range(
+        lens,
+        0,
+        steps,
         format!("invalid sequence_lens: every length must lie in [0, {steps}] (seq_length)"),
     )
 }

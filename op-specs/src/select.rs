@@ -169,13 +169,10 @@ fn reverse_sequence(
         time_axis,
         ops::arange(0.0, steps as f64, 1.0, Dtype::I64, s)?,
     )?;
-    let in_range = ops::logical_and(
-        &ops::greater_equal(&lens, &scalar(0.0, Dtype::I64, s)?, s)?,
-        &ops::less_equal(&lens, &scalar(steps as f64, Dtype::I64, s)?, s)?,
-        s,
-    )?;
-    cx.require(
-        &in_range,
+    cx.require_in_range(
+        &lens,
+        0,
+        steps,
         format!("a sequence length is outside [0, {steps}] (ORT's CPU EP fails there too)"),
     )?;
     let lens = along(batch_axis, lens)?;

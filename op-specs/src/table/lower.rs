@@ -91,6 +91,26 @@ impl<'a> Lower<'a> {
         Ok(())
     }
 
+    /// [`Lower::require`] that every element of `values` (integers) lies in `[low, high]`: the
+    /// bounds check of indices, ids and lengths.
+    pub fn require_in_range(
+        &mut self,
+        values: &Array,
+        low: i64,
+        high: i64,
+        message: impl Into<String>,
+    ) -> Result<()> {
+        use mlx_kernels::ops;
+        let s = self.stream;
+        let bound = |v: i64| super::consts::scalar_like(v as f64, values, s);
+        let holds = ops::logical_and(
+            &ops::greater_equal(values, &bound(low)?, s)?,
+            &ops::less_equal(values, &bound(high)?, s)?,
+            s,
+        )?;
+        self.require(&holds, message)
+    }
+
     /// The checks registered so far (the lowering's caller collects them).
     pub fn into_checks(self) -> Vec<RuntimeCheck> {
         self.checks
