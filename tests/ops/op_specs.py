@@ -2492,3 +2492,20 @@ SPECS[("", "LSTM")] = _rnn_spec("LSTM", [
                                  # Affine gates near 0.5: a well-conditioned cell state.
                                  "activation_alpha": [0.15, 0.9, 0.2, 0.1, 0.7], "activation_beta": [0.5, 1.1]}, {}),
 ])
+
+
+# --------------------------------------------------------------------------------------------
+# Op families whose specs live in their own module (tests/ops/families/<family>.py): each
+# registers into SPECS when imported. Imported last, so the helpers above are all defined.
+
+
+def _import_families() -> None:
+    import importlib
+    import pathlib
+
+    for path in sorted((pathlib.Path(__file__).parent / "families").glob("*.py")):
+        if path.stem != "__init__":
+            importlib.import_module(f"families.{path.stem}")
+
+
+_import_families()

@@ -1,0 +1,164 @@
+//! The attention family: com.microsoft GroupQueryAttention, MultiHeadAttention, Attention and
+//! PagedAttention, ai.onnx Attention, and the rotary embeddings, one file each.
+//!
+//! This module is the core they share. The ops differ in how they lay out Q/K/V, which positions
+//! they mask and with what value, where the soft cap sits and what they return, so the core offers
+//! building blocks rather than one entry point: an op composes them in its own order. Scores and
+//! softmax are float32 whatever the input type, as ORT's CPU kernels compute them, and rounded to
+//! the element type once, when the values are mixed. Where MLX's fused
+//! `scaled_dot_product_attention` has exactly an op's semantics, the op calls it instead.
+
+use mlx_kernels::{ops, Array, Dtype, Stream};
+
+use crate::{OpError, Result};
+
+/// An extra logit in every softmax row: it takes probability mass without contributing a value.
+#[derive(Debug, Clone, Copy)]
+pub enum Sink<'a> {
+    /// A zero logit (ORT's `smooth_softmax`: `exp(x_i) / (1 + Σ exp(x_j))`).
+    Zero,
+    /// One logit per query head, shape `[Hq]` (ORT's `head_sink`).
+    PerHead(&'a Array),
+}
+
+/// `(batch, heads, seq, dim)` of a 4-D attention operand.
+fn dims4(a: &Array, what: &str) -> Result<[i64; 4]> {
+    <[i64; 4]>::try_from(a.shape()).map_err(|_| {
+        OpError::new(format!(
+            "{what} has shape {:?}: attention operands are [batch, heads, sequence, head_size]",
+            a.shape()
+        ))
+    })
+}
+
+/// How many query heads share one key/value head.
+fn group_size(q_heads: i64, kv_heads: i64) -> Result<i64> {
+    if kv_heads <= 0 || q_heads % kv_heads != 0 {
+        return Err(OpError::new(format!(
+            "{q_heads} query heads cannot share {kv_heads} key/value heads: the query head count must be a positive multiple of the key/value head count"
+        )));
+    }
+    Ok(q_heads / kv_heads)
+}
+
+fn wide(a: &Array, s: &Stream) -> Result<Array> {
+    Ok(ops::astype(a, Dtype::F32, s)?)
+}
+
+/// `scale · q·kᵀ` in float32, `[B, Hq, Sq, Skv]`, for `q` `[B, Hq, Sq, D]` and `k`
+/// `[B, Hkv, Skv, D]`. Query head `h` reads key head `h / (Hq / Hkv)`, as ORT and MLX group them.
+pub fn scores(q: &Array, k: &Array, scale: f32, s: &Stream) -> Result<Array> {
+    let [b, hq, sq, d] = dims4(q, "Q")?;
+    let [_, hkv, skv, _] = dims4(k, "K")?;
+    let group = group_size(hq, hkv)?;
+    let q = ops::multiply(&wide(q, s)?, &Array::scalar(scale)?, s)?;
+    let k = wide(k, s)?;
+    if group == 1 {
+        return Ok(ops::matmul(&q, &ops::transpose(&k, &[0, 1, 3, 2], s)?, s)?);
+    }
+    // [B, Hkv, group, Sq, D] against [B, Hkv, 1, D, Skv]: no copy of K per query head.
+    let q = ops::reshape(&q, &[b, hkv, group, sq, d], s)?;
+    let k = ops::expand_dims(&ops::transpose(&k, &[0, 1, 3, 2], s)?, &[2], s)?;
+    let grouped = ops::matmul(&q, &k, s)?;
+    Ok(ops::reshape(&grouped, &[b, hq, sq, skv], s)?)
+}
+
+/// `cap · tanh(scores / cap)`.
+pub fn soft_cap(scores: &Array, cap: f32, s: &Stream) -> Result<Array> {
+    let cap = Array::scalar(cap)?;
+    let squashed = ops::tanh(&ops::divide(scores, &cap, s)?, s)?;
+    Ok(ops::multiply(&squashed, &cap, s)?)
+}
+
+/// `scores` where `keep` holds, `fill` elsewhere (`keep` is boolean, broadcastable).
+pub fn masked(scores: &Array, keep: &Array, fill: f32, s: &Stream) -> Result<Array> {
+    Ok(ops::where_(keep, scores, &Array::scalar(fill)?, s)?)
+}
+
+/// Float32 softmax over the last axis of `scores` `[B, H, Sq, Skv]`, with an optional sink logit
+/// in every row's denominator.
+pub fn softmax_rows(scores: &Array, sink: Option<Sink<'_>>, s: &Stream) -> Result<Array> {
+    let scores = wide(scores, s)?;
+    let Some(sink) = sink else {
+        return Ok(ops::softmax(&scores, -1, true, s)?);
+    };
+    let shape = scores.shape();
+    let [b, h, sq, _] = <[i64; 4]>::try_from(shape.clone())
+        .map_err(|_| OpError::new(format!("scores have shape {shape:?}, not 4-D")))?;
+    let logit = match sink {
+        Sink::Zero => ops::broadcast_to(&Array::scalar(0f32)?, &[b, h, sq, 1], s)?,
+        Sink::PerHead(per_head) => {
+            let per_head = ops::reshape(&wide(per_head, s)?, &[1, h, 1, 1], s)?;
+            ops::broadcast_to(&per_head, &[b, h, sq, 1], s)?
+        }
+    };
+    // The sink is one more column of the row: softmax over both, then drop it.
+    let with_sink = ops::concatenate(&[scores, logit], -1, s)?;
+    let probs = ops::softmax(&with_sink, -1, true, s)?;
+    let columns = shape[3] as i32;
+    Ok(ops::slice(
+        &probs,
+        &[0, 0, 0, 0],
+        &[b as i32, h as i32, sq as i32, columns],
+        &[1, 1, 1, 1],
+        s,
+    )?)
+}
+
+/// `probs · v` rounded to `out`: `probs` float32 `[B, Hq, Sq, Skv]`, `v` `[B, Hkv, Skv, Dv]`,
+/// grouped as in [`scores`]; the result is `[B, Hq, Sq, Dv]`.
+pub fn mix(probs: &Array, v: &Array, out: Dtype, s: &Stream) -> Result<Array> {
+    let [b, hq, sq, skv] = dims4(probs, "the attention probabilities")?;
+    let [_, hkv, _, dv] = dims4(v, "V")?;
+    let group = group_size(hq, hkv)?;
+    let v = wide(v, s)?;
+    let mixed = if group == 1 {
+        ops::matmul(probs, &v, s)?
+    } else {
+        let probs = ops::reshape(probs, &[b, hkv, group, sq, skv], s)?;
+        let grouped = ops::matmul(&probs, &ops::expand_dims(&v, &[2], s)?, s)?;
+        ops::reshape(&grouped, &[b, hq, sq, dv], s)?
+    };
+    Ok(ops::astype(&mixed, out, s)?)
+}
+
+/// Rotary embedding over the whole last axis of `x` (`D` even), computed in float32 and rounded
+/// back to `x`'s type. `cos` and `sin` broadcast to `x[..., D/2]`. Non-interleaved rotates the
+/// halves `(x1, x2) → (x1·cos − x2·sin, x2·cos + x1·sin)`; interleaved rotates the pairs
+/// `(x[2i], x[2i+1])` the same way.
+pub fn rotate(x: &Array, cos: &Array, sin: &Array, interleaved: bool, s: &Stream) -> Result<Array> {
+    let shape = x.shape();
+    let d = *shape.last().unwrap_or(&0);
+    if d % 2 != 0 {
+        return Err(OpError::new(format!(
+            "rotary embedding over {d} features: the rotated size must be even"
+        )));
+    }
+    let (cos, sin) = (wide(cos, s)?, wide(sin, s)?);
+    let xf = wide(x, s)?;
+    let turn = |a: &Array, b: &Array| -> Result<(Array, Array)> {
+        let first = ops::subtract(&ops::multiply(a, &cos, s)?, &ops::multiply(b, &sin, s)?, s)?;
+        let second = ops::add(&ops::multiply(b, &cos, s)?, &ops::multiply(a, &sin, s)?, s)?;
+        Ok((first, second))
+    };
+    let rotated = if interleaved {
+        let mut pairs_shape = shape[..shape.len() - 1].to_vec();
+        pairs_shape.extend([d / 2, 2]);
+        let pairs = ops::reshape(&xf, &pairs_shape, s)?;
+        let last = pairs_shape.len() as i32 - 1;
+        let parts = ops::split_at(&pairs, &[1], last, s)?;
+        let even = ops::squeeze(&parts[0], &[last], s)?;
+        let odd = ops::squeeze(&parts[1], &[last], s)?;
+        let (a, b) = turn(&even, &odd)?;
+        let stacked = ops::stack(&[a, b], last, s)?;
+        ops::reshape(&stacked, &shape, s)?
+    } else {
+        let last = shape.len() as i32 - 1;
+        let halves = ops::split_at(&xf, &[(d / 2) as i32], last, s)?;
+        let (a, b) = turn(&halves[0], &halves[1])?;
+        ops::concatenate(&[a, b], last, s)?
+    };
+    Ok(ops::astype(&rotated, x.dtype(), s)?)
+}
+
+pub use mlx_kernels::ops::{scaled_dot_product_attention as fused_attention, AttentionMask};
