@@ -124,7 +124,8 @@ impl OpSpec {
     }
 
     /// Lowers `node` through this entry's generated adapter; the result has one array per
-    /// output slot of the node (at least), and the run-time checks the lowering registered.
+    /// output slot of the node up to its last connected one (at least), and the run-time
+    /// checks the lowering registered.
     pub fn lower_node(
         &self,
         stream: &Stream,
@@ -133,11 +134,15 @@ impl OpSpec {
     ) -> Result<Lowered> {
         let mut cx = Lower::new(stream, node);
         let outputs = (self.lower)(&mut cx, inputs)?;
-        if outputs.len() < node.output_count() {
+        // Trailing slots left unnamed (`["y", "", "", ""]`, as exporters write them) need no array.
+        let needed = (0..node.output_count())
+            .rev()
+            .find(|&i| node.output_present(i))
+            .map_or(0, |last| last + 1);
+        if outputs.len() < needed {
             return Err(OpError::new(format!(
-                "the lowering produced {} output(s) for {} output slot(s)",
+                "the lowering produced {} output(s) for {needed} connected output slot(s)",
                 outputs.len(),
-                node.output_count()
             )));
         }
         Ok(Lowered {
