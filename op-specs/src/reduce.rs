@@ -25,7 +25,7 @@ enum Reduction {
 }
 
 fn reduce(
-    cx: &Lower,
+    cx: &mut Lower,
     x: &Array,
     how: Reduction,
     axes: Option<Vec<i64>>,
@@ -60,6 +60,9 @@ fn reduce(
         r
     };
     let keep = keep_of(keepdims);
+    if x.dtype() == Dtype::I64 && matches!(how, Reduction::Sum) {
+        require_exact_in_double(cx, x, &resolved)?;
+    }
     if x.dtype() == Dtype::I32 {
         if let Some(summed) = saturating_i32_sum(x, how, &resolved, keep, s)? {
             return Ok(summed);
@@ -170,15 +173,41 @@ fn saturating_i32_sum(
     Ok(Some(ops::astype(&clipped, Dtype::I32, s)?))
 }
 
+/// ORT's CPU EP sums int64 in double precision. While every term's magnitude is at most
+/// 2^53 / n (n terms per sum), every partial sum is an integer below 2^53, so the double
+/// arithmetic is exact and equals MLX's int64 sum. Past that ORT rounds (and saturates), which
+/// the EP does not repeat: the run fails with the reason rather than give a different answer.
+/// (Masks summed into sequence lengths, as LLM decoders do, are far inside the bound.)
+fn require_exact_in_double(cx: &mut Lower, x: &Array, axes: &[i32]) -> Result<()> {
+    let dims = x.shape();
+    let terms: i64 = axes
+        .iter()
+        .map(|&a| dims[a as usize])
+        .product::<i64>()
+        .max(1);
+    let bound = (1i64 << 53) / terms;
+    cx.require_in_range(
+        x,
+        -bound,
+        bound,
+        format!(
+            "int64 terms beyond ±{bound} in a sum of {terms}: ORT's CPU EP sums int64 in double \
+             precision, inexact there, and the EP does not repeat its rounding; run this node on \
+             ORT's CPU EP (ONNXRUNTIME_EP_MLX_DISABLE=1)"
+        ),
+    )
+}
+
 /// Declines the integer reductions whose results ORT's CPU EP computes in floating point and
-/// saturates: int64 sums lose precision past 2^53 there and an overflowing product saturates
-/// (int64 and int32), where MLX's integer arithmetic is exact and wraps. int32 sums are
-/// matched exactly (`saturating_i32_sum`).
+/// saturates: int64 sums of squares and absolute values lose precision past 2^53 there and an
+/// overflowing product saturates (int64 and int32), where MLX's integer arithmetic is exact and
+/// wraps. int32 sums are matched exactly (`saturating_i32_sum`), int64 sums where ORT's double
+/// sum is exact (`require_exact_in_double`).
 fn integer_reduction_claim(node: &dyn crate::NodeView) -> crate::Verdict {
     if let Some(decline) = non_binary_flag(node) {
         return decline;
     }
-    let sums = ["ReduceSum", "ReduceSumSquare", "ReduceL1"];
+    let sums = ["ReduceSumSquare", "ReduceL1"];
     let op = node.op_type();
     match node.input_type(0) {
         Some(crate::ElemType::Int64) if sums.contains(&op) || op == "ReduceProd" => {
@@ -291,7 +320,7 @@ macro_rules! reduction {
 
 reduction! {
     /// Sum over `axes` (all axes when none are given).
-    reduce_sum_legacy, reduce_sum = "ReduceSum" over NUMERIC by Sum, input axes since 13, attribute axes until 12, declining "int64 (ORT sums it in floating point); keepdims or noop_with_empty_axes other than 0/1";
+    reduce_sum_legacy, reduce_sum = "ReduceSum" over NUMERIC by Sum, input axes since 13, attribute axes until 12, declining "keepdims or noop_with_empty_axes other than 0/1; at run time, int64 terms beyond ±2^53/n in a sum of n (ORT sums int64 in double precision)";
     /// Mean over `axes`.
     reduce_mean_legacy, reduce_mean = "ReduceMean" over FLOAT by Mean, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
     /// Maximum over `axes`.

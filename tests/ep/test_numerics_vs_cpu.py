@@ -139,7 +139,8 @@ def test_integer_clip_still_exact():
 
 
 # 5. int32 sums saturate in ORT (it sums in a wider type); int64 sums and integer products go
-# through floating point there, which MLX cannot repeat: declined.
+# through floating point there, which MLX cannot repeat: declined, except int64 sums within the
+# range where doubles are exact (checked at run time).
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceSumSquare", "ReduceL1"])
 def test_int32_sums_saturate_like_cpu(op):
     big, small = np.iinfo(np.int32).max, np.iinfo(np.int32).min
@@ -155,13 +156,35 @@ def test_int32_sums_saturate_like_cpu(op):
 
 
 @pytest.mark.parametrize("op, dtype", [
-    ("ReduceSum", np.int64), ("ReduceSumSquare", np.int64), ("ReduceL1", np.int64),
-    ("ReduceProd", np.int64), ("ReduceProd", np.int32),
+    ("ReduceSumSquare", np.int64), ("ReduceL1", np.int64), ("ReduceProd", np.int64), ("ReduceProd", np.int32),
 ])
 def test_integer_reductions_orts_cpu_does_in_floating_point_are_declined(op, dtype, monkeypatch, tmp_path):
     feeds = {"x": np.array([[2**30, 2**30, 7]], dtype)}
     model = single_node_model(op, feeds, {"axes": [1]}, opset=11)
     assert_declined(model, feeds, monkeypatch, tmp_path, "floating point")
+
+
+def test_int64_sums_where_doubles_are_exact_run_on_mlx_like_cpu():
+    """ORT's double sum is exact while every term is within 2^53 / n: what LLM decoders sum
+    (attention masks into sequence lengths), and far beyond."""
+    n = 3
+    x = np.array([[1, 0, 1], [2**53 // n, 2**53 // n, 2**53 // n], [-(2**53 // n), 5, -7]], np.int64)
+    feeds = {"x": x}
+    model = single_node_model("ReduceSum", feeds, opset=13, constants=[constant("axes", [1], np.int64)])
+    assert_like_cpu_on_mlx(model, feeds)
+
+
+def test_int64_sums_past_the_exact_range_fail_the_run_with_the_reason():
+    """Past 2^53 / n ORT's double sum rounds; the EP fails the run with the reason rather than
+    return the exact sum, which would differ from ORT's."""
+    n = 3
+    x = np.array([[2**53 // n + 1, 0, 0]], np.int64)
+    feeds = {"x": x}
+    model = single_node_model("ReduceSum", feeds, opset=13, constants=[constant("axes", [1], np.int64)])
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()
+    with pytest.raises(Exception, match="double precision"):
+        session.run(None, feeds)
 
 
 # 6. FusedMatMul with transA and a 1-D B: ORT's kernel departs from numpy's rule; declined.
