@@ -1,4 +1,5 @@
-"""``python -m onnxruntime_ep_mlx {info,run,explain}``: check, compare and explain the MLX EP on a model.
+"""``python -m onnxruntime_ep_mlx {info,run,explain,generate}``: check, compare and explain the MLX EP
+on a model, or generate text with an LLM folder through onnxruntime-genai.
 
 Exit status: 0 fine; 1 the MLX session did not put MLXExecutionProvider first (ORT silently
 falls back to CPU otherwise); 2 the library could not be loaded or registered, or the model
@@ -230,6 +231,42 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+# -------------------------------------------------------------------------------------- generate
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from . import generation
+
+    with tempfile.TemporaryDirectory(prefix="ort-mlx-generate-") as directory:
+        explain_file = Path(directory) / "explain.jsonl"
+        with explain_to(explain_file):
+            model = _or_fail("load the model with onnxruntime-genai", lambda: generation.load_model(args.model_dir, not args.cpu))
+        records = read_explain_records(explain_file) if explain_file.exists() else []
+    tokenizer = generation.tokenizer(model)
+    prompt = list(tokenizer.encode(args.prompt))
+    stream = tokenizer.create_stream()
+    print(args.prompt, end="", flush=True)
+    result = _or_fail("generate", lambda: generation.generate(
+        model, prompt, args.max_new_tokens, lambda token: print(stream.decode(token), end="", flush=True)))
+    print("\n")
+    where = "ORT's CPU EP only (--cpu)" if args.cpu else _placement(records)
+    print(f"prompt {len(prompt)} tokens: prefill {result.prefill_ms:.1f} ms; {len(result.tokens)} new tokens, "
+          f"decode {result.tokens_per_second:.1f} tokens/s")
+    print(f"nodes: {where}")
+    if args.tokens:
+        print(f"tokens: {result.tokens}")
+    return 0
+
+
+def _placement(records) -> str:
+    """Where the decoder's nodes went, from the EP's claim report (genai's ORT has no profile
+    we can read here)."""
+    claimed = sum(r.claimed for r in records)
+    declined = [f"{r.qualified_op} ({r.reason})" for r in records if not r.claimed]
+    summary = f"{claimed} of {len(records)} on {EP_NAME}"
+    return summary + ("; on ORT's CPU EP: " + "; ".join(sorted(set(declined))) if declined else "")
+
+
 # ---------------------------------------------------------------------------------------- main
 
 
@@ -263,6 +300,14 @@ def build_parser() -> argparse.ArgumentParser:
     explain = commands.add_parser("explain", help="per node: does the MLX EP claim it, and why not")
     session_arguments(explain)
     explain.set_defaults(handler=cmd_explain)
+
+    generate = commands.add_parser("generate", help="greedy generation through onnxruntime-genai, MLX EP first")
+    generate.add_argument("model_dir", type=Path, help="folder with genai_config.json (e.g. from scripts/make_decoder.py)")
+    generate.add_argument("--prompt", required=True, help="text to continue")
+    generate.add_argument("--max-new-tokens", type=int, default=32, help="default %(default)s")
+    generate.add_argument("--cpu", action="store_true", help="ORT's CPU EP only, for comparison")
+    generate.add_argument("--tokens", action="store_true", help="also print the new token ids")
+    generate.set_defaults(handler=cmd_generate)
     return parser
 
 
