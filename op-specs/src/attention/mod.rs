@@ -8,6 +8,8 @@
 //! the element type once, when the values are mixed. Where MLX's fused
 //! `scaled_dot_product_attention` has exactly an op's semantics, the op calls it instead.
 
+mod gqa;
+
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::{OpError, Result};

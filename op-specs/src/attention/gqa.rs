@@ -1,0 +1,749 @@
+//! com.microsoft GroupQueryAttention, as ORT 1.31.1's CPU kernel computes it.
+//!
+//! Layout: `query` is `[B, S, Hq·D]` (or packed `[B, S, (Hq + 2·Hkv)·D]` when `key`/`value` are
+//! absent), the caches are BNSH `[B, Hkv, L, D]`. `total_sequence_length` (read on the host: it
+//! decides the present length `P = max(T, L)` and whether the step is the first prompt, `S == T`)
+//! and `seqlens_k` (`total − 1` per row, kept in the graph) give each row `b` its own
+//! `past_b = seqlens_k[b] + 1 − S` (0 on the first prompt or without a past).
+//!
+//! What ORT does, step by step, and so do we:
+//! - rotary embedding of Q and K (in the element type) at positions `past_b + s` (first prompt:
+//!   `s`), or from `position_ids` (first prompt: `position_ids[0] + s` for every row, as ORT
+//!   reads only the first element), over the first `2·cos_cache.cols` features;
+//! - present = past rows `[0, past_b)`, the new rows at `[past_b, past_b + S)`, zeros after
+//!   (ORT zeroes a present that is not the past's own buffer; through a session it never is);
+//! - query `s` of row `b` sees keys `[lo, eff)` with `eff = min(past_b + s + 1, total_b)` (causal)
+//!   or `total_b` (causal 0); a local window keeps the last `local_window_size` of them. ORT's
+//!   float32 flash kernel (no softcap, sink or QK output) places that window from the query's own
+//!   position `past_b + s + 1` instead, which differs on padded query rows of a ragged first prompt;
+//!   we follow whichever path ORT takes. A row that sees no key gives zeros;
+//! - scores `scale·q·kᵀ` in float32, soft cap, `+ attention_bias`, softmax over the visible keys
+//!   (with a zero sink for `smooth_softmax`, or `head_sink[h]`), mixed with V.
+//!
+//! `output_qk` holds the scores before (1) or the probabilities after (2) the softmax over
+//! `[B, Hq, S, total_sequence_length]`, zero outside each row's visible keys; ORT leaves the
+//! columns past a shorter row's `total_b` uninitialised, we write zeros there.
+
+use mlx_kernels::{ops, Array, Dtype, Stream};
+
+use super::{
+    fused_attention, masked, mix, rotate, scores, soft_cap, softmax_rows, AttentionMask, Sink,
+};
+use crate::table::consts::scalar;
+use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
+
+/// Grouped-query attention with a BNSH KV cache (ORT's decoder attention): optional packed QKV,
+/// past/present caches, per-row lengths from `seqlens_k`, rotary embedding (interleaved or not,
+/// partial rotary dims, `position_ids`), local window, softcap, `smooth_softmax`/`head_sink`,
+/// `attention_bias`, causal or not, and the `output_qk` scores. MLX's fused attention runs it
+/// where ORT's semantics and MLX's agree (float32 without softcap, sink or QK output).
+#[allow(clippy::too_many_arguments)] // sixteen inputs and the attributes, as ORT has them
+#[onnx_op(
+    domain = "com.microsoft", op = "GroupQueryAttention", since = 1,
+    types(T = F32 | F16, M = I32, P = I64, S = F32),
+    inputs(query: T, key: T, value: T, past_key: T, past_value: T, seqlens_k: M,
+           total_sequence_length: M, cos_cache: T, sin_cache: T, position_ids: P,
+           attention_bias: T, head_sink: T, k_scale: S, v_scale: S, q_norm_weight: T,
+           k_norm_weight: T),
+    outputs(output: T, present_key?: T, present_value?: T, output_qk?: T),
+    shape = ShapeKeyed, claim = gqa_claim,
+    declines = "a quantized KV cache (k_scale/v_scale, k_quant_type, v_quant_type, kv_cache_bit_width); q_norm_weight/k_norm_weight (ORT's CPU kernel refuses them); sliding_window_cache 1; nodes without present_key/present_value; causal outside {0, 1}, or 0 with a local window; qk_output outside {0, 1, 2} or not matching the output_qk output; head_sink with smooth_softmax; key/value sequence lengths other than the query's; bfloat16 (ORT's CPU EP has no kernel)"
+)]
+fn group_query_attention(
+    cx: &mut Lower,
+    query: Array,
+    key: Option<Array>,
+    value: Option<Array>,
+    past_key: Option<Array>,
+    past_value: Option<Array>,
+    seqlens_k: Array,
+    #[host] total_sequence_length: i64,
+    cos_cache: Option<Array>,
+    sin_cache: Option<Array>,
+    position_ids: Option<Array>,
+    attention_bias: Option<Array>,
+    head_sink: Option<Array>,
+    _k_scale: Option<Array>,
+    _v_scale: Option<Array>,
+    _q_norm_weight: Option<Array>,
+    _k_norm_weight: Option<Array>,
+    #[attr] num_heads: i64,
+    #[attr] kv_num_heads: i64,
+    #[attr(default = 0.0)] scale: f32,
+    #[attr(default = 0.0)] softcap: f32,
+    #[attr(default = -1)] local_window_size: i64,
+    #[attr(default = 0)] do_rotary: i64,
+    #[attr(default = 0)] rotary_interleaved: i64,
+    #[attr(default = 0)] smooth_softmax: i64,
+    #[attr(default = 0)] qk_output: i64,
+    #[attr(default = 1)] causal: i64,
+    #[attr(name = "sliding_window_cache")] _sliding_window_cache: Option<i64>,
+    #[attr(name = "k_quant_type")] _k_quant_type: Option<String>,
+    #[attr(name = "v_quant_type")] _v_quant_type: Option<String>,
+    #[attr(name = "kv_cache_bit_width")] _kv_cache_bit_width: Option<i64>,
+    #[attr(name = "qk_norm_epsilon")] _qk_norm_epsilon: Option<f32>,
+) -> Result<Vec<Array>> {
+    let s = cx.stream();
+    let dtype = query.dtype();
+    let geo = Geometry::of(
+        &query,
+        key.as_ref(),
+        value.as_ref(),
+        num_heads,
+        kv_num_heads,
+    )?;
+    let Geometry {
+        batch,
+        seq,
+        q_heads,
+        kv_heads,
+        head,
+    } = geo;
+    let (q, k, v) = split_heads(&query, key.as_ref(), value.as_ref(), &geo, s)?;
+
+    // Past, present and the step's kind.
+    let past = match (&past_key, &past_value) {
+        (Some(pk), Some(pv)) => {
+            for (name, cache) in [("past_key", pk), ("past_value", pv)] {
+                let d = cache.shape();
+                if d.len() != 4 || d[0] != batch || d[1] != kv_heads || d[3] != head {
+                    return Err(OpError::new(format!(
+                        "GroupQueryAttention: '{name}' has shape {d:?}; expected [{batch}, {kv_heads}, past_length, {head}] (BNSH)"
+                    )));
+                }
+            }
+            if pk.shape()[2] != pv.shape()[2] {
+                return Err(OpError::new(
+                    "GroupQueryAttention: 'past_key' and 'past_value' must have the same sequence length",
+                ));
+            }
+            Some((pk, pv))
+        }
+        (None, None) => None,
+        _ => return Err(OpError::new(
+            "GroupQueryAttention: 'past_key' and 'past_value' shall be both present or both absent",
+        )),
+    };
+    let past_len = past.map_or(0, |(pk, _)| pk.shape()[2]);
+    let total = total_sequence_length;
+    let present_len = total.max(past_len);
+    let first_prompt = seq == total;
+    if seq > 1 && !first_prompt && batch != 1 {
+        return Err(OpError::new(
+            "GroupQueryAttention: batch_size must be 1 when sequence_length > 1 and past context is given",
+        ));
+    }
+    if seqlens_k.shape() != [batch] {
+        return Err(OpError::new(format!(
+            "GroupQueryAttention: seqlens_k has shape {:?}; it must be [batch_size] = [{batch}]",
+            seqlens_k.shape()
+        )));
+    }
+    if total < 1 || present_len > i32::MAX as i64 {
+        return Err(OpError::new(format!(
+            "GroupQueryAttention: total_sequence_length {total} is out of range"
+        )));
+    }
+
+    // ORT's run-time checks on seqlens_k.
+    cx.require_in_range(
+        &seqlens_k,
+        0,
+        present_len - 1,
+        format!("GroupQueryAttention: seqlens_k is out of range [0, {present_len})"),
+    )?;
+    if !first_prompt {
+        cx.require_in_range(
+            &seqlens_k,
+            seq - 1,
+            i32::MAX as i64,
+            format!("GroupQueryAttention: seqlens_k is too small for sequence_length {seq}"),
+        )?;
+        if past.is_some() {
+            cx.require_in_range(
+                &seqlens_k,
+                i32::MIN as i64,
+                past_len + seq - 1,
+                format!(
+                    "GroupQueryAttention: seqlens_k requires more past KV rows than the past buffer's {past_len}"
+                ),
+            )?;
+        }
+    }
+
+    let i32s = |v: i64| scalar(v as f64, Dtype::I32, s);
+    // Per row: total_b = seqlens_k + 1 and the past length past_b, as [B, 1, 1, 1].
+    let row_total = ops::reshape(
+        &ops::add(&ops::astype(&seqlens_k, Dtype::I32, s)?, &i32s(1)?, s)?,
+        &[batch, 1, 1, 1],
+        s,
+    )?;
+    let row_past = if first_prompt || past.is_none() {
+        ops::broadcast_to(&i32s(0)?, &[batch, 1, 1, 1], s)?
+    } else {
+        ops::subtract(&row_total, &i32s(seq)?, s)?
+    };
+
+    // Rotary embedding.
+    let (q, k) = if do_rotary == 1 {
+        let (Some(cos), Some(sin)) = (&cos_cache, &sin_cache) else {
+            return Err(OpError::new(
+                "GroupQueryAttention: cos_cache and sin_cache must be provided when do_rotary is 1",
+            ));
+        };
+        let positions = positions(
+            cx,
+            position_ids.as_ref(),
+            &row_total,
+            &geo,
+            first_prompt,
+            cos.shape().first().copied().unwrap_or(0),
+        )?;
+        let rotary_dim = rotary_dim(cos, sin, head, total)?;
+        let s = cx.stream();
+        // [B, S, rd/2] → [B, 1, S, rd/2], broadcast over the heads.
+        let angle = |table: &Array| -> Result<Array> {
+            let rows = ops::take(table, &positions, 0, s)?;
+            Ok(ops::expand_dims(&rows, &[1], s)?)
+        };
+        let (cos, sin) = (angle(cos)?, angle(sin)?);
+        let interleaved = rotary_interleaved == 1;
+        let turn = |x: &Array| -> Result<Array> {
+            if rotary_dim == head {
+                return rotate(x, &cos, &sin, interleaved, s);
+            }
+            let parts = ops::split_at(x, &[rotary_dim as i32], 3, s)?;
+            let turned = rotate(&parts[0], &cos, &sin, interleaved, s)?;
+            Ok(ops::concatenate(&[turned, parts[1].clone()], 3, s)?)
+        };
+        (turn(&q)?, turn(&k)?)
+    } else {
+        (q, k)
+    };
+    let s = cx.stream();
+
+    // Present: past rows [0, past_b), new rows [past_b, past_b + S), zeros after.
+    let present_k = present(
+        &k,
+        past.map(|(pk, _)| pk),
+        &row_past,
+        present_len,
+        first_prompt,
+        s,
+    )?;
+    let present_v = present(
+        &v,
+        past.map(|(_, pv)| pv),
+        &row_past,
+        present_len,
+        first_prompt,
+        s,
+    )?;
+
+    // Which keys each query sees: [lo, eff), as [B, 1, S, P].
+    let qk_wanted = cx.node().output_present(3);
+    let sink = head_sink.is_some() || smooth_softmax == 1;
+    let capped = softcap > 0.0;
+    let flash = dtype == Dtype::F32 && softcap == 0.0 && !sink && !qk_wanted && total > 1;
+    let query_pos = ops::reshape(
+        &ops::arange(0.0, seq as f64, 1.0, Dtype::I32, s)?,
+        &[1, 1, seq, 1],
+        s,
+    )?;
+    let key_pos = ops::reshape(
+        &ops::arange(0.0, present_len as f64, 1.0, Dtype::I32, s)?,
+        &[1, 1, 1, present_len],
+        s,
+    )?;
+    let end = if causal == 1 {
+        ops::add(&ops::add(&row_past, &query_pos, s)?, &i32s(1)?, s)?
+    } else {
+        ops::broadcast_to(&row_total, &[batch, 1, seq, 1], s)?
+    };
+    let eff = ops::minimum(&end, &row_total, s)?;
+    let lo = if local_window_size >= 0 {
+        let from = if flash { &end } else { &eff };
+        ops::maximum(
+            &ops::subtract(from, &i32s(local_window_size)?, s)?,
+            &i32s(0)?,
+            s,
+        )?
+    } else {
+        ops::broadcast_to(&i32s(0)?, &[batch, 1, seq, 1], s)?
+    };
+    let keep = ops::logical_and(
+        &ops::greater_equal(&key_pos, &lo, s)?,
+        &ops::less(&key_pos, &eff, s)?,
+        s,
+    )?;
+    // [B, 1, S, 1]: rows that see at least one key (others give zeros, as ORT).
+    let seen = (local_window_size >= 0)
+        .then(|| ops::greater(&eff, &lo, s))
+        .transpose()?;
+
+    // attention_bias [B|1, Hq|1, S, T], its columns padded to P with zeros (masked anyway).
+    let bias = match &attention_bias {
+        Some(b) => Some(bias_columns(b, &geo, total, present_len, s)?),
+        None => None,
+    };
+
+    let scale = if scale == 0.0 {
+        1.0 / (head as f32).sqrt()
+    } else {
+        scale
+    };
+    let mut outputs = Vec::with_capacity(4);
+    let attended = if !capped && !sink && !qk_wanted {
+        // MLX's fused attention: the same softmax over the visible keys.
+        let mask = match &bias {
+            Some(b) => masked(&ops::astype(b, dtype, s)?, &keep, f32::NEG_INFINITY, s)?,
+            None => keep.clone(),
+        };
+        let out = fused_attention(
+            &q,
+            &present_k,
+            &present_v,
+            scale,
+            AttentionMask::Array(&mask),
+            s,
+        )?;
+        (out, None)
+    } else {
+        let mut x = scores(&q, &present_k, scale, s)?;
+        if capped {
+            x = soft_cap(&x, softcap, s)?;
+        }
+        if let Some(b) = &bias {
+            x = ops::add(&x, &ops::astype(b, Dtype::F32, s)?, s)?;
+        }
+        let before = qk_wanted.then(|| masked(&x, &keep, 0.0, s)).transpose()?;
+        let x = masked(&x, &keep, f32::NEG_INFINITY, s)?;
+        let sink = match (&head_sink, smooth_softmax) {
+            (Some(h), _) => {
+                if h.shape() != [q_heads] {
+                    return Err(OpError::new(format!(
+                        "GroupQueryAttention: head_sink has shape {:?}; it must be [num_heads] = [{q_heads}]",
+                        h.shape()
+                    )));
+                }
+                Some(Sink::PerHead(h))
+            }
+            (None, 1) => Some(Sink::Zero),
+            _ => None,
+        };
+        let mut probs = softmax_rows(&x, sink, s)?;
+        if let Some(seen) = &seen {
+            probs = masked(&probs, seen, 0.0, s)?;
+        }
+        let qk = match (qk_output, before) {
+            (1, Some(before)) => Some(before),
+            (2, _) => Some(probs.clone()),
+            _ => None,
+        };
+        (mix(&probs, &present_v, dtype, s)?, qk)
+    };
+    let (mut out, qk) = attended;
+    if let Some(seen) = &seen {
+        out = ops::where_(seen, &out, &scalar(0.0, dtype, s)?, s)?;
+    }
+    let out = ops::reshape(
+        &ops::transpose(&out, &[0, 2, 1, 3], s)?,
+        &[batch, seq, q_heads * head],
+        s,
+    )?;
+    outputs.push(out);
+    outputs.push(present_k);
+    outputs.push(present_v);
+    if let Some(qk) = qk {
+        // [B, Hq, S, P] → [B, Hq, S, T] (P ≥ T).
+        let qk = ops::slice(
+            &qk,
+            &[0, 0, 0, 0],
+            &[batch as i32, q_heads as i32, seq as i32, total as i32],
+            &[1, 1, 1, 1],
+            s,
+        )?;
+        outputs.push(ops::astype(&qk, dtype, s)?);
+    }
+    Ok(outputs)
+}
+
+/// The shapes of one call.
+struct Geometry {
+    batch: i64,
+    seq: i64,
+    q_heads: i64,
+    kv_heads: i64,
+    head: i64,
+}
+
+impl Geometry {
+    fn of(
+        query: &Array,
+        key: Option<&Array>,
+        value: Option<&Array>,
+        num_heads: i64,
+        kv_num_heads: i64,
+    ) -> Result<Geometry> {
+        let d = query.shape();
+        if d.len() != 3 {
+            return Err(OpError::new(format!(
+                "GroupQueryAttention: 'query' has shape {d:?}; it must be [batch, sequence, hidden]"
+            )));
+        }
+        if num_heads <= 0 || kv_num_heads <= 0 || num_heads % kv_num_heads != 0 {
+            return Err(OpError::new(format!(
+                "GroupQueryAttention: num_heads {num_heads} must be a positive multiple of kv_num_heads {kv_num_heads}"
+            )));
+        }
+        let (batch, seq, hidden) = (d[0], d[1], d[2]);
+        let head = match (key, value) {
+            (None, None) => hidden / (num_heads + 2 * kv_num_heads),
+            (Some(k), Some(v)) => {
+                let head = hidden / num_heads;
+                for (name, t) in [("key", k), ("value", v)] {
+                    if t.shape() != [batch, seq, kv_num_heads * head] {
+                        return Err(OpError::new(format!(
+                            "GroupQueryAttention: '{name}' has shape {:?}; expected [{batch}, {seq}, {}]",
+                            t.shape(),
+                            kv_num_heads * head
+                        )));
+                    }
+                }
+                head
+            }
+            _ => {
+                return Err(OpError::new(
+                    "GroupQueryAttention: 'key' and 'value' shall be both present, or both absent in the case of packed qkv",
+                ))
+            }
+        };
+        if head == 0 || head % 8 != 0 {
+            return Err(OpError::new(format!(
+                "GroupQueryAttention: head_size must be a positive multiple of 8, got {head}"
+            )));
+        }
+        Ok(Geometry {
+            batch,
+            seq,
+            q_heads: num_heads,
+            kv_heads: kv_num_heads,
+            head,
+        })
+    }
+}
+
+/// Q `[B, Hq, S, D]`, K and V `[B, Hkv, S, D]` from the separate or packed inputs.
+fn split_heads(
+    query: &Array,
+    key: Option<&Array>,
+    value: Option<&Array>,
+    g: &Geometry,
+    s: &Stream,
+) -> Result<(Array, Array, Array)> {
+    let bnsh = |x: &Array, heads: i64| -> Result<Array> {
+        let x = ops::reshape(x, &[g.batch, g.seq, heads, g.head], s)?;
+        Ok(ops::transpose(&x, &[0, 2, 1, 3], s)?)
+    };
+    match (key, value) {
+        (Some(k), Some(v)) => Ok((
+            bnsh(query, g.q_heads)?,
+            bnsh(k, g.kv_heads)?,
+            bnsh(v, g.kv_heads)?,
+        )),
+        _ => {
+            let q_end = (g.q_heads * g.head) as i32;
+            let k_end = q_end + (g.kv_heads * g.head) as i32;
+            let v_end = k_end + (g.kv_heads * g.head) as i32;
+            // The packed hidden may carry a remainder past the heads; ORT ignores it.
+            let used = ops::slice(
+                query,
+                &[0, 0, 0],
+                &[g.batch as i32, g.seq as i32, v_end],
+                &[1, 1, 1],
+                s,
+            )?;
+            let parts = ops::split_at(&used, &[q_end, k_end], 2, s)?;
+            Ok((
+                bnsh(&parts[0], g.q_heads)?,
+                bnsh(&parts[1], g.kv_heads)?,
+                bnsh(&parts[2], g.kv_heads)?,
+            ))
+        }
+    }
+}
+
+/// Rotary positions `[B, S]` (int32): ORT's default `past_b + s` (first prompt: `s`), or
+/// `position_ids` (first prompt: its first element `+ s`; otherwise its first `B·S` values,
+/// as ORT indexes it with a stride of `S`). Checked against the cache's rows.
+fn positions(
+    cx: &mut Lower,
+    position_ids: Option<&Array>,
+    row_total: &Array,
+    g: &Geometry,
+    first_prompt: bool,
+    cache_rows: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    let steps = ops::reshape(
+        &ops::arange(0.0, g.seq as f64, 1.0, Dtype::I32, s)?,
+        &[1, g.seq],
+        s,
+    )?;
+    let positions = match position_ids {
+        Some(ids) => {
+            let d = ids.shape();
+            if d.len() != 2 || d[0] != g.batch || d[1] < g.seq {
+                return Err(OpError::new(format!(
+                    "GroupQueryAttention: position_ids has shape {d:?}; it must be [{}, >= {}]",
+                    g.batch, g.seq
+                )));
+            }
+            let flat = ops::astype(&ops::reshape(ids, &[-1], s)?, Dtype::I32, s)?;
+            if first_prompt {
+                let start = ops::slice(&flat, &[0], &[1], &[1], s)?;
+                let start = ops::reshape(&start, &[1, 1], s)?;
+                ops::broadcast_to(&ops::add(&start, &steps, s)?, &[g.batch, g.seq], s)?
+            } else {
+                let used = ops::slice(&flat, &[0], &[(g.batch * g.seq) as i32], &[1], s)?;
+                ops::reshape(&used, &[g.batch, g.seq], s)?
+            }
+        }
+        None if first_prompt => ops::broadcast_to(&steps, &[g.batch, g.seq], s)?,
+        None => {
+            let past = ops::subtract(
+                &ops::reshape(row_total, &[g.batch, 1], s)?,
+                &scalar(g.seq as f64, Dtype::I32, s)?,
+                s,
+            )?;
+            ops::add(&past, &steps, s)?
+        }
+    };
+    if cache_rows < 1 {
+        return Err(OpError::new("GroupQueryAttention: cos_cache has no rows"));
+    }
+    cx.require_in_range(
+        &positions,
+        0,
+        cache_rows - 1,
+        format!("GroupQueryAttention: position ids must lie in [0, {cache_rows}) (the rotary cache's rows)"),
+    )?;
+    Ok(crate::indexing::in_bounds(
+        &positions,
+        cache_rows,
+        cx.stream(),
+    )?)
+}
+
+/// The rotated width `2·cos_cache.cols`, checked as ORT checks the caches.
+fn rotary_dim(cos: &Array, sin: &Array, head: i64, total: i64) -> Result<i64> {
+    let (c, sn) = (cos.shape(), sin.shape());
+    if c.len() != 2 || sn.len() != 2 {
+        return Err(OpError::new(
+            "GroupQueryAttention: cos_cache and sin_cache must be 2-D [max_position, rotary_dim / 2]",
+        ));
+    }
+    if head % 16 != 0 {
+        return Err(OpError::new(format!(
+            "GroupQueryAttention: head_size shall be a multiple of 16 with rotary embedding, got {head}"
+        )));
+    }
+    if c[0] < total || sn[0] < total {
+        return Err(OpError::new(
+            "GroupQueryAttention: cos_cache/sin_cache dimension 0 shall not be less than total_sequence_length",
+        ));
+    }
+    if c[1] != sn[1] || c[1] > (head / 16) * 8 || c[1] % 8 != 0 || c[1] == 0 {
+        return Err(OpError::new(format!(
+            "GroupQueryAttention: cos_cache/sin_cache dimension 1 ({}, {}) must be equal, <= head_size / 2 and a multiple of 8",
+            c[1], sn[1]
+        )));
+    }
+    Ok(2 * c[1])
+}
+
+/// One present cache `[B, Hkv, P, D]`: `past` rows `[0, past_b)`, the new rows `[past_b,
+/// past_b + S)`, zeros elsewhere.
+fn present(
+    new: &Array,
+    past: Option<&Array>,
+    row_past: &Array,
+    present_len: i64,
+    first_prompt: bool,
+    s: &Stream,
+) -> Result<Array> {
+    let [b, h, seq, d] = <[i64; 4]>::try_from(new.shape())
+        .map_err(|_| OpError::new("GroupQueryAttention: K/V must be 4-D here"))?;
+    let zero = scalar(0.0, new.dtype(), s)?;
+    let pad_rows = |x: &Array| -> Result<Array> {
+        let have = x.shape()[2];
+        Ok(if have == present_len {
+            x.clone()
+        } else {
+            ops::pad(
+                x,
+                &[2],
+                &[0],
+                &[(present_len - have) as i32],
+                &zero,
+                false,
+                s,
+            )?
+        })
+    };
+    if first_prompt || past.is_none() {
+        // past_b is 0 for every row: the new rows come first.
+        return pad_rows(new);
+    }
+    // Row j of the present takes new[j − past_b] where j ∈ [past_b, past_b + S).
+    let j = ops::reshape(
+        &ops::arange(0.0, present_len as f64, 1.0, Dtype::I32, s)?,
+        &[1, 1, present_len, 1],
+        s,
+    )?;
+    let offset = ops::subtract(&j, row_past, s)?; // [B, 1, P, 1]
+    let index = ops::minimum(
+        &ops::maximum(&offset, &scalar(0.0, Dtype::I32, s)?, s)?,
+        &scalar((seq - 1) as f64, Dtype::I32, s)?,
+        s,
+    )?;
+    let index = ops::broadcast_to(&index, &[b, h, present_len, d], s)?;
+    let gathered = ops::take_along_axis(new, &index, 2, s)?;
+    let is_new = ops::logical_and(
+        &ops::greater_equal(&offset, &scalar(0.0, Dtype::I32, s)?, s)?,
+        &ops::less(&offset, &scalar(seq as f64, Dtype::I32, s)?, s)?,
+        s,
+    )?;
+    let rest = match past {
+        Some(p) => {
+            let p = if p.shape()[2] > present_len {
+                ops::slice(
+                    p,
+                    &[0, 0, 0, 0],
+                    &[b as i32, h as i32, present_len as i32, d as i32],
+                    &[1, 1, 1, 1],
+                    s,
+                )?
+            } else {
+                pad_rows(p)?
+            };
+            let is_past = ops::less(&j, row_past, s)?;
+            ops::where_(&is_past, &p, &zero, s)?
+        }
+        None => zero.clone(),
+    };
+    Ok(ops::where_(&is_new, &gathered, &rest, s)?)
+}
+
+/// `attention_bias` checked as ORT checks it, its columns padded from `T` to `P` with zeros.
+fn bias_columns(
+    bias: &Array,
+    g: &Geometry,
+    total: i64,
+    present_len: i64,
+    s: &Stream,
+) -> Result<Array> {
+    let d = bias.shape();
+    let ok = d.len() == 4
+        && (d[0] == g.batch || d[0] == 1)
+        && (d[1] == g.q_heads || d[1] == 1)
+        && d[2] == g.seq
+        && d[3] == total;
+    if !ok {
+        return Err(OpError::new(format!(
+            "GroupQueryAttention: attention_bias has shape {d:?}; it must be [batch or 1, num_heads or 1, {}, total_sequence_length = {total}]",
+            g.seq
+        )));
+    }
+    if total == present_len {
+        return Ok(bias.clone());
+    }
+    let zero = scalar(0.0, bias.dtype(), s)?;
+    Ok(ops::pad(
+        bias,
+        &[3],
+        &[0],
+        &[(present_len - total) as i32],
+        &zero,
+        false,
+        s,
+    )?)
+}
+
+fn int_attr(node: &dyn NodeView, name: &str) -> Option<i64> {
+    match node.attribute(name) {
+        Some(AttrValue::Int(v)) => Some(v),
+        _ => None,
+    }
+}
+
+fn gqa_claim(node: &dyn NodeView) -> Verdict {
+    for (index, name) in [
+        (12, "k_scale"),
+        (13, "v_scale"),
+        (14, "q_norm_weight"),
+        (15, "k_norm_weight"),
+    ] {
+        if node.input_present(index) {
+            return Verdict::decline(format!(
+                "input '{name}' (a quantized KV cache or the Q/K RMS-norm prologue) is not implemented"
+            ));
+        }
+    }
+    for name in ["k_quant_type", "v_quant_type"] {
+        match node.attribute(name) {
+            None => {}
+            Some(AttrValue::String(t)) if t == "NONE" => {}
+            Some(other) => {
+                return Verdict::decline(format!(
+                    "{name} {other:?}: a quantized KV cache is not implemented"
+                ))
+            }
+        }
+    }
+    if int_attr(node, "kv_cache_bit_width").is_some_and(|w| w != 0) {
+        return Verdict::decline(
+            "kv_cache_bit_width other than 0: a quantized KV cache is not implemented",
+        );
+    }
+    if int_attr(node, "sliding_window_cache").is_some_and(|w| w != 0) {
+        return Verdict::decline("sliding_window_cache 1 (a windowed KV cache) is not implemented");
+    }
+    let causal = int_attr(node, "causal").unwrap_or(1);
+    let window = int_attr(node, "local_window_size").unwrap_or(-1);
+    if !(0..=1).contains(&causal) {
+        return Verdict::decline(format!("causal {causal}: only 0 and 1"));
+    }
+    if causal == 0 && window != -1 {
+        return Verdict::decline(
+            "causal 0 with a local window: ORT's kernel requires local_window_size -1 then",
+        );
+    }
+    let qk_output = int_attr(node, "qk_output").unwrap_or(0);
+    if !(0..=2).contains(&qk_output) {
+        return Verdict::decline(format!("qk_output {qk_output}: only 0, 1 and 2"));
+    }
+    if (qk_output != 0) != node.output_present(3) {
+        return Verdict::decline(
+            "qk_output and the output_qk output must go together (ORT fails without the output and leaves it unwritten without the attribute)",
+        );
+    }
+    if node.input_present(11) && int_attr(node, "smooth_softmax").unwrap_or(0) == 1 {
+        return Verdict::decline("head_sink with smooth_softmax 1: ORT's kernel refuses the pair");
+    }
+    if !node.output_present(1) || !node.output_present(2) {
+        return Verdict::decline(
+            "no present_key/present_value outputs: ORT's kernel then reads only the new keys",
+        );
+    }
+    let seq_of =
+        |index: usize| -> Option<i64> { node.input_shape(index)?.get(1).copied().flatten() };
+    if let (Some(q), Some(k)) = (seq_of(0), seq_of(1)) {
+        if q != k {
+            return Verdict::decline(format!(
+                "key sequence length {k} differs from the query's {q} (shared KV) and is not implemented"
+            ));
+        }
+    }
+    Verdict::Claim
+}
