@@ -26,6 +26,7 @@ mod logic;
 mod math;
 mod normalization;
 mod pool;
+mod quantized;
 mod recurrent;
 mod reduce;
 mod resize;

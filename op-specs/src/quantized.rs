@@ -1,0 +1,469 @@
+//! Block-quantised weights, as onnxruntime-genai's model builder emits them: com.microsoft
+//! MatMulNBits (every projection of an int4 LLM) and GatherBlockQuantized (quantised or tied
+//! embeddings).
+//!
+//! Both dequantise exactly, `w = (q - zero_point) * scale` in float32, as ORT's CPU kernels do
+//! (16-bit activations and scales are widened to float32, the result rounded once).
+//!
+//! MatMulNBits packs `bits`-wide values low bits first into the bytes of `B [N, K/block,
+//! block*bits/8]`. On a little-endian host those bytes, read as `uint32`, are exactly MLX's
+//! affine packing (lowest bits first in each `uint32`), so `B` reaches MLX's
+//! `quantized_matmul` through a view; only the `[N, K/block]` scales become MLX's scales and
+//! biases (`-scale * zero_point`), O(N·K/block) work per run. MLX groups 32, 64 or 128 values:
+//! larger blocks repeat their scale per group of 128. Blocks of 16 and `g_idx` dequantise
+//! in the graph (O(N·K) per run) and multiply in float32.
+
+use mlx_kernels::ops::{self, Quantized};
+use mlx_kernels::{Array, Dtype, Stream};
+
+use crate::table::consts::{scalar, scalar_like};
+use crate::table::dtypes::ElemType;
+use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
+
+/// MLX's largest affine group.
+const MLX_MAX_GROUP: i64 = 128;
+
+fn int_attr(node: &dyn NodeView, name: &str) -> Option<i64> {
+    match node.attribute(name) {
+        Some(AttrValue::Int(v)) => Some(v),
+        _ => None,
+    }
+}
+
+fn power_of_two_block(block: i64) -> bool {
+    block >= 16 && block & (block - 1) == 0
+}
+
+/// `x [..., L]` (uint8, `8 / bits` values per byte, low bits first) -> `[..., L * 8 / bits]`.
+fn unpack(x: &Array, bits: i64, s: &Stream) -> Result<Array> {
+    if bits == 8 {
+        return Ok(x.clone());
+    }
+    let per = 8 / bits;
+    let mask = scalar(((1 << bits) - 1) as f64, Dtype::U8, s)?;
+    let parts = (0..per)
+        .map(|j| {
+            let shifted = ops::right_shift(x, &scalar((j * bits) as f64, Dtype::U8, s)?, s)?;
+            Ok(ops::bitwise_and(&shifted, &mask, s)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let stacked = ops::stack(&parts, -1, s)?;
+    let mut shape = x.shape();
+    if let Some(last) = shape.last_mut() {
+        *last *= per;
+    }
+    Ok(ops::reshape(&stacked, &shape, s)?)
+}
+
+/// `x [..., L]` with each element repeated `times` along the last axis: `[..., L * times]`.
+fn repeat_last(x: &Array, times: i64, s: &Stream) -> Result<Array> {
+    if times == 1 {
+        return Ok(x.clone());
+    }
+    let mut wide = x.shape();
+    wide.push(times);
+    let expanded = ops::broadcast_to(&ops::expand_dims(x, &[-1], s)?, &wide, s)?;
+    wide.pop();
+    if let Some(last) = wide.last_mut() {
+        *last *= times;
+    }
+    Ok(ops::reshape(&expanded, &wide, s)?)
+}
+
+/// The first `len` elements of the last axis.
+fn take_first(x: &Array, len: i64, s: &Stream) -> Result<Array> {
+    let shape = x.shape();
+    if shape.last() == Some(&len) {
+        return Ok(x.clone());
+    }
+    let start = vec![0; shape.len()];
+    let mut stop: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
+    if let Some(last) = stop.last_mut() {
+        *last = len as i32;
+    }
+    let step = vec![1; shape.len()];
+    Ok(ops::slice(x, &start, &stop, &step, s)?)
+}
+
+/// Zeros of `shape` in `dtype`.
+fn zeros(shape: &[i64], dtype: Dtype, s: &Stream) -> Result<Array> {
+    Ok(ops::broadcast_to(&scalar(0.0, dtype, s)?, shape, s)?)
+}
+
+/// `array` must have one of `shapes`; `what` names it in the error.
+fn expect_shape(array: &Array, shapes: &[Vec<i64>], what: &str) -> Result<()> {
+    if shapes.contains(&array.shape()) {
+        return Ok(());
+    }
+    let wanted: Vec<String> = shapes.iter().map(|s| format!("{s:?}")).collect();
+    Err(OpError::new(format!(
+        "{what} has shape {:?}; ORT's kernel takes {}",
+        array.shape(),
+        wanted.join(" or ")
+    )))
+}
+
+/// The attributes of a MatMulNBits node, checked against its inputs.
+struct Layout {
+    k: i64,
+    n: i64,
+    block: i64,
+    bits: i64,
+    /// Blocks along K (the last one padded when K is not a multiple of the block).
+    k_blocks: i64,
+}
+
+impl Layout {
+    fn padded_k(&self) -> i64 {
+        self.k_blocks * self.block
+    }
+}
+
+/// `[N, k_blocks]` float32 zero points, or the midpoint `2^(bits-1)` as a scalar.
+fn zero_points_f32(zero_points: Option<&Array>, layout: &Layout, s: &Stream) -> Result<Array> {
+    let Layout {
+        n, bits, k_blocks, ..
+    } = *layout;
+    let Some(zp) = zero_points else {
+        return scalar((1 << (bits - 1)) as f64, Dtype::F32, s);
+    };
+    if zp.dtype() == Dtype::U8 {
+        let bytes = (k_blocks * bits + 7) / 8;
+        expect_shape(
+            zp,
+            &[vec![n * bytes], vec![n, bytes]],
+            "zero_points (uint8)",
+        )?;
+        let packed = ops::reshape(zp, &[n, bytes], s)?;
+        let values = take_first(&unpack(&packed, bits, s)?, k_blocks, s)?;
+        return Ok(ops::astype(&values, Dtype::F32, s)?);
+    }
+    expect_shape(zp, &[vec![n * k_blocks], vec![n, k_blocks]], "zero_points")?;
+    Ok(ops::astype(
+        &ops::reshape(zp, &[n, k_blocks], s)?,
+        Dtype::F32,
+        s,
+    )?)
+}
+
+/// `A · dequant(B)ᵀ (+ bias)` with `B` quantised block-wise along K to 2, 4 or 8 bits: `w = (q
+/// - zero_point) * scale`, zero points absent (`2^(bits-1)`), packed uint8, or floats of the
+/// scales' type; `g_idx` maps each row of K to its block. Computed in float32 and rounded once
+/// to A's type, as ORT's CPU kernel does (it has no bfloat16 kernel: bfloat16 is computed the
+/// same way). `accuracy_level` is read and does not change the answer: at level 4 ORT's CPU
+/// kernel quantises A to int8 per block (an error of about 0.5% of the output's range); ours
+/// is the exact float32 product of the dequantised weights at every level. Scales of ±inf give
+/// NaN where ORT may give ±inf (MLX's affine form `scale·q + bias`).
+#[allow(clippy::too_many_arguments)] // six inputs and six attributes, as ORT has them
+#[onnx_op(
+    domain = "com.microsoft", op = "MatMulNBits", since = 1,
+    types(T1 = FLOAT, T2 = U8, T3 = U8 | FLOAT, T4 = I32),
+    inputs(A: T1, B: T2, scales: T1, zero_points: T3, g_idx: T4, bias: T1), outputs(Y: T1),
+    shape = ShapeKeyed, claim = matmul_n_bits_claim,
+    declines = "bits other than 2, 4, 8 and block sizes that are not a power of two >= 16 (ORT's kernel refuses them); weight_prepacked != 0 (another EP's layout); K or N < 1; float zero points of a type other than the scales', or with 8 bits (ORT's kernel fails); g_idx unless bits = 4 with no or float zero points (ORT's kernel gives another answer there, or fails)"
+)]
+fn matmul_n_bits(
+    cx: &mut Lower,
+    a: Array,
+    b: Array,
+    scales: Array,
+    zero_points: Option<Array>,
+    g_idx: Option<Array>,
+    bias: Option<Array>,
+    #[attr(name = "K")] k: i64,
+    #[attr(name = "N")] n: i64,
+    #[attr] block_size: i64,
+    #[attr(default = 4)] bits: i64,
+    #[attr(default = 0)] accuracy_level: i64,
+    #[attr(default = 0)] weight_prepacked: i64,
+) -> Result<Array> {
+    let _ = (accuracy_level, weight_prepacked); // the answer is exact at every level; see the claim
+    let s = cx.stream();
+    let k_blocks = (k + block_size - 1) / block_size;
+    let layout = Layout {
+        k,
+        n,
+        block: block_size,
+        bits,
+        k_blocks,
+    };
+    let blob = block_size * bits / 8;
+    expect_shape(&b, &[vec![n, k_blocks, blob]], "B")?;
+    expect_shape(&scales, &[vec![n * k_blocks], vec![n, k_blocks]], "scales")?;
+    if let Some(bias) = &bias {
+        expect_shape(bias, &[vec![n]], "bias")?;
+    }
+    let a_shape = a.shape();
+    if a_shape.last() != Some(&k) {
+        return Err(OpError::new(format!(
+            "A has shape {a_shape:?}: its last axis must be K = {k}"
+        )));
+    }
+    let out_dtype = a.dtype();
+    let mut out_shape = a_shape[..a_shape.len() - 1].to_vec();
+    out_shape.push(n);
+    let zero_points = zero_points_f32(zero_points.as_ref(), &layout, s)?;
+    let scales = ops::astype(&ops::reshape(&scales, &[n, k_blocks], s)?, Dtype::F32, s)?;
+    let g_idx = match g_idx {
+        Some(g) => {
+            expect_shape(&g, &[vec![k], vec![layout.padded_k()]], "g_idx")?;
+            cx.require_in_range(
+                &g,
+                0,
+                k_blocks - 1,
+                format!("a g_idx value is out of its range [0, {k_blocks})"),
+            )?;
+            Some(crate::indexing::in_bounds(&g, k_blocks, s)?)
+        }
+        None => None,
+    };
+    if out_shape.contains(&0) {
+        return zeros(&out_shape, out_dtype, s);
+    }
+    // A as rows of K, in float32.
+    let rows = a_shape[..a_shape.len() - 1].iter().product::<i64>();
+    let x = ops::reshape(&ops::astype(&a, Dtype::F32, s)?, &[rows, k], s)?;
+    let mut y = if block_size >= 32 && g_idx.is_none() {
+        affine_product(&x, &b, &scales, &zero_points, &layout, s)?
+    } else {
+        dequantised_product(&x, &b, &scales, &zero_points, g_idx.as_ref(), &layout, s)?
+    };
+    if let Some(bias) = bias {
+        y = ops::add(&y, &ops::astype(&bias, Dtype::F32, s)?, s)?;
+    }
+    Ok(ops::astype(
+        &ops::reshape(&y, &out_shape, s)?,
+        out_dtype,
+        s,
+    )?)
+}
+
+/// `x [M, K] · wᵀ` through MLX's `quantized_matmul`: `B`'s bytes viewed as MLX's `uint32`
+/// packing, its scales and `-scale * zero_point` biases repeated per MLX group.
+fn affine_product(
+    x: &Array,
+    b: &Array,
+    scales: &Array,
+    zero_points: &Array,
+    layout: &Layout,
+    s: &Stream,
+) -> Result<Array> {
+    let Layout {
+        k, n, block, bits, ..
+    } = *layout;
+    let padded = layout.padded_k();
+    let group = block.min(MLX_MAX_GROUP);
+    let per_block = block / group;
+    let words = ops::view(&ops::contiguous(b, s)?, Dtype::U32, s)?;
+    let weight = ops::reshape(&words, &[n, padded * bits / 32], s)?;
+    let biases = ops::negative(&ops::multiply(scales, zero_points, s)?, s)?;
+    let quantized = Quantized {
+        weight,
+        scales: repeat_last(scales, per_block, s)?,
+        biases: repeat_last(&biases, per_block, s)?,
+        group_size: group as i32,
+        bits: bits as i32,
+    };
+    // The padding of the last block meets zeros.
+    let x = if padded > k {
+        let zero = scalar(0.0, Dtype::F32, s)?;
+        ops::pad(x, &[1], &[0], &[(padded - k) as i32], &zero, false, s)?
+    } else {
+        x.clone()
+    };
+    Ok(ops::quantized_matmul(&x, &quantized, true, s)?)
+}
+
+/// `x [M, K] · wᵀ` with `w [N, K]` dequantised in the graph (blocks of 16, `g_idx`).
+fn dequantised_product(
+    x: &Array,
+    b: &Array,
+    scales: &Array,
+    zero_points: &Array,
+    g_idx: Option<&Array>,
+    layout: &Layout,
+    s: &Stream,
+) -> Result<Array> {
+    let Layout {
+        k,
+        n,
+        block,
+        bits,
+        k_blocks,
+    } = *layout;
+    let bytes = ops::reshape(b, &[n, k_blocks * block * bits / 8], s)?;
+    let q = ops::astype(&take_first(&unpack(&bytes, bits, s)?, k, s)?, Dtype::F32, s)?;
+    // Per row of K: its block's scale and zero point.
+    let per_k = |v: &Array| -> Result<Array> {
+        if v.ndim() == 0 {
+            return Ok(v.clone());
+        }
+        match g_idx {
+            Some(g) => {
+                let g = take_first(&ops::reshape(g, &[-1], s)?, k, s)?;
+                Ok(ops::take(v, &g, 1, s)?)
+            }
+            None => take_first(&repeat_last(v, block, s)?, k, s),
+        }
+    };
+    let w = ops::multiply(
+        &ops::subtract(&q, &per_k(zero_points)?, s)?,
+        &per_k(scales)?,
+        s,
+    )?;
+    Ok(ops::matmul(x, &ops::transpose(&w, &[1, 0], s)?, s)?)
+}
+
+fn matmul_n_bits_claim(node: &dyn NodeView) -> Verdict {
+    let bits = int_attr(node, "bits").unwrap_or(4);
+    if !matches!(bits, 2 | 4 | 8) {
+        return Verdict::decline(format!("bits {bits}: ORT's CPU kernel takes 2, 4 or 8"));
+    }
+    match int_attr(node, "block_size") {
+        Some(block) if power_of_two_block(block) => {}
+        other => {
+            return Verdict::decline(format!(
+                "block_size {other:?}: ORT's kernel takes a power of two >= 16"
+            ))
+        }
+    }
+    if int_attr(node, "weight_prepacked").is_some_and(|p| p != 0) {
+        return Verdict::decline("weight_prepacked: B is in another EP's prepacked layout");
+    }
+    for dim in ["K", "N"] {
+        if int_attr(node, dim).is_none_or(|d| d < 1) {
+            return Verdict::decline(format!("{dim} < 1"));
+        }
+    }
+    let zp = node.input_type(3);
+    let float_zp = zp.is_some_and(|t| t != ElemType::Uint8);
+    if float_zp && zp != node.input_type(0) {
+        return Verdict::decline(
+            "float zero_points of a type other than the scales' (ORT's kernel fails)",
+        );
+    }
+    if float_zp && bits == 8 {
+        return Verdict::decline("float zero_points with 8 bits (ORT's CPU kernel fails)");
+    }
+    if node.input_present(4) && (bits != 4 || zp == Some(ElemType::Uint8)) {
+        return Verdict::decline(
+            "g_idx with 2 or 8 bits or uint8 zero_points: ORT's CPU kernel fails or gives \
+             another answer than the dequantised product there",
+        );
+    }
+    Verdict::Claim
+}
+
+/// Rows of a uint8 block-quantised table at `indices` (gather_axis 0), dequantised along the
+/// last axis (quantize_axis): `(q - zero_point) * scale` in float32, rounded once to the
+/// scales' type. `bits` of 2 or 4 pack values low bits first; zero points are packed the same
+/// way, `2^(bits-1)` when absent. An index outside `[-rows, rows)` gives a row of zeros, as
+/// ORT's CPU kernel does (it does not fail). int4/uint4 and float8/float4 tables are not
+/// claimed: those element types have no MLX dtype to cross the EP in.
+#[onnx_op(
+    domain = "com.microsoft", op = "GatherBlockQuantized", since = 1,
+    types(T1 = U8, T2 = F32 | F16, Tind = I32 | I64),
+    inputs(data: T1, indices: Tind, scales: T2, zero_points: T1), outputs(output: T2),
+    shape = ShapeKeyed, claim = gather_block_quantized_claim,
+    declines = "bits other than 2, 4, 8 and block sizes that are not a power of two >= 16 (ORT's kernel refuses them)"
+)]
+#[allow(clippy::too_many_arguments)] // four inputs and four attributes, as ORT has them
+fn gather_block_quantized(
+    cx: &mut Lower,
+    data: Array,
+    indices: Array,
+    scales: Array,
+    zero_points: Option<Array>,
+    #[attr(default = 4)] bits: i64,
+    #[attr(default = 128)] block_size: i64,
+    #[attr(default = 1)] quantize_axis: i64,
+    #[attr(default = 0)] gather_axis: i64,
+) -> Result<Array> {
+    let s = cx.stream();
+    let shape = data.shape();
+    let rank = shape.len();
+    let normal = |axis: i64| if axis < 0 { axis + rank as i64 } else { axis };
+    if rank < 2 || normal(gather_axis) != 0 || normal(quantize_axis) != rank as i64 - 1 {
+        return Err(OpError::new(format!(
+            "uint8 data of rank {rank} with gather_axis {gather_axis}, quantize_axis \
+             {quantize_axis}: ORT takes gather_axis 0 and quantize_axis last (rank >= 2)"
+        )));
+    }
+    let per = 8 / bits;
+    let rows = shape[0];
+    let width = shape[rank - 1] * per;
+    let blocks = (width + block_size - 1) / block_size;
+    let lead = &shape[..rank - 1];
+    let with_last = |last: i64| {
+        let mut v = lead.to_vec();
+        v.push(last);
+        v
+    };
+    expect_shape(&scales, &[with_last(blocks)], "scales")?;
+    if let Some(zp) = &zero_points {
+        expect_shape(zp, &[with_last((blocks + per - 1) / per)], "zero_points")?;
+    }
+    let out_dtype = scales.dtype();
+    let mut out_shape = indices.shape();
+    out_shape.extend_from_slice(&shape[1..rank - 1]);
+    out_shape.push(width);
+    if out_shape.contains(&0) || rows == 0 {
+        return zeros(&out_shape, out_dtype, s);
+    }
+    let flat = ops::reshape(&indices, &[-1], s)?;
+    let inside = ops::logical_and(
+        &ops::greater_equal(&flat, &scalar_like(-rows as f64, &flat, s)?, s)?,
+        &ops::less(&flat, &scalar_like(rows as f64, &flat, s)?, s)?,
+        s,
+    )?;
+    let safe = crate::indexing::in_bounds(&flat, rows, s)?;
+    let q = ops::astype(
+        &unpack(&ops::take(&data, &safe, 0, s)?, bits, s)?,
+        Dtype::F32,
+        s,
+    )?;
+    let per_value = |v: &Array| take_first(&repeat_last(v, block_size, s)?, width, s);
+    let scale = per_value(&ops::astype(
+        &ops::take(&scales, &safe, 0, s)?,
+        Dtype::F32,
+        s,
+    )?)?;
+    let zero = match zero_points {
+        Some(zp) => {
+            let unpacked = unpack(&ops::take(&zp, &safe, 0, s)?, bits, s)?;
+            per_value(&ops::astype(
+                &take_first(&unpacked, blocks, s)?,
+                Dtype::F32,
+                s,
+            )?)?
+        }
+        None => scalar((1 << (bits - 1)) as f64, Dtype::F32, s)?,
+    };
+    let values = ops::multiply(&ops::subtract(&q, &zero, s)?, &scale, s)?;
+    // Rows picked by an index out of range are zeros.
+    let mut keep_shape = vec![1; rank];
+    keep_shape[0] = flat.shape()[0];
+    let keep = ops::reshape(&inside, &keep_shape, s)?;
+    let values = ops::where_(&keep, &values, &scalar(0.0, Dtype::F32, s)?, s)?;
+    Ok(ops::astype(
+        &ops::reshape(&values, &out_shape, s)?,
+        out_dtype,
+        s,
+    )?)
+}
+
+fn gather_block_quantized_claim(node: &dyn NodeView) -> Verdict {
+    let bits = int_attr(node, "bits").unwrap_or(4);
+    if !matches!(bits, 2 | 4 | 8) {
+        return Verdict::decline(format!(
+            "bits {bits}: ORT's CPU kernel takes 2, 4 or 8 for uint8 data"
+        ));
+    }
+    let block = int_attr(node, "block_size").unwrap_or(128);
+    if !power_of_two_block(block) {
+        return Verdict::decline(format!(
+            "block_size {block}: ORT's kernel takes a power of two >= 16"
+        ));
+    }
+    Verdict::Claim
+}
