@@ -294,19 +294,23 @@ fn group_query_attention(
     };
     let mut outputs = Vec::with_capacity(4);
     let attended = if !capped && !sink && !qk_wanted {
-        // MLX's fused attention: the same softmax over the visible keys.
+        // MLX's fused attention: the same softmax over the visible keys. 16-bit operands go in
+        // as float32: ORT scores them in float32, and MLX's composed fallback (its CPU
+        // backend) would round the scores to the element type.
+        let wide = |x: &Array| ops::astype(x, Dtype::F32, s);
         let mask = match &bias {
-            Some(b) => masked(&ops::astype(b, dtype, s)?, &keep, f32::NEG_INFINITY, s)?,
+            Some(b) => masked(&wide(b)?, &keep, f32::NEG_INFINITY, s)?,
             None => keep.clone(),
         };
         let out = fused_attention(
-            &q,
-            &present_k,
-            &present_v,
+            &wide(&q)?,
+            &wide(&present_k)?,
+            &wide(&present_v)?,
             scale,
             AttentionMask::Array(&mask),
             s,
         )?;
+        let out = ops::astype(&out, dtype, s)?;
         (out, None)
     } else {
         let mut x = scores(&q, &present_k, scale, s)?;
