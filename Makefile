@@ -9,7 +9,7 @@ export ORT_MLX_EP_LIBRARY := $(LIBRARY)
 # Prints each phase's wall time ("[time] build: 312.4 s"), so a CI log shows where time goes.
 TIMED = bash scripts/timed.sh
 
-.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul real-models leaks stress fuzz docs conformance conformance-update clean
+.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul bench-attention bench-llm real-models leaks stress fuzz docs conformance conformance-update clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
@@ -69,6 +69,16 @@ stress: build
 ## No definite leak through our library under valgrind, RSS flat over 500 session cycles.
 leaks: build
 	$(PYTHON) -m pytest -q -s tests/stress
+
+## fp16 attention (GroupQueryAttention prefill 4x2048 / decode over 4k, Attention-23): MLX EP vs
+## ORT's CPU EP vs direct mlx.core. ARGS="--quick" for small shapes.
+bench-attention: build
+	$(PYTHON) scripts/bench_attention.py $(ARGS)
+
+## A ~1B int4 Llama-shaped decoder (scripts/make_decoder.py): prefill and decode through ORT
+## sessions (MLX EP vs CPU EP) vs the same decoder in mlx.core, and genai's loop. ARGS="--quick".
+bench-llm: build
+	$(PYTHON) scripts/bench_llm.py $(ARGS)
 
 ## f32 matmul 256x768x3072: MLX through our library vs ORT's CPU EP.
 bench-matmul: build
