@@ -171,7 +171,11 @@ def main() -> None:
     print("| case | ORT CPU EP | MLX EP | direct MLX | CPU / MLX EP | MLX EP / direct | max diff vs CPU: EP, direct |")
     print("|---|---|---|---|---|---|---|")
     for case in cases:
-        r = measure(case, args.runs, args.cpu_runs)
+        try:
+            r = measure(case, args.runs, args.cpu_runs)
+        except Exception as error:  # noqa: BLE001 - one case failing (e.g. an ORT without the op) must not hide the rest
+            print(f"| {case.name} | failed: {str(error).splitlines()[0][:200]} |||||", flush=True)
+            continue
         print(f"| {case.name} | {r['cpu']:.2f} | {r['ep']:.2f} | {r['direct']:.2f} | {r['cpu'] / r['ep']:.1f}x | "
               f"{r['ep'] / r['direct']:.2f}x | {r['diff']:.1e}, {r['direct diff']:.1e} |", flush=True)
 
