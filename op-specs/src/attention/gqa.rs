@@ -532,11 +532,7 @@ fn positions(
         cache_rows - 1,
         format!("GroupQueryAttention: position ids must lie in [0, {cache_rows}) (the rotary cache's rows)"),
     )?;
-    Ok(crate::indexing::in_bounds(
-        &positions,
-        cache_rows,
-        cx.stream(),
-    )?)
+    crate::indexing::in_bounds(&positions, cache_rows, cx.stream())
 }
 
 /// The rotated width `2·cos_cache.cols`, checked as ORT checks the caches.
