@@ -114,7 +114,7 @@ def matmul_nbits_ref(xs, a):
         zp = unpack(np.asarray(zp).reshape(n, -1), bits)[:, :kb].astype(np.float64)
     else:
         zp = np.asarray(zp, np.float64).reshape(n, kb)
-    block_of = np.asarray(g_idx)[:k] if g_idx is not None else np.arange(k) // bs
+    block_of = np.clip(np.asarray(g_idx)[:k], 0, kb - 1) if g_idx is not None else np.arange(k) // bs
     w = (q - zp[:, block_of]) * scales[:, block_of]
     y = np.asarray(A, np.float64) @ w.T
     return y + np.asarray(bias, np.float64) if bias is not None else y
