@@ -9,6 +9,8 @@
 //! `scaled_dot_product_attention` has exactly an op's semantics, the op calls it instead.
 
 mod gqa;
+mod bert;
+mod mha;
 mod onnx_attention;
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
