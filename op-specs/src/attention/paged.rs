@@ -1,0 +1,833 @@
+//! com.microsoft PagedAttention: packed variable-length batches over a block KV cache.
+//!
+//! ORT 1.31.1 has only a CUDA kernel for this op, so there is no CPU answer to compare with; the
+//! semantics below follow its schema and the CUDA implementation (`paged_attention.cc`,
+//! `paged_attention_impl.cu`, `paged_attention_helper.h`).
+//!
+//! - `query` holds the new tokens of every sequence back to back (`[T, Hq·D]`, or packed QKV
+//!   `[T, (Hq + 2·Hkv)·D]`); `cumulative_sequence_length` `[B + 1]` says which tokens belong to
+//!   which sequence and `past_seqlens` `[B]` how many tokens each sequence already has cached.
+//!   Token `j` of sequence `b` sits at position `p = past_seqlens[b] + j`; the sequence then has
+//!   `L_b = past_seqlens[b] + q_len_b` tokens.
+//! - Rotary embedding (`do_rotary`) turns Q and K at position `p` over the first
+//!   `2·cos_cache.cols` features, before K is cached.
+//! - The caches `[num_blocks, block_size, Hkv, D]` get each new K/V row at slot
+//!   `block_table[b, p / block_size]·block_size + p % block_size`, or at `slot_mapping[t]`
+//!   (`-1`: not written). Every other row comes out unchanged.
+//! - Every token then attends over its own sequence's keys, read from the updated cache through
+//!   `block_table`: keys `[0, p]` when causal (bottom-right aligned), `[0, L_b)` when not; a
+//!   `local_window_size` `W > 0` keeps keys `≥ p + 1 − W` (it bounds the left only; `W ≤ 0` is
+//!   no window, as in ORT's kernels). Scores are `scale·q·kᵀ` in float32, soft-capped, with
+//!   `head_sink[h]` as an extra logit in the softmax denominator.
+//!
+//! What the CUDA kernel leaves undefined fails the run instead: a token outside the sequence
+//! lengths, a position past the block table's capacity, a block id outside `[0, num_blocks)` that
+//! a token reads or writes, a slot outside `[-1, num_blocks·block_size)`, and two tokens writing
+//! the same slot (a race on the GPU).
+//!
+//! Two shapes of the same computation, chosen from the static shapes by their cost: per token
+//! (each token's sequence gathered for it: decode steps) or all tokens against all sequences with
+//! a mask to their own (prefill). MLX's fused attention runs both when there is no soft cap or
+//! sink.
+
+use mlx_kernels::ops::ScatterMode;
+use mlx_kernels::{ops, Array, Dtype, Stream};
+
+use super::{
+    fused_attention, masked, mix, rotate, scores, soft_cap, softmax_rows, AttentionMask, Sink,
+};
+use crate::table::consts::scalar;
+use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
+
+/// Paged attention for continuous batching (vLLM-style): packed variable-length Q/K/V (or packed
+/// QKV), a block KV cache updated at each token's slot (derived from `past_seqlens` and
+/// `block_table`, or from `slot_mapping` with `-1` skipping the write), per-token causal or
+/// bidirectional masks over the sequence's cached keys, GQA, rotary embedding (interleaved or
+/// not, partial), local window, softcap and `head_sink`. Bad lengths, block ids or slots fail
+/// the run.
+#[allow(clippy::too_many_arguments)] // seventeen inputs and the attributes, as ORT has them
+#[onnx_op(
+    domain = "com.microsoft", op = "PagedAttention", since = 1,
+    types(T = F16 | BF16, S = I32, K = F32),
+    inputs(query: T, key: T, value: T, key_cache: T, value_cache: T,
+           cumulative_sequence_length: S, past_seqlens: S, block_table: S, cos_cache: T,
+           sin_cache: T, slot_mapping: S, head_sink: T, q_norm_weight: T, k_norm_weight: T,
+           k_scale: K, v_scale: K, attention_metadata: S),
+    outputs(output: T, key_cache_out?: T, value_cache_out?: T),
+    shape = ShapeKeyed, claim = paged_claim,
+    declines = "kv_cache_layout LATENT (absorbed MLA); quantized caches (k_quant_type/v_quant_type other than NONE, k_scale/v_scale, k_cache_dtype/v_cache_dtype set, caches of another type than the query); q_norm_weight/k_norm_weight (the Q/K RMS-norm prologue); rotary_offset other than 0; is_causal, do_rotary or rotary_interleaved outside {0, 1}; num_heads/kv_num_heads that ORT's kernel refuses at construction; a non-positive qk_norm_epsilon"
+)]
+fn paged_attention(
+    cx: &mut Lower,
+    query: Array,
+    key: Option<Array>,
+    value: Option<Array>,
+    key_cache: Array,
+    value_cache: Option<Array>,
+    cumulative_sequence_length: Array,
+    past_seqlens: Array,
+    block_table: Array,
+    cos_cache: Option<Array>,
+    sin_cache: Option<Array>,
+    slot_mapping: Option<Array>,
+    head_sink: Option<Array>,
+    _q_norm_weight: Option<Array>,
+    _k_norm_weight: Option<Array>,
+    _k_scale: Option<Array>,
+    _v_scale: Option<Array>,
+    attention_metadata: Option<Array>,
+    #[attr] num_heads: i64,
+    #[attr] kv_num_heads: i64,
+    #[attr(default = 0.0)] scale: f32,
+    #[attr(default = 0.0)] softcap: f32,
+    #[attr(default = -1)] local_window_size: i64,
+    #[attr(default = 1)] is_causal: i64,
+    #[attr(default = 0)] do_rotary: i64,
+    #[attr(default = 0)] rotary_interleaved: i64,
+    #[attr(default = 0)] v_head_size: i64,
+    #[attr(name = "rotary_offset")] _rotary_offset: Option<i64>,
+    #[attr(name = "kv_cache_layout")] _kv_cache_layout: Option<String>,
+    #[attr(name = "qk_norm_epsilon")] _qk_norm_epsilon: Option<f32>,
+    #[attr(name = "k_quant_type")] _k_quant_type: Option<String>,
+    #[attr(name = "v_quant_type")] _v_quant_type: Option<String>,
+    #[attr(name = "k_cache_dtype")] _k_cache_dtype: Option<String>,
+    #[attr(name = "v_cache_dtype")] _v_cache_dtype: Option<String>,
+) -> Result<Vec<Array>> {
+    let dtype = query.dtype();
+    let g = Geometry::of(
+        &query,
+        key.as_ref(),
+        value.as_ref(),
+        &key_cache,
+        value_cache.as_ref(),
+        &cumulative_sequence_length,
+        &past_seqlens,
+        &block_table,
+        num_heads,
+        kv_num_heads,
+    )?;
+    let value_cache = value_cache.expect("checked by Geometry::of");
+    if v_head_size != 0 && v_head_size != g.head {
+        return Err(OpError::new(format!(
+            "PagedAttention: v_head_size {v_head_size} may only differ from head_size {} when kv_cache_layout is LATENT",
+            g.head
+        )));
+    }
+    if let Some(sm) = &slot_mapping {
+        if sm.shape() != [g.tokens] {
+            return Err(OpError::new(format!(
+                "PagedAttention: slot_mapping has shape {:?}; it must be [token_count] = [{}]",
+                sm.shape(),
+                g.tokens
+            )));
+        }
+    }
+    if let Some(h) = &head_sink {
+        if h.shape() != [g.q_heads] {
+            return Err(OpError::new(format!(
+                "PagedAttention: head_sink has shape {:?}; it must be [num_heads] = [{}]",
+                h.shape(),
+                g.q_heads
+            )));
+        }
+    }
+    let rotary = match (&cos_cache, &sin_cache) {
+        (Some(c), Some(sn)) => Some((c, sn, rotary_dim(c, sn, g.head)?)),
+        (None, None) => None,
+        _ => {
+            return Err(OpError::new(
+                "PagedAttention: cos_cache and sin_cache shall be both present or both absent",
+            ))
+        }
+    };
+    if do_rotary == 1 && rotary.is_none() {
+        return Err(OpError::new(
+            "PagedAttention: cos_cache and sin_cache must be passed when do_rotary is 1",
+        ));
+    }
+    if let Some(md) = &attention_metadata {
+        check_metadata(cx, md, g.capacity())?;
+    }
+    if g.tokens == 0 {
+        // Nothing to attend or write: the caches pass through.
+        let s = cx.stream();
+        let empty = ops::broadcast_to(&scalar(0.0, dtype, s)?, &[0, g.q_heads * g.head], s)?;
+        return Ok(vec![empty, key_cache, value_cache]);
+    }
+
+    let s = cx.stream();
+    let rows = Rows::of(cx, &g, &cumulative_sequence_length, &past_seqlens)?;
+    let (q, k, v) = split_heads(&query, key.as_ref(), value.as_ref(), &g, s)?;
+
+    // Rotary embedding of Q and K at each token's position.
+    let (q, k) = match rotary {
+        Some((cos, sin, dim)) if do_rotary == 1 => {
+            let table_rows = cos.shape()[0].min(sin.shape()[0]);
+            cx.require_in_range(
+                &rows.position,
+                0,
+                table_rows - 1,
+                format!("PagedAttention: a token's position (past_seqlens + its index in the sequence) must lie in [0, {table_rows}), the rotary cache's rows"),
+            )?;
+            let s = cx.stream();
+            let at = crate::indexing::in_bounds(&rows.position, table_rows, s)?;
+            // [T, rd/2] → [T, 1, rd/2], broadcast over the heads.
+            let angle = |table: &Array| -> Result<Array> {
+                Ok(ops::expand_dims(&ops::take(table, &at, 0, s)?, &[1], s)?)
+            };
+            let (cos, sin) = (angle(cos)?, angle(sin)?);
+            let interleaved = rotary_interleaved == 1;
+            let turn = |x: &Array| -> Result<Array> {
+                if dim == g.head {
+                    return rotate(x, &cos, &sin, interleaved, s);
+                }
+                let parts = ops::split_at(x, &[dim as i32], 2, s)?;
+                let turned = rotate(&parts[0], &cos, &sin, interleaved, s)?;
+                Ok(ops::concatenate(&[turned, parts[1].clone()], 2, s)?)
+            };
+            (turn(&q)?, turn(&k)?)
+        }
+        _ => (q, k),
+    };
+
+    // The cache write.
+    let target = write_slots(cx, &g, &rows, &block_table, slot_mapping.as_ref())?;
+    let s = cx.stream();
+    let key_cache_out = write_rows(&key_cache, &k, &target, &g, s)?;
+    let value_cache_out = write_rows(&value_cache, &v, &target, &g, s)?;
+
+    // The read: every sequence's keys through its block table, [B, Hkv, Lcap, D].
+    let ids = ops::astype(&block_table, Dtype::I32, s)?;
+    let id_ok = ops::logical_and(
+        &ops::greater_equal(&ids, &i32s(0, s)?, s)?,
+        &ops::less(&ids, &i32s(g.blocks, s)?, s)?,
+        s,
+    )?;
+    let safe_ids = clamp(&ids, 0, g.blocks - 1, s)?;
+    let cap = g.capacity();
+    let gather = |cache: &Array| -> Result<Array> {
+        let flat_ids = ops::reshape(&safe_ids, &[g.batch * g.max_blocks], s)?;
+        let pages = ops::take(cache, &flat_ids, 0, s)?; // [B·M, bs, Hkv, D]
+        let seqs = ops::reshape(&pages, &[g.batch, cap, g.kv_heads, g.head], s)?;
+        Ok(ops::transpose(&seqs, &[0, 2, 1, 3], s)?)
+    };
+    let keys = gather(&key_cache_out)?;
+    let values = gather(&value_cache_out)?;
+    // Whether each position's block id is a real block, [B, Lcap].
+    let position_ok = ops::reshape(
+        &ops::broadcast_to(
+            &ops::expand_dims(&id_ok, &[2], s)?,
+            &[g.batch, g.max_blocks, g.block_size],
+            s,
+        )?,
+        &[g.batch, cap],
+        s,
+    )?;
+
+    // Which of its sequence's positions each token sees, [T, Lcap].
+    let key_pos = ops::reshape(
+        &ops::arange(0.0, cap as f64, 1.0, Dtype::I32, s)?,
+        &[1, cap],
+        s,
+    )?;
+    let column = |a: &Array| ops::reshape(a, &[g.tokens, 1], s);
+    let (pos, len) = (column(&rows.position)?, column(&rows.length)?);
+    let mut visible = ops::less(&key_pos, &len, s)?;
+    if is_causal == 1 {
+        visible = ops::logical_and(&visible, &ops::less_equal(&key_pos, &pos, s)?, s)?;
+    }
+    if local_window_size > 0 {
+        let first = ops::subtract(&pos, &i32s(local_window_size - 1, s)?, s)?;
+        visible = ops::logical_and(&visible, &ops::greater_equal(&key_pos, &first, s)?, s)?;
+    }
+    let token_ok = ops::take(&position_ok, &rows.sequence, 0, s)?;
+    cx.require(
+        &ops::logical_or(&ops::logical_not(&visible, s)?, &token_ok, s)?,
+        format!(
+            "PagedAttention: a block_table entry that a token attends to is not a block id in [0, {})",
+            g.blocks
+        ),
+    )?;
+    let s = cx.stream();
+
+    let scale = if scale == 0.0 {
+        1.0 / (g.head as f32).sqrt()
+    } else {
+        scale
+    };
+    let sink = head_sink.as_ref().map(Sink::PerHead);
+    let attend = |q4: &Array, k4: &Array, v4: &Array, keep: &Array| -> Result<Array> {
+        if softcap <= 0.0 && sink.is_none() {
+            return fused_attention(q4, k4, v4, scale, AttentionMask::Array(keep), s)
+                .map_err(OpError::from);
+        }
+        let mut x = scores(q4, k4, scale, s)?;
+        if softcap > 0.0 {
+            x = soft_cap(&x, softcap, s)?;
+        }
+        let x = masked(&x, keep, f32::NEG_INFINITY, s)?;
+        let probs = softmax_rows(&x, sink, s)?;
+        mix(&probs, v4, dtype, s)
+    };
+    let hidden = g.q_heads * g.head;
+    let out = if g.per_token_is_cheaper() {
+        // [T, Hq, 1, D] against each token's own sequence [T, Hkv, Lcap, D].
+        let q4 = ops::expand_dims(&q, &[2], s)?;
+        let k4 = ops::take(&keys, &rows.sequence, 0, s)?;
+        let v4 = ops::take(&values, &rows.sequence, 0, s)?;
+        let keep = ops::reshape(&visible, &[g.tokens, 1, 1, cap], s)?;
+        let out = attend(&q4, &k4, &v4, &keep)?;
+        ops::reshape(&out, &[g.tokens, hidden], s)?
+    } else {
+        // [1, Hq, T, D] against every sequence side by side [1, Hkv, B·Lcap, D].
+        let q4 = ops::expand_dims(&ops::transpose(&q, &[1, 0, 2], s)?, &[0], s)?;
+        let side_by_side = |x: &Array| -> Result<Array> {
+            let x = ops::transpose(x, &[1, 0, 2, 3], s)?;
+            Ok(ops::reshape(
+                &x,
+                &[1, g.kv_heads, g.batch * cap, g.head],
+                s,
+            )?)
+        };
+        let (k4, v4) = (side_by_side(&keys)?, side_by_side(&values)?);
+        let batch_ids = ops::reshape(
+            &ops::arange(0.0, g.batch as f64, 1.0, Dtype::I32, s)?,
+            &[1, g.batch, 1],
+            s,
+        )?;
+        let own = ops::equal(
+            &batch_ids,
+            &ops::reshape(&rows.sequence, &[g.tokens, 1, 1], s)?,
+            s,
+        )?;
+        let keep = ops::logical_and(&own, &ops::expand_dims(&visible, &[1], s)?, s)?;
+        let keep = ops::reshape(&keep, &[1, 1, g.tokens, g.batch * cap], s)?;
+        let out = attend(&q4, &k4, &v4, &keep)?; // [1, Hq, T, D]
+        let out = ops::transpose(&ops::squeeze(&out, &[0], s)?, &[1, 0, 2], s)?;
+        ops::reshape(&out, &[g.tokens, hidden], s)?
+    };
+    Ok(vec![out, key_cache_out, value_cache_out])
+}
+
+/// The shapes of one call.
+struct Geometry {
+    tokens: i64,
+    q_heads: i64,
+    kv_heads: i64,
+    head: i64,
+    packed: bool,
+    blocks: i64,
+    block_size: i64,
+    batch: i64,
+    max_blocks: i64,
+}
+
+impl Geometry {
+    #[allow(clippy::too_many_arguments)]
+    fn of(
+        query: &Array,
+        key: Option<&Array>,
+        value: Option<&Array>,
+        key_cache: &Array,
+        value_cache: Option<&Array>,
+        cumulative: &Array,
+        past: &Array,
+        block_table: &Array,
+        num_heads: i64,
+        kv_num_heads: i64,
+    ) -> Result<Geometry> {
+        let err = |m: String| Err(OpError::new(format!("PagedAttention: {m}")));
+        if num_heads <= 0 || kv_num_heads <= 0 || num_heads % kv_num_heads != 0 {
+            return err(format!(
+                "num_heads {num_heads} must be a positive multiple of kv_num_heads {kv_num_heads}"
+            ));
+        }
+        let d = query.shape();
+        if d.len() != 2 {
+            return err(format!(
+                "'query' has shape {d:?}; it must be [token_count, hidden_size]"
+            ));
+        }
+        let (tokens, hidden) = (d[0], d[1]);
+        let (head, packed) = match (key, value) {
+            (None, None) => (hidden / (num_heads + 2 * kv_num_heads), true),
+            (Some(k), Some(v)) => {
+                let head = hidden / num_heads;
+                if head * num_heads != hidden {
+                    return err(format!(
+                        "'query' hidden size {hidden} is not a multiple of num_heads {num_heads}"
+                    ));
+                }
+                for (name, t) in [("key", k), ("value", v)] {
+                    if t.shape() != [tokens, kv_num_heads * head] {
+                        return err(format!(
+                            "'{name}' has shape {:?}; expected [{tokens}, kv_num_heads · head_size] = [{tokens}, {}]",
+                            t.shape(),
+                            kv_num_heads * head
+                        ));
+                    }
+                }
+                (head, false)
+            }
+            _ => return err(
+                "'key' and 'value' shall be both present, or both absent in the case of packed qkv"
+                    .into(),
+            ),
+        };
+        if head <= 0 || head % 8 != 0 {
+            return err(format!(
+                "head_size must be a positive multiple of 8, got {head}"
+            ));
+        }
+        let Some(value_cache) = value_cache else {
+            return err("'value_cache' is required unless kv_cache_layout is LATENT".into());
+        };
+        let c = key_cache.shape();
+        if c.len() != 4 || c[2] != kv_num_heads || c[3] != head {
+            return err(format!(
+                "'key_cache' has shape {c:?}; it must be [num_blocks, block_size, {kv_num_heads}, {head}]"
+            ));
+        }
+        if value_cache.shape() != c {
+            return err(format!(
+                "'value_cache' has shape {:?}; it must match 'key_cache' {c:?}",
+                value_cache.shape()
+            ));
+        }
+        let (blocks, block_size) = (c[0], c[1]);
+        if block_size < 16 || block_size & (block_size - 1) != 0 {
+            return err(format!(
+                "block_size must be a power of two and at least 16, got {block_size}"
+            ));
+        }
+        let cu = cumulative.shape();
+        if cu.len() != 1 || cu[0] < 2 {
+            return err(format!(
+                "cumulative_sequence_length has shape {cu:?}; it must be [batch_size + 1] with batch_size >= 1"
+            ));
+        }
+        let batch = cu[0] - 1;
+        if past.shape() != [batch] {
+            return err(format!(
+                "past_seqlens has shape {:?}; it must be [batch_size] = [{batch}]",
+                past.shape()
+            ));
+        }
+        let bt = block_table.shape();
+        if bt.len() != 2 || bt[0] != batch {
+            return err(format!(
+                "block_table has shape {bt:?}; it must be [batch_size = {batch}, max_blocks_per_sequence]"
+            ));
+        }
+        let max_blocks = bt[1];
+        if tokens > 0 && (max_blocks < 1 || blocks < 1) {
+            return err(format!(
+                "{tokens} new tokens need cache blocks: num_blocks {blocks}, max_blocks_per_sequence {max_blocks}"
+            ));
+        }
+        let g = Geometry {
+            tokens,
+            q_heads: num_heads,
+            kv_heads: kv_num_heads,
+            head,
+            packed,
+            blocks,
+            block_size,
+            batch,
+            max_blocks,
+        };
+        let slots = blocks.checked_mul(block_size);
+        if slots.is_none_or(|n| n >= i32::MAX as i64) || g.capacity() >= i32::MAX as i64 {
+            return err("the cache or the block table addresses more than 2^31 slots".into());
+        }
+        Ok(g)
+    }
+
+    /// Positions one sequence can address: `max_blocks · block_size`.
+    fn capacity(&self) -> i64 {
+        self.max_blocks.saturating_mul(self.block_size)
+    }
+
+    /// Whether gathering each token's own sequence (cost `T·Lcap·(2·Hkv·D + Hq)`) beats
+    /// attending all sequences side by side (`B·Lcap·2·Hkv·D + Hq·T·B·Lcap`).
+    fn per_token_is_cheaper(&self) -> bool {
+        let kv = 2 * self.kv_heads * self.head;
+        let per_token = self.tokens as f64 * (kv + self.q_heads) as f64;
+        let side_by_side = self.batch as f64 * (kv as f64 + (self.q_heads * self.tokens) as f64);
+        per_token <= side_by_side
+    }
+}
+
+/// Per token (each `[T]`, int32): its sequence, its position `past + j` and its sequence's length
+/// `past + q_len`. The lengths are checked as ORT's helper checks them.
+struct Rows {
+    sequence: Array,
+    position: Array,
+    length: Array,
+}
+
+impl Rows {
+    fn of(cx: &mut Lower, g: &Geometry, cumulative: &Array, past: &Array) -> Result<Rows> {
+        let s = cx.stream();
+        let b = g.batch as i32;
+        let cu = ops::astype(cumulative, Dtype::I32, s)?;
+        let past = ops::astype(past, Dtype::I32, s)?;
+        let starts = ops::slice(&cu, &[0], &[b], &[1], s)?;
+        let ends = ops::slice(&cu, &[1], &[b + 1], &[1], s)?;
+        let q_len = ops::subtract(&ends, &starts, s)?;
+        let first = ops::slice(&cu, &[0], &[1], &[1], s)?;
+        let last = ops::slice(&cu, &[b], &[b + 1], &[1], s)?;
+        cx.require(
+            &ops::equal(&first, &i32s(0, s)?, s)?,
+            "PagedAttention: cumulative_sequence_length must start with 0",
+        )?;
+        cx.require(
+            &ops::equal(&last, &i32s(g.tokens, s)?, s)?,
+            format!(
+                "PagedAttention: cumulative_sequence_length must end with token_count {}",
+                g.tokens
+            ),
+        )?;
+        cx.require_in_range(
+            &q_len,
+            0,
+            i32::MAX as i64,
+            "PagedAttention: cumulative_sequence_length must be non-decreasing",
+        )?;
+        let cap = g.capacity();
+        cx.require_in_range(
+            &past,
+            0,
+            cap,
+            format!("PagedAttention: past_seqlens must lie in [0, max_blocks_per_sequence · block_size = {cap}]"),
+        )?;
+        let s = cx.stream();
+        let total = ops::add(&past, &q_len, s)?;
+        cx.require_in_range(
+            &total,
+            0,
+            cap,
+            format!("PagedAttention: past_seqlens + query length exceeds the block table's capacity of {cap} positions"),
+        )?;
+        let s = cx.stream();
+        // Token t belongs to the sequence whose range [cu[b], cu[b+1]) holds it: the number of
+        // sequences that end at or before t.
+        let t = ops::arange(0.0, g.tokens as f64, 1.0, Dtype::I32, s)?;
+        let ended = ops::less_equal(
+            &ops::reshape(&ends, &[1, g.batch], s)?,
+            &ops::reshape(&t, &[g.tokens, 1], s)?,
+            s,
+        )?;
+        let sequence = ops::sum(&ops::astype(&ended, Dtype::I32, s)?, &[1], false, s)?;
+        let sequence = clamp(&ops::astype(&sequence, Dtype::I32, s)?, 0, g.batch - 1, s)?;
+        let of_row = |a: &Array| ops::take(a, &sequence, 0, s);
+        let index = ops::subtract(&t, &of_row(&starts)?, s)?;
+        let row_past = of_row(&past)?;
+        Ok(Rows {
+            position: ops::add(&row_past, &index, s)?,
+            length: ops::add(&row_past, &of_row(&q_len)?, s)?,
+            sequence,
+        })
+    }
+}
+
+fn i32s(v: i64, s: &Stream) -> Result<Array> {
+    scalar(v as f64, Dtype::I32, s)
+}
+
+fn clamp(a: &Array, low: i64, high: i64, s: &Stream) -> Result<Array> {
+    Ok(ops::minimum(
+        &ops::maximum(a, &i32s(low, s)?, s)?,
+        &i32s(high, s)?,
+        s,
+    )?)
+}
+
+/// Q `[T, Hq, D]`, K and V `[T, Hkv, D]` from the separate or packed inputs.
+fn split_heads(
+    query: &Array,
+    key: Option<&Array>,
+    value: Option<&Array>,
+    g: &Geometry,
+    s: &Stream,
+) -> Result<(Array, Array, Array)> {
+    let heads = |x: &Array, n: i64| ops::reshape(x, &[g.tokens, n, g.head], s);
+    if let (false, Some(k), Some(v)) = (g.packed, key, value) {
+        return Ok((
+            heads(query, g.q_heads)?,
+            heads(k, g.kv_heads)?,
+            heads(v, g.kv_heads)?,
+        ));
+    }
+    let q_end = (g.q_heads * g.head) as i32;
+    let k_end = q_end + (g.kv_heads * g.head) as i32;
+    let v_end = k_end + (g.kv_heads * g.head) as i32;
+    // A packed hidden size may carry a remainder past the heads; ORT ignores it.
+    let used = ops::slice(query, &[0, 0], &[g.tokens as i32, v_end], &[1, 1], s)?;
+    let parts = ops::split_at(&used, &[q_end, k_end], 1, s)?;
+    Ok((
+        heads(&parts[0], g.q_heads)?,
+        heads(&parts[1], g.kv_heads)?,
+        heads(&parts[2], g.kv_heads)?,
+    ))
+}
+
+/// The rotated width `2·cos_cache.cols`, checked as ORT checks the caches.
+fn rotary_dim(cos: &Array, sin: &Array, head: i64) -> Result<i64> {
+    let (c, sn) = (cos.shape(), sin.shape());
+    if c.len() != 2 || sn.len() != 2 {
+        return Err(OpError::new(
+            "PagedAttention: cos_cache and sin_cache must be 2-D [max_position, rotary_dim / 2]",
+        ));
+    }
+    if head % 16 != 0 {
+        return Err(OpError::new(format!(
+            "PagedAttention: head_size shall be a multiple of 16 with a rotary cache, got {head}"
+        )));
+    }
+    if c[1] != sn[1] || c[1] == 0 || c[1] > (head / 16) * 8 || c[1] % 8 != 0 {
+        return Err(OpError::new(format!(
+            "PagedAttention: cos_cache/sin_cache dimension 1 ({}, {}) must be equal, positive, <= head_size / 2 and a multiple of 8",
+            c[1], sn[1]
+        )));
+    }
+    if c[0] < 1 || sn[0] < 1 {
+        return Err(OpError::new(
+            "PagedAttention: cos_cache/sin_cache have no rows",
+        ));
+    }
+    Ok(2 * c[1])
+}
+
+/// `attention_metadata` as ORT checks it: shape (2) or (3), entries non-negative, the lower
+/// bound not above the upper one. The bounds only size ORT's launches, so they change nothing
+/// here.
+fn check_metadata(cx: &mut Lower, md: &Array, capacity: i64) -> Result<()> {
+    let n = match md.shape().as_slice() {
+        [n] if *n == 2 || *n == 3 => *n,
+        d => {
+            return Err(OpError::new(format!(
+                "PagedAttention: 'attention_metadata' must have shape (2) or (3), got {d:?}"
+            )))
+        }
+    };
+    cx.require_in_range(
+        md,
+        0,
+        i32::MAX as i64,
+        "PagedAttention: 'attention_metadata' entries must be non-negative (0 means unknown)",
+    )?;
+    if n == 3 {
+        let s = cx.stream();
+        let md = ops::astype(md, Dtype::I32, s)?;
+        let kv_bound = ops::slice(&md, &[1], &[2], &[1], s)?;
+        let lower = ops::slice(&md, &[2], &[3], &[1], s)?;
+        let cap = i32s(capacity, s)?;
+        let given = ops::logical_and(
+            &ops::greater(&kv_bound, &i32s(0, s)?, s)?,
+            &ops::less(&kv_bound, &cap, s)?,
+            s,
+        )?;
+        let upper = ops::where_(&given, &kv_bound, &cap, s)?;
+        let holds = ops::less_equal(&lower, &upper, s)?;
+        cx.require(
+            &holds,
+            "PagedAttention: attention_metadata max_kv_len_lower_bound must not exceed max_kv_len_bound",
+        )?;
+    }
+    Ok(())
+}
+
+/// Each token's row in the flattened cache `[num_blocks·block_size (+1), Hkv, D]`; a token that
+/// writes nothing gets the extra last row, which is dropped afterwards.
+fn write_slots(
+    cx: &mut Lower,
+    g: &Geometry,
+    rows: &Rows,
+    block_table: &Array,
+    slot_mapping: Option<&Array>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let slots = g.blocks * g.block_size;
+    let (target, skip) = match slot_mapping {
+        Some(sm) => {
+            let sm = ops::astype(sm, Dtype::I32, s)?;
+            cx.require_in_range(
+                &sm,
+                -1,
+                slots - 1,
+                format!("PagedAttention: slot_mapping values must lie in [-1, num_blocks · block_size = {slots})"),
+            )?;
+            let s = cx.stream();
+            let skip = ops::less(&sm, &i32s(0, s)?, s)?;
+            (sm, Some(skip))
+        }
+        None => {
+            let bs = i32s(g.block_size, s)?;
+            let column = clamp(
+                &ops::floor_divide(&rows.position, &bs, s)?,
+                0,
+                g.max_blocks - 1,
+                s,
+            )?;
+            let flat = ops::add(
+                &ops::multiply(&rows.sequence, &i32s(g.max_blocks, s)?, s)?,
+                &column,
+                s,
+            )?;
+            let table = ops::astype(
+                &ops::reshape(block_table, &[g.batch * g.max_blocks], s)?,
+                Dtype::I32,
+                s,
+            )?;
+            let id = ops::take(&table, &flat, 0, s)?;
+            cx.require_in_range(
+                &id,
+                0,
+                g.blocks - 1,
+                format!(
+                    "PagedAttention: the block_table entry a new token is written to is not a block id in [0, {})",
+                    g.blocks
+                ),
+            )?;
+            let s = cx.stream();
+            let offset = ops::remainder(&rows.position, &bs, s)?;
+            let slot = ops::add(&ops::multiply(&id, &bs, s)?, &offset, s)?;
+            (slot, None)
+        }
+    };
+    let s = cx.stream();
+    let target = match &skip {
+        Some(skip) => ops::where_(skip, &i32s(slots, s)?, &target, s)?,
+        None => target,
+    };
+    let target = clamp(&target, 0, slots, s)?;
+    if g.tokens > 1 {
+        // Two tokens writing one slot race on the GPU: distinct keys for the skipped ones, then
+        // no two neighbours equal once sorted.
+        let t = ops::arange(0.0, g.tokens as f64, 1.0, Dtype::I32, s)?;
+        let keys = match &skip {
+            Some(skip) => ops::where_(skip, &ops::subtract(&i32s(-1, s)?, &t, s)?, &target, s)?,
+            None => target.clone(),
+        };
+        let sorted = ops::take(&keys, &ops::argsort(&keys, 0, s)?, 0, s)?;
+        let n = g.tokens as i32;
+        let head = ops::slice(&sorted, &[0], &[n - 1], &[1], s)?;
+        let tail = ops::slice(&sorted, &[1], &[n], &[1], s)?;
+        let distinct = ops::not_equal(&head, &tail, s)?;
+        cx.require(
+            &distinct,
+            "PagedAttention: two tokens write the same cache slot",
+        )?;
+    }
+    Ok(target)
+}
+
+/// `cache` with `new` `[T, Hkv, D]` written at the rows `target` of its flattened view.
+fn write_rows(
+    cache: &Array,
+    new: &Array,
+    target: &Array,
+    g: &Geometry,
+    s: &Stream,
+) -> Result<Array> {
+    let slots = g.blocks * g.block_size;
+    let flat = ops::reshape(cache, &[slots, g.kv_heads, g.head], s)?;
+    let spare = ops::broadcast_to(&scalar(0.0, cache.dtype(), s)?, &[1, g.kv_heads, g.head], s)?;
+    let flat = ops::concatenate(&[flat, spare], 0, s)?;
+    let updates = ops::reshape(
+        &ops::astype(new, cache.dtype(), s)?,
+        &[g.tokens, 1, g.kv_heads, g.head],
+        s,
+    )?;
+    let written = ops::scatter_rows(&flat, target, &updates, ScatterMode::Set, s)?;
+    let kept = ops::slice(
+        &written,
+        &[0, 0, 0],
+        &[slots as i32, g.kv_heads as i32, g.head as i32],
+        &[1, 1, 1],
+        s,
+    )?;
+    Ok(ops::reshape(
+        &kept,
+        &[g.blocks, g.block_size, g.kv_heads, g.head],
+        s,
+    )?)
+}
+
+fn int_attr(node: &dyn NodeView, name: &str) -> Option<i64> {
+    match node.attribute(name) {
+        Some(AttrValue::Int(v)) => Some(v),
+        _ => None,
+    }
+}
+
+fn string_attr(node: &dyn NodeView, name: &str) -> Option<String> {
+    match node.attribute(name) {
+        Some(AttrValue::String(v)) => Some(v),
+        _ => None,
+    }
+}
+
+fn paged_claim(node: &dyn NodeView) -> Verdict {
+    let layout = string_attr(node, "kv_cache_layout").unwrap_or_else(|| "SEPARATE".into());
+    if layout != "SEPARATE" {
+        return Verdict::decline(format!(
+            "kv_cache_layout {layout:?}: only SEPARATE (LATENT, absorbed MLA, is not implemented)"
+        ));
+    }
+    for name in ["k_quant_type", "v_quant_type"] {
+        if let Some(t) = string_attr(node, name).filter(|t| t != "NONE") {
+            return Verdict::decline(format!(
+                "{name} {t:?}: a quantized KV cache is not implemented"
+            ));
+        }
+    }
+    for name in ["k_cache_dtype", "v_cache_dtype"] {
+        if let Some(t) = string_attr(node, name).filter(|t| !t.is_empty()) {
+            return Verdict::decline(format!(
+                "{name} {t:?}: only the cache tensor's own element type (an empty value)"
+            ));
+        }
+    }
+    for (index, name) in [
+        (12, "q_norm_weight"),
+        (13, "k_norm_weight"),
+        (14, "k_scale"),
+        (15, "v_scale"),
+    ] {
+        if node.input_present(index) {
+            return Verdict::decline(format!(
+                "input '{name}' (the Q/K RMS-norm prologue or a quantized KV cache) is not implemented"
+            ));
+        }
+    }
+    if int_attr(node, "rotary_offset").is_some_and(|o| o != 0) {
+        return Verdict::decline(
+            "rotary_offset other than 0 (offset rotary for MLA) is not implemented",
+        );
+    }
+    for name in ["is_causal", "do_rotary", "rotary_interleaved"] {
+        if let Some(v) = int_attr(node, name).filter(|v| !(0..=1).contains(v)) {
+            return Verdict::decline(format!("{name} {v}: only 0 and 1"));
+        }
+    }
+    let heads = int_attr(node, "num_heads").unwrap_or(0);
+    let kv_heads = int_attr(node, "kv_num_heads").unwrap_or(0);
+    if heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 {
+        return Verdict::decline(format!(
+            "num_heads {heads} and kv_num_heads {kv_heads}: ORT's kernel requires positive counts, num_heads a multiple of kv_num_heads"
+        ));
+    }
+    if int_attr(node, "v_head_size").is_some_and(|v| v < 0) {
+        return Verdict::decline("a negative v_head_size (ORT's kernel refuses it)");
+    }
+    if let Some(AttrValue::Float(e)) = node.attribute("qk_norm_epsilon") {
+        if !(e.is_finite() && e > 0.0) {
+            return Verdict::decline(format!(
+                "qk_norm_epsilon {e}: ORT's kernel requires a positive finite value"
+            ));
+        }
+    }
+    Verdict::Claim
+}
