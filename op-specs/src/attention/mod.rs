@@ -12,6 +12,7 @@ mod gqa;
 mod bert;
 mod mha;
 mod onnx_attention;
+mod rotary;
 mod paged;
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
