@@ -16,7 +16,8 @@
 //!   or `total_b` (causal 0); a local window keeps the last `local_window_size` of them. ORT's
 //!   float32 flash kernel (no softcap, sink or QK output) places that window from the query's own
 //!   position `past_b + s + 1` instead, which differs on padded query rows of a ragged first prompt;
-//!   we follow whichever path ORT takes. A row that sees no key gives zeros;
+//!   we follow whichever path ORT takes (ORT_GQA_DISABLE_FLASH_ATTENTION=1 in ORT's process
+//!   switches ORT to the other placement; we do not read it). A row that sees no key gives zeros;
 //! - scores `scale·q·kᵀ` in float32, soft cap, `+ attention_bias`, softmax over the visible keys
 //!   (with a zero sink for `smooth_softmax`, or `head_sink[h]`), mixed with V.
 //!
@@ -422,6 +423,16 @@ impl Geometry {
                 ))
             }
         };
+        let heads = if key.is_some() {
+            num_heads
+        } else {
+            num_heads + 2 * kv_num_heads
+        };
+        if hidden != heads * head {
+            return Err(OpError::new(format!(
+                "GroupQueryAttention: the query's hidden size {hidden} is not {heads} heads of one size"
+            )));
+        }
         if head == 0 || head % 8 != 0 {
             return Err(OpError::new(format!(
                 "GroupQueryAttention: head_size must be a positive multiple of 8, got {head}"
@@ -458,16 +469,9 @@ fn split_heads(
         _ => {
             let q_end = (g.q_heads * g.head) as i32;
             let k_end = q_end + (g.kv_heads * g.head) as i32;
-            let v_end = k_end + (g.kv_heads * g.head) as i32;
-            // The packed hidden may carry a remainder past the heads; ORT ignores it.
-            let used = ops::slice(
-                query,
-                &[0, 0, 0],
-                &[g.batch as i32, g.seq as i32, v_end],
-                &[1, 1, 1],
-                s,
-            )?;
-            let parts = ops::split_at(&used, &[q_end, k_end], 2, s)?;
+            let v_end = k_end + (g.kv_heads * g.head) as i32; // the hidden size, checked
+            debug_assert_eq!(query.shape()[2], v_end as i64);
+            let parts = ops::split_at(query, &[q_end, k_end], 2, s)?;
             Ok((
                 bnsh(&parts[0], g.q_heads)?,
                 bnsh(&parts[1], g.kv_heads)?,
