@@ -368,3 +368,28 @@ def test_declined_nodes_fail_as_without_the_ep(attrs, extra):
     # ORT 1.31.1 has no CPU kernel: a node the EP declines cannot be placed anywhere.
     with pytest.raises(Exception, match="PagedAttention"):
         ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("case", ["decode", "prefill"])
+def test_compiled_replays_agree_and_still_check(case):
+    q_lens, past = CASES[case]
+    feeds = paged_feeds(np.random.default_rng(16), q_lens, past, head_sink=case == "prefill")
+    feeds["slot_mapping"] = np.full(int(sum(q_lens)), -1, np.int32)  # reads only
+    model = paged_model(feeds, num_heads=4, kv_num_heads=2)
+    session = mlx_session(model)
+    want = reference(feeds, 4, 2)
+    for _ in range(3):  # eager, then compiled, then replayed
+        out, k_cache, v_cache = session.run(None, feeds)
+        np.testing.assert_allclose(out.astype(np.float32), want[0].astype(np.float32), atol=1e-2, rtol=1e-2)
+        np.testing.assert_array_equal(k_cache, feeds["key_cache"])
+        np.testing.assert_array_equal(v_cache, feeds["value_cache"])
+    feeds["block_table"] = feeds["block_table"].copy()
+    feeds["block_table"][0, 0] = 99
+    with pytest.raises(Exception, match="node 'paged'.*block id"):
+        session.run(None, feeds)
+
+
+def test_no_new_tokens_passes_the_caches_through():
+    feeds = paged_feeds(np.random.default_rng(17), [0, 0], [3, 5])
+    run = check(feeds)
+    assert run.outputs[0].shape == (0, 64)
