@@ -142,6 +142,7 @@ fn for_layout(rows: &Array, rank: usize, s: &Stream) -> Result<Array> {
     shape = ShapeKeyed, claim = onnx_rotary_claim,
     declines = "3-D inputs without a positive num_heads (ORT's kernel fails them)"
 )]
+#[allow(clippy::too_many_arguments)] // four inputs and three attributes, as ONNX has them
 fn rotary_embedding(
     cx: &mut Lower,
     x: Array,
