@@ -358,3 +358,176 @@ fn ms_rotary_claim(node: &dyn NodeView) -> Verdict {
     }
     Verdict::Claim
 }
+
+/// Which position stream (0 = T, 1 = H, 2 = W) feeds each of the `half` cos/sin columns:
+/// contiguous sections (`mrope_layout` 0, Qwen2-VL) or H and W every third column from 1 and 2
+/// (`mrope_layout` 1, Qwen3-VL), as ORT assigns them.
+fn stream_of_columns(section: &[i64], interleaved_layout: bool, half: i64) -> Vec<i32> {
+    let half = half.max(0) as usize;
+    let mut owner = vec![0i32; half];
+    if interleaved_layout {
+        for (stream, &count) in section.iter().enumerate().take(3).skip(1) {
+            let end = (count.max(0) as usize).saturating_mul(3).min(half);
+            for column in (stream..end).step_by(3) {
+                owner[column] = stream as i32;
+            }
+        }
+    } else {
+        let mut column = 0usize;
+        for (stream, &count) in section.iter().enumerate().take(3) {
+            for _ in 0..count.max(0) {
+                if column < half {
+                    owner[column] = stream as i32;
+                    column += 1;
+                }
+            }
+        }
+    }
+    owner
+}
+
+/// Multimodal rotary embedding (Qwen2-VL's M-RoPE): like com.microsoft RotaryEmbedding with
+/// `position_ids` `[3, batch, sequence]`, one position stream each for time, height and width;
+/// each cos/sin column comes from the stream `mrope_section` (and `mrope_layout`: 0 sectioned,
+/// 1 interleaved) assigns it, scaled by `scale` and rounded to the element type, as in ORT.
+#[onnx_op(
+    domain = "com.microsoft", op = "MRotaryEmbedding", since = 1, types(T = F32 | F16, M = I64),
+    inputs(input: T, position_ids: M, cos_cache: T, sin_cache: T), outputs(output: T),
+    shape = ShapeKeyed, claim = mrotary_claim,
+    declines = "rotary_embedding_dim without num_heads, negative rotary_embedding_dim or num_heads, mrope_section not three non-negative values, mrope_layout other than 0 or 1 (ORT's kernel refuses each)"
+)]
+#[allow(clippy::too_many_arguments)] // four inputs and seven attributes, as ORT has them
+fn m_rotary_embedding(
+    cx: &mut Lower,
+    input: Array,
+    position_ids: Array,
+    cos_cache: Array,
+    sin_cache: Array,
+    #[attr] mrope_section: Vec<i64>,
+    #[attr(default = 0)] interleaved: i64,
+    #[attr(default = 0)] num_heads: i64,
+    #[attr(default = 0)] rotary_embedding_dim: i64,
+    #[attr(default = 0)] mrope_layout: i64,
+    #[attr(default = 0)] is_packed_batching: i64,
+    #[attr(default = 1.0)] scale: f32,
+) -> Result<Array> {
+    const OP: &str = "com.microsoft.MRotaryEmbedding";
+    let s = cx.stream();
+    let shape = input.shape();
+    if shape.len() == 3 && num_heads <= 0 {
+        return Err(err(OP, "num_heads must be positive for a 3-D input".into()));
+    }
+    let x4 = heads(&input, num_heads, None, OP, s)?;
+    let [b, seq] = match shape.len() {
+        3 => [shape[0], shape[1]],
+        _ => [shape[0], shape[2]],
+    };
+    let head = x4.shape()[3];
+    let rot = if rotary_embedding_dim > 0 {
+        rotary_embedding_dim
+    } else {
+        head
+    };
+    let (cos_shape, sin_shape) = (cos_cache.shape(), sin_cache.shape());
+    if cos_shape.len() != 2 || cos_shape != sin_shape || cos_shape[1] != rot / 2 {
+        return Err(err(
+            OP,
+            format!("cos_cache {cos_shape:?} and sin_cache {sin_shape:?} must both be [max_sequence, rotary_embedding_dim / 2 = {}]", rot / 2),
+        ));
+    }
+    let half = rot / 2;
+    if mrope_section.iter().sum::<i64>() != half {
+        return Err(err(
+            OP,
+            format!(
+                "mrope_section {mrope_section:?} must add up to rotary_embedding_dim / 2 = {half}"
+            ),
+        ));
+    }
+    if position_ids.shape() != [3, b, seq] {
+        return Err(err(
+            OP,
+            format!(
+                "position_ids has shape {:?}: it must be [3, batch={b}, sequence={seq}]",
+                position_ids.shape()
+            ),
+        ));
+    }
+    let rows = cos_shape[0];
+    if is_packed_batching != 1 && seq > rows {
+        return Err(err(
+            OP,
+            format!(
+                "a sequence of {seq} is longer than the {rows}-row cache (ORT does not grow it)"
+            ),
+        ));
+    }
+    let owner = stream_of_columns(&mrope_section, mrope_layout == 1, half);
+    let owner = Array::from_slice(&owner, &[half])?;
+    let streams = ops::split_at(&position_ids, &[1, 2], 0, s)?;
+    let mut pick = |cache: &Array, what: &str| -> Result<Array> {
+        let mut combined: Option<Array> = None;
+        for (k, ids) in streams.iter().enumerate() {
+            let ids = ops::reshape(ids, &[b, seq], s)?;
+            let rows_k = cache_rows(cx, cache, &ids, what, OP)?;
+            combined = Some(match combined {
+                None => rows_k,
+                Some(c) => {
+                    let mine = ops::equal(&owner, &Array::scalar(k as i32)?, s)?;
+                    ops::where_(&mine, &rows_k, &c, s)?
+                }
+            });
+        }
+        let combined = combined.ok_or_else(|| err(OP, "no position streams".into()))?;
+        // ORT scales each column in float32 and stores it in the element type.
+        let scaled = ops::multiply(
+            &ops::astype(&combined, Dtype::F32, s)?,
+            &Array::scalar(scale)?,
+            s,
+        )?;
+        Ok(ops::astype(&scaled, cache.dtype(), s)?)
+    };
+    let cos = pick(&cos_cache, "cos_cache")?;
+    let sin = pick(&sin_cache, "sin_cache")?;
+    let rank = shape.len();
+    rotate_heads(
+        &x4,
+        &for_layout(&cos, rank, s)?,
+        &for_layout(&sin, rank, s)?,
+        rot,
+        interleaved == 1,
+        &shape,
+        OP,
+        s,
+    )
+}
+
+/// What ORT's MRotaryEmbedding kernel refuses whatever the inputs.
+fn mrotary_claim(node: &dyn NodeView) -> Verdict {
+    let (rot, heads) = (
+        int_attr(node, "rotary_embedding_dim"),
+        int_attr(node, "num_heads"),
+    );
+    if rot < 0 || heads < 0 || (rot > 0 && heads == 0) {
+        return Verdict::decline(format!(
+            "rotary_embedding_dim {rot} with num_heads {heads} (ORT's kernel needs both non-negative, and num_heads with rotary_embedding_dim)"
+        ));
+    }
+    match node.attribute("mrope_section") {
+        Some(AttrValue::Ints(v))
+            if v.len() == 3 && v.iter().all(|&x| (0..=i32::MAX as i64).contains(&x)) => {}
+        _ => {
+            return Verdict::decline(
+                "mrope_section other than three non-negative values (ORT's kernel refuses it)",
+            )
+        }
+    }
+    let layout = int_attr(node, "mrope_layout");
+    if layout != 0 && layout != 1 {
+        return Verdict::decline(format!("mrope_layout {layout} (ORT's kernel takes 0 or 1)"));
+    }
+    if node.input_rank(0) == Some(3) && heads <= 0 {
+        return Verdict::decline("a 3-D input without num_heads (ORT's kernel fails it)");
+    }
+    Verdict::Claim
+}

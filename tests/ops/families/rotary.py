@@ -103,3 +103,45 @@ SPECS[("com.microsoft", "RotaryEmbedding")] = OpSpec(
                      shapes=[[2, 2, 3, 8], [1], [_ROWS, 3], [_ROWS, 3]], domains={"position_ids": _positions(_ROWS - 3)})),
     ],
 )
+
+
+def _stream_of_columns(section, layout, half):
+    owner = np.zeros(half, dtype=np.int64)
+    if layout == 1:
+        for stream in (1, 2):
+            owner[stream: min(section[stream] * 3, half): 3] = stream
+    else:
+        owner[:] = np.repeat(np.arange(3), section)[:half]
+    return owner
+
+
+def _m_rotary(xs, a):
+    x, pos, cos, sin = xs
+    half = cos.shape[1]
+    owner = _stream_of_columns(a["mrope_section"], a.get("mrope_layout", 0), half)
+    scale = a.get("scale", 1.0)
+
+    def rows(cache):
+        streams = np.stack([cache[pos[k]] for k in range(3)])  # [3, B, S, half]
+        return np.stack([streams[owner[c], :, :, c] for c in range(half)], axis=-1) * scale
+
+    return _apply(x, rows(cos), rows(sin), a, a.get("num_heads", 0))
+
+
+# com.microsoft MRotaryEmbedding: input, position_ids [3, B, S], cos_cache, sin_cache.
+SPECS[("com.microsoft", "MRotaryEmbedding")] = OpSpec(
+    ref=_m_rotary, tolerance_scale=2.0, domains=_cache_domain(),
+    scheme={"basic": [[2, 3, 16], [3, 2, 3], [_ROWS, 4], [_ROWS, 4]],
+            "dynamic": [[[2, 3, 16], [3, 2, 3], [_ROWS, 4], [_ROWS, 4]], [[1, 5, 16], [3, 1, 5], [_ROWS, 4], [_ROWS, 4]],
+                        [[3, 1, 16], [3, 3, 1], [_ROWS, 4], [_ROWS, 4]]]},
+    variants=[
+        Variant("sectioned", {"num_heads": 2, "mrope_section": [2, 1, 1]}),
+        Variant("interleaved_layout", {"num_heads": 2, "mrope_section": [2, 1, 1], "mrope_layout": 1, "interleaved": 1}),
+        Variant("4d_partial_scale", {"num_heads": 2, "rotary_embedding_dim": 4, "mrope_section": [1, 1, 0], "scale": 0.5},
+                shapes=[[2, 2, 3, 8], [3, 2, 3], [_ROWS, 2], [_ROWS, 2]]),
+        _rep(Variant("packed_longer_than_cache", {"num_heads": 2, "mrope_section": [1, 2, 1], "is_packed_batching": 1},
+                     shapes=[[1, 8, 16], [3, 1, 8], [_ROWS, 4], [_ROWS, 4]])),
+        _rep(Variant("4d_layout1_unit_sections", {"mrope_section": [0, 2, 2], "mrope_layout": 1},
+                     shapes=[[2, 2, 3, 8], [3, 2, 3], [_ROWS, 4], [_ROWS, 4]])),
+    ],
+)
