@@ -39,6 +39,11 @@ pub struct PlanReport {
     pub traces: u64,
     pub hits: u64,
     pub fallback: Option<String>,
+    /// Outputs sharing an input's buffer (a KV cache): rows written back of rows held, and
+    /// runs that fed an input from its device mirror (ep/src/resident.rs).
+    pub shared_rows_written: u64,
+    pub shared_rows: u64,
+    pub mirror_hits: u64,
 }
 
 /// Counters of one EP instance (one session).
@@ -79,6 +84,13 @@ impl Stats {
                 "\n[MLX EP]   {name}: {} path, {} trace(s), {} cache hit(s)",
                 report.path, report.traces, report.hits
             );
+            if report.shared_rows > 0 {
+                let _ = write!(
+                    out,
+                    "; shared buffers: {} of {} row(s) written back, {} input(s) fed from the device mirror",
+                    report.shared_rows_written, report.shared_rows, report.mirror_hits
+                );
+            }
             if let Some(reason) = &report.fallback {
                 let _ = write!(out, "; fell back to eager: {reason}");
             }

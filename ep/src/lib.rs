@@ -13,6 +13,7 @@ mod diagnostics;
 mod ort;
 mod partition;
 mod plan;
+mod resident;
 mod selftest;
 mod table_json;
 

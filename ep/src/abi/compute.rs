@@ -13,6 +13,7 @@ use crate::ort::kernel;
 use crate::ort::sys;
 use crate::ort::thread_bound::ThreadBound;
 use crate::plan::{Plan, RunTimes, Runtime};
+use crate::resident::Residency;
 
 /// `base` first, so ORT's `OrtNodeComputeInfo*` is also a pointer to the whole struct.
 #[repr(C)]
@@ -27,6 +28,7 @@ pub struct ComputeInfo {
 struct PlanState {
     runtime: Runtime,
     capture: Capture,
+    residency: Residency,
 }
 
 impl ComputeInfo {
@@ -93,12 +95,23 @@ fn run(
     if state.is_none() {
         let runtime = info.plan.start()?;
         let capture = Capture::new(&info.plan, Settings::from_env());
-        *state = Some(PlanState { runtime, capture });
+        let residency = Residency::from_env(kernel::input_count(context)?);
+        *state = Some(PlanState {
+            runtime,
+            capture,
+            residency,
+        });
     }
-    let PlanState { runtime, capture } = state.as_mut().expect("set above");
+    let PlanState {
+        runtime,
+        capture,
+        residency,
+    } = state.as_mut().expect("set above");
     let copying = Instant::now();
     let count = kernel::input_count(context)?;
     let mut inputs = Vec::with_capacity(count);
+    // Where each input's bytes live: an output handed the same buffer shares it (see resident.rs).
+    let mut buffers = Vec::with_capacity(count);
     for index in 0..count {
         // SAFETY: ORT keeps the inputs alive and unchanged during this compute call, and the
         // arrays borrowing them are held (Evaluated::keep_alive) until the outputs are copied.
@@ -109,27 +122,45 @@ fn run(
                     .elem
                     .to_mlx()
                     .ok_or("an input type MLX cannot hold")?;
-                // SAFETY: as above: the bytes outlive every use, and `inputs` holds the arrays.
-                let array =
-                    unsafe { Array::from_borrowed_bytes(tensor.bytes, &tensor.shape, dtype) };
-                Some(array.map_err(|e| e.to_string())?)
+                buffers.push(Some((tensor.bytes.as_ptr() as usize, tensor.bytes.len())));
+                let mirrored = residency.mirrored_input(index, tensor.bytes, &tensor.shape, dtype);
+                Some(match mirrored {
+                    Some(array) => array,
+                    None => {
+                        // SAFETY: as above: the bytes outlive every use, and `inputs` holds
+                        // the arrays.
+                        let borrowed = unsafe {
+                            Array::from_borrowed_bytes(tensor.bytes, &tensor.shape, dtype)
+                        };
+                        borrowed.map_err(|e| e.to_string())?
+                    }
+                })
             }
         };
+        if array.is_none() {
+            buffers.push(None);
+        }
         inputs.push(array);
     }
+    let fed = inputs.clone();
     let mut times = RunTimes::default();
     let mut copies = copying.elapsed();
-    let evaluated = capture.run(&info.plan, runtime, inputs, &mut times)?;
+    let evaluated = capture
+        .run(&info.plan, runtime, inputs, &mut times)
+        .inspect_err(|_| residency.forget())?;
     let copying = Instant::now();
-    for (index, array) in evaluated.outputs.iter().enumerate() {
-        let shape = array.shape();
-        // SAFETY: the live kernel context of this call; ORT allocates the output.
-        let bytes =
-            unsafe { kernel::output(context, index, &shape, array.dtype().size_in_bytes()) }?;
-        array
-            .copy_to(bytes, &runtime.stream)
-            .map_err(|e| e.to_string())?;
+    let written = write_outputs(
+        context,
+        &evaluated.outputs,
+        &fed,
+        &buffers,
+        residency,
+        runtime,
+    );
+    if written.is_err() {
+        residency.forget();
     }
+    written?;
     drop(evaluated);
     copies += copying.elapsed();
     if let Ok(mut stats) = info.stats.lock() {
@@ -144,8 +175,46 @@ fn run(
                 traces: capture.traces,
                 hits: capture.hits,
                 fallback: capture.fallback.clone(),
+                shared_rows_written: residency.rows_written,
+                shared_rows: residency.rows_aliased,
+                mirror_hits: residency.mirror_hits,
             },
         );
+    }
+    Ok(())
+}
+
+/// Copies the outputs into ORT's tensors. An output whose buffer is one of the inputs' (a
+/// shared KV cache) gets only its changed rows, after every other output: another output may
+/// still read that input's bytes (on the CPU backend arrays borrow ORT's memory).
+fn write_outputs(
+    context: *mut sys::OrtKernelContext,
+    outputs: &[Array],
+    inputs: &[Option<Array>],
+    buffers: &[Option<(usize, usize)>],
+    residency: &mut Residency,
+    runtime: &Runtime,
+) -> Result<(), String> {
+    let mut shared = Vec::new();
+    for (index, array) in outputs.iter().enumerate() {
+        let shape = array.shape();
+        // SAFETY: the live kernel context of this call; ORT allocates the output (or hands the
+        // buffer bound to it). No input slice is alive any more: inputs are known by address.
+        let bytes =
+            unsafe { kernel::output(context, index, &shape, array.dtype().size_in_bytes()) }?;
+        let address = (bytes.as_ptr() as usize, bytes.len());
+        let same = buffers
+            .iter()
+            .position(|b| !bytes.is_empty() && *b == Some(address));
+        match same.and_then(|i| Some((i, inputs[i].as_ref()?))) {
+            Some((input, fed)) => shared.push((input, fed, array, bytes)),
+            None => array
+                .copy_to(bytes, &runtime.stream)
+                .map_err(|e| e.to_string())?,
+        }
+    }
+    for (input, fed, array, bytes) in shared {
+        residency.write_back(input, fed, array, bytes, &runtime.stream)?;
     }
     Ok(())
 }

@@ -1,0 +1,200 @@
+//! Outputs that share their buffer with an input: ORT's shared KV cache.
+//!
+//! onnxruntime-genai binds an LLM's past and present KV tensors to one `OrtValue` (its
+//! `past_present_share_buffer`), so a fused node receives an output buffer that *is* one of its
+//! input buffers, `[B, kv_heads, max_len, head]`, of which a decode step changes a few rows.
+//! Two things follow, both mechanical (no op is named here):
+//!
+//! - **Delta write-back**: the buffer already holds the input's bytes, so only the rows where
+//!   the output differs from the input (compared bit for bit on the device) are copied out. The
+//!   result is byte-identical to a full copy.
+//! - **Device mirror**: the output array stays alive after the run. On the next run, when the same
+//!   buffer comes back as that input and still holds what this run left in it, the mirror is fed
+//!   instead of the host bytes: on MLX's CUDA backend this saves copying the whole cache to the
+//!   device every token. "Still holds" is checked on probe rows: every row this run wrote plus
+//!   rows spread over the buffer, compared with copies kept here. A write elsewhere between runs
+//!   goes unseen: `ONNXRUNTIME_EP_MLX_KV_MIRROR=0` turns the mirror off (the delta write stays).
+
+use mlx_kernels::{ops, Array, Dtype, Stream};
+
+/// Rows spread over the buffer that are checked, besides (up to `WRITTEN_PROBES` of) the rows
+/// the last run wrote.
+const SPREAD_PROBES: usize = 16;
+const WRITTEN_PROBES: usize = 64;
+
+/// The mirrors of one plan's inputs, owned by the plan's thread.
+pub struct Residency {
+    mirror: bool,
+    mirrors: Vec<Option<Mirror>>,
+    /// Rows written back and rows in aliased outputs, for the session summary.
+    pub rows_written: u64,
+    pub rows_aliased: u64,
+    pub mirror_hits: u64,
+}
+
+/// An input's last known contents, on the device.
+struct Mirror {
+    address: usize,
+    len: usize,
+    array: Array,
+    probes: Vec<(usize, Vec<u8>)>,
+}
+
+/// `rows × row_bytes` view of an array for comparisons and write-back: rows run along the
+/// last axis (a 0-d or 1-D array is one row).
+struct Rows {
+    count: usize,
+    width: usize,
+}
+
+impl Rows {
+    fn of(array: &Array) -> Rows {
+        let width = array.shape().last().map_or(1, |&d| d.max(1) as usize);
+        Rows {
+            count: array.size() / width,
+            width,
+        }
+    }
+}
+
+impl Residency {
+    pub fn from_env(inputs: usize) -> Residency {
+        let off = std::env::var("ONNXRUNTIME_EP_MLX_KV_MIRROR").is_ok_and(|v| v == "0");
+        Residency {
+            mirror: !off,
+            mirrors: (0..inputs).map(|_| None).collect(),
+            rows_written: 0,
+            rows_aliased: 0,
+            mirror_hits: 0,
+        }
+    }
+
+    /// The mirror of input `index` when `bytes` (the input's host buffer) still holds what the
+    /// last run left in it, with the same shape and type; otherwise `None` (and it is dropped).
+    pub fn mirrored_input(
+        &mut self,
+        index: usize,
+        bytes: &[u8],
+        shape: &[i64],
+        dtype: Dtype,
+    ) -> Option<Array> {
+        let slot = self.mirrors.get_mut(index)?;
+        let mirror = slot.take()?;
+        let same_buffer = mirror.address == bytes.as_ptr() as usize && mirror.len == bytes.len();
+        let same_type = mirror.array.dtype() == dtype && mirror.array.shape() == shape;
+        let unchanged = mirror
+            .probes
+            .iter()
+            .all(|(offset, copy)| bytes.get(*offset..offset + copy.len()) == Some(copy.as_slice()));
+        if !(same_buffer && same_type && unchanged) {
+            return None;
+        }
+        self.mirror_hits += 1;
+        let array = mirror.array.clone();
+        *slot = Some(mirror);
+        Some(array)
+    }
+
+    /// Forgets every mirror (after a failed run: the buffers may hold anything).
+    pub fn forget(&mut self) {
+        self.mirrors.iter_mut().for_each(|m| *m = None);
+    }
+
+    /// Writes `output` into `buffer`, which is input `index`'s buffer and holds `input`'s bytes:
+    /// only the rows that differ. Keeps `output` as the input's mirror for the next run.
+    pub fn write_back(
+        &mut self,
+        index: usize,
+        input: &Array,
+        output: &Array,
+        buffer: &mut [u8],
+        stream: &Stream,
+    ) -> Result<(), String> {
+        let rows = Rows::of(output);
+        let changed = changed_rows(input, output, &rows, stream).map_err(|e| e.to_string())?;
+        let row_bytes = rows.width * output.dtype().size_in_bytes();
+        if changed.len() * 2 > rows.count {
+            output.copy_to(buffer, stream).map_err(|e| e.to_string())?;
+        } else if !changed.is_empty() {
+            let picked = gather_rows(output, &rows, &changed, stream).map_err(|e| e.to_string())?;
+            for (k, &row) in changed.iter().enumerate() {
+                buffer[row * row_bytes..(row + 1) * row_bytes]
+                    .copy_from_slice(&picked[k * row_bytes..(k + 1) * row_bytes]);
+            }
+        }
+        self.rows_written += changed.len() as u64;
+        self.rows_aliased += rows.count as u64;
+        if self.mirror {
+            let probes = probe_rows(&changed, rows.count)
+                .map(|row| {
+                    let at = row * row_bytes;
+                    (at, buffer[at..at + row_bytes].to_vec())
+                })
+                .collect();
+            if let Some(slot) = self.mirrors.get_mut(index) {
+                *slot = Some(Mirror {
+                    address: buffer.as_ptr() as usize,
+                    len: buffer.len(),
+                    array: output.clone(),
+                    probes,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The unsigned integer type of each element size: rows are compared bit for bit (so -0.0 and
+/// 0.0 differ, and a NaN equals its own bits).
+fn bits_type(dtype: Dtype) -> Dtype {
+    match dtype.size_in_bytes() {
+        1 => Dtype::U8,
+        2 => Dtype::U16,
+        4 => Dtype::U32,
+        _ => Dtype::U64,
+    }
+}
+
+fn as_rows(a: &Array, rows: &Rows, s: &Stream) -> mlx_kernels::Result<Array> {
+    let bits = ops::view(&ops::contiguous(a, s)?, bits_type(a.dtype()), s)?;
+    ops::reshape(&bits, &[rows.count as i64, rows.width as i64], s)
+}
+
+/// Indices of the rows where `a` and `b` differ.
+fn changed_rows(a: &Array, b: &Array, rows: &Rows, s: &Stream) -> mlx_kernels::Result<Vec<usize>> {
+    if rows.count == 0 {
+        return Ok(Vec::new());
+    }
+    let differs = ops::not_equal(&as_rows(a, rows, s)?, &as_rows(b, rows, s)?, s)?;
+    let per_row = ops::max(&ops::astype(&differs, Dtype::U8, s)?, &[1], false, s)?;
+    let flags = per_row.to_vec::<u8>(s)?;
+    Ok(flags
+        .iter()
+        .enumerate()
+        .filter_map(|(row, &f)| (f != 0).then_some(row))
+        .collect())
+}
+
+/// The bytes of `rows` of `a`, in order, gathered on the device (reading a whole buffer back
+/// would move all of it to the host on MLX's CUDA backend).
+fn gather_rows(
+    a: &Array,
+    rows: &Rows,
+    wanted: &[usize],
+    s: &Stream,
+) -> mlx_kernels::Result<Vec<u8>> {
+    let indices: Vec<u32> = wanted.iter().map(|&r| r as u32).collect();
+    let indices = Array::from_slice(&indices, &[indices.len() as i64])?;
+    ops::take(&as_rows(a, rows, s)?, &indices, 0, s)?.to_bytes(s)
+}
+
+/// The rows to check before trusting a mirror: the ones just written, and some spread over
+/// the buffer.
+fn probe_rows(written: &[usize], count: usize) -> impl Iterator<Item = usize> + '_ {
+    let step = (count / SPREAD_PROBES).max(1);
+    written
+        .iter()
+        .copied()
+        .take(WRITTEN_PROBES)
+        .chain((0..count).step_by(step).take(SPREAD_PROBES))
+}

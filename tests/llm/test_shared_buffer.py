@@ -1,0 +1,139 @@
+"""The shared KV buffer as onnxruntime-genai uses it: one OrtValue bound as both past_key_values.N
+and present.N (IO binding), [1, kv_heads, context, head], zero-initialised. The EP writes back
+only the rows that changed and feeds the next step from its device mirror of the buffer
+(ep/src/resident.rs); every step's logits and the whole buffer must equal ORT's CPU EP's.
+
+The session summary (ONNXRUNTIME_EP_MLX_VERBOSE=1, printed at teardown) counts rows written back
+and inputs fed from the mirror, which is how these tests see what was (not) copied.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from onnxruntime_ep_mlx import providers, register_execution_provider_library
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import make_decoder  # noqa: E402
+
+SHAPE = make_decoder.Shape(hidden=64, layers=2, heads=4, kv_heads=2, ffn=96, vocab=320, context=32)
+PROMPT, DECODE = 5, 6
+BUFFERS = 2 * SHAPE.layers  # a key and a value buffer per layer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    register_execution_provider_library()
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory) -> Path:
+    return make_decoder.write(tmp_path_factory.mktemp("shared"), SHAPE, "fp32", "none", seed=3)
+
+
+class SharedBufferLoop:
+    """genai's loop over one session: prompt, then one token a step, the KV buffers bound as both
+    past and present."""
+
+    def __init__(self, model: Path, on_mlx: bool) -> None:
+        self.session = ort.InferenceSession(str(model), providers=providers() if on_mlx else ["CPUExecutionProvider"])
+        shape = (1, SHAPE.kv_heads, SHAPE.context, SHAPE.head_size)
+        # The numpy arrays own the memory the OrtValues use: keep them.
+        self.arrays = {f"{i}.{k}": np.zeros(shape, np.float32) for i in range(SHAPE.layers) for k in ("key", "value")}
+        self.values = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in self.arrays.items()}
+        self.length = 0
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        binding = self.session.io_binding()
+        self.length += ids.shape[1]
+        binding.bind_cpu_input("input_ids", ids.astype(np.int64))
+        binding.bind_cpu_input("attention_mask", np.ones((1, self.length), np.int64))
+        for name, value in self.values.items():
+            binding.bind_ortvalue_input(f"past_key_values.{name}", value)
+            binding.bind_ortvalue_output(f"present.{name}", value)
+        binding.bind_output("logits")
+        self.session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()[0]
+
+
+def tokens(count: int) -> np.ndarray:
+    return np.random.default_rng(11).integers(3, SHAPE.vocab, size=(1, count))
+
+
+def summary_counts(text: str) -> tuple[int, int, int]:
+    found = re.search(r"shared buffers: (\d+) of (\d+) row\(s\) written back, (\d+) input\(s\) fed from the device mirror", text)
+    assert found, text
+    return int(found[1]), int(found[2]), int(found[3])
+
+
+def generate_both(decoder, edit=None):
+    """Prompt + DECODE steps on MLX and on CPU; `edit(loop, step)` may change both loops'
+    buffers between steps. Returns both loops and the MLX EP's session summary."""
+    ids = tokens(PROMPT + DECODE)
+    loops = [SharedBufferLoop(decoder, on_mlx=True), SharedBufferLoop(decoder, on_mlx=False)]
+    steps = [ids[:, :PROMPT]] + [ids[:, PROMPT + t: PROMPT + t + 1] for t in range(DECODE)]
+    for n, chunk in enumerate(steps):
+        if edit is not None:
+            for loop in loops:
+                edit(loop, n)
+        got, want = (loop.step(chunk) for loop in loops)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"step {n} logits")
+    for name in loops[0].arrays:
+        np.testing.assert_allclose(loops[0].arrays[name], loops[1].arrays[name], rtol=1e-4, atol=1e-4, err_msg=name)
+    return loops
+
+
+def teardown_summary(loops, capfd) -> str:
+    capfd.readouterr()
+    loops.clear()
+    gc.collect()
+    return capfd.readouterr().err
+
+
+def test_only_new_rows_are_written_back_and_steps_read_the_device_mirror(decoder, monkeypatch, capfd):
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    loops = generate_both(decoder)
+    written, held, mirrored = summary_counts(teardown_summary(loops, capfd))
+    rows_per_token = BUFFERS * SHAPE.kv_heads
+    assert written == rows_per_token * (PROMPT + DECODE)
+    assert held == rows_per_token * SHAPE.context * (1 + DECODE)
+    assert mirrored == BUFFERS * DECODE  # every step after the prompt
+
+
+def test_a_buffer_changed_between_steps_is_read_again_from_the_host(decoder, monkeypatch, capfd):
+    """A row the last step wrote is changed on the host (both loops alike): the mirror no longer
+    matches and the step must see the change."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+
+    def edit(loop, step):
+        if step == 3:
+            loop.arrays["0.key"][0, :, loop.length - 1] += 0.5
+
+    loops = generate_both(decoder, edit)
+    _, _, mirrored = summary_counts(teardown_summary(loops, capfd))
+    assert mirrored == BUFFERS * DECODE - 1  # that one buffer, that one step, came from the host
+
+    # The edit matters: without it the logits differ (so the comparison above could fail).
+    plain = SharedBufferLoop(decoder, on_mlx=False)
+    edited = SharedBufferLoop(decoder, on_mlx=False)
+    ids = tokens(PROMPT + DECODE)
+    for n, chunk in enumerate([ids[:, :PROMPT]] + [ids[:, PROMPT + t: PROMPT + t + 1] for t in range(3)]):
+        edit(edited, n)
+        a, b = plain.step(chunk), edited.step(chunk)
+    assert np.abs(a - b).max() > 1e-3
+
+
+def test_the_mirror_can_be_turned_off(decoder, monkeypatch, capfd):
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_KV_MIRROR", "0")
+    loops = generate_both(decoder)
+    written, _, mirrored = summary_counts(teardown_summary(loops, capfd))
+    assert mirrored == 0
+    assert written == BUFFERS * SHAPE.kv_heads * (PROMPT + DECODE)
