@@ -365,6 +365,14 @@ def build_cases(entries: list[Entry]) -> list[Case]:
     cases: list[Case] = []
     for e in entries:
         spec = spec_for(e) or _generic_spec(e)
+        if spec.elsewhere is not None:
+            path, why = spec.elsewhere
+            if not (Path(__file__).resolve().parents[2] / path).is_file():
+                raise FileNotFoundError(f"{e.key}: its tests are said to be in {path}, which does not exist")
+            case = Case(e, spec, {}, spec.variants[0], id=f"{e.key}:elsewhere")
+            case.skip = f"tested in {path}: {why}"
+            cases.append(case)
+            continue
         combos = _combos(e, spec)
         rep = _rep_combo(e, spec)
         seen = set()
