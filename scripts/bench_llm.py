@@ -119,6 +119,27 @@ class DirectDecoder:
         return [tuple(mx.array(np.zeros(shape, np.float16)) for _ in range(2)) for _ in range(s.layers)]
 
 
+def shared_buffer_runner(session: ort.InferenceSession, feeds: dict[str, np.ndarray]):
+    """A step as genai runs it: each past_key_values.N bound with present.N to one OrtValue (the
+    EP then writes back only changed rows and keeps the cache on the device between steps)."""
+    arrays = {name: value.copy() for name, value in feeds.items() if name.startswith("past_key_values.")}
+    values = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in arrays.items()}
+
+    def run():
+        binding = session.io_binding()
+        binding.bind_cpu_input("input_ids", feeds["input_ids"])
+        binding.bind_cpu_input("attention_mask", feeds["attention_mask"])
+        binding.bind_output("logits")  # first: copy_outputs_to_cpu()[0]
+        for name, value in values.items():
+            binding.bind_ortvalue_input(name, value)
+            binding.bind_ortvalue_output(name.replace("past_key_values", "present"), value)
+        session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()[0]
+
+    run.keep = arrays  # the OrtValues borrow these arrays' memory
+    return run
+
+
 def bench_sessions(model: Path, shape, phases, runs: int, cpu_runs: int, skip_cpu: bool) -> list[dict]:
     rng = np.random.default_rng(0)
     mlx_session = ort.InferenceSession(str(model), providers=mlx_ep.providers())
@@ -132,10 +153,14 @@ def bench_sessions(model: Path, shape, phases, runs: int, cpu_runs: int, skip_cp
         row = {"phase": name, "tokens": new}
         got = mlx_session.run(["logits"], feeds)[0]
         row["mlx"] = median_ms(lambda: mlx_session.run(None, feeds), runs)
+        shared = shared_buffer_runner(mlx_session, feeds)
+        row["shared_diff"] = float(np.abs(shared() - got).max())
+        row["mlx shared"] = median_ms(shared, runs)
         if cpu_session is not None:
             want = cpu_session.run(["logits"], feeds)[0]
             row["diff"] = float(np.abs(got - want).max())
             row["cpu"] = median_ms(lambda: cpu_session.run(None, feeds), cpu_runs)
+            row["cpu shared"] = median_ms(shared_buffer_runner(cpu_session, feeds), cpu_runs)
         caches = direct.caches()
         for (kc, vc), i in zip(caches, range(shape.layers)):
             kc[:, :, :past] = mx.array(feeds[f"past_key_values.{i}.key"][:, :, :past])
@@ -189,13 +214,17 @@ def main() -> None:
     phases = [(f"prefill {small}", small, 0), (f"prefill {shape.context // 2}", shape.context // 2, 0),
               (f"decode at past {small}", 1, small), (f"decode at past {shape.context * 8 // 9}", 1, shape.context * 8 // 9)]
     rows = bench_sessions(folder / "model.onnx", shape, phases, args.runs, args.cpu_runs, args.skip_cpu)
-    print("| phase | ORT CPU EP | MLX EP | direct MLX | CPU / MLX EP | MLX EP / direct | tokens/s MLX EP | max |logit diff| vs CPU, direct vs EP |")
+    print("Plain runs feed numpy arrays (every KV buffer copied in and out); shared-buffer runs bind past and "
+          "present to one OrtValue, as genai does.")
+    print("| phase | ORT CPU EP (plain / shared) | MLX EP (plain / shared) | direct MLX | CPU / MLX EP, shared | "
+          "MLX EP shared / direct | tokens/s MLX EP shared | max |logit diff|: EP vs CPU, shared vs plain, direct vs EP |")
     print("|---|---|---|---|---|---|---|---|")
+    nan = float("nan")
     for r in rows:
-        cpu = r.get("cpu")
-        print(f"| {r['phase']} | {cpu:.2f} | " if cpu else f"| {r['phase']} | — | ", end="")
-        print(f"{r['mlx']:.2f} | {r['direct']:.2f} | {(cpu / r['mlx']) if cpu else float('nan'):.1f}x | {r['mlx'] / r['direct']:.2f}x | "
-              f"{1e3 * r['tokens'] / r['mlx']:.0f} | {r.get('diff', float('nan')):.2g}, {r['direct_diff']:.2g} |", flush=True)
+        cpu, cpu_shared = r.get("cpu", nan), r.get("cpu shared", nan)
+        print(f"| {r['phase']} | {cpu:.2f} / {cpu_shared:.2f} | {r['mlx']:.2f} / {r['mlx shared']:.2f} | {r['direct']:.2f} | "
+              f"{cpu_shared / r['mlx shared']:.1f}x | {r['mlx shared'] / r['direct']:.2f}x | {1e3 * r['tokens'] / r['mlx shared']:.0f} | "
+              f"{r.get('diff', nan):.2g}, {r['shared_diff']:.2g}, {r['direct_diff']:.2g} |", flush=True)
     if not args.skip_genai:
         for on_mlx in (True, False) if not args.skip_cpu else (True,):
             prefill, rate, _ = bench_genai(folder, small, 64, on_mlx)
