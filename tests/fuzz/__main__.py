@@ -1,8 +1,12 @@
 """``python -m tests.fuzz``: run, repro, show (and the internal ``worker``).
 
-    .venv/bin/python -m tests.fuzz run --cases 10000 --seed 1 --workers 2 --json fuzz.json
-    .venv/bin/python -m tests.fuzz repro s1-4242 [--save DIR]
-    .venv/bin/python -m tests.fuzz show s1-4242
+    .venv/bin/python -m tests.fuzz run --per-entry 50 --seed 1 --workers 2 --json fuzz.json
+    .venv/bin/python -m tests.fuzz run --cases 10000 --seed 1       # the same: whole rounds over the table
+    .venv/bin/python -m tests.fuzz repro s1-Softmax-13-4 [--save DIR]
+    .venv/bin/python -m tests.fuzz show s1-Softmax-13-4
+
+A case id is ``s<seed>-<entry key>-<k>``: the k-th case of that entry, independent of the rest
+of the table. A run is cases ``start..start+K-1`` of every entry (``--op`` narrows the entries).
 
 The EP's own environment (ONNXRUNTIME_EP_MLX_NO_COMPILE, ONNXRUNTIME_EP_MLX_DEVICE, ...) passes
 through to the workers, so the same run works on MLX's CUDA backend.
@@ -23,29 +27,32 @@ if __package__ in (None, ""):  # run as a file: make the package importable
 from . import REPO  # noqa: E402  (sets up sys.path for the op suite's modules)
 
 
-def _tasks(seed: int, start: int, cases: int, op: str | None):
-    from .generate import entry_for
+def _tasks(seed: int, rounds: int, start: int, op: str | None):
+    from .generate import tasks
     from .pool import Task
 
-    pattern = re.compile(op) if op else None
-    index = start
-    made = 0
-    while made < cases:
-        if pattern is None or pattern.search(entry_for(seed, index).key):
-            yield Task(seed, index)
-            made += 1
-        index += 1
+    return [Task(*t) for t in tasks(seed, rounds, start, op)]
 
 
-def fuzz(seed: int, cases: int, workers: int, timeout: float, start: int = 0, op: str | None = None,
+def rounds_for(cases: int, op: str | None = None) -> int:
+    """Whole rounds over the (matching) entries that make at least ``cases`` cases."""
+    from .generate import tasks
+
+    per_round = max(1, len(tasks(0, 1, 0, op)))
+    return max(1, -(-cases // per_round))
+
+
+def fuzz(seed: int, rounds: int, workers: int, timeout: float, start: int = 0, op: str | None = None,
          progress: bool = False):
-    """Run ``cases`` cases; returns the Summary."""
-    from .generate import entry_for, make_case, parse_case_id
+    """Run cases ``start..start+rounds-1`` of every (matching) entry; returns the Summary."""
+    from .generate import make_case, parse_case_id
     from .pool import run_tasks
     from .report import Summary
 
     summary = Summary()
     began = time.monotonic()
+    todo = _tasks(seed, rounds, start, op)
+    cases = len(todo)
 
     def on_result(r):
         if "mutations" not in r and r["id"].startswith("s"):  # a lost worker's case: say what it was
@@ -58,8 +65,7 @@ def fuzz(seed: int, cases: int, workers: int, timeout: float, start: int = 0, op
         if progress and (n % 500 == 0 or n == cases):
             print(f"  {n}/{cases} in {time.monotonic() - began:.0f} s: {summary.headline()}", file=sys.stderr, flush=True)
 
-    run_tasks(list(_tasks(seed, start, cases, op)), workers, timeout, on_result,
-              op_of=lambda t: entry_for(t.seed, t.index).key)
+    run_tasks(todo, workers, timeout, on_result)
     return summary
 
 
@@ -82,16 +88,18 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="run generated cases in worker processes")
-    run.add_argument("--cases", type=int, default=1000)
+    run.add_argument("--per-entry", type=int, help="cases per table entry (rounds over the table)")
+    run.add_argument("--cases", type=int, default=1000,
+                     help="at least this many cases, in whole rounds over the table (when --per-entry is not given)")
     run.add_argument("--seed", type=int, default=1)
-    run.add_argument("--start", type=int, default=0, help="first case index")
+    run.add_argument("--start", type=int, default=0, help="each entry's first case k")
     run.add_argument("--workers", type=int, default=2)
     run.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
     run.add_argument("--op", help="only entries whose key matches this regex (e.g. '^Softmax')")
     run.add_argument("--json", type=Path, help="write every result here")
     run.add_argument("--save-dir", type=Path, help="save each problem case's .onnx and feeds here")
     rep = sub.add_parser("repro", help="rebuild one case from its id and run it in a fresh worker")
-    rep.add_argument("case_id")
+    rep.add_argument("case_id", help="s<seed>-<entry key>-<k>, as a report prints it")
     rep.add_argument("--save", type=Path, help="also save the .onnx and feeds into this folder")
     rep.add_argument("--timeout", type=float, default=60.0)
     show = sub.add_parser("show", help="describe one case without running it")
@@ -120,13 +128,13 @@ def main(argv=None) -> int:
         from .pool import Task, run_tasks
         from .report import Summary
 
-        seed, index = parse_case_id(args.case_id)
-        fc = make_case(seed, index)
+        seed, key, k = parse_case_id(args.case_id)
+        fc = make_case(seed, key, k)
         print(fc.describe())
         if args.save:
             print(f"saved {save_case(args.case_id, args.save)}")
         summary = Summary()
-        run_tasks([Task(seed, index)], 1, args.timeout, summary.add, op_of=lambda t: fc.op)
+        run_tasks([Task(seed, key, k)], 1, args.timeout, summary.add)
         r = summary.results[0]
         print(f"{r['category']}: {r['detail']}")
         if r.get("claimed"):
@@ -140,14 +148,16 @@ def main(argv=None) -> int:
     from .execute import worker_env_summary
 
     began = time.monotonic()
-    print(f"fuzz: seed {args.seed}, cases {args.start}..{args.start + args.cases - 1}, {args.workers} workers, "
+    rounds = args.per_entry if args.per_entry is not None else rounds_for(args.cases, args.op)
+    print(f"fuzz: seed {args.seed}, cases {args.start}..{args.start + rounds - 1} of each entry, {args.workers} workers, "
           f"EP env: {worker_env_summary()}", file=sys.stderr, flush=True)
-    summary = fuzz(args.seed, args.cases, args.workers, args.timeout, args.start, args.op, progress=True)
+    summary = fuzz(args.seed, rounds, args.workers, args.timeout, args.start, args.op, progress=True)
     elapsed = time.monotonic() - began
     print(summary.text())
     print(f"\n{elapsed:.1f} s ({len(summary.results) / max(elapsed, 1e-9):.1f} cases/s)")
     if args.json:
-        summary.write_json(args.json, {"seed": args.seed, "start": args.start, "cases": args.cases,
+        summary.write_json(args.json, {"seed": args.seed, "start": args.start, "per_entry": rounds,
+                                       "cases": len(summary.results),
                                        "workers": args.workers, "seconds": round(elapsed, 1), "env": worker_env_summary()})
         print(f"results in {args.json}")
     if args.save_dir:

@@ -1,10 +1,11 @@
 """Seeded fuzz cases: a well-formed op-suite case of one table entry, then edge mutations.
 
-A case is a pure function of ``(seed, index)``: case ``index`` of seed ``S`` tests entry
-``perm_S[index mod #entries]`` (so any ``#entries`` consecutive cases cover the whole table), takes
-one of the op suite's own cases for it as a base (``op_harness.build_cases``: valid dtypes, shapes,
-host-known inputs and opset) and applies a few mutations drawn from ``np.random.default_rng((S,
-index))``:
+A case is a pure function of ``(seed, entry key, k)``, id ``s<seed>-<entry key>-<k>`` (e.g.
+``s1-Softmax-13-4``): the ``k``-th case of that table entry for that seed, whatever else the table
+holds, so adding an op never renames another op's cases. It takes one of the op suite's own cases
+for the entry as a base (``op_harness.build_cases``: valid dtypes, shapes, host-known inputs and
+opset) and applies a few mutations drawn from ``np.random.default_rng((S, crc32(key), k))``.
+A run of ``K`` rounds is cases ``0..K-1`` of every entry (``tasks``), round by round:
 
 - ``attr``: an attribute the entry declares set to an edge (axis at -rank/rank, huge and
   negative ints, every enum value the schema lists, NaN/inf floats, lists too long or empty);
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -48,7 +50,7 @@ MUTATIONS = ("attr", "host", "shape", "values", "chain", "fed_constants", "symbo
 class FuzzCase:
     id: str
     seed: int
-    index: int
+    k: int  # the entry's k-th case for this seed
     entry: Entry
     base: Case  # the op suite's case after attribute/host-input mutations
     mutations: list[str]
@@ -72,15 +74,16 @@ class FuzzCase:
                 f"mutations [{'; '.join(self.mutations) or 'none'}] feeds [{shapes}] runs {self.order}")
 
 
-def case_id(seed: int, index: int) -> str:
-    return f"s{seed}-{index}"
+def case_id(seed: int, key: str, k: int) -> str:
+    return f"s{seed}-{key}-{k}"
 
 
-def parse_case_id(text: str) -> tuple[int, int]:
-    m = re.fullmatch(r"s(\d+)-(\d+)", text.strip())
+def parse_case_id(text: str) -> tuple[int, str, int]:
+    """``s<seed>-<entry key>-<k>`` -> (seed, key, k); the key may itself hold dashes."""
+    m = re.fullmatch(r"s(\d+)-(.+)-(\d+)", text.strip())
     if not m:
-        raise ValueError(f"not a fuzz case id (s<seed>-<index>): {text!r}")
-    return int(m.group(1)), int(m.group(2))
+        raise ValueError(f"not a fuzz case id (s<seed>-<entry key>-<k>, e.g. s1-Softmax-13-4): {text!r}")
+    return int(m.group(1)), m.group(2), int(m.group(3))
 
 
 # --------------------------------------------------------------------------------------------
@@ -104,37 +107,59 @@ def bases() -> dict[str, list[Case]]:
     return out
 
 
-@lru_cache(maxsize=64)
-def _entry_order(seed: int) -> np.ndarray:
-    return np.random.default_rng([seed, 0x7AB1E]).permutation(len(entries()))
+def entry_by_key(key: str) -> Entry:
+    for e in entries():
+        if e.key == key:
+            return e
+    raise LookupError(f"no op-table entry {key!r} (the table has {len(entries())}; keys like 'Softmax-13')")
 
 
-def entry_for(seed: int, index: int) -> Entry:
-    return entries()[int(_entry_order(seed)[index % len(entries())])]
+def case_rng(seed: int, key: str, k: int, *extra: int) -> np.random.Generator:
+    """The case's own stream: a function of (seed, key, k) only (crc32, not Python's salted hash)."""
+    return np.random.default_rng([seed, zlib.crc32(key.encode()), k, *extra])
+
+
+@lru_cache(maxsize=1)
+def unfuzzed() -> dict[str, str]:
+    """Entries the fuzzer cannot start from, with the op suite's reason: every one of their op-suite
+    cases is skipped there (tested in a file of its own, e.g. PagedAttention's consistent caches)."""
+    out = {}
+    for c in build_cases(list(entries())):
+        if c.skip and not bases()[c.entry.key]:
+            out.setdefault(c.entry.key, c.skip)
+    return out
+
+
+def tasks(seed: int, rounds: int, start: int = 0, op: str | None = None) -> list[tuple[int, str, int]]:
+    """Cases ``start..start+rounds-1`` of every entry (whose key matches the regex ``op``) that has
+    an op-suite case to start from, round by round: (seed, key, k) triples."""
+    pattern = re.compile(op) if op else None
+    keys = [e.key for e in entries() if bases()[e.key] and (pattern is None or pattern.search(e.key))]
+    return [(seed, key, k) for k in range(start, start + rounds) for key in keys]
 
 
 # --------------------------------------------------------------------------------------------
 # Case construction
 
 
-def make_case(seed: int, index: int) -> FuzzCase:
-    entry = entry_for(seed, index)
+def make_case(seed: int, key: str, k: int) -> FuzzCase:
+    entry = entry_by_key(key)
     pool = bases()[entry.key]
     if not pool:
         raise LookupError(f"{entry.key}: the op suite has no runnable case to start from")
-    rng = np.random.default_rng([seed, index])
+    rng = case_rng(seed, key, k)
     base = pool[int(rng.integers(len(pool)))]
     try:
-        return _make(seed, index, entry, base, rng, _choose_mutations(rng, base))
+        return _make(seed, k, entry, base, rng, _choose_mutations(rng, base))
     except (ValueError, TypeError, IndexError, KeyError, MemoryError, OverflowError) as err:
         # A mutation the op suite's model building cannot express (a transposed 0-d input, an
         # attribute list ONNX cannot type): the same base with value edges only, still seeded.
-        fc = _make(seed, index, entry, base, np.random.default_rng([seed, index, 1]), {"values"})
+        fc = _make(seed, k, entry, base, case_rng(seed, key, k, 1), {"values"})
         fc.mutations.insert(0, f"(generator fell back to values only: {type(err).__name__}: {str(err)[:80]})")
         return fc
 
 
-def _make(seed: int, index: int, entry: Entry, base: Case, rng, chosen: set[str]) -> FuzzCase:
+def _make(seed: int, k: int, entry: Entry, base: Case, rng, chosen: set[str]) -> FuzzCase:
     notes: list[str] = []
     case = base
     if "attr" in chosen:
@@ -148,8 +173,8 @@ def _make(seed: int, index: int, entry: Entry, base: Case, rng, chosen: set[str]
     if "symbolic" in chosen and len(sets) == 1:
         sets += _more_shapes(rng, case, sets[0], notes)
     if "values" in chosen:
-        sets = [_mutate_values(np.random.default_rng([seed, index, k]), case, s, notes if k == 0 else None)
-                for k, s in enumerate(sets)]
+        sets = [_mutate_values(case_rng(seed, entry.key, k, 2, j), case, s, notes if j == 0 else None)
+                for j, s in enumerate(sets)]
 
     built = [build_model(case, s) for s in sets]
     model, outs = built[0][0], list(built[0][2])
@@ -168,7 +193,7 @@ def _make(seed: int, index: int, entry: Entry, base: Case, rng, chosen: set[str]
 
     order = [0, 0, 0] if len(feeds) == 1 else [k for i in range(len(feeds)) for k in (i, i)] + [0]
     return FuzzCase(
-        id=case_id(seed, index), seed=seed, index=index, entry=entry, base=case, mutations=notes,
+        id=case_id(seed, entry.key, k), seed=seed, k=k, entry=entry, base=case, mutations=notes,
         model=model, feeds=feeds, op_inputs=sets, outputs=outs, order=order, chained=chained,
         exact=case.spec.exact, tolerance_scale=case.spec.tolerance_scale * (4.0 if chained else 1.0),
     )

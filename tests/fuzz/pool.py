@@ -32,15 +32,16 @@ RSS_LIMIT_BYTES = int(os.environ.get("FUZZ_WORKER_RSS_LIMIT_GB", "6")) * 2**30
 @dataclass
 class Task:
     seed: int
-    index: int
+    key: str  # the op-table entry
+    k: int  # its k-th case for this seed
     crash: str | None = None  # the fuzzer's own tests: make the worker die this way
 
     @property
     def id(self) -> str:
-        return f"s{self.seed}-{self.index}"
+        return f"s{self.seed}-{self.key}-{self.k}"
 
     def command(self) -> dict:
-        return {"crash": self.crash} if self.crash else {"seed": self.seed, "index": self.index}
+        return {"crash": self.crash} if self.crash else {"seed": self.seed, "key": self.key, "k": self.k}
 
 
 class Worker:
@@ -126,7 +127,7 @@ def _death_reason(rc: int | None) -> str:
 
 
 def run_tasks(tasks: Iterable[Task], workers: int, timeout: float, on_result: Callable[[dict], None],
-              op_of: Callable[[Task], str] = lambda t: "?", workdir: Path | None = None) -> None:
+              op_of: Callable[[Task], str] = lambda t: t.key, workdir: Path | None = None) -> None:
     pending = deque(tasks)
     own_dir = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="mlx-fuzz-")) if own_dir else workdir

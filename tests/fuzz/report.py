@@ -47,7 +47,7 @@ class Summary:
         return dict(sorted(out.items()))
 
     def problems(self) -> list[dict]:
-        return sorted((r for r in self.results if is_problem(r["category"])), key=lambda r: (r["category"], r["op"], _index(r["id"])))
+        return sorted((r for r in self.results if is_problem(r["category"])), key=lambda r: (r["category"], r["op"], _k(r["id"])))
 
     def groups(self) -> list[tuple[tuple[str, str, str], list[dict]]]:
         g: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
@@ -93,7 +93,7 @@ class Summary:
         Path(path).write_text(json.dumps(data, indent=1, default=_jsonable))
 
 
-def _index(case_id: str) -> int:
+def _k(case_id: str) -> int:
     try:
         return int(case_id.rsplit("-", 1)[1])
     except (IndexError, ValueError):

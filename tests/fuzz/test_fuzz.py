@@ -1,8 +1,10 @@
 """A fixed-seed slice of the fuzzer inside ``make test``, and tests of the fuzzer itself.
 
-``test_fuzz_slice`` runs FUZZ_SLICE_CASES cases (default 2,500: under two minutes with two
-workers on a 2-core machine) and fails listing every problem case with its repro command.
-``make fuzz`` runs the long one.
+``test_fuzz_slice`` runs cases 0..K-1 of every table entry for seed SLICE_SEED (K =
+SLICE_PER_ENTRY, about 2,500 cases: under a minute with two workers on a 2-core machine) and fails
+listing every problem case with its repro command. A case's id names its entry, so a new op adds
+its own cases without renaming anyone else's. ``FUZZ_SLICE_PER_ENTRY`` (or ``FUZZ_SLICE_CASES``,
+rounded up to whole rounds) resizes it. ``make fuzz`` runs the long one.
 """
 
 from __future__ import annotations
@@ -16,13 +18,21 @@ from op_table import load_table
 
 from .classify import CATEGORIES, classify, classify_lost_worker, is_problem
 from .known import KNOWN
-from .generate import entries, entry_for, make_case
+from .generate import entries, make_case, parse_case_id, tasks, unfuzzed
 from .pool import Task, run_tasks
 from .report import Summary, repro_line, signature
 
 SLICE_SEED = 20261201
-SLICE_CASES = int(os.environ.get("FUZZ_SLICE_CASES", "2500"))
+SLICE_PER_ENTRY = 12  # x 204 entries = 2,448 cases
 WORKERS = min(2, os.cpu_count() or 1)
+
+
+def slice_per_entry() -> int:
+    if os.environ.get("FUZZ_SLICE_PER_ENTRY"):
+        return int(os.environ["FUZZ_SLICE_PER_ENTRY"])
+    if os.environ.get("FUZZ_SLICE_CASES"):
+        return max(1, -(-int(os.environ["FUZZ_SLICE_CASES"]) // len(entries())))
+    return SLICE_PER_ENTRY
 
 
 def _ep_missing() -> str | None:
@@ -39,7 +49,7 @@ needs_ep = pytest.mark.skipif(_ep_missing() is not None, reason=str(_ep_missing(
 
 def _run(tasks, timeout=30.0) -> Summary:
     summary = Summary()
-    run_tasks(tasks, WORKERS, timeout, summary.add, op_of=lambda t: entry_for(t.seed, t.index).key)
+    run_tasks(tasks, WORKERS, timeout, summary.add)
     return summary
 
 
@@ -48,18 +58,22 @@ def test_fuzz_slice(monkeypatch):
     # Every case still runs eagerly, compiled and replayed; MLX's kernel fusion (a C++ compile
     # per new kernel on the CPU backend, minutes on a cold machine) is left to `make fuzz`.
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_NO_FUSE", "1")
-    summary = _run([Task(SLICE_SEED, i) for i in range(SLICE_CASES)])
-    assert len(summary.results) == SLICE_CASES
+    per_entry = slice_per_entry()
+    todo = [Task(*t) for t in tasks(SLICE_SEED, per_entry)]
+    summary = _run(todo)
+    assert len(summary.results) == len(todo)
     covered = {r["op"] for r in summary.results}
-    assert covered == {e.key for e in entries()}, "the slice must reach every table entry"
+    assert covered == {e.key for e in entries()} - set(unfuzzed()), "the slice must reach every table entry"
     found = {r["id"]: r for r in summary.problems()}
     unexpected = [line for line, r in zip(summary.problem_lines(), summary.problems())
                   if r["id"] not in KNOWN or r["category"] in ("death", "hang")
                   or KNOWN[r["id"]][0] != r["category"]]
-    in_slice = {f"s{SLICE_SEED}-{i}" for i in range(SLICE_CASES)}
+    in_slice = {t.id for t in todo}
     stale = sorted(case for case in KNOWN if case in in_slice and case not in found)
+    unknown = sorted(case for case in KNOWN if parse_case_id(case)[1] not in {e.key for e in entries()})
     assert not unexpected, "\n".join(["", summary.text(per_op=False), "", "problems not in known.py:"] + unexpected)
     assert not stale, f"fixed, so delete from tests/fuzz/known.py: {stale}"
+    assert not unknown, f"tests/fuzz/known.py names entries the table no longer has: {unknown}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -67,8 +81,8 @@ def test_fuzz_slice(monkeypatch):
 
 
 def test_same_seed_same_cases():
-    for i in range(0, 400, 7):
-        a, b = make_case(5, i), make_case(5, i)
+    for seed, key, k in tasks(5, 2)[::7]:
+        a, b = make_case(seed, key, k), make_case(seed, key, k)
         assert a.model.SerializeToString() == b.model.SerializeToString(), a.id
         assert a.mutations == b.mutations and a.order == b.order
         assert len(a.feeds) == len(b.feeds)
@@ -76,22 +90,36 @@ def test_same_seed_same_cases():
             assert fa.keys() == fb.keys()
             for k in fa:
                 np.testing.assert_array_equal(fa[k], fb[k], err_msg=f"{a.id} feed {k}")
-    assert any(make_case(5, i).model.SerializeToString() != make_case(6, i).model.SerializeToString() for i in range(20))
+    assert any(make_case(5, key, 0).model.SerializeToString() != make_case(6, key, 0).model.SerializeToString()
+               for _, key, _ in tasks(5, 1)[:20])
 
 
 def test_every_table_entry_is_generated():
-    """Any #entries consecutive cases of a seed test every entry once, and each builds."""
-    n = len(entries())
+    """One round of a seed tests every entry once, and each builds. An entry the op suite tests
+    only in a file of its own (no case to start from) is the exception, and says where."""
+    for key, why in unfuzzed().items():
+        assert why.startswith("tested in tests/"), (key, why)
+    assert len(unfuzzed()) <= 2, f"most entries must be fuzzed: {sorted(unfuzzed())}"
     for seed in (0, SLICE_SEED):
-        seen = [make_case(seed, i) for i in range(n)]
-        assert {c.entry.key for c in seen} == {e.key for e in entries()}
+        seen = [make_case(*t) for t in tasks(seed, 1)]
+        assert {c.entry.key for c in seen} == {e.key for e in entries()} - set(unfuzzed())
         assert all(c.model.graph.node for c in seen)
+
+
+def test_case_ids_name_their_entry():
+    """A case is a function of (seed, key, k) alone, and its id round-trips (keys hold dashes)."""
+    for key in ("Attention-23..23", "com.microsoft.GroupQueryAttention-1", "Softmax-13"):
+        if key in {e.key for e in entries()}:
+            fc = make_case(SLICE_SEED, key, 3)
+            assert fc.id == f"s{SLICE_SEED}-{key}-3" and parse_case_id(fc.id) == (SLICE_SEED, key, 3)
+            assert fc.entry.key == key
+    assert all(parse_case_id(case)[0] == SLICE_SEED for case in KNOWN)
 
 
 def test_mutations_reach_the_edges():
     """Over a few thousand cases every kind of edge appears (a generator that silently stopped
     mutating would otherwise pass everything)."""
-    text = "\n".join("; ".join(make_case(3, i).mutations) for i in range(1500))
+    text = "\n".join("; ".join(make_case(*t).mutations) for t in tasks(3, 8))
     for needle in ("attr axis=", "host ", "shape zero_dim", "shape zero_huge", "shape scalar", "shape prepend_one",
                    "special floats", "integer extremes", "out-of-range indices", "zero divisors", "chain: ",
                    "-> op", "fed constants", "symbolic re-run"):
@@ -139,13 +167,14 @@ def test_report_lists_every_problem_with_its_repro():
 @needs_ep
 @pytest.mark.parametrize("crash,category", [("segv", "death"), ("abort", "death"), ("hang", "hang")])
 def test_a_lost_worker_is_reported_and_replaced(crash, category):
-    tasks = [Task(1, 0), Task(1, 1, crash=crash), Task(1, 2), Task(1, 3)]
+    todo = [Task(1, "Abs-6", 0), Task(1, "Abs-6", 1, crash=crash), Task(1, "Abs-6", 2), Task(1, "Add-7", 0)]
     summary = Summary()
-    run_tasks(tasks, 1, 5.0 if crash == "hang" else 30.0, summary.add, op_of=lambda t: entry_for(t.seed, t.index).key)
+    run_tasks(todo, 1, 5.0 if crash == "hang" else 30.0, summary.add)
     by_id = {r["id"]: r for r in summary.results}
-    assert set(by_id) == {"s1-0", "s1-1", "s1-2", "s1-3"}, summary.results
-    assert by_id["s1-1"]["category"] == category, by_id["s1-1"]
+    assert set(by_id) == {"s1-Abs-6-0", "s1-Abs-6-1", "s1-Abs-6-2", "s1-Add-7-0"}, summary.results
+    assert by_id["s1-Abs-6-1"]["category"] == category, by_id["s1-Abs-6-1"]
     if crash != "hang":
-        assert ("SIGSEGV" if crash == "segv" else "SIGABRT") in by_id["s1-1"]["detail"]
+        assert ("SIGSEGV" if crash == "segv" else "SIGABRT") in by_id["s1-Abs-6-1"]["detail"]
     # The replacement worker ran the rest.
-    assert all(by_id[i]["category"] not in ("death", "hang", "fuzzer_error") for i in ("s1-0", "s1-2", "s1-3"))
+    assert all(by_id[i]["category"] not in ("death", "hang", "fuzzer_error")
+               for i in ("s1-Abs-6-0", "s1-Abs-6-2", "s1-Add-7-0"))

@@ -1,6 +1,6 @@
 """The worker process: registers the EP once, then runs the cases its parent sends.
 
-Commands arrive on stdin as JSON lines (``{"seed": S, "index": I}``); messages go out as JSON
+Commands arrive on stdin as JSON lines (``{"seed": S, "key": "Softmax-13", "k": 4}``); messages go out as JSON
 lines on a pipe of their own (``--fd``), because ORT and MLX write to stdout/stderr from C and
 would corrupt a protocol sharing those. Before each phase of a case the worker says which one it
 is entering, so when it dies the parent knows where.
@@ -37,7 +37,7 @@ def main(fd: int) -> int:
 
     mlx_ep.register_execution_provider_library()
     from .execute import run_case, worker_env_summary
-    from .generate import bases, entry_for, make_case
+    from .generate import bases, case_id, make_case
 
     bases()  # the op suite's cases, built once per worker
     explain = Path(os.environ[EXPLAIN_ENV])
@@ -48,21 +48,17 @@ def main(fd: int) -> int:
         if "crash" in cmd:
             _crash(cmd["crash"])
             continue
-        seed, index = int(cmd["seed"]), int(cmd["index"])
+        seed, key, k = int(cmd["seed"]), str(cmd["key"]), int(cmd["k"])
 
         def phase(name, **info):
             send(type="phase", phase=name, **info)
 
         try:
-            fc = make_case(seed, index)
+            fc = make_case(seed, key, k)
             result = run_case(fc, explain, phase)
         except Exception as err:  # the fuzzer's own bug: reported, never hidden
-            result = {"id": f"s{seed}-{index}", "op": "?", "category": "fuzzer_error",
+            result = {"id": case_id(seed, key, k), "op": key, "category": "fuzzer_error",
                       "detail": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-2000:]}
-            try:
-                result["op"] = entry_for(seed, index).key
-            except Exception:
-                pass
         assert result["category"] in CATEGORIES, result
         send(type="result", **result)
     return 0

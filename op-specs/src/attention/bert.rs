@@ -104,9 +104,13 @@ fn attention(
         Some(mask) => {
             let ms = mask.shape();
             match ms.as_slice() {
-                [len] if *len == b => Padding::End(mask),
+                [len] if *len == b => {
+                    require_ends(cx, &mask)?;
+                    Padding::End(mask)
+                }
                 [len] if *len == 2 * b => {
                     let halves = ops::split_at(&mask, &[b as i32], 0, s)?;
+                    require_ends(cx, &halves[0])?;
                     Padding::EndStart(halves[0].clone(), halves[1].clone())
                 }
                 [mb, mt] if *mb == b && *mt == t => Padding::Keys(mask),
@@ -205,4 +209,15 @@ fn attention_claim(node: &dyn NodeView) -> Verdict {
         }
     }
     Verdict::Claim
+}
+
+/// ORT's CPU kernel refuses a negative end position in a 1-D mask_index (the first `batch`
+/// values) at run time: so does the EP.
+fn require_ends(cx: &mut Lower, ends: &Array) -> Result<()> {
+    cx.require_in_range(
+        ends,
+        0,
+        i64::from(i32::MAX),
+        "Attention: a mask_index end position is negative: mask_index end_position values must be non-negative (as ORT's CPU kernel requires)",
+    )
 }

@@ -1,32 +1,39 @@
 //! ai.onnx Attention (opsets 23 and 24), as ORT 1.31.1's CPU kernel computes it.
 //!
 //! What ORT's kernel does, and so what this file does (each point checked against ORT 1.31.1):
-//! - scores `scale·Q·Kᵀ` (scale `1/√head_size` unless given), then the soft cap
-//!   `softcap·tanh(x/softcap)` when `softcap > 0`, then the float mask is added, then masked
-//!   positions (a false in a bool mask, the causal triangle, keys at or past
-//!   `nonpad_kv_seqlen[b]`) are set to the element type's lowest finite value;
+//! - scores `scale·(Q·Kᵀ)` (scale `1/√head_size` unless given; applied after the product, as
+//!   ORT's GEMM alpha, so a product that overflows is ±inf as there), then the soft cap
+//!   `softcap·tanh(x/softcap)` when `softcap > 0`, then ORT's additive mask: a bool mask as 0 or
+//!   the element type's lowest finite value, a float mask as given, the causal triangle written
+//!   over it as lowest; keys at or past `nonpad_kv_seqlen[b]` are then overwritten with lowest.
+//!   The mask is added, not selected: a NaN or +∞ score under a masked key still poisons its row;
 //! - `is_causal` lets query `s` see keys `t ≤ past_sequence_length + s` (aligned to the start
 //!   of the new keys, not to the end, when the query and new key lengths differ), and is
 //!   ignored for a single query after a past; with `nonpad_kv_seqlen` the queries are the last
 //!   of each batch entry's valid keys instead: `t ≤ s + nonpad_kv_seqlen[b] − Sq`;
-//! - a softmax row whose maximum is that lowest value or −∞ (every key masked) is all zeros,
-//!   so the output row is zero too; NaN or +∞ in a row gives NaN;
+//! - a row whose every key is masked (mask entries at lowest or −∞, or past the valid length)
+//!   has zero probabilities whatever its scores, so its output is `0·V` (NaN where V holds NaN
+//!   or ±∞); any other row is a max-subtracted float32 softmax: a NaN, a +∞ or only −∞ in it
+//!   make it NaN, and a row at the lowest value is uniform, not zero;
 //! - `qk_matmul_output_mode` 0 is the scaled scores, 1 after the soft cap, 2 after the masks,
 //!   3 the probabilities; `softmax_precision` changes nothing (ORT ignores it);
 //! - for 16-bit types ORT stores every stage (scores, capped, masked, probabilities) in the
-//!   element type and computes each one in float32: the composed path rounds at those points.
+//!   element type and computes each one in float32: the path rounds at those points.
 //!
 //!   A float mask is added to the unrounded scores (ORT folds it into the score GEMM) unless a
-//!   soft cap or a pre-mask qk output comes between them.
+//!   soft cap or a pre-mask qk output comes between them;
+//! - the checks of ORT's `checkParameters` (batch, sequence lengths, head sizes and head counts
+//!   all positive) fail the run; on 4-D inputs `q_num_heads`/`kv_num_heads` are read as ORT's
+//!   `int` (low 32 bits) and only checked against the shapes when positive.
 //!
-//! Float32 nodes without the qk output, a soft cap or a float mask run on MLX's fused attention,
-//! with the bool keep-mask (or MLX's own causal mode where the two alignments agree), and rows
-//! with no visible key are zeroed afterwards. 16-bit nodes take the composed path: MLX's fused
-//! kernel rounds at other points than ORT (seen as 2-ulp float16 differences).
+//! Every node takes the composed path (scores, masks, softmax and mix as MLX ops). MLX's fused
+//! attention is not used here: it drops NaN/+∞ scores and masked keys where ORT's arithmetic
+//! keeps them, and which rows that touches depends on the values, not on anything the claim or
+//! the lowering can see (the fuzzer's triggers are in tests/ep/test_attention_edges.py).
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
-use super::{fused_attention, mix, scores, soft_cap, AttentionMask};
+use super::{mix, scores, soft_cap};
 use crate::{onnx_op, AttrValue, ElemType, Lower, NodeView, OpError, Result, Verdict};
 
 /// The attributes of an Attention node, as ORT's kernel reads them.
@@ -69,8 +76,8 @@ fn attention_23(
     let _ = (qk_matmul_output_mode, softmax_precision); // the claim checks the mode; ORT ignores the precision
     let settings = Settings {
         causal: is_causal == 1,
-        q_heads: q_num_heads,
-        kv_heads: kv_num_heads,
+        q_heads: ort_int(q_num_heads),
+        kv_heads: ort_int(kv_num_heads),
         scale,
         softcap,
     };
@@ -109,8 +116,8 @@ fn attention_24(
     let _ = (qk_matmul_output_mode, softmax_precision);
     let settings = Settings {
         causal: is_causal == 1,
-        q_heads: q_num_heads,
-        kv_heads: kv_num_heads,
+        q_heads: ort_int(q_num_heads),
+        kv_heads: ort_int(kv_num_heads),
         scale,
         softcap,
     };
@@ -125,6 +132,11 @@ fn attention_24(
         nonpad_kv_seqlen.as_ref(),
         &settings,
     )
+}
+
+/// An int64 attribute as ORT's kernel holds it: `static_cast<int>`, the low 32 bits.
+fn ort_int(v: i64) -> i64 {
+    i64::from(v as i32)
 }
 
 fn int_attr(node: &dyn NodeView, name: &str) -> Option<i64> {
@@ -170,7 +182,7 @@ fn attention_claim(node: &dyn NodeView) -> Verdict {
             ));
         }
     }
-    let heads = |name| int_attr(node, name).unwrap_or(0) > 0;
+    let heads = |name| ort_int(int_attr(node, name).unwrap_or(0)) > 0;
     if node.input_rank(0) == Some(3) && !(heads("q_num_heads") && heads("kv_num_heads")) {
         return Verdict::decline(
             "3-D inputs without positive q_num_heads and kv_num_heads (ORT cannot split the heads)",
@@ -272,13 +284,6 @@ fn stored(x: &Array, dtype: Dtype, s: &Stream) -> Result<Array> {
     Ok(ops::astype(&ops::astype(x, dtype, s)?, Dtype::F32, s)?)
 }
 
-fn and(a: Option<Array>, b: &Array, s: &Stream) -> Result<Array> {
-    Ok(match a {
-        Some(a) => ops::logical_and(&a, b, s)?,
-        None => b.clone(),
-    })
-}
-
 #[allow(clippy::too_many_arguments)] // the node's inputs and settings
 fn attend(
     cx: &mut Lower,
@@ -302,12 +307,14 @@ fn attend(
         )));
     }
     let (q4, k4, v4) = if rank == 4 {
+        // ORT takes 4-D head counts from the shapes; a positive q_num_heads/kv_num_heads (after
+        // its 32-bit truncation) must agree with them, zero or negative ones are ignored.
         let (hq, hkv) = (q.shape()[1], k.shape()[1]);
         if (a.q_heads > 0 && a.q_heads != hq)
             || (a.kv_heads > 0 && (a.kv_heads != hkv || a.kv_heads != v.shape()[1]))
         {
             return Err(err(format!(
-                "q_num_heads {} / kv_num_heads {} differ from Q's {hq} / K's {hkv} heads",
+                "q_num_heads {} / kv_num_heads {} differ from Q's {hq} / K's {hkv} heads (ORT's kernel fails on it too)",
                 a.q_heads, a.kv_heads
             )));
         }
@@ -330,13 +337,26 @@ fn attend(
             v.shape()
         )));
     }
-    if b <= 0 {
-        return Err(err("the batch size must be positive".into()));
+    let dv = v4.shape()[3];
+    // ORT's checkParameters: each of these fails the run there.
+    for (what, size) in [
+        ("the batch size", b),
+        ("the query sequence length", sq),
+        ("the key/value sequence length", kv_len),
+        ("the head size", d),
+        ("the value head size", dv),
+        ("the query head count", hq),
+        ("the key/value head count", hkv),
+    ] {
+        if size <= 0 {
+            return Err(err(format!(
+                "{what} is {size}: ORT's kernel requires it to be greater than 0"
+            )));
+        }
     }
     let (keys, values, past_len) = match past {
         Some((pk, pv)) => {
             let p = pk.shape().get(2).copied().unwrap_or(-1);
-            let dv = v4.shape()[3];
             if pk.shape() != [b, hkv, p, d] || pv.shape() != [b, hkv, p, dv] {
                 return Err(err(format!(
                     "past_key {:?} / past_value {:?} must be [batch={b}, kv_num_heads={hkv}, past_sequence_length, head_size={d} / v_head_size={dv}]",
@@ -391,81 +411,72 @@ fn attend(
     };
 
     let want_qk = cx.node().output_present(3);
-    let mut outputs = Vec::with_capacity(4);
-    if dtype == Dtype::F32 && !want_qk && a.softcap <= 0.0 && float_mask.is_none() {
-        // MLX's fused attention: the same float32 softmax, with the bool keep-mask.
-        let mut keep: Option<Array> = bool_mask.clone();
-        if let Some(n) = &nonpad_keep {
-            keep = Some(and(keep, n, s)?);
-        }
-        let can_die = keep.is_some();
-        let aligned = kv_len == sq; // MLX's causal mode aligns to the end: the same triangle
-        let mode_causal = causal && keep.is_none() && aligned && nonpad.is_none();
-        if causal && !mode_causal {
-            keep = Some(and(keep, &causal_keep(sq, total, past_len, nonpad, s)?, s)?);
-        }
-        let attention_mask = match (&keep, mode_causal) {
-            (Some(k), _) => AttentionMask::Array(k),
-            (None, true) => AttentionMask::Causal,
-            (None, false) => AttentionMask::None,
-        };
-        let mut y = fused_attention(&q4, &keys, &values, scale, attention_mask, s)?;
-        if let (true, Some(keep)) = (can_die, &keep) {
-            // A row with no visible key is zero in ORT (MLX would average or give NaN).
-            let seen = ops::max(&ops::astype(keep, Dtype::F32, s)?, &[-1], true, s)?;
-            let alive = ops::greater(&seen, &Array::scalar(0f32)?, s)?;
-            y = ops::where_(&alive, &y, &crate::table::consts::scalar(0.0, dtype, s)?, s)?;
-        }
-        outputs.push(merge_heads(&y, rank, s)?);
-        outputs.push(keys);
-        outputs.push(values);
-        return Ok(outputs);
+    let mode = cx.attr::<i64>("qk_matmul_output_mode")?.unwrap_or(0);
+    let fill = lowest(dtype);
+    let fill_array = Array::scalar(fill)?;
+    let zero = Array::scalar(0f32)?;
+
+    // ORT's additive mask (its `mask_data`, in the element type): a bool mask as 0 / lowest,
+    // a float mask as given, and the causal triangle overlaid as lowest.
+    let mut additive = match (&bool_mask, &float_mask) {
+        (Some(m), _) => Some(ops::where_(m, &zero, &fill_array, s)?),
+        (_, Some(m)) => Some(stored(&ops::astype(m, Dtype::F32, s)?, dtype, s)?),
+        _ => None,
+    };
+    if causal {
+        let keep = causal_keep(sq, total, past_len, nonpad, s)?;
+        additive = Some(match additive {
+            Some(m) => ops::where_(&keep, &m, &fill_array, s)?,
+            None => ops::where_(&keep, &zero, &fill_array, s)?,
+        });
+    }
+    // A row every key of which is masked (by the mask's lowest or −∞ entries, or past
+    // nonpad_kv_seqlen) gets zero probabilities, whatever its scores (NaN included); any other
+    // row is a plain max-subtracted float32 softmax: a NaN, a +∞ or only −∞ in it gives NaN.
+    let mut hidden: Option<Array> = additive
+        .as_ref()
+        .map(|m| ops::less_equal(m, &fill_array, s))
+        .transpose()?;
+    if let Some(n) = &nonpad_keep {
+        let past_end = ops::logical_not(n, s)?;
+        hidden = Some(match hidden {
+            Some(h) => ops::logical_or(&h, &past_end, s)?,
+            None => past_end,
+        });
     }
 
-    let fill = lowest(dtype);
-    let exact = scores(&q4, &keys, scale, s)?;
+    // ORT scales after the product (GEMM alpha): `scale·(q·k)`, which overflows where
+    // `(scale·q)·k` may not.
+    let exact = ops::multiply(&scores(&q4, &keys, 1.0, s)?, &Array::scalar(scale)?, s)?;
     let raw = stored(&exact, dtype, s)?;
     let mut sc = raw.clone();
     if a.softcap > 0.0 {
         sc = stored(&soft_cap(&sc, a.softcap, s)?, dtype, s)?;
     }
     let capped = sc.clone();
-    if let Some(m) = &float_mask {
+    if let Some(m) = &additive {
         // ORT folds the mask into the score GEMM (one rounding of `scores + mask`) unless a
         // soft cap or a pre-mask qk output sits between them.
-        let mode = cx.attr::<i64>("qk_matmul_output_mode")?.unwrap_or(0);
         let folded = a.softcap <= 0.0 && !(want_qk && mode <= 1);
         let base = if folded { &exact } else { &sc };
-        sc = ops::add(base, &ops::astype(m, Dtype::F32, s)?, s)?;
-    }
-    let fill_array = Array::scalar(fill)?;
-    if let Some(m) = &bool_mask {
-        sc = ops::where_(m, &sc, &fill_array, s)?;
-    }
-    if causal {
-        sc = ops::where_(
-            &causal_keep(sq, total, past_len, nonpad, s)?,
-            &sc,
-            &fill_array,
-            s,
-        )?;
+        sc = stored(&ops::add(base, m, s)?, dtype, s)?;
     }
     if let Some(n) = &nonpad_keep {
-        sc = ops::where_(n, &sc, &fill_array, s)?;
+        sc = ops::where_(n, &sc, &fill_array, s)?; // written over, not added
     }
-    sc = stored(&sc, dtype, s)?;
-    // Rows whose largest score is the mask value (or −∞) have no visible key: zeros in ORT.
-    let row_max = ops::max(&sc, &[-1], true, s)?;
-    let dead = ops::less_equal(&row_max, &fill_array, s)?;
     let probs = ops::softmax(&sc, -1, true, s)?;
-    let probs = ops::where_(&dead, &Array::scalar(0f32)?, &probs, s)?;
+    let probs = match &hidden {
+        Some(h) => {
+            let all_hidden = ops::min(&ops::astype(h, Dtype::F32, s)?, &[-1], true, s)?;
+            let dead = ops::greater(&all_hidden, &zero, s)?;
+            ops::where_(&dead, &zero, &probs, s)?
+        }
+        None => probs,
+    };
     let probs = stored(&probs, dtype, s)?;
     let y = mix(&probs, &values, dtype, s)?;
-    outputs.push(merge_heads(&y, rank, s)?);
-    outputs.push(keys);
-    outputs.push(values);
+    let mut outputs = vec![merge_heads(&y, rank, s)?, keys, values];
     if want_qk {
-        let mode = cx.attr::<i64>("qk_matmul_output_mode")?.unwrap_or(0);
         let qk = match mode {
             0 => raw,
             1 => capped,

@@ -2,9 +2,9 @@
 masks (fully masked rows included), causal masking aligned as ORT aligns it, past key/value
 caches, scale, soft cap, every qk_matmul_output_mode and opset 24's nonpad_kv_seqlen.
 
-ORT's CPU EP is the oracle; the numpy reference repeats its semantics (masked scores become
-the type's lowest value, a row with no visible key is all zeros) for bfloat16, which ORT's CPU
-EP has no kernel for.
+ORT's CPU EP is the oracle; the numpy reference repeats its semantics (masks added as the
+type's lowest value, a row whose every key is masked is all zeros) for bfloat16, which ORT's
+CPU EP has no kernel for. NaN/inf rows: tests/ep/test_attention_edges.py.
 """
 
 from __future__ import annotations
@@ -43,23 +43,29 @@ def _attention(xs, a):
         scores = cap * np.tanh(scores / cap)
     capped = scores
     fill = _LOWEST["float"]
-    keep = np.ones((1, 1, sq, total), bool)
+    # ORT's additive mask: a bool mask as 0 / lowest, a float mask as given, the causal
+    # triangle written over it as lowest; nonpad_kv_seqlen then writes lowest over the scores.
+    additive = None
     if mask is not None:
-        if mask.dtype == bool:
-            keep = keep & mask
-        else:
-            scores = scores + mask
+        additive = np.where(mask, 0.0, fill) if mask.dtype == bool else mask.astype(np.float64)
     if a.get("is_causal", 0) == 1 and not (sq == 1 and past > 0):
         # Aligned to the past, or with nonpad_kv_seqlen to the end of each entry's valid keys.
         offset = past if nonpad is None else (nonpad - sq)[:, None, None, None]
-        keep = keep & (np.arange(total)[None, :] <= np.arange(sq)[:, None] + offset)
+        causal = np.arange(total)[None, :] <= np.arange(sq)[:, None] + offset
+        additive = np.where(causal, 0.0 if additive is None else additive, fill)
+    hidden = np.zeros((1, 1, sq, total), bool)
+    if additive is not None:
+        scores = scores + additive
+        hidden = hidden | (additive <= fill)
     if nonpad is not None:
-        keep = keep & (np.arange(total)[None, None, None, :] < nonpad[:, None, None, None])
-    scores = np.where(keep, scores, fill)
-    row_max = scores.max(axis=-1, keepdims=True)
-    dead = row_max <= fill
-    e = np.exp(scores - np.where(dead, 0, row_max))
-    probs = np.where(dead, 0.0, e / e.sum(axis=-1, keepdims=True))
+        past_end = np.arange(total)[None, None, None, :] >= nonpad[:, None, None, None]
+        scores = np.where(past_end, fill, scores)
+        hidden = hidden | past_end
+    # A row whose every key is masked is all zeros whatever its scores; others a plain softmax.
+    dead = hidden.all(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        probs = np.where(dead, 0.0, e / e.sum(axis=-1, keepdims=True))
     y = probs @ vv
     if rank3:
         y = y.transpose(0, 2, 1, 3).reshape(b, sq, -1)
