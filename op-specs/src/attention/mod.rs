@@ -8,12 +8,12 @@
 //! the element type once, when the values are mixed. Where MLX's fused
 //! `scaled_dot_product_attention` has exactly an op's semantics, the op calls it instead.
 
-mod gqa;
 mod bert;
+mod gqa;
 mod mha;
 mod onnx_attention;
-mod rotary;
 mod paged;
+mod rotary;
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
