@@ -11,8 +11,6 @@ pub mod table;
 
 mod activation;
 mod arithmetic;
-#[allow(dead_code)]
-// until the family files use every building block (removed before the issue closes)
 mod attention;
 mod cast;
 mod compare;
