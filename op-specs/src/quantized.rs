@@ -257,10 +257,12 @@ fn affine_product(
     let words = ops::view(&ops::contiguous(b, s)?, Dtype::U32, s)?;
     let weight = ops::reshape(&words, &[n, padded * bits / 32], s)?;
     let biases = ops::negative(&ops::multiply(scales, zero_points, s)?, s)?;
+    // Row-contiguous scales and biases: MLX's CUDA kernels have no implementation for the
+    // strides a repeat leaves (seen on an H200: "No implementation for problem shape").
     let quantized = Quantized {
         weight,
-        scales: repeat_last(scales, per_block, s)?,
-        biases: repeat_last(&biases, per_block, s)?,
+        scales: ops::contiguous(&repeat_last(scales, per_block, s)?, s)?,
+        biases: ops::contiguous(&repeat_last(&biases, per_block, s)?, s)?,
         group_size: group as i32,
         bits: bits as i32,
     };
