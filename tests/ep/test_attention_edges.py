@@ -150,3 +150,56 @@ def test_contrib_attention_negative_mask_index_fails_like_ort():
     session.disable_fallback()
     with pytest.raises(Exception, match="non-negative"):
         session.run(None, bad)
+
+
+def test_mha_float16_scores_beyond_float16_stay_finite():
+    """MultiHeadAttention in float16 whose scores pass 65504: ORT computes them in float32 and
+    rounds once at the end; MLX's fused kernel in float16 gave NaN (s20261201-com.microsoft.Attention-1-7)."""
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], name="n", domain="com.microsoft", num_heads=2)
+    model = make_model([node], [tensor(n, F16, [1, 3, 8]) for n in "qkv"], [tensor("y", F16, None)],
+                       domains=[("com.microsoft", 1)])
+    rng = np.random.default_rng(5)
+    feeds = {n: (rng.choice([-1, 1], (1, 3, 8)) * rng.uniform(250, 400, (1, 3, 8))).astype(np.float16) for n in "qkv"}
+    out = _same(model, feeds)
+    assert np.isfinite(out[0]).all()
+
+
+def test_gqa_total_sequence_length_must_match_the_cache():
+    """A 0-token step with total_sequence_length 4 and no past: ORT refuses it at run time
+    (s20261201-com.microsoft.GroupQueryAttention-1-24), and so does the EP."""
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "sk", "total"], ["y", "pk", "pv"], name="n",
+                            domain="com.microsoft", num_heads=4, kv_num_heads=2)
+    total = helper.make_tensor("total", I32, [], [4])
+    inputs = [tensor("q", F, [2, 0, 64]), tensor("k", F, [2, 0, 32]), tensor("v", F, [2, 0, 32]), tensor("sk", I32, [2])]
+    model = make_model([node], inputs, [tensor(n, F, None) for n in ("y", "pk", "pv")], initializers=[total],
+                       domains=[("com.microsoft", 1)])
+    feeds = {"q": np.zeros((2, 0, 64), np.float32), "k": np.zeros((2, 0, 32), np.float32),
+             "v": np.zeros((2, 0, 32), np.float32), "sk": np.array([3, 3], np.int32)}
+    with pytest.raises(Exception, match="total_sequence_length"):
+        cpu_outputs(model, feeds)
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()
+    with pytest.raises(Exception, match="total_sequence_length"):
+        session.run(None, feeds)
+
+
+@pytest.mark.parametrize("attr", ["num_heads", "rotary_embedding_dim"])
+@pytest.mark.parametrize("value", [-1, -(1 << 63), 1 << 31])
+def test_rotary_attributes_outside_int_are_declined(tmp_path, monkeypatch, attr, value):
+    """ORT's rotary kernels refuse num_heads/rotary_embedding_dim outside [0, INT_MAX] when the
+    session is built (s20261201-com.microsoft.RotaryEmbedding-1-29): the EP declines them."""
+    import json
+
+    report = tmp_path / "explain.jsonl"
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_EXPLAIN", str(report))
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="n", domain="com.microsoft",
+                            **{attr: value})
+    model = make_model([node], [tensor("x", F, [1, 2, 2, 8]), tensor("pos", I64, [1, 2]), tensor("cos", F, [4, 4]),
+                                tensor("sin", F, [4, 4])], [tensor("y", F, None)], domains=[("com.microsoft", 1)])
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with pytest.raises(Exception, match=attr):
+        ort.InferenceSession(model, options, providers=[MLX, "CPUExecutionProvider"])
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    decision = {line["node"]: line for line in lines}["n"]
+    assert not decision["claimed"] and attr in decision["reason"], decision

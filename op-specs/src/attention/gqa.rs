@@ -145,6 +145,12 @@ fn group_query_attention(
             "GroupQueryAttention: total_sequence_length {total} is out of range"
         )));
     }
+    if total != past_len + seq && total > past_len {
+        // ORT's run-time check (the fuzzer found the EP answering a 0-token step it refuses).
+        return Err(OpError::new(format!(
+            "GroupQueryAttention: total_sequence_length {total} must equal past_sequence_length {past_len} + sequence_length {seq} (a growing cache) or be no greater than past_sequence_length (a shared buffer), as ORT's kernel requires"
+        )));
+    }
 
     // ORT's run-time checks on seqlens_k.
     cx.require_in_range(

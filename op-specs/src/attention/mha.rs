@@ -86,8 +86,11 @@ pub(super) fn attend(
         } else {
             AttentionMask::None
         };
-        let cast = |a: &Array| ops::astype(a, step.out, s);
+        // In float32 whatever the node's type, rounded once at the end, as ORT computes it: a
+        // float16 kernel would overflow scores that ORT keeps finite.
+        let cast = |a: &Array| ops::astype(a, Dtype::F32, s);
         let o = fused_attention(&cast(q)?, &cast(k)?, &cast(v)?, scale, mask, s)?;
+        let o = ops::astype(&o, step.out, s)?;
         return Ok((merge_heads(&o, s)?, None));
     }
     let mut logits = scores(q, k, 1.0, s)?;

@@ -25,6 +25,22 @@ fn err(op: &str, message: String) -> OpError {
     OpError::new(format!("{op}: {message}"))
 }
 
+/// ORT's rotary kernels refuse `num_heads` or `rotary_embedding_dim` outside `[0, INT_MAX]`
+/// when the session is built.
+fn attrs_out_of_range(node: &dyn NodeView) -> Option<Verdict> {
+    ["num_heads", "rotary_embedding_dim"]
+        .into_iter()
+        .find_map(|name| {
+            let v = int_attr(node, name);
+            (!(0..=i64::from(i32::MAX)).contains(&v)).then(|| {
+                Verdict::decline(format!(
+                    "{name} {v}: ORT's kernel requires it in [0, {}]",
+                    i32::MAX
+                ))
+            })
+        })
+}
+
 fn int_attr(node: &dyn NodeView, name: &str) -> i64 {
     match node.attribute(name) {
         Some(AttrValue::Int(v)) => v,
@@ -140,7 +156,7 @@ fn for_layout(rows: &Array, rank: usize, s: &Stream) -> Result<Array> {
     op = "RotaryEmbedding", since = 23, types(T = FLOAT, M = I64),
     inputs(X: T, cos_cache: T, sin_cache: T, position_ids: M), outputs(Y: T),
     shape = ShapeKeyed, claim = onnx_rotary_claim,
-    declines = "3-D inputs without a positive num_heads (ORT's kernel fails them)"
+    declines = "3-D inputs without a positive num_heads (ORT's kernel fails them); num_heads or rotary_embedding_dim outside [0, INT_MAX] (ORT refuses them)"
 )]
 #[allow(clippy::too_many_arguments)] // four inputs and three attributes, as ONNX has them
 fn rotary_embedding(
@@ -227,6 +243,9 @@ fn rotary_embedding(
 
 /// ORT's ai.onnx kernel fails every 3-D input without a positive `num_heads`.
 fn onnx_rotary_claim(node: &dyn NodeView) -> Verdict {
+    if let Some(declined) = attrs_out_of_range(node) {
+        return declined;
+    }
     if node.input_rank(0) == Some(3) && int_attr(node, "num_heads") <= 0 {
         return Verdict::decline(
             "a 3-D input without a positive num_heads (ORT's kernel cannot split the heads)",
@@ -244,7 +263,7 @@ fn onnx_rotary_claim(node: &dyn NodeView) -> Verdict {
     domain = "com.microsoft", op = "RotaryEmbedding", since = 1, types(T = F32 | F16, M = I64),
     inputs(input: T, position_ids: M, cos_cache: T, sin_cache: T), outputs(output: T),
     shape = ShapeKeyed, claim = ms_rotary_claim,
-    declines = "rotary_embedding_dim without num_heads (ORT's kernel refuses it)"
+    declines = "rotary_embedding_dim without num_heads; num_heads or rotary_embedding_dim outside [0, INT_MAX] (ORT's kernel refuses each)"
 )]
 #[allow(clippy::too_many_arguments)] // four inputs and four attributes, as ORT has them
 fn ms_rotary_embedding(
@@ -351,6 +370,9 @@ fn ms_rotary_embedding(
 /// ORT's com.microsoft kernel refuses `rotary_embedding_dim` without `num_heads` when the
 /// session is built.
 fn ms_rotary_claim(node: &dyn NodeView) -> Verdict {
+    if let Some(declined) = attrs_out_of_range(node) {
+        return declined;
+    }
     if int_attr(node, "rotary_embedding_dim") > 0 && int_attr(node, "num_heads") <= 0 {
         return Verdict::decline(
             "rotary_embedding_dim without num_heads (ORT's kernel refuses it)",
@@ -394,7 +416,7 @@ fn stream_of_columns(section: &[i64], interleaved_layout: bool, half: i64) -> Ve
     domain = "com.microsoft", op = "MRotaryEmbedding", since = 1, types(T = F32 | F16, M = I64),
     inputs(input: T, position_ids: M, cos_cache: T, sin_cache: T), outputs(output: T),
     shape = ShapeKeyed, claim = mrotary_claim,
-    declines = "rotary_embedding_dim without num_heads, negative rotary_embedding_dim or num_heads, mrope_section not three non-negative values, mrope_layout other than 0 or 1 (ORT's kernel refuses each)"
+    declines = "rotary_embedding_dim without num_heads, rotary_embedding_dim or num_heads outside [0, INT_MAX], mrope_section not three non-negative values, mrope_layout other than 0 or 1 (ORT's kernel refuses each)"
 )]
 #[allow(clippy::too_many_arguments)] // four inputs and seven attributes, as ORT has them
 fn m_rotary_embedding(
@@ -504,6 +526,9 @@ fn m_rotary_embedding(
 
 /// What ORT's MRotaryEmbedding kernel refuses whatever the inputs.
 fn mrotary_claim(node: &dyn NodeView) -> Verdict {
+    if let Some(declined) = attrs_out_of_range(node) {
+        return declined;
+    }
     let (rot, heads) = (
         int_attr(node, "rotary_embedding_dim"),
         int_attr(node, "num_heads"),
