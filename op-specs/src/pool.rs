@@ -240,13 +240,29 @@ fn pool_claim(node: &dyn crate::NodeView) -> crate::Verdict {
 }
 
 /// ceil_mode is read as "equals 1" throughout, as ORT's CPU EP reads it (2 is floor mode there).
-/// A storage_order other than 0 or 1 is refused by ORT's CPU EP when it loads the node: left to
-/// it. (Pads as large as the kernel, which ORT also refuses, are pooled here: with dilations they
-/// are meaningful, and the op suite holds them to numpy.)
+/// What ORT's CPU EP refuses when it loads the node is left to it: a storage_order other than 0
+/// or 1, and a pad as large as the kernel on either side (ORT compares with the undilated
+/// kernel, so dilated pools with such pads are refused too).
 fn pool_attributes_claim(node: &dyn crate::NodeView) -> crate::Verdict {
     if let Some(crate::AttrValue::Int(order)) = node.attribute("storage_order") {
         if order != 0 && order != 1 {
             return crate::Verdict::decline(format!("storage_order {order} (ORT accepts 0 or 1)"));
+        }
+    }
+    if let (Some(crate::AttrValue::Ints(kernel)), Some(crate::AttrValue::Ints(pads))) =
+        (node.attribute("kernel_shape"), node.attribute("pads"))
+    {
+        let too_large = |(i, &k): (usize, &i64)| {
+            [pads.get(i), pads.get(i + kernel.len())]
+                .into_iter()
+                .flatten()
+                .any(|&p| p >= k)
+        };
+        if kernel.iter().enumerate().any(too_large) {
+            return crate::Verdict::decline(format!(
+                "pads {pads:?} not all smaller than kernel_shape {kernel:?} (ORT's CPU EP refuses \
+                 the node: \"Pad should be smaller than kernel\")"
+            ));
         }
     }
     match node.attribute("auto_pad") {
@@ -285,7 +301,7 @@ fn only_n_may_be_empty(x: &Array) -> Result<()> {
 #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
 #[onnx_op(
     op = "MaxPool", opset = 8..=11, types(T = FLOAT, I = I64), inputs(X: T), outputs(Y: T, Indices?: I), shape = ShapeKeyed,
-    claim = pool_claim, declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there)"
+    claim = pool_claim, declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel (ORT refuses them)"
 )]
 fn max_pool_8(
     cx: &mut Lower,
@@ -315,7 +331,7 @@ fn max_pool_8(
 #[onnx_op(
     op = "MaxPool", since = 12, types(T = FLOAT | I8 | U8, I = I64), inputs(X: T), outputs(Y: T, Indices?: I),
     shape = ShapeKeyed, claim = pool_claim,
-    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there)"
+    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel (ORT refuses them)"
 )]
 fn max_pool(
     cx: &mut Lower,
@@ -496,7 +512,10 @@ fn padding_value(dtype: Dtype, s: &Stream) -> Result<Array> {
 }
 
 /// MaxPool before opset 8: no dilations, ceil_mode or Indices output.
-#[onnx_op(op = "MaxPool", opset = 1..=7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = pool_attributes_claim)]
+#[onnx_op(
+    op = "MaxPool", opset = 1..=7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
+    claim = pool_attributes_claim, declines = "pads not smaller than the kernel (ORT refuses them)"
+)]
 fn max_pool_legacy(
     cx: &mut Lower,
     x: Array,
@@ -538,7 +557,7 @@ fn window_max(cx: &mut Lower, x: &Array, windows: &Windows) -> Result<Array> {
 #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
 #[onnx_op(
     op = "AveragePool", since = 7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = pool_claim,
-    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there)"
+    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel (ORT refuses them)"
 )]
 fn average_pool(
     cx: &mut Lower,
@@ -608,7 +627,7 @@ fn lp_norm(x: &Array, p: i64, axes: &[i32], keepdims: bool, s: &Stream) -> Resul
 #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
 #[onnx_op(
     op = "LpPool", since = 2, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = lp_claim,
-    declines = "p < 1; SAME auto_pad with dilations > 1 (ORT departs from ONNX there)"
+    declines = "p < 1; SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel (ORT refuses them)"
 )]
 fn lp_pool(
     cx: &mut Lower,

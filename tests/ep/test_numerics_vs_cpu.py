@@ -287,3 +287,19 @@ def test_mean_variance_normalization_like_cpu(case):
     # At an offset of 1000 one float32 ulp of x is 6e-5: the summation orders differ by that.
     atol = 3e-4 if case == "offset" else 1e-5
     assert_like_cpu_on_mlx(single_node_model("MeanVarianceNormalization", feeds, attrs, opset=13), feeds, rtol=1e-4, atol=atol)
+
+
+# Pools whose pads reach the kernel's size: ORT's CPU EP refuses the node when the session is
+# created (it compares with the undilated kernel), so the EP leaves them to it.
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+@pytest.mark.parametrize("pads, dilations", [([2, 0], None), ([0, 2], None), ([2, 0], [3])])
+def test_pools_with_pads_as_large_as_the_kernel_are_left_to_ort(op, pads, dilations, monkeypatch, tmp_path):
+    feeds = {"x": np.arange(8, dtype=np.float32).reshape(1, 1, 8)}
+    attrs = {"kernel_shape": [2], "pads": pads} | ({"dilations": dilations} if dilations else {})
+    model = single_node_model(op, feeds, attrs, opset=19)
+    report = tmp_path / "explain.jsonl"
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_EXPLAIN", str(report))
+    with pytest.raises(Exception, match="Pad should be smaller than kernel"):
+        ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    records = {r["node"]: r for r in map(json.loads, report.read_text().splitlines())}
+    assert not records["n"]["claimed"] and "not all smaller than kernel_shape" in records["n"]["reason"]

@@ -1341,7 +1341,7 @@ SPECS[("", "MaxPool")] = OpSpec(
     scheme=_POOL_SCHEME,
     domains={"X": "ties"},  # repeated values: the first maximum in window order must win
     variants=_POOL_VARIANTS + [
-        _rep(Variant("dilations", {"kernel_shape": [2, 2], "dilations": [2, 3], "pads": [1, 1, 0, 2]}, outputs=(), min_opset=10)),
+        _rep(Variant("dilations", {"kernel_shape": [2, 3], "dilations": [2, 3], "pads": [1, 1, 0, 2]}, outputs=(), min_opset=10)),
         Variant("indices", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, min_opset=8),
         _rep(Variant("indices_column_major", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1],
                                               "storage_order": 1}, min_opset=8)),
@@ -1360,12 +1360,12 @@ SPECS[("", "AveragePool")] = OpSpec(
                      outputs=())),
         _rep(Variant("count_include_pad_ceil", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
                                                  "count_include_pad": 1, "ceil_mode": 1}, outputs=(), min_opset=10)),
-        _rep(Variant("dilations", {"kernel_shape": [2, 2], "dilations": [2, 3], "pads": [1, 1, 0, 2]}, outputs=(), min_opset=19)),
+        _rep(Variant("dilations", {"kernel_shape": [2, 3], "dilations": [2, 3], "pads": [1, 1, 0, 2]}, outputs=(), min_opset=19)),
     ],
 )
 _LP_POOL_VARIANTS = [v for v in _POOL_VARIANTS if "ceil_mode" not in v.name] + [
     _rep(Variant("ceil_mode", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, outputs=(), min_opset=18)),
-    _rep(Variant("dilations", {"kernel_shape": [2, 2], "dilations": [2, 3], "pads": [1, 1, 0, 2]}, outputs=(), min_opset=18)),
+    _rep(Variant("dilations", {"kernel_shape": [2, 3], "dilations": [2, 3], "pads": [1, 1, 0, 2]}, outputs=(), min_opset=18)),
     _rep(Variant("p1", {"kernel_shape": [2, 3], "p": 1, "strides": [1, 2]}, outputs=())),
     _rep(Variant("p3", {"kernel_shape": [3, 2], "p": 3, "pads": [1, 0, 1, 1]}, outputs=())),
 ]
