@@ -9,6 +9,7 @@
 //! `scaled_dot_product_attention` has exactly an op's semantics, the op calls it instead.
 
 mod bert;
+mod dmmha;
 mod gqa;
 mod mha;
 mod onnx_attention;
