@@ -9,8 +9,9 @@
 //! (`align_corners`/`tf_crop_and_resize` with scales use the floored output length; Resize-10
 //! rounds nearest with truncation, or ceil when downsampling), ORT's rule holds.
 //!
-//! Beyond ORT's CPU EP (which fails these nodes): linear, cubic and antialias over any set of
-//! axes; ORT only runs the 2-D/3-D layouts its `ScalesValidation` lists.
+//! The interpolating modes run on the layouts ORT's `ScalesValidation` lists (linear: 2-D, 3-D,
+//! and 4-D/5-D with unit outer scales; cubic: 2-D and 4-D with unit outer scales); other layouts
+//! fail the run with the reason, as they fail on ORT's CPU EP.
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
@@ -317,6 +318,34 @@ fn resolve_axes(axes: &[i64], rank: usize) -> Result<Vec<usize>> {
         }
     }
     Ok(resolved)
+}
+
+/// The layouts ORT's CPU kernel interpolates (its `ScalesValidation`): linear over a 2-D or 3-D
+/// input, a 4-D input whose two outer scales (or outer and inner) are 1, or a 5-D input whose
+/// two outer scales are 1; cubic over 2-D, or 4-D with the two outer scales 1 (or outer and inner
+/// with antialias). It fails every other node at run time, and so does the EP: interpolating
+/// there would answer where ORT's CPU EP gives an error.
+fn check_layout(s: &Sampling, scales: &[f32]) -> Result<()> {
+    let one = |i: usize| scales[i] == 1.0;
+    let supported = match (s.mode, scales.len()) {
+        (Mode::Nearest, _) => true,
+        (Mode::Linear, 2 | 3) => true,
+        (Mode::Linear, 4) => one(0) && (one(1) || one(3)),
+        (Mode::Linear, 5) => one(0) && one(1),
+        (Mode::Cubic, 2) => true,
+        (Mode::Cubic, 4) => one(0) && (one(1) || (s.antialias && one(3))),
+        _ => false,
+    };
+    if supported {
+        return Ok(());
+    }
+    Err(OpError::new(format!(
+        "{:?} mode with scales {scales:?} over a {}-D input: ORT's CPU EP interpolates only 2-D \
+         and 3-D inputs (linear), and 4-D/5-D inputs whose outer scales are 1, and fails this \
+         node too",
+        s.mode,
+        scales.len()
+    )))
 }
 
 fn check_scales(scales: &[f32]) -> Result<()> {
@@ -676,6 +705,7 @@ fn resample(cx: &Lower, x: Array, s: &Sampling, req: &Request) -> Result<Array> 
         return Err(OpError::new("Resize needs an input of rank >= 1"));
     }
     let (output, scales) = geometry(&input, req)?;
+    check_layout(s, &scales)?;
     check_dims(&output)?;
     if output == input {
         return Ok(x);

@@ -303,3 +303,24 @@ def test_pools_with_pads_as_large_as_the_kernel_are_left_to_ort(op, pads, dilati
         ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
     records = {r["node"]: r for r in map(json.loads, report.read_text().splitlines())}
     assert not records["n"]["claimed"] and "not all smaller than kernel_shape" in records["n"]["reason"]
+
+
+# Resize's interpolating modes on layouts ORT's CPU kernel refuses at run time (its
+# ScalesValidation): the EP fails the run as well, naming the reason, instead of answering.
+@pytest.mark.parametrize("mode, scales, shape", [
+    ("linear", [1.8, 1.8, 1.8, 1.8], (1, 2, 3, 4)),   # 4-D with N and C scaled
+    ("linear", [2.0], (5,)),                            # 1-D
+    ("cubic", [1.0, 1.0, 1.0, 2.0, 2.0], (1, 1, 2, 3, 4)),  # cubic beyond 4-D
+])
+def test_resize_layouts_orts_kernel_refuses_fail_the_run_on_both(mode, scales, shape):
+    feeds = {"x": np.arange(np.prod(shape), dtype=np.float32).reshape(shape)}
+    model = single_node_model("Resize", feeds, {"mode": mode}, opset=19,
+                              constants=[constant("roi", []), constant("scales", scales)])
+    # ORT's CPU EP checks constant scales when it creates the kernel; the EP, which sees no
+    # values when it claims, fails the first run.
+    with pytest.raises(Exception, match="ScalesValidation"):
+        ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()
+    with pytest.raises(Exception, match="ORT's CPU EP interpolates only"):
+        session.run(None, feeds)
