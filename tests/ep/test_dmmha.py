@@ -90,7 +90,7 @@ def _bias_shape(kind, rows, total):
             "batch": (rows, 1, 1, total)}[kind]
 
 
-def _decode(np_dtype, elem, rows, variant, beams=None, steps=5, seed=0):
+def _decode(np_dtype, elem, rows, variant, beams=None, steps=5, seed=0, width_fed=True):
     """Runs ``steps`` decode steps (past lengths 0, 1, ...) on an MLX-first and a CPU-only
     session, feeding each session's presents back as its next pasts; returns the MLX session."""
     rng = np.random.default_rng(seed)
@@ -102,7 +102,7 @@ def _decode(np_dtype, elem, rows, variant, beams=None, steps=5, seed=0):
     if variant.get("bias"):
         used.add("bias")
     if beams is not None:
-        used |= {"beam_width", "cache_indirection"}
+        used |= {"beam_width", "cache_indirection"} if width_fed else {"cache_indirection"}
     outputs = ["output", "present_key", "present_value"] + (["qk"] if variant.get("qk") else [])
     attrs = dict(variant.get("attrs", {}), past_present_share_buffer=1)
     if variant.get("qk"):
@@ -127,7 +127,8 @@ def _decode(np_dtype, elem, rows, variant, beams=None, steps=5, seed=0):
         if "bias" in used:
             feed["bias"] = bias
         if beams is not None:
-            feed["beam_width"] = np.array([beams], np.int32)
+            if width_fed:
+                feed["beam_width"] = np.array([beams], np.int32)
             feed["cache_indirection"] = rng.integers(0, beams, (rows // beams, beams, MAX)).astype(np.int32)
         got = mlx.run(None, dict(feed, past_key=past[0], past_value=past[1]))
         want = cpu.run(None, dict(feed, past_key=past_cpu[0], past_value=past_cpu[1]))
@@ -154,9 +155,11 @@ BEAM_VARIANTS = {
 
 @pytest.mark.parametrize("elem, np_dtype", ELEMS, ids=ELEM_IDS)
 @pytest.mark.parametrize("variant", BEAM_VARIANTS.values(), ids=BEAM_VARIANTS.keys())
-@pytest.mark.parametrize("beams", [1, 2, 3])
-def test_beam_search_steps_match_cpu_on_mlx(elem, np_dtype, variant, beams):
-    mlx = _decode(np_dtype, elem, 2 * beams, variant, beams=beams, seed=beams)
+@pytest.mark.parametrize("beams, width_fed", [(1, True), (2, True), (3, True), (2, False)],
+                         ids=["1", "2", "3", "2_from_indirection"])
+def test_beam_search_steps_match_cpu_on_mlx(elem, np_dtype, variant, beams, width_fed):
+    """Without beam_width ORT takes the beam count from cache_indirection's second dimension."""
+    mlx = _decode(np_dtype, elem, 2 * beams, variant, beams=beams, seed=beams, width_fed=width_fed)
     placed = kernels(mlx)
     assert placed and {p for _, p in placed} == {MLX}, placed
 

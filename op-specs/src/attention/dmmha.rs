@@ -17,10 +17,12 @@
 //! `mask_index` `[B, T]` (the only mask form ORT takes). Without beams (no `cache_indirection`) a
 //! key is kept where its mask entry is positive, as in MultiHeadAttention (`mha.rs`, whose
 //! attention step this reuses). With beams (`cache_indirection` `[B / W, W, M]`, `W` =
-//! `beam_width`, 1 when absent) ORT's beam loop differs: past row `j` of batch row `b` comes from
-//! batch row `(b / W)·W + cache_indirection[b / W, b % W, j]`, a key is masked only where its
-//! mask entry is 0 (negative entries are kept), and a batched `attention_bias` is read at row
-//! `b / W`. `qk` is the float32 scores after the bias and the mask (before the softmax), rounded
+//! `beam_width`, or `cache_indirection`'s second dimension without it) ORT's beam loop differs:
+//! past row `j` of batch row `b` comes from batch row `(b / W)·W + cache_indirection[b / W,
+//! b % W, j]` (only the first P entries are read, and checked to lie in `[0, W)`), a key is
+//! masked only where its mask entry is 0 (negative entries are kept), and a batched
+//! `attention_bias` `[B, N, 1, T]` is read at row `b / W` (`[B, 1, 1, T]` it reads past its
+//! end: declined). `qk` is the float32 scores after the bias and the mask (before the softmax), rounded
 //! to the element type; float16 nodes compute in float32 and round once.
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
@@ -189,8 +191,12 @@ fn decoder_masked_multi_head_attention(
     if let Some(bias) = &attention_bias {
         check_attention_bias(bias, b, n, 1, t)?;
     }
+    // Without beam_width ORT takes the beam count from cache_indirection's shape.
     let beams = match &beam_width {
-        None => 1,
+        None => match &cache_indirection {
+            Some(indirection) if indirection.ndim() == 3 => indirection.shape()[1],
+            _ => 1,
+        },
         Some(values) => *values
             .first()
             .ok_or_else(|| err("beam_width holds no value"))?,
