@@ -28,7 +28,8 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::{
-    fused_attention, masked, mix, rotate, scores, soft_cap, softmax_rows, AttentionMask, Sink,
+    fused_attention, masked, mix, rotary_width, rotate, scores, soft_cap, softmax_rows,
+    AttentionMask, Sink,
 };
 use crate::table::consts::scalar;
 use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
@@ -206,7 +207,8 @@ fn group_query_attention(
             first_prompt,
             cos.shape().first().copied().unwrap_or(0),
         )?;
-        let rotary_dim = rotary_dim(cos, sin, head, total)?;
+        // ORT requires a row per position up to total_sequence_length.
+        let rotary_dim = rotary_width("GroupQueryAttention", cos, sin, head, total)?;
         let s = cx.stream();
         // [B, S, rd/2] → [B, 1, S, rd/2], broadcast over the heads.
         let angle = |table: &Array| -> Result<Array> {
@@ -543,33 +545,6 @@ fn positions(
         format!("GroupQueryAttention: position ids must lie in [0, {cache_rows}) (the rotary cache's rows)"),
     )?;
     crate::indexing::in_bounds(&positions, cache_rows, cx.stream())
-}
-
-/// The rotated width `2·cos_cache.cols`, checked as ORT checks the caches.
-fn rotary_dim(cos: &Array, sin: &Array, head: i64, total: i64) -> Result<i64> {
-    let (c, sn) = (cos.shape(), sin.shape());
-    if c.len() != 2 || sn.len() != 2 {
-        return Err(OpError::new(
-            "GroupQueryAttention: cos_cache and sin_cache must be 2-D [max_position, rotary_dim / 2]",
-        ));
-    }
-    if head % 16 != 0 {
-        return Err(OpError::new(format!(
-            "GroupQueryAttention: head_size shall be a multiple of 16 with rotary embedding, got {head}"
-        )));
-    }
-    if c[0] < total || sn[0] < total {
-        return Err(OpError::new(
-            "GroupQueryAttention: cos_cache/sin_cache dimension 0 shall not be less than total_sequence_length",
-        ));
-    }
-    if c[1] != sn[1] || c[1] > (head / 16) * 8 || c[1] % 8 != 0 || c[1] == 0 {
-        return Err(OpError::new(format!(
-            "GroupQueryAttention: cos_cache/sin_cache dimension 1 ({}, {}) must be equal, <= head_size / 2 and a multiple of 8",
-            c[1], sn[1]
-        )));
-    }
-    Ok(2 * c[1])
 }
 
 /// One present cache `[B, Hkv, P, D]`: `past` rows `[0, past_b)`, the new rows `[past_b,

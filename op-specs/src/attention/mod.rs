@@ -169,4 +169,34 @@ pub fn rotate(x: &Array, cos: &Array, sin: &Array, interleaved: bool, s: &Stream
     Ok(ops::astype(&rotated, x.dtype(), s)?)
 }
 
+/// The rotated width `2·cos_cache.cols` of an op with `[max_position, rotary_dim / 2]` cos/sin
+/// caches, checked as ORT's kernels check them (equal widths, a multiple of 8, at most half of
+/// a head size that is a multiple of 16, at least `min_rows` rows); `op` names the op in errors.
+pub fn rotary_width(op: &str, cos: &Array, sin: &Array, head: i64, min_rows: i64) -> Result<i64> {
+    let (c, sn) = (cos.shape(), sin.shape());
+    if c.len() != 2 || sn.len() != 2 {
+        return Err(OpError::new(format!(
+            "{op}: cos_cache and sin_cache must be 2-D [max_position, rotary_dim / 2]"
+        )));
+    }
+    if head % 16 != 0 {
+        return Err(OpError::new(format!(
+            "{op}: head_size shall be a multiple of 16 with rotary embedding, got {head}"
+        )));
+    }
+    if c[1] != sn[1] || c[1] == 0 || c[1] > (head / 16) * 8 || c[1] % 8 != 0 {
+        return Err(OpError::new(format!(
+            "{op}: cos_cache/sin_cache dimension 1 ({}, {}) must be equal, positive, <= head_size / 2 and a multiple of 8",
+            c[1], sn[1]
+        )));
+    }
+    if c[0] < min_rows || sn[0] < min_rows {
+        return Err(OpError::new(format!(
+            "{op}: cos_cache/sin_cache have {} and {} rows, fewer than {min_rows}",
+            c[0], sn[0]
+        )));
+    }
+    Ok(2 * c[1])
+}
+
 pub use mlx_kernels::ops::{scaled_dot_product_attention as fused_attention, AttentionMask};

@@ -34,7 +34,8 @@ use mlx_kernels::ops::ScatterMode;
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::{
-    fused_attention, masked, mix, rotate, scores, soft_cap, softmax_rows, AttentionMask, Sink,
+    fused_attention, masked, mix, rotary_width, rotate, scores, soft_cap, softmax_rows,
+    AttentionMask, Sink,
 };
 use crate::table::consts::scalar;
 use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
@@ -132,7 +133,7 @@ fn paged_attention(
         }
     }
     let rotary = match (&cos_cache, &sin_cache) {
-        (Some(c), Some(sn)) => Some((c, sn, rotary_dim(c, sn, g.head)?)),
+        (Some(c), Some(sn)) => Some((c, sn, rotary_width("PagedAttention", c, sn, g.head, 1)?)),
         (None, None) => None,
         _ => {
             return Err(OpError::new(
@@ -570,33 +571,6 @@ fn split_heads(
         heads(&parts[1], g.kv_heads)?,
         heads(&parts[2], g.kv_heads)?,
     ))
-}
-
-/// The rotated width `2·cos_cache.cols`, checked as ORT checks the caches.
-fn rotary_dim(cos: &Array, sin: &Array, head: i64) -> Result<i64> {
-    let (c, sn) = (cos.shape(), sin.shape());
-    if c.len() != 2 || sn.len() != 2 {
-        return Err(OpError::new(
-            "PagedAttention: cos_cache and sin_cache must be 2-D [max_position, rotary_dim / 2]",
-        ));
-    }
-    if head % 16 != 0 {
-        return Err(OpError::new(format!(
-            "PagedAttention: head_size shall be a multiple of 16 with a rotary cache, got {head}"
-        )));
-    }
-    if c[1] != sn[1] || c[1] == 0 || c[1] > (head / 16) * 8 || c[1] % 8 != 0 {
-        return Err(OpError::new(format!(
-            "PagedAttention: cos_cache/sin_cache dimension 1 ({}, {}) must be equal, positive, <= head_size / 2 and a multiple of 8",
-            c[1], sn[1]
-        )));
-    }
-    if c[0] < 1 || sn[0] < 1 {
-        return Err(OpError::new(
-            "PagedAttention: cos_cache/sin_cache have no rows",
-        ));
-    }
-    Ok(2 * c[1])
 }
 
 /// `attention_metadata` as ORT checks it: shape (2) or (3), entries non-negative, the lower
