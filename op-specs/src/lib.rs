@@ -25,6 +25,7 @@ mod logic;
 mod math;
 mod normalization;
 mod pool;
+mod qdq;
 mod quantized;
 mod recurrent;
 mod reduce;

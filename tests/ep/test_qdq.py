@@ -1,0 +1,313 @@
+"""ai.onnx QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear on MLX against ORT's CPU
+EP, bit for bit: every quantised type, per-tensor / per-axis / blocked parameters, zero points
+present or not, fed or constant, and the values where rounding and saturation differ (ties,
+NaN, ±inf, out of range). Then a QDQ model (what ORT's quantisation tool emits around a Conv
+and a MatMul) that must run as one MLX cluster with graph optimisations off; at ORT's default
+level ORT fuses the Q/DQ patterns into QLinearConv / QLinearMatMul first, which is checked and
+reported as it is.
+
+The op-suite cases (tests/ops/families/qdq.py) cover the table's dtype combinations through the
+op harness; this file covers the value-level edge cases and the graph-level behaviour."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import MLX, Run, cpu_outputs, make_model, tensor
+
+CPU = "CPUExecutionProvider"
+ELEM = {
+    np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, np.int8: TensorProto.INT8,
+    np.uint8: TensorProto.UINT8, np.int16: TensorProto.INT16, np.uint16: TensorProto.UINT16,
+    np.int32: TensorProto.INT32,
+}
+QTYPES = [np.int8, np.uint8, np.int16, np.uint16]
+
+
+def _opset(qtype, block):
+    if block:
+        return 21
+    return 21 if qtype in (np.int16, np.uint16) else 19
+
+
+def _param_shape(x_shape, mode, axis, block):
+    if mode == "tensor":
+        return []
+    if mode == "tensor1":
+        return [1]
+    if mode == "axis":
+        return [x_shape[axis]]
+    shape = list(x_shape)
+    shape[axis] = -(-shape[axis] // block)
+    return shape
+
+
+def _model(op, x, scale, zp, attrs, out_elem, opset, const_params):
+    names = ["x", "scale"] + (["zp"] if zp is not None else [])
+    feeds = {"x": x}
+    inits, inputs = [], [tensor("x", ELEM[x.dtype.type], list(x.shape))]
+    for name, value in (("scale", scale), ("zp", zp)):
+        if value is None:
+            continue
+        if const_params:
+            inits.append(numpy_helper.from_array(value, name))
+        else:
+            inputs.append(tensor(name, ELEM[value.dtype.type], list(value.shape)))
+            feeds[name] = value
+    node = helper.make_node(op, names, ["y"], **attrs)
+    model = make_model([node], inputs, [tensor("y", out_elem)], inits, opset=opset)
+    return model, feeds
+
+
+def _compare(model, feeds):
+    expected = cpu_outputs(model, feeds)
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    for got, want in zip(run.outputs, expected):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got.reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8))
+
+
+MODES = [("tensor", 1, 0), ("tensor1", 1, 0), ("axis", 1, 0), ("axis", 0, 0), ("axis", -1, 0),
+         ("block", 1, 2), ("block", 2, 3), ("block", 0, 4)]
+
+
+@pytest.mark.parametrize("mode,axis,block", MODES, ids=lambda v: str(v))
+@pytest.mark.parametrize("qtype", QTYPES + [np.int32], ids=lambda t: t.__name__)
+@pytest.mark.parametrize("stype", [np.float32, np.float16], ids=lambda t: t.__name__)
+@pytest.mark.parametrize("with_zp", [True, False], ids=["zp", "no_zp"])
+def test_dequantize_linear(mode, axis, block, qtype, stype, with_zp):
+    rng = np.random.default_rng(zlib.crc32(repr((mode, axis, block, qtype.__name__)).encode()))
+    x_shape = [3, 7, 5]
+    info = np.iinfo(qtype)
+    lo, hi = (max(info.min, -(2**31)), min(info.max, 2**31 - 1))
+    x = rng.integers(lo, hi, x_shape, endpoint=True).astype(qtype)
+    x.flat[:4] = [info.min, info.max, 0, 1] if qtype != np.uint8 else [0, 255, 1, 2]
+    pshape = _param_shape(x_shape, mode, axis, block)
+    scale = rng.uniform(0.001, 2.0, pshape).astype(stype)
+    zp = None
+    if with_zp:
+        zlo, zhi = (0, 0) if qtype == np.int32 else (lo, hi)  # int32 zero points are 0 in ONNX
+        zp = rng.integers(zlo, zhi, pshape, endpoint=True).astype(qtype)
+    attrs = {"axis": axis} if mode == "axis" or mode == "block" else {}
+    if block:
+        attrs["block_size"] = block
+    opset = 21 if block or qtype in (np.int16, np.uint16) or stype == np.float16 else 13
+    for const in (True, False):
+        model, feeds = _model("DequantizeLinear", x, scale, zp, attrs, ELEM[stype], opset, const)
+        _compare(model, feeds)
+
+
+def _hard_values(rng, shape, scale_hint, qtype):
+    """Random values with exact ties of the scale, NaN, ±inf and out-of-range ones."""
+    info = np.iinfo(qtype)
+    x = rng.uniform(-1.2, 1.2, shape) * scale_hint * max(abs(info.min), info.max)
+    flat = x.reshape(-1)
+    n = flat.size
+    idx = rng.permutation(n)
+    ties = (rng.integers(-40, 40, n) + 0.5) * scale_hint
+    flat[idx[: n // 4]] = ties[: n // 4]
+    specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30]
+    flat[idx[n // 4: n // 4 + len(specials)]] = specials
+    return x
+
+
+@pytest.mark.parametrize("mode,axis,block", MODES, ids=lambda v: str(v))
+@pytest.mark.parametrize("qtype", QTYPES, ids=lambda t: t.__name__)
+@pytest.mark.parametrize("xtype", [np.float32, np.float16], ids=lambda t: t.__name__)
+@pytest.mark.parametrize("with_zp", [True, False], ids=["zp", "no_zp"])
+def test_quantize_linear(mode, axis, block, qtype, xtype, with_zp):
+    if not with_zp and qtype != np.uint8:
+        pytest.skip("without a zero point the output is uint8 (covered by qtype uint8)")
+    rng = np.random.default_rng(zlib.crc32(repr((mode, axis, block, qtype.__name__, xtype.__name__)).encode()))
+    x_shape = [3, 7, 5]
+    pshape = _param_shape(x_shape, mode, axis, block)
+    # Scales that are powers of two make exact ties; others make near-ties.
+    scale = np.where(rng.random(pshape) < 0.5, 2.0 ** rng.integers(-6, 2, pshape),
+                     rng.uniform(0.002, 0.5, pshape)).astype(xtype)
+    with np.errstate(over="ignore"):  # 1e30 is inf in float16
+        x = _hard_values(rng, x_shape, float(np.max(scale)), qtype).astype(xtype)
+    zp = None
+    if with_zp:
+        info = np.iinfo(qtype)
+        zp = rng.integers(info.min, info.max, pshape, endpoint=True).astype(qtype)
+    attrs = {"axis": axis} if mode in ("axis", "block") else {}
+    if block:
+        attrs["block_size"] = block
+    opset = 21 if block or qtype in (np.int16, np.uint16) else (19 if xtype == np.float16 else 13)
+    for const in (True, False):
+        model, feeds = _model("QuantizeLinear", x, scale, zp, attrs, ELEM[qtype], opset, const)
+        _compare(model, feeds)
+
+
+@pytest.mark.parametrize("zp", [-128, -5, -1, 0, 1, 127])
+def test_quantize_linear_int32_loop_wraps(zp):
+    """ORT's int32 loops (float16 x; float32 blocked along an outer axis): NaN, ±inf and
+    quotients past int32 become INT32_MIN and the zero point wraps it, as on x86."""
+    near = [2147483520 * 0.5, 2147483648.0 * 0.5, -2147483648.0 * 0.5, -2147483904 * 0.5]
+    specials = [np.nan, np.inf, -np.inf, 1e30, -1e30, 0.0, 1.0, 63.75]
+    x = np.array(near + specials, np.float32).reshape(12, 1).repeat(2, 1)
+    scale, zps = np.full((6, 2), 0.5, np.float32), np.full((6, 2), zp, np.int8)
+    attrs = {"axis": 0, "block_size": 2}
+    model, feeds = _model("QuantizeLinear", x, scale, zps, attrs, TensorProto.INT8, 21, True)
+    _compare(model, feeds)
+    with np.errstate(over="ignore"):
+        x16 = np.array(specials * 2, np.float16)
+    model, feeds = _model("QuantizeLinear", x16, np.array(0.5, np.float16), np.array(zp, np.int8), {},
+                          TensorProto.INT8, 21, True)
+    _compare(model, feeds)
+
+
+@pytest.mark.parametrize("opset", [10, 13, 19, 21, 23, 24, 25])
+def test_quantize_dequantize_every_opset(opset):
+    rng = np.random.default_rng(opset)
+    x = _hard_values(rng, [4, 6], 0.05, np.int8).astype(np.float32)
+    scale, zp = np.array(0.05, np.float32), np.array(-3, np.int8)
+    model, feeds = _model("QuantizeLinear", x, scale, zp, {}, TensorProto.INT8, opset, True)
+    _compare(model, feeds)
+    q = rng.integers(-128, 127, [4, 6]).astype(np.int8)
+    model, feeds = _model("DequantizeLinear", q, scale, zp, {}, TensorProto.FLOAT, opset, True)
+    _compare(model, feeds)
+
+
+@pytest.mark.parametrize("opset", [23, 24, 25])
+def test_output_dtype_saturate_precision(opset):
+    """output_dtype picks the type without a zero point; saturate and precision change nothing
+    in ORT (saturate is for float8, precision is not read)."""
+    rng = np.random.default_rng(0)
+    x = _hard_values(rng, [5, 8], 0.01, np.int16).astype(np.float32)
+    scale = np.array(0.01, np.float32)
+    for attrs, elem in [({"output_dtype": TensorProto.INT16}, TensorProto.INT16),
+                        ({"output_dtype": TensorProto.INT8, "saturate": 0}, TensorProto.INT8),
+                        ({"precision": TensorProto.FLOAT16}, TensorProto.UINT8)]:
+        model, feeds = _model("QuantizeLinear", x, scale, None, attrs, elem, opset, True)
+        _compare(model, feeds)
+    q = rng.integers(-128, 127, [5, 8]).astype(np.int8)
+    model, feeds = _model("DequantizeLinear", q, scale, None, {"output_dtype": TensorProto.FLOAT},
+                          TensorProto.FLOAT, opset, True)
+    _compare(model, feeds)
+
+
+def _dql(x):
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
+    outs = [tensor("y", TensorProto.UINT8), tensor("s"), tensor("z", TensorProto.UINT8)]
+    return make_model([node], [tensor("x", TensorProto.FLOAT, list(x.shape))], outs, opset=11)
+
+
+NAN, INF = np.nan, np.inf
+DQL_CASES = {
+    "zeros": [0.0, 0.0, 0.0], "one_positive": [2.5], "one_negative": [-2.5],
+    "nan_last": [1.0, 2.0, NAN], "nan_first": [NAN, 1.0, 2.0], "all_nan": [NAN, NAN, NAN],
+    "nan_long": [1.0, NAN, -1.0] + [0.5] * 40, "inf": [INF, 1.0], "minus_inf": [-INF, 1.0, 2.0],
+    "both_inf": [INF, -INF], "huge_range": [3e38, -3e38], "subnormal": [1e-40, 0.0],
+    "tie_zero_point": [1.0, -1.0], "small": [0.1, 0.2, -0.3], "negative_only": [-1.0, -0.5, -3.0],
+}
+
+
+@pytest.mark.parametrize("values", DQL_CASES.values(), ids=DQL_CASES.keys())
+def test_dynamic_quantize_linear_edges(values):
+    x = np.array(values, np.float32)
+    _compare(_dql(x), {"x": x})
+
+
+@pytest.mark.parametrize("shape", [[0], [2, 0, 3], [1], [257], [3, 5, 64]], ids=str)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dynamic_quantize_linear_random(shape, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * rng.uniform(0.01, 100) + rng.uniform(-3, 3)).astype(np.float32)
+    _compare(_dql(x), {"x": x})
+
+
+def test_int4_declined():
+    """4-bit types have no MLX dtype: a Q -> DQ pair through int4 stays on ORT's CPU EP."""
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zp"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0.2, np.float32), "scale"),
+             helper.make_tensor("zp", TensorProto.INT4, [], [1])]
+    model = make_model(nodes, [tensor("x", TensorProto.FLOAT, [2, 4])], [tensor("y")], inits, opset=21)
+    run = Run(model, {"x": x})
+    assert run.providers_of_kernels() == {CPU}, run.kernels
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, {"x": x})[0])
+
+
+# --------------------------------------------------------------------------------------------
+# A QDQ model, as ORT's quantisation tool writes it (QOperator-free, QDQ format): activations
+# quantised to uint8 per tensor, weights to int8 per output channel, biases to int32.
+
+
+def _qdq_model():
+    rng = np.random.default_rng(7)
+    c_in, c_out, hw, n_out = 3, 8, 6, 5
+    w = rng.uniform(-0.5, 0.5, (c_out, c_in, 3, 3)).astype(np.float32)
+    w_scale = (np.abs(w).reshape(c_out, -1).max(1) / 127).astype(np.float32)
+    w_q = np.clip(np.rint(w / w_scale[:, None, None, None]), -127, 127).astype(np.int8)
+    x_scale, x_zp = np.float32(2.0 / 255), np.uint8(128)
+    b = rng.uniform(-0.1, 0.1, c_out).astype(np.float32)
+    b_scale = (x_scale * w_scale).astype(np.float32)
+    b_q = np.rint(b / b_scale).astype(np.int32)
+    a_scale, a_zp = np.float32(0.05), np.uint8(100)
+    m = rng.uniform(-0.3, 0.3, (c_out * 4 * 4, n_out)).astype(np.float32)
+    m_scale = np.float32(np.abs(m).max() / 127)
+    m_q = np.clip(np.rint(m / m_scale), -127, 127).astype(np.int8)
+    o_scale, o_zp = np.float32(0.1), np.uint8(128)
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v), name)  # noqa: E731
+    inits = [c("x_scale", x_scale), c("x_zp", x_zp), c("w_q", w_q), c("w_scale", w_scale),
+             c("w_zp", np.zeros(c_out, np.int8)), c("b_q", b_q), c("b_scale", b_scale),
+             c("a_scale", a_scale), c("a_zp", a_zp), c("m_q", m_q), c("m_scale", m_scale),
+             c("m_zp", np.int8(0)), c("o_scale", o_scale), c("o_zp", o_zp),
+             c("shape", np.array([1, -1], np.int64))]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zp"], ["x_q"]),
+        helper.make_node("DequantizeLinear", ["x_q", "x_scale", "x_zp"], ["x_dq"]),
+        helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zp"], ["w_dq"], axis=0),
+        helper.make_node("DequantizeLinear", ["b_q", "b_scale"], ["b_dq"], axis=0),
+        helper.make_node("Conv", ["x_dq", "w_dq", "b_dq"], ["conv"], pads=[0, 0, 0, 0]),
+        helper.make_node("Relu", ["conv"], ["relu"]),
+        helper.make_node("QuantizeLinear", ["relu", "a_scale", "a_zp"], ["a_q"]),
+        helper.make_node("DequantizeLinear", ["a_q", "a_scale", "a_zp"], ["a_dq"]),
+        helper.make_node("Reshape", ["a_dq", "shape"], ["flat"]),
+        helper.make_node("QuantizeLinear", ["flat", "a_scale", "a_zp"], ["f_q"]),
+        helper.make_node("DequantizeLinear", ["f_q", "a_scale", "a_zp"], ["f_dq"]),
+        helper.make_node("DequantizeLinear", ["m_q", "m_scale", "m_zp"], ["m_dq"]),
+        helper.make_node("MatMul", ["f_dq", "m_dq"], ["mm"]),
+        helper.make_node("QuantizeLinear", ["mm", "o_scale", "o_zp"], ["o_q"]),
+        helper.make_node("DequantizeLinear", ["o_q", "o_scale", "o_zp"], ["y"]),
+    ]
+    model = make_model(nodes, [tensor("x", TensorProto.FLOAT, [1, c_in, hw, hw])],
+                       [tensor("y", TensorProto.FLOAT, [1, n_out])], inits, opset=13)
+    x = rng.uniform(-1, 1, (1, c_in, hw, hw)).astype(np.float32)
+    return model, {"x": x}, o_scale
+
+
+def _cpu(model, feeds, level):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    return ort.InferenceSession(model, options, providers=[CPU]).run(None, feeds)
+
+
+def test_qdq_model_one_cluster_without_optimizations():
+    model, feeds, o_scale = _qdq_model()
+    run = Run(model, feeds, optimize=False)
+    run.assert_all_on_mlx()
+    assert len(run.kernels) == 1, run.kernels  # one fused MLX node: the whole graph
+    want = _cpu(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)[0]
+    # Conv and MatMul sum in another order than ORT's: a requantised output may move by one
+    # step where the float sum lands within an ulp of a rounding boundary.
+    assert np.max(np.abs(run.outputs[0] - want)) <= o_scale * 1.001
+
+
+def test_qdq_model_default_optimizations():
+    """At ORT's default level (ORT_ENABLE_ALL) ORT's QDQ transformers run before the EP sees
+    the graph: what is left for MLX is recorded here, and the answer still matches ORT's."""
+    model, feeds, o_scale = _qdq_model()
+    run = Run(model, feeds)
+    want = _cpu(model, feeds, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)[0]
+    assert np.max(np.abs(run.outputs[0] - want)) <= o_scale * 1.001
+    print("kernels at ORT_ENABLE_ALL:", run.kernels)
+    assert MLX in run.providers_of_kernels()
