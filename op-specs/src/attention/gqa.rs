@@ -42,14 +42,14 @@ use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
 #[allow(clippy::too_many_arguments)] // sixteen inputs and the attributes, as ORT has them
 #[onnx_op(
     domain = "com.microsoft", op = "GroupQueryAttention", since = 1,
-    types(T = F32 | F16, M = I32, P = I64, S = F32),
+    types(T = F32 | F16 | BF16, M = I32, P = I64, S = F32),
     inputs(query: T, key: T, value: T, past_key: T, past_value: T, seqlens_k: M,
            total_sequence_length: M, cos_cache: T, sin_cache: T, position_ids: P,
            attention_bias: T, head_sink: T, k_scale: S, v_scale: S, q_norm_weight: T,
            k_norm_weight: T),
     outputs(output: T, present_key?: T, present_value?: T, output_qk?: T),
     shape = ShapeKeyed, claim = gqa_claim,
-    declines = "a quantized KV cache (k_scale/v_scale, k_quant_type, v_quant_type, kv_cache_bit_width); q_norm_weight/k_norm_weight (ORT's CPU kernel refuses them); sliding_window_cache 1; nodes without present_key/present_value; causal outside {0, 1}, or 0 with a local window; qk_output outside {0, 1, 2} or not matching the output_qk output; head_sink with smooth_softmax; key/value sequence lengths other than the query's; bfloat16 (ORT's CPU EP has no kernel)"
+    declines = "a quantized KV cache (k_scale/v_scale, k_quant_type, v_quant_type, kv_cache_bit_width); q_norm_weight/k_norm_weight (ORT's CPU kernel refuses them); sliding_window_cache 1; nodes without present_key/present_value; causal outside {0, 1}, or 0 with a local window; qk_output outside {0, 1, 2} or not matching the output_qk output; head_sink with smooth_softmax; key/value sequence lengths other than the query's"
 )]
 fn group_query_attention(
     cx: &mut Lower,

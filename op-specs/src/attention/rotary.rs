@@ -260,7 +260,7 @@ fn onnx_rotary_claim(node: &dyn NodeView) -> Verdict {
 /// `start + s`); `interleaved` rotates feature pairs instead of halves. `scale` is read and
 /// ignored, as by ORT's CPU kernel (it only applies when a cache is grown, which ORT refuses).
 #[onnx_op(
-    domain = "com.microsoft", op = "RotaryEmbedding", since = 1, types(T = F32 | F16, M = I64),
+    domain = "com.microsoft", op = "RotaryEmbedding", since = 1, types(T = F32 | F16 | BF16, M = I64),
     inputs(input: T, position_ids: M, cos_cache: T, sin_cache: T), outputs(output: T),
     shape = ShapeKeyed, claim = ms_rotary_claim,
     declines = "rotary_embedding_dim without num_heads; num_heads or rotary_embedding_dim outside [0, INT_MAX] (ORT's kernel refuses each)"
@@ -413,7 +413,7 @@ fn stream_of_columns(section: &[i64], interleaved_layout: bool, half: i64) -> Ve
 /// each cos/sin column comes from the stream `mrope_section` (and `mrope_layout`: 0 sectioned,
 /// 1 interleaved) assigns it, scaled by `scale` and rounded to the element type, as in ORT.
 #[onnx_op(
-    domain = "com.microsoft", op = "MRotaryEmbedding", since = 1, types(T = F32 | F16, M = I64),
+    domain = "com.microsoft", op = "MRotaryEmbedding", since = 1, types(T = F32 | F16 | BF16, M = I64),
     inputs(input: T, position_ids: M, cos_cache: T, sin_cache: T), outputs(output: T),
     shape = ShapeKeyed, claim = mrotary_claim,
     declines = "rotary_embedding_dim without num_heads, rotary_embedding_dim or num_heads outside [0, INT_MAX], mrope_section not three non-negative values, mrope_layout other than 0 or 1 (ORT's kernel refuses each)"
