@@ -316,6 +316,9 @@ fn quantize_linear(
 /// them: `min = min(x ∪ {0})`, `max = max(x ∪ {0})` (NaN ignored), `scale = (max - min) / 255`
 /// (1 when max == min, every value 0 or NaN, or x empty), `zero_point = round_half_even(clamp(-min
 /// / scale, 0, 255))` (255 when that is NaN, e.g. an infinite range), then QuantizeLinear.
+/// With NaN in x, ORT's range is not a function of the values: its MLAS min/max keeps or drops
+/// a NaN (and the values sharing its SIMD lane) by position, ISA and thread split; the EP
+/// ignores NaN, which is ORT's answer when NaN sits in the scalar tail or x is short.
 #[onnx_op(
     op = "DynamicQuantizeLinear", since = 11,
     types(T1 = F32, T2 = U8),
