@@ -27,6 +27,7 @@ mod normalization;
 mod pool;
 mod qdq;
 mod quantized;
+mod quantized_int;
 mod recurrent;
 mod reduce;
 mod resize;

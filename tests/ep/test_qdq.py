@@ -311,3 +311,125 @@ def test_qdq_model_default_optimizations():
     assert np.max(np.abs(run.outputs[0] - want)) <= o_scale * 1.001
     print("kernels at ORT_ENABLE_ALL:", run.kernels)
     assert MLX in run.providers_of_kernels()
+
+
+# --------------------------------------------------------------------------------------------
+# Integer matrix products: exact int32 sums (wrapping past 2^31), as ORT's.
+
+INT8S = {"u8": np.uint8, "i8": np.int8}
+MATMUL_SHAPES = [([3, 4], [4, 5]), ([2, 3, 4], [4, 5]), ([4], [4, 5]), ([2, 3, 4], [2, 4, 5]),
+                 ([3, 4], [4]), ([3, 1, 3, 6], [2, 6, 2]), ([2, 0], [0, 3]), ([0, 4], [4, 2])]
+
+
+def _full(rng, dtype, shape):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+
+
+def _int_model(op, names, values, out_elem, opset=10, const=()):
+    inits, inputs, feeds = [], [], {}
+    for name, value in zip(names, values):
+        if value is None:
+            continue
+        if name in const:
+            inits.append(numpy_helper.from_array(value, name))
+        else:
+            inputs.append(tensor(name, ELEM[value.dtype.type], list(value.shape)))
+            feeds[name] = value
+    node = helper.make_node(op, [n if v is not None else "" for n, v in zip(names, values)], ["y"])
+    return make_model([node], inputs, [tensor("y", out_elem)], inits, opset=opset), feeds
+
+
+@pytest.mark.parametrize("a_shape,b_shape", MATMUL_SHAPES, ids=str)
+@pytest.mark.parametrize("ta,tb", [("u8", "u8"), ("u8", "i8"), ("i8", "i8"), ("i8", "u8")])
+@pytest.mark.parametrize("zps", ["none", "scalar", "per_column"])
+def test_matmul_integer(a_shape, b_shape, ta, tb, zps):
+    if zps == "per_column" and len(b_shape) < 2:
+        pytest.skip("a 1-D B has no columns")
+    rng = np.random.default_rng(zlib.crc32(repr((a_shape, b_shape, ta, tb, zps)).encode()))
+    ta, tb = INT8S[ta], INT8S[tb]
+    a, b = _full(rng, ta, a_shape), _b_values(rng, ta, tb, b_shape)
+    a_zp = b_zp = None
+    if zps != "none":
+        a_zp = _full(rng, ta, [])
+        b_zp = _full(rng, tb, [] if zps == "scalar" else _column_shape(b_shape))
+    names = ["a", "b", "a_zp", "b_zp"]
+    for const in ((), ("b", "a_zp", "b_zp")):
+        model, feeds = _int_model("MatMulInteger", names, [a, b, a_zp, b_zp], TensorProto.INT32, const=const)
+        if 0 in a_shape[-1:]:
+            # ORT leaves a sum over K = 0 uninitialised; the EP's is 0.
+            run = Run(model, feeds)
+            run.assert_all_on_mlx()
+            assert not run.outputs[0].any()
+            continue
+        _compare(model, feeds)
+        got = Run(model, feeds).outputs[0]
+        np.testing.assert_array_equal(got, _exact(a, b, a_zp, b_zp))
+
+
+def _column_shape(b_shape):
+    """A per-column parameter of B as ORT takes it: [N] for a 2-D B, else B's shape with K = 1."""
+    return [b_shape[-1]] if len(b_shape) == 2 else list(b_shape[:-2]) + [1, b_shape[-1]]
+
+
+def _b_values(rng, ta, tb, shape):
+    """B's values; int8 B under uint8 A stays in [-64, 63], where ORT's x86 u8s8 kernel
+    (vpmaddubsw, int16 pair sums) is exact."""
+    if ta == np.uint8 and tb == np.int8:
+        return rng.integers(-64, 63, shape, endpoint=True).astype(np.int8)
+    return _full(rng, tb, shape)
+
+
+def _exact(a, b, a_zp=None, b_zp=None):
+    a64 = a.astype(np.int64) - (0 if a_zp is None else np.int64(a_zp))
+    b64 = b.astype(np.int64) - (0 if b_zp is None else b_zp.astype(np.int64))
+    return (a64 @ b64).astype(np.int32)  # wraps past 2^31, as int32 accumulation
+
+
+def test_matmul_integer_u8s8_full_range_is_exact():
+    """Full-range int8 B under uint8 A: ORT's x86 kernel may saturate; the EP's sum is exact."""
+    rng = np.random.default_rng(3)
+    a, b = _full(rng, np.uint8, [4, 64]), _full(rng, np.int8, [64, 6])
+    model, feeds = _int_model("MatMulInteger", ["a", "b"], [a, b], TensorProto.INT32)
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    np.testing.assert_array_equal(run.outputs[0], _exact(a, b))
+
+
+@pytest.mark.parametrize("k", [65536, 70001])
+def test_matmul_integer_long_k_wraps(k):
+    """K past one exact float32 chunk, and sums past int32 (ORT wraps them)."""
+    rng = np.random.default_rng(k)
+    a = np.full([2, k], 255, np.uint8)
+    a[1] = rng.integers(0, 255, k)
+    b = np.full([k, 3], 255, np.uint8)
+    b[:, 1] = rng.integers(0, 255, k)
+    b[:, 2] = 7
+    model, feeds = _int_model("MatMulInteger", ["a", "b"], [a, b], TensorProto.INT32)
+    _compare(model, feeds)
+    got = Run(model, feeds).outputs[0][0, 0]
+    assert got == _exact(a, b)[0, 0] and (k < 33026 or got != 65025 * k)  # wrapped past 2^31
+    a8 = np.full([1, k], -128, np.int8)
+    model, feeds = _int_model("MatMulInteger", ["a", "b"], [a8, b.astype(np.int8) | np.int8(-128)],
+                              TensorProto.INT32)
+    _compare(model, feeds)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", MATMUL_SHAPES[:5], ids=str)
+@pytest.mark.parametrize("types", [("u8", "u8"), ("u8", "i8"), ("i8", "i8")], ids=str)
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("opset", [10, 21])
+def test_qlinear_matmul(a_shape, b_shape, types, per_column, opset):
+    if per_column and len(b_shape) < 2:
+        pytest.skip("a 1-D B has no columns")
+    rng = np.random.default_rng(zlib.crc32(repr((a_shape, b_shape, types, per_column)).encode()))
+    ta, tb = INT8S[types[0]], INT8S[types[1]]
+    a, b = _full(rng, ta, a_shape), _b_values(rng, ta, tb, b_shape)
+    pc = _column_shape(b_shape) if per_column else []
+    values = [a, np.array(rng.uniform(0.01, 0.1), np.float32), _full(rng, ta, []),
+              b, rng.uniform(0.01, 0.1, pc).astype(np.float32), _full(rng, tb, pc),
+              np.array(rng.uniform(0.5, 4), np.float32), _full(rng, ta, [])]
+    names = ["a", "a_scale", "a_zp", "b", "b_scale", "b_zp", "y_scale", "y_zp"]
+    model, feeds = _int_model("QLinearMatMul", names, values, ELEM[ta], opset=opset,
+                              const=names[1:])
+    _compare(model, feeds)

@@ -1,0 +1,256 @@
+//! Integer matrix products of quantised models: ai.onnx MatMulInteger and QLinearMatMul.
+//!
+//! ORT accumulates `(a - a_zero_point) · (b - b_zero_point)` exactly in int32 (wrapping past
+//! 2^31). MLX's matmul takes floating types only, so the centred operands (integers in
+//! [-255, 255]) are split into 4-bit halves, `v = 16·hi + lo` with `lo` in [0, 15] and `hi` in
+//! [-16, 15]: each of the four float32 products `hi·hi`, `hi·lo`, `lo·hi`, `lo·lo` sums terms of
+//! magnitude at most 256, so over at most 65,536 terms every partial sum is an integer below
+//! 2^24 and float32 holds it exactly, in any summation order. Longer K is cut into chunks of
+//! 65,536. The four products are recombined in int32 with wrap-around, which is ORT's int32
+//! sum.
+//!
+//! The sums are exact for every input. ORT's uint8 x int8 kernel on x86 CPUs without VNNI
+//! (`vpmaddubsw`) saturates the int16 sum of each pair of products, so for int8 B values
+//! outside [-64, 63] ORT's answer can differ from the exact one (its quantisation tool's
+//! `reduce_range` exists for that); the EP gives the exact sum there.
+
+use mlx_kernels::{ops, Array, Dtype, Stream};
+
+use crate::qdq::{quantize, Rounding};
+use crate::table::consts::scalar;
+use crate::table::dtypes::ElemType;
+use crate::{onnx_op, Lower, NodeView, OpError, Result, Verdict};
+
+/// The most terms a float32 product of 4-bit halves sums exactly (see the module doc).
+const EXACT_K: i64 = 65_536;
+
+fn one_element(a: &Array) -> bool {
+    let shape = a.shape();
+    shape.is_empty() || shape == [1]
+}
+
+/// `x` (int8/uint8) minus its zero point, as int32.
+fn centred(x: &Array, zero_point: Option<&Array>, s: &Stream) -> Result<Array> {
+    let x = ops::astype(x, Dtype::I32, s)?;
+    Ok(match zero_point {
+        Some(zp) => ops::subtract(&x, &ops::astype(zp, Dtype::I32, s)?, s)?,
+        None => x,
+    })
+}
+
+/// A per-tensor parameter of `op` as a 0-d array; `what` names it in the error.
+fn per_tensor(op: &str, a: &Array, what: &str, s: &Stream) -> Result<Array> {
+    if !one_element(a) {
+        return Err(OpError::new(format!(
+            "{op}: {what} has shape {:?}; it must be a scalar or 1-D of size 1",
+            a.shape()
+        )));
+    }
+    Ok(ops::reshape(a, &[], s)?)
+}
+
+/// A parameter of B (zero point or scale): one value, or one per column of B (`[N]`, or B's
+/// shape with 1 for K; `[N]` only for a 2-D B), laid out to broadcast against the product.
+fn per_column(op: &str, p: &Array, b_shape: &[i64], what: &str, s: &Stream) -> Result<Array> {
+    if one_element(p) {
+        return Ok(ops::reshape(p, &[], s)?);
+    }
+    let shape = p.shape();
+    let rank = b_shape.len();
+    if rank == 2 && shape == [b_shape[1]] {
+        return Ok(p.clone());
+    }
+    if rank >= 2 {
+        let mut column = b_shape.to_vec();
+        column[rank - 2] = 1;
+        if shape == column {
+            return Ok(p.clone());
+        }
+    }
+    Err(OpError::new(format!(
+        "{op}: {what} has shape {shape:?}; for B {b_shape:?} it must be a scalar, 1-D of size \
+         1, [N] (B 2-D), or B's shape with 1 for K"
+    )))
+}
+
+/// `[hi, lo]` of int32 `v`: `v = 16·hi + lo`, `lo` in [0, 15], as float32.
+fn halves(v: &Array, s: &Stream) -> Result<(Array, Array)> {
+    let four = scalar(4.0, Dtype::I32, s)?;
+    let fifteen = scalar(15.0, Dtype::I32, s)?;
+    let hi = ops::astype(&ops::right_shift(v, &four, s)?, Dtype::F32, s)?;
+    let lo = ops::astype(&ops::bitwise_and(v, &fifteen, s)?, Dtype::F32, s)?;
+    Ok((hi, lo))
+}
+
+/// `x[..., start..stop]` along `axis`.
+fn cut(x: &Array, axis: usize, start: i64, stop: i64, s: &Stream) -> Result<Array> {
+    let shape = x.shape();
+    let mut from = vec![0; shape.len()];
+    let mut to: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
+    from[axis] = start as i32;
+    to[axis] = stop as i32;
+    let step = vec![1; shape.len()];
+    Ok(ops::slice(x, &from, &to, &step, s)?)
+}
+
+/// The exact int32 product (numpy matmul rules) of centred int32 operands in [-255, 255].
+pub(crate) fn exact_matmul(a: &Array, b: &Array, s: &Stream) -> Result<Array> {
+    if a.ndim() == 0 || b.ndim() == 0 {
+        return Err(OpError::new("matmul operands must have rank >= 1"));
+    }
+    let k = a.shape().last().copied().unwrap_or(0);
+    let b_k_axis = if b.ndim() == 1 { 0 } else { b.ndim() - 2 };
+    if b.shape()[b_k_axis] != k {
+        return Err(OpError::new(format!(
+            "shapes {:?} and {:?} do not line up for a matrix product",
+            a.shape(),
+            b.shape()
+        )));
+    }
+    if k == 0 {
+        // A sum over nothing: zeros of the product's shape.
+        let shape = ops::matmul(
+            &ops::astype(a, Dtype::F32, s)?,
+            &ops::astype(b, Dtype::F32, s)?,
+            s,
+        )?
+        .shape();
+        return Ok(ops::broadcast_to(&scalar(0.0, Dtype::I32, s)?, &shape, s)?);
+    }
+    let i32s = |v: &Array| ops::astype(v, Dtype::I32, s);
+    let mut total: Option<Array> = None;
+    let mut start = 0;
+    while start < k {
+        let stop = (start + EXACT_K).min(k);
+        let (a_part, b_part) = if start == 0 && stop == k {
+            (a.clone(), b.clone())
+        } else {
+            (
+                cut(a, a.ndim() - 1, start, stop, s)?,
+                cut(b, b_k_axis, start, stop, s)?,
+            )
+        };
+        let (ah, al) = halves(&a_part, s)?;
+        let (bh, bl) = halves(&b_part, s)?;
+        let hh = i32s(&ops::matmul(&ah, &bh, s)?)?;
+        let mixed = ops::add(
+            &i32s(&ops::matmul(&ah, &bl, s)?)?,
+            &i32s(&ops::matmul(&al, &bh, s)?)?,
+            s,
+        )?;
+        let ll = i32s(&ops::matmul(&al, &bl, s)?)?;
+        let part = ops::add(
+            &ops::add(
+                &ops::multiply(&hh, &scalar(256.0, Dtype::I32, s)?, s)?,
+                &ops::multiply(&mixed, &scalar(16.0, Dtype::I32, s)?, s)?,
+                s,
+            )?,
+            &ll,
+            s,
+        )?;
+        total = Some(match total {
+            Some(t) => ops::add(&t, &part, s)?,
+            None => part,
+        });
+        start = stop;
+    }
+    total.ok_or_else(|| OpError::new("empty product"))
+}
+
+/// `(A - a_zero_point) · (B - b_zero_point)` in int32 (numpy matmul rules), exact and wrapping
+/// past 2^31 as ORT's int32 accumulation. `a_zero_point` is one value; `b_zero_point` one
+/// value or one per column of B. Computed as float32 products of 4-bit halves, each provably
+/// exact (the file's header says why).
+#[onnx_op(
+    op = "MatMulInteger", since = 10,
+    types(T1 = I8 | U8, T2 = I8 | U8, T3 = I32),
+    inputs(A: T1, B: T2, a_zero_point: T1, b_zero_point: T2), outputs(Y: T3),
+    shape = ShapeKeyed
+)]
+fn matmul_integer(
+    cx: &mut Lower,
+    a: Array,
+    b: Array,
+    a_zero_point: Option<Array>,
+    b_zero_point: Option<Array>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let op = "MatMulInteger";
+    let a_zp = a_zero_point
+        .map(|zp| per_tensor(op, &zp, "a_zero_point", s))
+        .transpose()?;
+    let b_zp = b_zero_point
+        .map(|zp| per_column(op, &zp, &b.shape(), "b_zero_point", s))
+        .transpose()?;
+    exact_matmul(
+        &centred(&a, a_zp.as_ref(), s)?,
+        &centred(&b, b_zp.as_ref(), s)?,
+        s,
+    )
+}
+
+/// The int8/uint8 pairs ORT's QLinearMatMul kernels take: uint8 A with uint8 or int8 B into
+/// uint8, int8 A with int8 B into int8.
+fn qlinear_matmul_claim(node: &dyn NodeView) -> Verdict {
+    let (a, b, y) = (node.input_type(0), node.input_type(3), node.output_type(0));
+    match (a, b, y) {
+        (Some(ElemType::Uint8), _, Some(ElemType::Uint8)) => Verdict::Claim,
+        (Some(ElemType::Int8), Some(ElemType::Int8), Some(ElemType::Int8)) => Verdict::Claim,
+        _ => Verdict::decline(format!(
+            "a {a:?}, b {b:?}, y {y:?}: ORT's CPU kernels take uint8 a (uint8 or int8 b) into \
+             uint8, or int8 a and b into int8"
+        )),
+    }
+}
+
+/// Quantised matrix product: the exact int32 product of the centred operands (as
+/// MatMulInteger), times `a_scale · b_scale / y_scale` in float32, rounded half to even, plus
+/// `y_zero_point`, saturated (NaN to the lowest value), as ORT's x86 requantisation. `b_scale`
+/// and `b_zero_point` may be per column; the other parameters are single values.
+#[allow(clippy::too_many_arguments)] // eight inputs, as ONNX has them
+#[onnx_op(
+    op = "QLinearMatMul", since = 10,
+    types(T1 = I8 | U8, TS = F32, T2 = I8 | U8, T3 = I8 | U8),
+    inputs(a: T1, a_scale: TS, a_zero_point: T1, b: T2, b_scale: TS, b_zero_point: T2,
+           y_scale: TS, y_zero_point: T3),
+    outputs(y: T3), shape = ShapeKeyed, claim = qlinear_matmul_claim,
+    declines = "int8 a with uint8 b, and outputs of another signedness than a (ORT's CPU EP has no kernel for them)"
+)]
+fn qlinear_matmul(
+    cx: &mut Lower,
+    a: Array,
+    a_scale: Array,
+    a_zero_point: Array,
+    b: Array,
+    b_scale: Array,
+    b_zero_point: Array,
+    y_scale: Array,
+    y_zero_point: Array,
+) -> Result<Array> {
+    let s = cx.stream();
+    let op = "QLinearMatMul";
+    let b_shape = b.shape();
+    let a_zp = per_tensor(op, &a_zero_point, "a_zero_point", s)?;
+    let b_zp = per_column(op, &b_zero_point, &b_shape, "b_zero_point", s)?;
+    let y_zp = per_tensor(op, &y_zero_point, "y_zero_point", s)?;
+    let a_scale = per_tensor(op, &a_scale, "a_scale", s)?;
+    let b_scale = per_column(op, &b_scale, &b_shape, "b_scale", s)?;
+    let y_scale = per_tensor(op, &y_scale, "y_scale", s)?;
+    let acc = exact_matmul(
+        &centred(&a, Some(&a_zp), s)?,
+        &centred(&b, Some(&b_zp), s)?,
+        s,
+    )?;
+    // (a_scale * b_scale) / y_scale, in ORT's order.
+    let scale = ops::divide(&ops::multiply(&a_scale, &b_scale, s)?, &y_scale, s)?;
+    let v = ops::multiply(&ops::astype(&acc, Dtype::F32, s)?, &scale, s)?;
+    let one = scalar(1.0, Dtype::F32, s)?;
+    quantize(
+        &v,
+        &one,
+        Some(&y_zp),
+        y_zero_point.dtype(),
+        Rounding::Float,
+        s,
+    )
+}
