@@ -229,3 +229,102 @@ SPECS[("", "DynamicQuantizeLinear")] = OpSpec(
             r.uniform(-1, 1, s), r, [np.inf, -np.inf], 0.1).astype(np.float32)}),
     ],
 )
+
+
+# --------------------------------------------------------------------------------------------
+# MatMulInteger and QLinearMatMul: exact int32 sums. int8 B under uint8 A stays in [-64, 63],
+# where ORT's x86 u8s8 kernel (vpmaddubsw, int16 pair sums) is exact; full-range B is checked
+# against an exact reference in tests/ep/test_qdq.py.
+
+_MM_SCHEME = {"basic": [[3, 4], [4, 5]], "empty": [[0, 4], [4, 5]],
+              "dynamic": [[[3, 4], [4, 5]], [[1, 4], [4, 5]], [[6, 4], [4, 5]]]}
+_MM_SHAPES = [[2, 3, 4], [4, 5]]
+
+
+def _int_operand(a_var: str):
+    def make(dtype, shape, rng, dtypes):
+        if dtype == "int8" and dtypes[a_var] == "uint8":
+            return rng.integers(-64, 63, size=shape, endpoint=True).astype(np.int8)
+        info = np.iinfo(_np(dtype))
+        return rng.integers(int(info.min), int(info.max), size=shape, endpoint=True).astype(_np(dtype))
+
+    return make
+
+
+def _int_zp(port_type: str, per_column=False):
+    def make(case):
+        info = np.iinfo(_np(case.dtypes[port_type]))
+        shape = [5] if per_column else []
+        return _rng(case, f"zp/{port_type}/{per_column}").integers(
+            int(info.min), int(info.max), shape, endpoint=True).astype(_np(case.dtypes[port_type]))
+
+    return make
+
+
+def _exact_product(a, b, a_zp, b_zp):
+    a64 = np.asarray(a).astype(np.int64) - (0 if a_zp is None else np.asarray(a_zp).astype(np.int64))
+    b64 = np.asarray(b).astype(np.int64) - (0 if b_zp is None else np.asarray(b_zp).astype(np.int64))
+    return (a64 @ b64).astype(np.int32)
+
+
+def matmul_integer_ref(xs, a):
+    xs = list(xs) + [None] * (4 - len(xs))
+    return _exact_product(xs[0], xs[1], xs[2], xs[3])
+
+
+def qlinear_matmul_ref(xs, a):
+    acc = _exact_product(xs[0], xs[3], xs[2], xs[5])
+    f32 = lambda v: np.asarray(v, np.float32)  # noqa: E731
+    scale = f32(f32(xs[1]) * f32(xs[4])) / f32(xs[6])
+    y_zp = np.asarray(xs[7])
+    low, high = _range(y_zp.dtype)
+    v = np.rint(acc.astype(np.float32) * scale) + y_zp.astype(np.float32)
+    return np.where(np.isnan(v), low, np.clip(v, low, high)).astype(y_zp.dtype)
+
+
+_MMI_VARIANTS = [
+    Variant("default", constants={"a_zero_point": _int_zp("T1"), "b_zero_point": _int_zp("T2")}),
+    Variant("no_zero_points", constants={"a_zero_point": None, "b_zero_point": None}),
+    Variant("per_column", constants={"a_zero_point": _int_zp("T1"), "b_zero_point": _int_zp("T2", True)}),
+    Variant("batched", constants={"a_zero_point": _int_zp("T1"), "b_zero_point": _int_zp("T2")},
+            shapes=_MM_SHAPES),
+    Variant("b_constant", constants={"B": lambda case: _int_operand("T1")(
+        case.dtypes["T2"], [4, 5], _rng(case, "B"), case.dtypes), "a_zero_point": _int_zp("T1"),
+        "b_zero_point": _int_zp("T2", True)}, shapes=[[3, 4]]),
+]
+
+SPECS[("", "MatMulInteger")] = OpSpec(
+    ref=matmul_integer_ref,
+    exact=True,
+    domains={"A": _int_operand("T1"), "B": _int_operand("T1")},
+    scheme=_MM_SCHEME,
+    variants=_MMI_VARIANTS,
+    note="zero points are initializers; full-range u8 x s8, long K and int32 wrap in tests/ep/test_qdq.py",
+)
+
+
+def _f32_const(lo, hi, what, per_column=False):
+    def make(case):
+        return _rng(case, what).uniform(lo, hi, [5] if per_column else []).astype(np.float32)
+
+    return make
+
+
+def _qmm_constants(per_column=False):
+    return {"a_scale": _f32_const(0.01, 0.1, "a_scale"), "a_zero_point": _int_zp("T1"),
+            "b_scale": _f32_const(0.01, 0.1, "b_scale", per_column), "b_zero_point": _int_zp("T2", per_column),
+            "y_scale": _f32_const(0.5, 4.0, "y_scale"), "y_zero_point": _int_zp("T3")}
+
+
+SPECS[("", "QLinearMatMul")] = OpSpec(
+    ref=qlinear_matmul_ref,
+    exact=True,
+    domains={"a": _int_operand("T1"), "b": _int_operand("T1")},
+    scheme=_MM_SCHEME,
+    combos=lambda d: (d["T1"], d["T2"], d["T3"]) in
+    (("uint8", "uint8", "uint8"), ("uint8", "int8", "uint8"), ("int8", "int8", "int8")),
+    variants=[Variant("default", constants=_qmm_constants()),
+              Variant("per_column", constants=_qmm_constants(True)),
+              Variant("batched", constants=_qmm_constants(), shapes=_MM_SHAPES)],
+    note="scales and zero points are initializers",
+)
