@@ -206,11 +206,12 @@ fn qlinear_matmul_claim(node: &dyn NodeView) -> Verdict {
 /// Quantised matrix product: the exact int32 product of the centred operands (as
 /// MatMulInteger), times `a_scale · b_scale / y_scale` in float32, rounded half to even, plus
 /// `y_zero_point`, saturated (NaN to the lowest value), as ORT's x86 requantisation. `b_scale`
-/// and `b_zero_point` may be per column; the other parameters are single values.
+/// and `b_zero_point` may be per column; the other parameters are single values. float16
+/// scales (opset 21) are widened to float32 first: ORT runs its float kernel behind casts.
 #[allow(clippy::too_many_arguments)] // eight inputs, as ONNX has them
 #[onnx_op(
     op = "QLinearMatMul", since = 10,
-    types(T1 = I8 | U8, TS = F32, T2 = I8 | U8, T3 = I8 | U8),
+    types(T1 = I8 | U8, TS = F32 | F16, T2 = I8 | U8, T3 = I8 | U8),
     inputs(a: T1, a_scale: TS, a_zero_point: T1, b: T2, b_scale: TS, b_zero_point: T2,
            y_scale: TS, y_zero_point: T3),
     outputs(y: T3), shape = ShapeKeyed, claim = qlinear_matmul_claim,
@@ -233,9 +234,11 @@ fn qlinear_matmul(
     let a_zp = per_tensor(op, &a_zero_point, "a_zero_point", s)?;
     let b_zp = per_column(op, &b_zero_point, &b_shape, "b_zero_point", s)?;
     let y_zp = per_tensor(op, &y_zero_point, "y_zero_point", s)?;
-    let a_scale = per_tensor(op, &a_scale, "a_scale", s)?;
-    let b_scale = per_column(op, &b_scale, &b_shape, "b_scale", s)?;
-    let y_scale = per_tensor(op, &y_scale, "y_scale", s)?;
+    // float16 scales are widened exactly, as ORT's cast insertion does for its float kernel.
+    let f32 = |a: Array| ops::astype(&a, Dtype::F32, s);
+    let a_scale = f32(per_tensor(op, &a_scale, "a_scale", s)?)?;
+    let b_scale = f32(per_column(op, &b_scale, &b_shape, "b_scale", s)?)?;
+    let y_scale = f32(per_tensor(op, &y_scale, "y_scale", s)?)?;
     let acc = exact_matmul(
         &centred(&a, Some(&a_zp), s)?,
         &centred(&b, Some(&b_zp), s)?,

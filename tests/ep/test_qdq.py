@@ -418,17 +418,17 @@ def test_matmul_integer_long_k_wraps(k):
 @pytest.mark.parametrize("a_shape,b_shape", MATMUL_SHAPES[:5], ids=str)
 @pytest.mark.parametrize("types", [("u8", "u8"), ("u8", "i8"), ("i8", "i8")], ids=str)
 @pytest.mark.parametrize("per_column", [False, True])
-@pytest.mark.parametrize("opset", [10, 21])
-def test_qlinear_matmul(a_shape, b_shape, types, per_column, opset):
+@pytest.mark.parametrize("opset,stype", [(10, np.float32), (21, np.float32), (21, np.float16)], ids=str)
+def test_qlinear_matmul(a_shape, b_shape, types, per_column, opset, stype):
     if per_column and len(b_shape) < 2:
         pytest.skip("a 1-D B has no columns")
     rng = np.random.default_rng(zlib.crc32(repr((a_shape, b_shape, types, per_column)).encode()))
     ta, tb = INT8S[types[0]], INT8S[types[1]]
     a, b = _full(rng, ta, a_shape), _b_values(rng, ta, tb, b_shape)
     pc = _column_shape(b_shape) if per_column else []
-    values = [a, np.array(rng.uniform(0.01, 0.1), np.float32), _full(rng, ta, []),
-              b, rng.uniform(0.01, 0.1, pc).astype(np.float32), _full(rng, tb, pc),
-              np.array(rng.uniform(0.5, 4), np.float32), _full(rng, ta, [])]
+    values = [a, np.array(rng.uniform(0.01, 0.1), stype), _full(rng, ta, []),
+              b, rng.uniform(0.01, 0.1, pc).astype(stype), _full(rng, tb, pc),
+              np.array(rng.uniform(0.5, 4), stype), _full(rng, ta, [])]
     names = ["a", "a_scale", "a_zp", "b", "b_scale", "b_zp", "y_scale", "y_zp"]
     model, feeds = _int_model("QLinearMatMul", names, values, ELEM[ta], opset=opset,
                               const=names[1:])
