@@ -203,3 +203,46 @@ def test_rotary_attributes_outside_int_are_declined(tmp_path, monkeypatch, attr,
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     decision = {line["node"]: line for line in lines}["n"]
     assert not decision["claimed"] and attr in decision["reason"], decision
+
+
+def test_gqa_probabilities_past_the_window_stay_zero_in_a_nan_row():
+    """GroupQueryAttention's qk output (mode 2, the probabilities) for a row a NaN bias turned to
+    NaN: ORT's softmax covers the visible keys only and leaves zeros past them
+    (s20261201-com.microsoft.GroupQueryAttention-1-5)."""
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "sk", "total", "", "", "", "bias"],
+                            ["y", "pk", "pv", "qk"], name="n", domain="com.microsoft", num_heads=2, kv_num_heads=1,
+                            qk_output=2)
+    total = helper.make_tensor("total", I32, [], [3])
+    inputs = [tensor("q", F, [1, 3, 16]), tensor("k", F, [1, 3, 8]), tensor("v", F, [1, 3, 8]),
+              tensor("sk", I32, [1]), tensor("bias", F, [1, 1, 3, 3])]
+    model = make_model([node], inputs, [tensor(n, F, None) for n in ("y", "pk", "pv", "qk")], initializers=[total],
+                       domains=[("com.microsoft", 1)])
+    rng = np.random.default_rng(2)
+    bias = rng.standard_normal((1, 1, 3, 3)).astype(np.float32)
+    bias[0, 0, 1, 0] = np.nan
+    feeds = {"q": rng.standard_normal((1, 3, 16), np.float32), "k": rng.standard_normal((1, 3, 8), np.float32),
+             "v": rng.standard_normal((1, 3, 8), np.float32), "sk": np.array([2], np.int32), "bias": bias}
+    qk = _same(model, feeds)[3]
+    assert np.isnan(qk[0, :, 1, :2]).all() and (qk[0, :, 1, 2] == 0).all()
+
+
+@pytest.mark.parametrize("attr", ["num_heads", "rotary_embedding_dim"])
+def test_contrib_attention_attributes_beyond_int_are_declined(tmp_path, monkeypatch, attr):
+    """ORT narrows these to int and fails with narrowing_error (s20261201-com.microsoft.Attention-1-68)."""
+    import json
+
+    report = tmp_path / "explain.jsonl"
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_EXPLAIN", str(report))
+    attrs = {"num_heads": 2, attr: 1 << 31}
+    node = helper.make_node("Attention", ["x", "w", "b"], ["y"], name="n", domain="com.microsoft", **attrs)
+    model = make_model([node], [tensor("x", F, [2, 3, 6]), tensor("w", F, [6, 24]), tensor("b", F, [24])],
+                       [tensor("y", F, None)], domains=[("com.microsoft", 1)])
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        ort.InferenceSession(model, options, providers=[MLX, "CPUExecutionProvider"])
+    except Exception:
+        pass  # ORT's own kernel refuses the node: what matters is that the EP declined it
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    decision = {line["node"]: line for line in lines}["n"]
+    assert not decision["claimed"] and attr in decision["reason"], decision

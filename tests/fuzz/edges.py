@@ -134,6 +134,9 @@ _BOOL_LIKE = {"keepdims", "select_last_index", "noop_with_empty_axes", "largest"
               "center_point_box", "interleaved"}
 
 
+DIM_ATTRS = {"K", "N", "block_size", "bits"}  # int attributes that size generated tensors
+
+
 def attr_int(rng, name: str, rank: int, current) -> int:
     if name == "axis" or name.endswith("_axis") or name in ("axis_w",):
         pool = [-rank, -1, rank - 1, rank, -rank - 1, 0, I64_MAX]
@@ -141,6 +144,10 @@ def attr_int(rng, name: str, rank: int, current) -> int:
         pool = [0, 1, 2, -1]
     elif name in ("to",):
         pool = [1, 2, 3, 5, 6, 7, 9, 10, 11, 12, 13, 16, 0, 8]  # includes invalid UNDEFINED/STRING
+    elif name in DIM_ATTRS:
+        # The op suite sizes its weights by these (MatMulNBits' K x N): a huge one would make the
+        # generator itself allocate gigabytes, so only small, zero and negative edges.
+        pool = [0, 1, -1, 2, 3, 5, 7, 16, 4096, I64_MIN]
     else:
         pool = [0, 1, -1, 2, 3, 2**31, I32_MAX, I64_MAX, I64_MIN]
     return int(pool[int(rng.integers(len(pool)))])

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 _REFERENCE = ("checked against the numpy reference (ORT's CPU EP has no kernel for this op or dtype), which "
               "evaluates in float64 what the op computes in float32/float16 at extreme magnitudes")
-_POOL_PADS = ("pads >= kernel: ORT refuses the model at load; the EP still pools it because the op suite "
-              "checks such dilated cases against numpy (issue 13: decline and move those cases)")
 
 _F16_ADD_CAST = ("float16 Add then Cast to float: ORT's CPU EP adds in float32 (its InsertCastTransformer) and its "
                  "optimizer drops the float32->float16->float32 round trip, so its answer is not a float16 sum; "
@@ -21,9 +19,10 @@ _INT64_SUM = ("int64 ReduceSum with terms beyond 2^48: ORT's CPU EP sums int64 i
 
 # case id (s<seed>-<entry key>-<k>) -> (category, why it is still open)
 KNOWN: dict[str, tuple[str, str]] = {
-    "s20261201-MaxPool-8..11-1": ("cpu_only_error", _POOL_PADS),
-    "s20261201-Resize-10..10-1": ("cpu_only_error", "Resize-10 scales ORT's ScalesValidation refuses at load "
-                                                    "(upsamplebase.h): the claim does not decline them yet"),
+    "s20261201-DynamicQuantizeLinear-11-2": ("wrong", "DynamicQuantizeLinear over a row holding NaN: ORT's range "
+                                                      "(so scale and zero point) depends on where the NaN falls "
+                                                      "in MLAS's vector lanes, not on the values; the EP ignores "
+                                                      "NaN (documented in qdq, fefe8ba)"),
     "s20261201-ReduceSum-1..12-0": ("lost_fallback", _INT64_SUM),
     "s20261201-Add-7-2": ("wrong", _F16_ADD_CAST),
     "s20261201-OneHot-9-10": ("wrong", "OneHot with NaN/fractional float indices on a dtype ORT has no kernel for: "

@@ -20,7 +20,7 @@ use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
     inputs(input: T, weights: T, bias: T, mask_index: M, past: T, attention_bias: T,
            past_sequence_length: M),
     outputs(output: T, present?: T), shape = ShapeKeyed, claim = attention_claim,
-    declines = "no bias (ORT's CPU kernel crashes without one); do_rotary (ORT's CPU kernel refuses it); past_present_share_buffer; a 4-D (Megatron) mask_index (not implemented by ORT's CPU kernel); past together with attention_bias, or past without the present output (ORT refuses both); qkv_hidden_sizes that ORT refuses (not 3 multiples of num_heads, or Q and K sizes that differ), or with K and V sizes that differ when past or present is used; num_heads < 1"
+    declines = "no bias (ORT's CPU kernel crashes without one); do_rotary (ORT's CPU kernel refuses it); past_present_share_buffer; a 4-D (Megatron) mask_index (not implemented by ORT's CPU kernel); past together with attention_bias, or past without the present output (ORT refuses both); qkv_hidden_sizes that ORT refuses (not 3 multiples of num_heads, or Q and K sizes that differ), or with K and V sizes that differ when past or present is used; num_heads < 1; num_heads or rotary_embedding_dim beyond 32 bits (ORT's narrowing_error)"
 )]
 fn attention(
     cx: &mut Lower,
@@ -160,6 +160,14 @@ fn attention_claim(node: &dyn NodeView) -> Verdict {
         Some(AttrValue::Int(v)) => v,
         _ => 0,
     };
+    for name in ["num_heads", "rotary_embedding_dim"] {
+        if i32::try_from(int(name)).is_err() {
+            return Verdict::decline(format!(
+                "{name} {} does not fit ORT's int (its kernel fails with narrowing_error)",
+                int(name)
+            ));
+        }
+    }
     if !node.input_present(2) {
         return Verdict::decline("no bias: ORT's CPU kernel needs one (it crashes without)");
     }

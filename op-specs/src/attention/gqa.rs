@@ -344,7 +344,9 @@ fn group_query_attention(
             (None, 1) => Some(Sink::Zero),
             _ => None,
         };
-        let mut probs = softmax_rows(&x, sink, s)?;
+        // ORT's softmax runs over each row's visible window and leaves zeros past it, even in a
+        // row a NaN score turned to NaN.
+        let mut probs = masked(&softmax_rows(&x, sink, s)?, &keep, 0.0, s)?;
         if let Some(seen) = &seen {
             probs = masked(&probs, seen, 0.0, s)?;
         }
