@@ -257,3 +257,210 @@ fn qlinear_matmul(
         s,
     )
 }
+
+/// Conv's attributes, as ConvInteger and QLinearConv carry them.
+struct ConvAttrs {
+    auto_pad: String,
+    dilations: Option<Vec<i64>>,
+    group: i64,
+    kernel_shape: Option<Vec<i64>>,
+    pads: Option<Vec<i64>>,
+    strides: Option<Vec<i64>>,
+}
+
+fn to_i32(values: &[i64]) -> Vec<i32> {
+    values.iter().map(|&v| v as i32).collect()
+}
+
+/// The exact int32 convolution (channels first, ONNX's Conv rules) of centred int32 `x [N, C,
+/// d..]` and `w [M, C / group, k..]` with values in [-255, 255]: zero padding, which is the
+/// padding ORT's kernels apply (they pad x with its zero point before centring).
+fn exact_conv(op: &str, x: &Array, w: &Array, attrs: &ConvAttrs, s: &Stream) -> Result<Array> {
+    let fail = |what: String| Err(OpError::new(format!("{op}: {what}")));
+    let rank = x.ndim();
+    if rank < 3 || w.ndim() != rank {
+        return fail(format!(
+            "x of rank {rank} and w of rank {} do not make a convolution",
+            w.ndim()
+        ));
+    }
+    let (x_shape, w_shape) = (x.shape(), w.shape());
+    let spatial = rank - 2;
+    let kernel = w_shape[2..].to_vec();
+    if attrs.kernel_shape.as_ref().is_some_and(|k| *k != kernel) {
+        return fail(format!(
+            "kernel_shape {:?} differs from w's {kernel:?}",
+            attrs.kernel_shape
+        ));
+    }
+    let group = attrs.group;
+    let channels = x_shape[1];
+    if group < 1
+        || channels % group != 0
+        || w_shape[1] * group != channels
+        || w_shape[0] % group != 0
+    {
+        return fail(format!(
+            "x's {channels} channels and w {w_shape:?} do not split into {group} groups"
+        ));
+    }
+    let terms = w_shape[1..].iter().product::<i64>();
+    if terms > EXACT_K {
+        return fail(format!(
+            "{terms} products per output: past {EXACT_K} a float32 sum of 4-bit halves is not \
+             exact (run the node on ORT's CPU EP)"
+        ));
+    }
+    let strides = attrs.strides.clone().unwrap_or_else(|| vec![1; spatial]);
+    let dilations = attrs.dilations.clone().unwrap_or_else(|| vec![1; spatial]);
+    if strides.len() != spatial || dilations.len() != spatial {
+        return fail("strides/dilations do not match the spatial rank".into());
+    }
+    if strides.iter().chain(&dilations).any(|&v| v < 1) {
+        return fail("strides and dilations must be positive".into());
+    }
+    let (lo, hi) = crate::conv::conv_padding(
+        &attrs.auto_pad,
+        attrs.pads.as_deref(),
+        &x_shape[2..],
+        &kernel,
+        &strides,
+        &dilations,
+    )
+    .map_err(|e| OpError::new(format!("{op}: {}", e.message)))?;
+    for i in 0..spatial {
+        let span = x_shape[2 + i] + lo[i] + hi[i] - (dilations[i] * (kernel[i] - 1) + 1);
+        if span < 0 {
+            return fail(format!(
+                "x has shape {x_shape:?}: spatial axis {i} leaves no output (invalid input shape)"
+            ));
+        }
+    }
+    if x_shape.contains(&0) || w_shape.contains(&0) {
+        return fail(format!(
+            "x {x_shape:?} or w {w_shape:?} is empty (not taken by the EP)"
+        ));
+    }
+    let last: Vec<i32> = std::iter::once(0)
+        .chain(2..rank as i32)
+        .chain(std::iter::once(1))
+        .collect();
+    let first: Vec<i32> = std::iter::once(0)
+        .chain(std::iter::once(rank as i32 - 1))
+        .chain(1..rank as i32 - 1)
+        .collect();
+    let (xh, xl) = halves(&ops::transpose(x, &last, s)?, s)?;
+    let (wh, wl) = halves(&ops::transpose(w, &last, s)?, s)?;
+    let conv = |a: &Array, b: &Array| -> Result<Array> {
+        let y = ops::conv(
+            a,
+            b,
+            &to_i32(&strides),
+            &to_i32(&lo),
+            &to_i32(&hi),
+            &to_i32(&dilations),
+            &vec![1; spatial],
+            group as i32,
+            s,
+        )?;
+        Ok(ops::astype(&y, Dtype::I32, s)?)
+    };
+    let hh = conv(&xh, &wh)?;
+    let mixed = ops::add(&conv(&xh, &wl)?, &conv(&xl, &wh)?, s)?;
+    let ll = conv(&xl, &wl)?;
+    let y = ops::add(
+        &ops::add(
+            &ops::multiply(&hh, &scalar(256.0, Dtype::I32, s)?, s)?,
+            &ops::multiply(&mixed, &scalar(16.0, Dtype::I32, s)?, s)?,
+            s,
+        )?,
+        &ll,
+        s,
+    )?;
+    Ok(ops::transpose(&y, &first, s)?)
+}
+
+/// What MLX's convolution takes: grouped convolutions up to 2-D, and no more products per
+/// output than a float32 sum of 4-bit halves holds exactly (when W's shape is declared).
+fn conv_claim(node: &dyn NodeView, w_index: usize) -> Verdict {
+    if let Some(crate::AttrValue::String(pad)) = node.attribute("auto_pad") {
+        if !matches!(
+            pad.as_str(),
+            "NOTSET" | "VALID" | "SAME_UPPER" | "SAME_LOWER"
+        ) {
+            return Verdict::decline(format!("auto_pad {pad:?} is not an ONNX mode"));
+        }
+    }
+    let group = match node.attribute("group") {
+        Some(crate::AttrValue::Int(g)) => g,
+        _ => 1,
+    };
+    if group != 1 && !matches!(node.input_rank(0), Some(3 | 4)) {
+        return Verdict::decline(
+            "a grouped convolution that is not 1-D or 2-D (MLX has none), or of unknown rank",
+        );
+    }
+    if let Some(dims) = node.input_shape(w_index) {
+        let terms: Option<i64> = dims[1..].iter().copied().product();
+        if terms.is_some_and(|t| t > EXACT_K) {
+            return Verdict::decline(format!(
+                "more than {EXACT_K} products per output: a float32 sum of 4-bit halves is not \
+                 exact past that"
+            ));
+        }
+    }
+    Verdict::Claim
+}
+
+fn conv_integer_claim(node: &dyn NodeView) -> Verdict {
+    conv_claim(node, 1)
+}
+
+/// `conv(x - x_zero_point, w - w_zero_point)` in int32, exact (float32 convolutions of 4-bit
+/// halves, as MatMulInteger), with Conv's attributes; padding contributes zeros, as ORT pads x
+/// with its zero point. Zero points are single values (ORT's kernel takes no other).
+#[allow(clippy::too_many_arguments)] // four inputs and six attributes, as ONNX has them
+#[onnx_op(
+    op = "ConvInteger", since = 10,
+    types(T1 = I8 | U8, T2 = I8 | U8, T3 = I32),
+    inputs(x: T1, w: T2, x_zero_point: T1, w_zero_point: T2), outputs(y: T3),
+    shape = ShapeKeyed, claim = conv_integer_claim,
+    declines = "grouped convolutions beyond 2-D (MLX has none); more than 65536 products per output (W's shape declared); auto_pad values outside ONNX's four"
+)]
+fn conv_integer(
+    cx: &mut Lower,
+    x: Array,
+    w: Array,
+    x_zero_point: Option<Array>,
+    w_zero_point: Option<Array>,
+    #[attr(default = "NOTSET")] auto_pad: String,
+    #[attr] dilations: Option<Vec<i64>>,
+    #[attr(default = 1)] group: i64,
+    #[attr] kernel_shape: Option<Vec<i64>>,
+    #[attr] pads: Option<Vec<i64>>,
+    #[attr] strides: Option<Vec<i64>>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let op = "ConvInteger";
+    let x_zp = x_zero_point
+        .map(|zp| per_tensor(op, &zp, "x_zero_point", s))
+        .transpose()?;
+    let w_zp = w_zero_point
+        .map(|zp| per_tensor(op, &zp, "w_zero_point", s))
+        .transpose()?;
+    let attrs = ConvAttrs {
+        auto_pad,
+        dilations,
+        group,
+        kernel_shape,
+        pads,
+        strides,
+    };
+    exact_conv(
+        op,
+        &centred(&x, x_zp.as_ref(), s)?,
+        &centred(&w, w_zp.as_ref(), s)?,
+        &attrs,
+        s,
+    )
+}

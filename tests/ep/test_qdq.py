@@ -433,3 +433,59 @@ def test_qlinear_matmul(a_shape, b_shape, types, per_column, opset, stype):
     model, feeds = _int_model("QLinearMatMul", names, values, ELEM[ta], opset=opset,
                               const=names[1:])
     _compare(model, feeds)
+
+
+CONV_CASES = {
+    "2d": ([1, 3, 6, 7], [4, 3, 3, 3], {}),
+    "2d_pads_strides": ([2, 3, 7, 6], [4, 3, 3, 2], {"pads": [1, 0, 2, 1], "strides": [2, 1]}),
+    "2d_dilations": ([1, 2, 8, 8], [3, 2, 3, 3], {"dilations": [2, 1], "pads": [1, 1, 1, 1]}),
+    "2d_same_upper": ([1, 2, 5, 6], [2, 2, 3, 3], {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    "2d_same_lower": ([1, 2, 5, 6], [2, 2, 2, 3], {"auto_pad": "SAME_LOWER"}),
+    "2d_groups": ([1, 4, 5, 5], [6, 2, 3, 3], {"group": 2, "pads": [1, 1, 1, 1]}),
+    "2d_depthwise": ([1, 4, 5, 5], [4, 1, 3, 3], {"group": 4, "pads": [1, 1, 1, 1]}),
+    "1d": ([2, 3, 9], [2, 3, 4], {"pads": [2, 1], "strides": [2]}),
+    "3d": ([1, 2, 4, 5, 3], [2, 2, 2, 3, 2], {"pads": [1, 0, 1, 0, 1, 0]}),
+    "1x1": ([1, 8, 4, 4], [5, 8, 1, 1], {}),
+}
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=str)
+@pytest.mark.parametrize("tx,tw", [("u8", "u8"), ("u8", "i8"), ("i8", "i8"), ("i8", "u8")])
+@pytest.mark.parametrize("with_zp", [True, False], ids=["zp", "no_zp"])
+def test_conv_integer(case, tx, tw, with_zp):
+    x_shape, w_shape, attrs = CONV_CASES[case]
+    rng = np.random.default_rng(zlib.crc32(repr((case, tx, tw, with_zp)).encode()))
+    tx, tw = INT8S[tx], INT8S[tw]
+    x, w = _full(rng, tx, x_shape), _b_values(rng, tx, tw, w_shape)
+    if tx == np.int8 and tw == np.uint8:  # ORT's s8 x u8 path saturates too (int16 pair sums)
+        x = rng.integers(-64, 63, x_shape, endpoint=True).astype(np.int8)
+        w = rng.integers(0, 127, w_shape, endpoint=True).astype(np.uint8)
+    zps = [_full(rng, tx, []), _full(rng, tw, [])] if with_zp else [None, None]
+    names = ["x", "w", "x_zp", "w_zp"]
+    inits, inputs, feeds = [], [tensor("x", ELEM[tx], x_shape)], {"x": x}
+    for name, value in zip(names[1:], [w] + zps):
+        if value is not None:
+            inits.append(numpy_helper.from_array(value, name))
+    node = helper.make_node("ConvInteger", [n for n, v in zip(names, [x, w] + zps) if v is not None],
+                            ["y"], **attrs)
+    model = make_model([node], inputs, [tensor("y", TensorProto.INT32)], inits, opset=10)
+    _compare(model, feeds)
+
+
+def test_conv_integer_s8u8_full_range_is_exact():
+    """int8 x under uint8 w past [-64, 63]: ORT's x86 kernel saturates int16 pair sums; the
+    EP's sum is exact."""
+    rng = np.random.default_rng(5)
+    x, w = _full(rng, np.int8, [1, 2, 4, 4]), _full(rng, np.uint8, [3, 2, 3, 3])
+    node = helper.make_node("ConvInteger", ["x", "w"], ["y"])
+    model = make_model([node], [tensor("x", TensorProto.INT8, [1, 2, 4, 4])], [tensor("y", TensorProto.INT32)],
+                       [numpy_helper.from_array(w, "w")], opset=10)
+    run = Run(model, {"x": x})
+    run.assert_all_on_mlx()
+    x64, w64 = x.astype(np.int64), w.astype(np.int64)
+    want = np.zeros([1, 3, 2, 2], np.int64)
+    for m in range(3):
+        for i in range(2):
+            for j in range(2):
+                want[0, m, i, j] = (x64[0, :, i:i + 3, j:j + 3] * w64[m]).sum()
+    np.testing.assert_array_equal(run.outputs[0], want.astype(np.int32))
