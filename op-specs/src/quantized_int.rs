@@ -464,3 +464,121 @@ fn conv_integer(
         s,
     )
 }
+
+fn qlinear_conv_claim(node: &dyn NodeView) -> Verdict {
+    let (x, w, y) = (node.input_type(0), node.input_type(3), node.output_type(0));
+    match (x, w, y) {
+        (Some(ElemType::Uint8), _, Some(ElemType::Uint8))
+        | (Some(ElemType::Int8), Some(ElemType::Int8), Some(ElemType::Int8)) => conv_claim(node, 3),
+        _ => Verdict::decline(format!(
+            "x {x:?}, w {w:?}, y {y:?}: ORT's CPU kernels take uint8 x (uint8 or int8 w) into \
+             uint8, or int8 x and w into int8"
+        )),
+    }
+}
+
+/// A per-output-channel parameter of w (one value, or `[M]`) shaped to broadcast against
+/// channels-first `[N, M, d..]` (or against w itself, `[M, C/g, k..]`).
+fn per_channel(op: &str, p: &Array, m: i64, rank: usize, what: &str, s: &Stream) -> Result<Array> {
+    if one_element(p) {
+        return Ok(ops::reshape(p, &[], s)?);
+    }
+    if p.shape() != [m] {
+        return Err(OpError::new(format!(
+            "{op}: {what} has shape {:?}; it must be a scalar, 1-D of size 1 or [M] = [{m}]",
+            p.shape()
+        )));
+    }
+    let mut shape = vec![1; rank];
+    shape[1] = m;
+    Ok(ops::reshape(p, &shape, s)?)
+}
+
+/// Quantised convolution: the exact int32 `conv(x - x_zero_point, w - w_zero_point)` (as
+/// ConvInteger) plus the int32 bias `B`, times `x_scale · w_scale / y_scale` in float32,
+/// rounded half to even, plus `y_zero_point`, saturated (NaN to the lowest value), as ORT's
+/// x86 requantisation. `w_scale` and `w_zero_point` may be per output channel.
+#[allow(clippy::too_many_arguments)] // nine inputs and six attributes, as ONNX has them
+#[onnx_op(
+    op = "QLinearConv", since = 10,
+    types(T1 = I8 | U8, TS = F32, T2 = I8 | U8, T3 = I8 | U8, T4 = I32),
+    inputs(x: T1, x_scale: TS, x_zero_point: T1, w: T2, w_scale: TS, w_zero_point: T2,
+           y_scale: TS, y_zero_point: T3, B: T4),
+    outputs(y: T3), shape = ShapeKeyed, claim = qlinear_conv_claim,
+    declines = "int8 x with uint8 w, and outputs of another signedness than x (ORT's CPU EP has no kernel for them); ConvInteger's declines"
+)]
+fn qlinear_conv(
+    cx: &mut Lower,
+    x: Array,
+    x_scale: Array,
+    x_zero_point: Array,
+    w: Array,
+    w_scale: Array,
+    w_zero_point: Array,
+    y_scale: Array,
+    y_zero_point: Array,
+    b: Option<Array>,
+    #[attr(default = "NOTSET")] auto_pad: String,
+    #[attr] dilations: Option<Vec<i64>>,
+    #[attr(default = 1)] group: i64,
+    #[attr] kernel_shape: Option<Vec<i64>>,
+    #[attr] pads: Option<Vec<i64>>,
+    #[attr] strides: Option<Vec<i64>>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let op = "QLinearConv";
+    let rank = x.ndim();
+    let m = w.shape().first().copied().unwrap_or(0);
+    let x_zp = per_tensor(op, &x_zero_point, "x_zero_point", s)?;
+    let y_zp = per_tensor(op, &y_zero_point, "y_zero_point", s)?;
+    let x_scale = per_tensor(op, &x_scale, "x_scale", s)?;
+    let y_scale = per_tensor(op, &y_scale, "y_scale", s)?;
+    let w_scale = per_channel(op, &w_scale, m, rank, "w_scale", s)?;
+    let w_zp = per_channel(op, &w_zero_point, m, rank, "w_zero_point", s)?;
+    // w's zero point against w [M, C/g, k..]: per channel along axis 0.
+    let w_zp_w = if w_zp.ndim() > 0 {
+        let mut shape = vec![1; w.ndim()];
+        shape[0] = m;
+        ops::reshape(&w_zp, &shape, s)?
+    } else {
+        w_zp
+    };
+    let attrs = ConvAttrs {
+        auto_pad,
+        dilations,
+        group,
+        kernel_shape,
+        pads,
+        strides,
+    };
+    let mut acc = exact_conv(
+        op,
+        &centred(&x, Some(&x_zp), s)?,
+        &centred(&w, Some(&w_zp_w), s)?,
+        &attrs,
+        s,
+    )?;
+    if let Some(b) = b {
+        if b.shape() != [m] {
+            return Err(OpError::new(format!(
+                "{op}: B has shape {:?}; it must be 1-D with one value per output channel ({m})",
+                b.shape()
+            )));
+        }
+        let mut shape = vec![1; rank];
+        shape[1] = m;
+        acc = ops::add(&acc, &ops::reshape(&b, &shape, s)?, s)?;
+    }
+    // (x_scale * w_scale) / y_scale, in ORT's order.
+    let scale = ops::divide(&ops::multiply(&x_scale, &w_scale, s)?, &y_scale, s)?;
+    let v = ops::multiply(&ops::astype(&acc, Dtype::F32, s)?, &scale, s)?;
+    let one = scalar(1.0, Dtype::F32, s)?;
+    quantize(
+        &v,
+        &one,
+        Some(&y_zp),
+        y_zero_point.dtype(),
+        Rounding::Float,
+        s,
+    )
+}

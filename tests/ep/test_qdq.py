@@ -489,3 +489,43 @@ def test_conv_integer_s8u8_full_range_is_exact():
             for j in range(2):
                 want[0, m, i, j] = (x64[0, :, i:i + 3, j:j + 3] * w64[m]).sum()
     np.testing.assert_array_equal(run.outputs[0], want.astype(np.int32))
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=str)
+@pytest.mark.parametrize("types", [("u8", "u8"), ("u8", "i8"), ("i8", "i8")], ids=str)
+@pytest.mark.parametrize("params", ["per_tensor", "per_channel", "bias"])
+def test_qlinear_conv(case, types, params):
+    x_shape, w_shape, attrs = CONV_CASES[case]
+    rng = np.random.default_rng(zlib.crc32(repr((case, types, params)).encode()))
+    tx, tw = INT8S[types[0]], INT8S[types[1]]
+    x, w = _full(rng, tx, x_shape), _b_values(rng, tx, tw, w_shape)
+    m = w_shape[0]
+    per_channel = params != "per_tensor"
+    w_scale = rng.uniform(0.002, 0.02, [m] if per_channel else []).astype(np.float32)
+    w_zp = np.full([m] if per_channel else [], _full(rng, tw, []), tw)
+    if tw == np.int8:
+        w_zp[...] = 0  # ORT's quantiser makes int8 weights symmetric
+    values = {"x_scale": np.array(0.05, np.float32), "x_zp": _full(rng, tx, []), "w": w, "w_scale": w_scale,
+              "w_zp": w_zp, "y_scale": np.array(rng.uniform(0.05, 0.5), np.float32), "y_zp": _full(rng, tx, [])}
+    if params == "bias":
+        values["B"] = rng.integers(-5000, 5000, [m]).astype(np.int32)
+    names = ["x", "x_scale", "x_zp", "w", "w_scale", "w_zp", "y_scale", "y_zp"] + (["B"] if "B" in values else [])
+    inits = [numpy_helper.from_array(np.asarray(values[n]), n) for n in names[1:]]
+    node = helper.make_node("QLinearConv", names, ["y"], **attrs)
+    model = make_model([node], [tensor("x", ELEM[tx], x_shape)], [tensor("y", ELEM[tx])], inits, opset=10)
+    _compare(model, {"x": x})
+
+
+def test_qlinear_conv_per_channel_w_zero_points():
+    """Different zero points per output channel (uint8 weights), as ORT 1.31.1 takes them."""
+    rng = np.random.default_rng(11)
+    x = _full(rng, np.uint8, [1, 2, 5, 5])
+    names = ["x", "x_scale", "x_zp", "w", "w_scale", "w_zp", "y_scale", "y_zp"]
+    values = [np.array(0.1, np.float32), np.uint8(9), _full(rng, np.uint8, [3, 2, 3, 3]),
+              np.array([0.01, 0.02, 0.005], np.float32), np.array([1, 200, 77], np.uint8),
+              np.array(0.7, np.float32), np.uint8(100)]
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in zip(names[1:], values)]
+    node = helper.make_node("QLinearConv", names, ["y"], pads=[1, 1, 1, 1])
+    model = make_model([node], [tensor("x", TensorProto.UINT8, [1, 2, 5, 5])], [tensor("y", TensorProto.UINT8)],
+                       inits, opset=10)
+    _compare(model, {"x": x})
