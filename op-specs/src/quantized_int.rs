@@ -328,6 +328,8 @@ fn exact_conv(op: &str, x: &Array, w: &Array, attrs: &ConvAttrs, s: &Stream) -> 
         &dilations,
     )
     .map_err(|e| OpError::new(format!("{op}: {}", e.message)))?;
+    let same = attrs.auto_pad.starts_with("SAME");
+    let mut out_shape = vec![x_shape[0], w_shape[0]];
     for i in 0..spatial {
         let span = x_shape[2 + i] + lo[i] + hi[i] - (dilations[i] * (kernel[i] - 1) + 1);
         if span < 0 {
@@ -335,6 +337,19 @@ fn exact_conv(op: &str, x: &Array, w: &Array, attrs: &ConvAttrs, s: &Stream) -> 
                 "x has shape {x_shape:?}: spatial axis {i} leaves no output (invalid input shape)"
             ));
         }
+        out_shape.push(if same {
+            (x_shape[2 + i] + strides[i] - 1) / strides[i]
+        } else {
+            span / strides[i] + 1
+        });
+    }
+    if x_shape[0] == 0 || w_shape[0] == 0 {
+        // No images or no output channels: an empty output, as ORT's.
+        return Ok(ops::broadcast_to(
+            &scalar(0.0, Dtype::I32, s)?,
+            &out_shape,
+            s,
+        )?);
     }
     if x_shape.contains(&0) || w_shape.contains(&0) {
         return fail(format!(
