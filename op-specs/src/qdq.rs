@@ -327,17 +327,21 @@ fn quantize_linear(
 )]
 fn dynamic_quantize_linear(cx: &mut Lower, x: Array) -> Result<Vec<Array>> {
     let s = cx.stream();
+    let (scale, zero_point) = dynamic_params(&x, s)?;
+    let y = quantize(&x, &scale, Some(&zero_point), Dtype::U8, Rounding::Float, s)?;
+    Ok(vec![y, scale, ops::astype(&zero_point, Dtype::U8, s)?])
+}
+
+/// `(scale, zero_point)` (0-d float32) of ORT's uint8 dynamic quantisation of float32 `x` (see
+/// DynamicQuantizeLinear).
+pub(crate) fn dynamic_params(x: &Array, s: &Stream) -> Result<(Array, Array)> {
     let f = |v: f64| scalar(v, Dtype::F32, s);
     let zero = f(0.0)?;
     if x.size() == 0 {
-        return Ok(vec![
-            ops::astype(&x, Dtype::U8, s)?,
-            f(1.0)?,
-            scalar(0.0, Dtype::U8, s)?,
-        ]);
+        return Ok((f(1.0)?, zero));
     }
     // NaN never wins ORT's min/max; the range includes 0 anyway, so NaN counts as 0.
-    let flat = ops::reshape(&x, &[-1], s)?;
+    let flat = ops::reshape(x, &[-1], s)?;
     let clean = ops::where_(&ops::isnan(&flat, s)?, &zero, &flat, s)?;
     let low = ops::minimum(&ops::min(&clean, &[0], false, s)?, &zero, s)?;
     let high = ops::maximum(&ops::max(&clean, &[0], false, s)?, &zero, s)?;
@@ -352,7 +356,5 @@ fn dynamic_quantize_linear(cx: &mut Lower, x: Array) -> Result<Vec<Array>> {
     let top = f(255.0)?;
     let upper = ops::where_(&ops::less(&initial, &top, s)?, &initial, &top, s)?;
     let bounded = ops::where_(&ops::less(&zero, &upper, s)?, &upper, &zero, s)?;
-    let zero_point = ops::round(&bounded, 0, s)?;
-    let y = quantize(&x, &scale, Some(&zero_point), Dtype::U8, Rounding::Float, s)?;
-    Ok(vec![y, scale, ops::astype(&zero_point, Dtype::U8, s)?])
+    Ok((scale, ops::round(&bounded, 0, s)?))
 }

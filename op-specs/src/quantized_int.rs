@@ -597,3 +597,111 @@ fn qlinear_conv(
         s,
     )
 }
+
+/// `float(acc) · multiplier + bias` in float32, the output stage ORT's MatMulIntegerToFloat
+/// and DynamicQuantizeMatMul share (`multiplier = a_scale · b_scale`, per tensor or column).
+fn scale_and_bias(
+    op: &str,
+    acc: &Array,
+    a_scale: &Array,
+    b_scale: &Array,
+    b_shape: &[i64],
+    bias: Option<&Array>,
+    s: &Stream,
+) -> Result<Array> {
+    let f32 = |a: &Array| ops::astype(a, Dtype::F32, s);
+    let b_scale = per_column(op, b_scale, b_shape, "b_scale", s)?;
+    let multiplier = ops::multiply(&f32(a_scale)?, &f32(&b_scale)?, s)?;
+    let y = ops::multiply(&f32(acc)?, &multiplier, s)?;
+    match bias {
+        Some(bias) => {
+            let n = b_shape.last().copied().unwrap_or(1);
+            if bias.shape() != [n] {
+                return Err(OpError::new(format!(
+                    "{op}: bias has shape {:?}; it must be 1-D with one value per column ({n})",
+                    bias.shape()
+                )));
+            }
+            Ok(ops::add(&y, &f32(bias)?, s)?)
+        }
+        None => Ok(y),
+    }
+}
+
+/// `float((A - a_zero_point) · (B - b_zero_point)) · (a_scale · b_scale) + bias` in float32:
+/// the exact int32 product (as MatMulInteger), then ORT's scale-and-bias output stage.
+/// `a_scale` and `a_zero_point` are single values; `b_scale` and `b_zero_point` one value or
+/// one per column of B.
+#[allow(clippy::too_many_arguments)] // seven inputs, as ORT has them
+#[onnx_op(
+    domain = "com.microsoft", op = "MatMulIntegerToFloat", since = 1,
+    types(T1 = I8 | U8, T2 = I8 | U8, T3 = F32),
+    inputs(A: T1, B: T2, a_scale: T3, b_scale: T3, a_zero_point: T1, b_zero_point: T2, bias: T3),
+    outputs(Y: T3), shape = ShapeKeyed
+)]
+fn matmul_integer_to_float(
+    cx: &mut Lower,
+    a: Array,
+    b: Array,
+    a_scale: Array,
+    b_scale: Array,
+    a_zero_point: Option<Array>,
+    b_zero_point: Option<Array>,
+    bias: Option<Array>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let op = "MatMulIntegerToFloat";
+    let b_shape = b.shape();
+    let a_scale = per_tensor(
+        op,
+        &a_scale,
+        "a_scale (ORT swaps a per-column a_scale with b_scale; the EP takes only a single a_scale)",
+        s,
+    )?;
+    let a_zp = a_zero_point
+        .map(|zp| per_tensor(op, &zp, "a_zero_point", s))
+        .transpose()?;
+    let b_zp = b_zero_point
+        .map(|zp| per_column(op, &zp, &b_shape, "b_zero_point", s))
+        .transpose()?;
+    let acc = exact_matmul(
+        &centred(&a, a_zp.as_ref(), s)?,
+        &centred(&b, b_zp.as_ref(), s)?,
+        s,
+    )?;
+    scale_and_bias(op, &acc, &a_scale, &b_scale, &b_shape, bias.as_ref(), s)
+}
+
+/// `A · dequant(B) + bias` with A quantised on the fly as DynamicQuantizeLinear does (uint8,
+/// range from A's values, NaN ignored): the exact int32 product of the quantised operands,
+/// times `a_scale · b_scale`, plus `bias`, in float32. `b_scale` and `b_zero_point` are one
+/// value or one per column of B.
+#[onnx_op(
+    domain = "com.microsoft", op = "DynamicQuantizeMatMul", since = 1,
+    types(T1 = F32, T2 = I8 | U8),
+    inputs(A: T1, B: T2, b_scale: T1, b_zero_point: T2, bias: T1), outputs(Y: T1),
+    shape = ShapeKeyed
+)]
+fn dynamic_quantize_matmul(
+    cx: &mut Lower,
+    a: Array,
+    b: Array,
+    b_scale: Array,
+    b_zero_point: Option<Array>,
+    bias: Option<Array>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let op = "DynamicQuantizeMatMul";
+    let b_shape = b.shape();
+    let (a_scale, a_zp) = crate::qdq::dynamic_params(&a, s)?;
+    let a_q = quantize(&a, &a_scale, Some(&a_zp), Dtype::U8, Rounding::Float, s)?;
+    let b_zp = b_zero_point
+        .map(|zp| per_column(op, &zp, &b_shape, "b_zero_point", s))
+        .transpose()?;
+    let acc = exact_matmul(
+        &centred(&a_q, Some(&a_zp), s)?,
+        &centred(&b, b_zp.as_ref(), s)?,
+        s,
+    )?;
+    scale_and_bias(op, &acc, &a_scale, &b_scale, &b_shape, bias.as_ref(), s)
+}

@@ -529,3 +529,70 @@ def test_qlinear_conv_per_channel_w_zero_points():
     model = make_model([node], [tensor("x", TensorProto.UINT8, [1, 2, 5, 5])], [tensor("y", TensorProto.UINT8)],
                        inits, opset=10)
     _compare(model, {"x": x})
+
+
+# --------------------------------------------------------------------------------------------
+# com.microsoft MatMulIntegerToFloat and DynamicQuantizeMatMul: exact int32 products, then
+# float(acc) * (a_scale * b_scale) + bias (ORT may fuse the last two into one FMA: 1 ulp).
+
+
+def _contrib_model(op, names, values, const):
+    inits, inputs, feeds = [], [], {}
+    for name, value in zip(names, values):
+        if value is None:
+            continue
+        if name in const:
+            inits.append(numpy_helper.from_array(np.asarray(value), name))
+        else:
+            inputs.append(tensor(name, ELEM[value.dtype.type], list(value.shape)))
+            feeds[name] = value
+    node = helper.make_node(op, [n if v is not None else "" for n, v in zip(names, values)], ["y"],
+                            domain="com.microsoft")
+    model = make_model(nodes=[node], inputs=inputs, outputs=[tensor("y")], initializers=inits,
+                       domains=[("com.microsoft", 1)])
+    return model, feeds
+
+
+def _close(model, feeds):
+    want = cpu_outputs(model, feeds)[0]
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    np.testing.assert_allclose(run.outputs[0], want, rtol=2e-6, atol=1e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("a_shape,b_shape", MATMUL_SHAPES[:5], ids=str)
+@pytest.mark.parametrize("ta,tb", [("u8", "u8"), ("u8", "i8"), ("i8", "i8")])
+@pytest.mark.parametrize("params", ["scalar", "per_column", "per_column_bias", "no_zp"])
+def test_matmul_integer_to_float(a_shape, b_shape, ta, tb, params):
+    if params.startswith("per_column") and len(b_shape) < 2:
+        pytest.skip("a 1-D B has no columns")
+    rng = np.random.default_rng(zlib.crc32(repr((a_shape, b_shape, ta, tb, params)).encode()))
+    ta, tb = INT8S[ta], INT8S[tb]
+    n = b_shape[-1] if len(b_shape) > 1 else 1
+    pc = _column_shape(b_shape) if params.startswith("per_column") else []
+    values = [_full(rng, ta, a_shape), _b_values(rng, ta, tb, b_shape),
+              np.array(rng.uniform(0.01, 0.1), np.float32), rng.uniform(0.01, 0.1, pc).astype(np.float32),
+              None if params == "no_zp" else _full(rng, ta, []), None if params == "no_zp" else _full(rng, tb, pc),
+              rng.uniform(-1, 1, [n]).astype(np.float32) if params.endswith("bias") else None]
+    names = ["A", "B", "a_scale", "b_scale", "a_zp", "b_zp", "bias"]
+    model, feeds = _contrib_model("MatMulIntegerToFloat", names, values, const=names[1:])
+    _close(model, feeds)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", MATMUL_SHAPES[:5], ids=str)
+@pytest.mark.parametrize("tb", ["u8", "i8"])
+@pytest.mark.parametrize("params", ["scalar", "per_column", "per_column_bias", "no_zp"])
+def test_dynamic_quantize_matmul(a_shape, b_shape, tb, params):
+    if params.startswith("per_column") and len(b_shape) < 2:
+        pytest.skip("a 1-D B has no columns")
+    rng = np.random.default_rng(zlib.crc32(repr((a_shape, b_shape, tb, params)).encode()))
+    tb = INT8S[tb]
+    n = b_shape[-1] if len(b_shape) > 1 else 1
+    pc = _column_shape(b_shape) if params.startswith("per_column") else []
+    a = rng.normal(0.3, 2.0, a_shape).astype(np.float32)
+    values = [a, _b_values(rng, np.uint8, tb, b_shape), rng.uniform(0.01, 0.1, pc).astype(np.float32),
+              None if params == "no_zp" else _full(rng, tb, pc),
+              rng.uniform(-1, 1, [n]).astype(np.float32) if params.endswith("bias") else None]
+    names = ["A", "B", "b_scale", "b_zp", "bias"]
+    model, feeds = _contrib_model("DynamicQuantizeMatMul", names, values, const=names[1:])
+    _close(model, feeds)
