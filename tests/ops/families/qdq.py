@@ -451,3 +451,63 @@ SPECS[("", "QLinearConv")] = OpSpec(
     + [Variant("per_channel_bias", {}, constants=_qconv_constants([4, 3, 3, 3], True, True))],
     note="weights, scales, zero points and bias are initializers",
 )
+
+
+# --------------------------------------------------------------------------------------------
+# com.microsoft MatMulIntegerToFloat and DynamicQuantizeMatMul (float outputs: one FMA apart
+# from ORT's output stage at most, so float32 tolerances).
+
+
+def matmul_integer_to_float_ref(xs, a):
+    xs = list(xs) + [None] * (7 - len(xs))
+    A, B, a_s, b_s, a_zp, b_zp, bias = xs
+    acc = _exact_product(A, B, a_zp, b_zp).astype(np.float32)
+    y = acc * (np.float32(np.asarray(a_s, np.float32)) * np.asarray(b_s, np.float32))
+    return y + np.asarray(bias, np.float32) if bias is not None else y
+
+
+def dynamic_quantize_matmul_ref(xs, a):
+    xs = list(xs) + [None] * (5 - len(xs))
+    A, B, b_s, b_zp, bias = xs
+    y, a_s, a_zp = dynamic_quantize_ref([np.asarray(A, np.float32)], {})
+    return matmul_integer_to_float_ref([y, B, a_s, b_s, a_zp, b_zp, bias], a)
+
+
+def _bias(case):
+    return _rng(case, "bias").uniform(-1, 1, [5]).astype(np.float32)
+
+
+def _mitf_constants(per_column=False, bias=False, zp=True):
+    return {"B": lambda case: _int_operand("T1")(case.dtypes["T2"], [4, 5], _rng(case, "B"), case.dtypes),
+            "a_scale": _f32_const(0.01, 0.1, "a_scale"), "b_scale": _f32_const(0.01, 0.1, "b_scale", per_column),
+            "a_zero_point": _int_zp("T1") if zp else None,
+            "b_zero_point": _int_zp("T2", per_column) if zp else None, "bias": _bias if bias else None}
+
+
+SPECS[("com.microsoft", "MatMulIntegerToFloat")] = OpSpec(
+    ref=matmul_integer_to_float_ref,
+    domains={"A": _int_operand("T1")},
+    scheme={"basic": [[3, 4]], "empty": [[0, 4]], "dynamic": [[[3, 4]], [[1, 4]], [[6, 4]]]},
+    variants=[Variant("default", constants=_mitf_constants()),
+              Variant("per_column_bias", constants=_mitf_constants(True, True)),
+              Variant("no_zero_points", constants=_mitf_constants(zp=False))],
+    note="B, scales, zero points and bias are initializers",
+)
+
+
+def _dqmm_constants(per_column=False, bias=False, zp=True):
+    c = _mitf_constants(per_column, bias, zp)
+    return {"B": lambda case: _int_operand("T2")(case.dtypes["T2"], [4, 5], _rng(case, "B"),
+                                                 dict(case.dtypes, T2="uint8")),
+            "b_scale": c["b_scale"], "b_zero_point": c["b_zero_point"], "bias": c["bias"]}
+
+
+SPECS[("com.microsoft", "DynamicQuantizeMatMul")] = OpSpec(
+    ref=dynamic_quantize_matmul_ref,
+    domains={"A": lambda d, s, r, t: round_to(r.normal(0.3, 2.0, s), d)},
+    scheme={"basic": [[3, 4]], "empty": [[0, 4]], "dynamic": [[[3, 4]], [[1, 4]], [[6, 4]]]},
+    variants=[Variant("default", constants=_dqmm_constants()),
+              Variant("per_column_bias", constants=_dqmm_constants(True, True)),
+              Variant("no_zero_point", constants=_dqmm_constants(zp=False))],
+    note="B, scales, zero points and bias are initializers",
+)
