@@ -596,3 +596,60 @@ def test_dynamic_quantize_matmul(a_shape, b_shape, tb, params):
     names = ["A", "B", "b_scale", "b_zp", "bias"]
     model, feeds = _contrib_model("DynamicQuantizeMatMul", names, values, const=names[1:])
     _close(model, feeds)
+
+
+# --------------------------------------------------------------------------------------------
+# Whole quantised graphs as ORT's quantisation tool writes them: one MLX cluster each.
+
+
+def test_dynamic_quantized_matmul_graph_is_one_cluster():
+    """quantize_dynamic's MatMul: DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(scales)
+    -> Add(bias)."""
+    rng = np.random.default_rng(21)
+    w_q = rng.integers(-64, 63, [16, 8], endpoint=True).astype(np.int8)  # ORT's u8s8 range
+    inits = [numpy_helper.from_array(w_q, "w_q"), numpy_helper.from_array(np.float32(0.02), "w_scale"),
+             numpy_helper.from_array(np.int8(0), "w_zp"),
+             numpy_helper.from_array(rng.uniform(-1, 1, 8).astype(np.float32), "bias")]
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["x_q", "x_scale", "x_zp"]),
+        helper.make_node("MatMulInteger", ["x_q", "w_q", "x_zp", "w_zp"], ["acc"]),
+        helper.make_node("Cast", ["acc"], ["acc_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["x_scale", "w_scale"], ["scale"]),
+        helper.make_node("Mul", ["acc_f", "scale"], ["y0"]),
+        helper.make_node("Add", ["y0", "bias"], ["y"]),
+    ]
+    model = make_model(nodes, [tensor("x", TensorProto.FLOAT, [4, 16])], [tensor("y")], inits, opset=13)
+    x = rng.normal(0, 2, [4, 16]).astype(np.float32)
+    for optimize in (False, True):
+        run = Run(model, {"x": x}, optimize=optimize)
+        run.assert_all_on_mlx()
+        assert len(run.kernels) == 1, run.kernels
+        np.testing.assert_allclose(run.outputs[0], cpu_outputs(model, {"x": x})[0], rtol=1e-6, atol=1e-6)
+
+
+def test_qoperator_graph_is_one_cluster():
+    """QOperator format: QuantizeLinear -> QLinearConv -> Reshape -> QLinearMatMul ->
+    DequantizeLinear, bit for bit as ORT."""
+    rng = np.random.default_rng(22)
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v), name)  # noqa: E731
+    inits = [c("x_s", np.float32(0.02)), c("x_zp", np.uint8(128)),
+             c("w", rng.integers(-64, 63, [4, 3, 3, 3], endpoint=True).astype(np.int8)),
+             c("w_s", rng.uniform(0.002, 0.01, 4).astype(np.float32)), c("w_zp", np.zeros(4, np.int8)),
+             c("c_s", np.float32(0.05)), c("c_zp", np.uint8(10)),
+             c("b", rng.integers(-300, 300, 4).astype(np.int32)), c("shape", np.array([1, -1], np.int64)),
+             c("m", rng.integers(-64, 63, [64, 6], endpoint=True).astype(np.int8)), c("m_s", np.float32(0.01)),
+             c("m_zp", np.int8(0)), c("y_s", np.float32(0.1)), c("y_zp", np.uint8(128))]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x_s", "x_zp"], ["x_q"]),
+        helper.make_node("QLinearConv", ["x_q", "x_s", "x_zp", "w", "w_s", "w_zp", "c_s", "c_zp", "b"], ["c_q"]),
+        helper.make_node("Reshape", ["c_q", "shape"], ["flat"]),
+        helper.make_node("QLinearMatMul", ["flat", "c_s", "c_zp", "m", "m_s", "m_zp", "y_s", "y_zp"], ["y_q"]),
+        helper.make_node("DequantizeLinear", ["y_q", "y_s", "y_zp"], ["y"]),
+    ]
+    model = make_model(nodes, [tensor("x", TensorProto.FLOAT, [1, 3, 6, 6])], [tensor("y")], inits, opset=13)
+    x = rng.uniform(-2, 2, [1, 3, 6, 6]).astype(np.float32)
+    for optimize in (False, True):
+        run = Run(model, {"x": x}, optimize=optimize)
+        run.assert_all_on_mlx()
+        assert len(run.kernels) == 1, run.kernels
+        np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, {"x": x})[0])
