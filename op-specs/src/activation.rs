@@ -58,7 +58,10 @@ fn elu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<Ar
 }
 
 /// Scaled ELU: `gamma * (alpha * (e^x - 1))` for `x <= 0`, `gamma * x` above.
-#[onnx_op(op = "Selu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(
+    op = "Selu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless,
+    claim = finite_selu_claim, declines = "a non-finite alpha or gamma (ORT's kernel then gives NaN where the formula is 0)"
+)]
 fn selu(
     cx: &mut Lower,
     x: Array,
@@ -67,6 +70,20 @@ fn selu(
 ) -> Result<Array> {
     let s = cx.stream();
     scale(&elu_of(&x, alpha.into(), s)?, gamma.into(), s)
+}
+
+/// ORT's kernel computes `alpha * e^x - alpha` for `x <= 0`, which is NaN at `x = 0` (and
+/// `gamma * 0` NaN above) once alpha or gamma is infinite; the lowering's `alpha * (e^x - 1)`
+/// gives 0 there. Such a node is left to ORT.
+fn finite_selu_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+    for name in ["alpha", "gamma"] {
+        if let Some(crate::AttrValue::Float(v)) = node.attribute(name) {
+            if !v.is_finite() {
+                return crate::Verdict::decline(format!("Selu {name}={v}: not finite"));
+            }
+        }
+    }
+    crate::Verdict::Claim
 }
 
 /// Continuously differentiable ELU: `max(0, x) + min(0, alpha * (e^(x/alpha) - 1))`.

@@ -324,3 +324,11 @@ def test_resize_layouts_orts_kernel_refuses_fail_the_run_on_both(mode, scales, s
     session.disable_fallback()
     with pytest.raises(Exception, match="ORT's CPU EP interpolates only"):
         session.run(None, feeds)
+
+
+# Selu with an infinite alpha or gamma: ORT's alpha*e^x - alpha is NaN at 0 where the formula's
+# alpha*(e^x - 1) is 0; left to ORT.
+@pytest.mark.parametrize("attrs", [{"alpha": float("inf")}, {"gamma": float("-inf")}, {"alpha": float("nan")}])
+def test_selu_with_a_non_finite_parameter_is_declined(attrs, monkeypatch, tmp_path):
+    feeds = {"x": np.array([[-1.0, 0.0, 2.0]], np.float32)}
+    assert_declined(single_node_model("Selu", feeds, attrs), feeds, monkeypatch, tmp_path, "not finite")
