@@ -13,6 +13,7 @@ mod dmmha;
 mod gqa;
 mod mha;
 mod onnx_attention;
+mod packed;
 mod paged;
 mod rotary;
 
