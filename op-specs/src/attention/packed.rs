@@ -27,7 +27,7 @@
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
-use super::{fused_attention, AttentionMask};
+use super::{clamp, fused_attention, i32s, AttentionMask};
 use crate::table::consts::scalar;
 use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
 
@@ -316,18 +316,6 @@ impl Rows {
         let index = ops::subtract(&t, &ops::take(&self.starts, &sequence, 0, s)?, s)?;
         Ok((sequence, index))
     }
-}
-
-fn i32s(v: i64, s: &Stream) -> Result<Array> {
-    scalar(v as f64, Dtype::I32, s)
-}
-
-fn clamp(a: &Array, low: i64, high: i64, s: &Stream) -> Result<Array> {
-    Ok(ops::minimum(
-        &ops::maximum(a, &i32s(low, s)?, s)?,
-        &i32s(high, s)?,
-        s,
-    )?)
 }
 
 /// Q `[T, N, H]`, K `[T, N, H]` and V `[T, N, Hv]` from the separate or packed inputs, with the

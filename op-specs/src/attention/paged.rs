@@ -34,8 +34,8 @@ use mlx_kernels::ops::ScatterMode;
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::{
-    fused_attention, masked, mix, rotary_width, rotate, scores, soft_cap, softmax_rows,
-    AttentionMask, Sink,
+    clamp, fused_attention, i32s, masked, mix, rotary_width, rotate, scores, soft_cap,
+    softmax_rows, AttentionMask, Sink,
 };
 use crate::table::consts::scalar;
 use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
@@ -530,18 +530,6 @@ impl Rows {
             sequence,
         })
     }
-}
-
-fn i32s(v: i64, s: &Stream) -> Result<Array> {
-    scalar(v as f64, Dtype::I32, s)
-}
-
-fn clamp(a: &Array, low: i64, high: i64, s: &Stream) -> Result<Array> {
-    Ok(ops::minimum(
-        &ops::maximum(a, &i32s(low, s)?, s)?,
-        &i32s(high, s)?,
-        s,
-    )?)
 }
 
 /// Q `[T, Hq, D]`, K and V `[T, Hkv, D]` from the separate or packed inputs.
