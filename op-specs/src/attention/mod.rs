@@ -215,4 +215,66 @@ pub fn clamp(a: &Array, low: i64, high: i64, s: &Stream) -> Result<Array> {
     )?)
 }
 
+/// A packed variable-length batch (PackedMultiHeadAttention, PagedAttention): sequence `b` holds
+/// tokens `[cumulative[b], cumulative[b + 1])`. Per sequence (`[B]`, int32) its first token,
+/// length and end.
+pub struct PackedSequences {
+    pub starts: Array,
+    pub lengths: Array,
+    pub ends: Array,
+}
+
+impl PackedSequences {
+    /// Reads `cumulative_sequence_length` `[B + 1]`, checked at run time to start at 0 and end at
+    /// `tokens`, with every length in `[0, max_length]` (`too_long` says what that bound is;
+    /// a negative length means the sums decrease).
+    pub fn of(
+        cx: &mut crate::Lower,
+        op: &str,
+        cumulative: &Array,
+        batch: i64,
+        tokens: i64,
+        max_length: i64,
+        too_long: String,
+    ) -> Result<PackedSequences> {
+        let s = cx.stream();
+        let b = batch as i32;
+        let cu = ops::astype(cumulative, Dtype::I32, s)?;
+        let starts = ops::slice(&cu, &[0], &[b], &[1], s)?;
+        let ends = ops::slice(&cu, &[1], &[b + 1], &[1], s)?;
+        let lengths = ops::subtract(&ends, &starts, s)?;
+        let first = ops::slice(&cu, &[0], &[1], &[1], s)?;
+        let last = ops::slice(&cu, &[b], &[b + 1], &[1], s)?;
+        cx.require(
+            &ops::equal(&first, &i32s(0, s)?, s)?,
+            format!("{op}: cumulative_sequence_length must start with 0"),
+        )?;
+        cx.require(
+            &ops::equal(&last, &i32s(tokens, s)?, s)?,
+            format!("{op}: cumulative_sequence_length must end with token_count {tokens}"),
+        )?;
+        cx.require_in_range(&lengths, 0, max_length, too_long)?;
+        Ok(PackedSequences {
+            starts,
+            lengths,
+            ends,
+        })
+    }
+
+    /// Per token (`[T]`, `T ≥ 1`): its sequence and its index in it. Token t belongs to the
+    /// sequence whose range holds it: the number of sequences that end at or before t.
+    pub fn of_tokens(&self, batch: i64, tokens: i64, s: &Stream) -> Result<(Array, Array)> {
+        let t = ops::arange(0.0, tokens as f64, 1.0, Dtype::I32, s)?;
+        let ended = ops::less_equal(
+            &ops::reshape(&self.ends, &[1, batch], s)?,
+            &ops::reshape(&t, &[tokens, 1], s)?,
+            s,
+        )?;
+        let sequence = ops::sum(&ops::astype(&ended, Dtype::I32, s)?, &[1], false, s)?;
+        let sequence = clamp(&ops::astype(&sequence, Dtype::I32, s)?, 0, batch - 1, s)?;
+        let index = ops::subtract(&t, &ops::take(&self.starts, &sequence, 0, s)?, s)?;
+        Ok((sequence, index))
+    }
+}
+
 pub use mlx_kernels::ops::{scaled_dot_product_attention as fused_attention, AttentionMask};

@@ -27,7 +27,7 @@
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
-use super::{clamp, fused_attention, i32s, AttentionMask};
+use super::{clamp, fused_attention, i32s, AttentionMask, PackedSequences};
 use crate::table::consts::scalar;
 use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
 
@@ -91,14 +91,25 @@ fn packed_multi_head_attention(
         }
     }
 
-    let rows = Rows::of(cx, &g, &cumulative_sequence_length)?;
+    let rows = PackedSequences::of(
+        cx,
+        "PackedMultiHeadAttention",
+        &cumulative_sequence_length,
+        g.batch,
+        g.tokens,
+        g.seq,
+        format!(
+            "PackedMultiHeadAttention: cumulative_sequence_length must be non-decreasing, each sequence at most sequence_length = {} tokens (token_offset's dimension 1)",
+            g.seq
+        ),
+    )?;
     if g.tokens == 0 {
         let s = cx.stream();
         let empty = ops::broadcast_to(&scalar(0.0, dtype, s)?, &[0, g.heads * g.v_head], s)?;
         return Ok(vec![empty]);
     }
     let s = cx.stream();
-    let (sequence, index) = rows.of_tokens(&g, s)?;
+    let (sequence, index) = rows.of_tokens(g.batch, g.tokens, s)?;
     // Each token's padded position b·S + i, which token_offset must list first.
     let padded_at = ops::add(&ops::multiply(&sequence, &i32s(g.seq, s)?, s)?, &index, s)?;
     let offsets = ops::reshape(&token_offset, &[g.batch * g.seq], s)?;
@@ -252,69 +263,6 @@ impl Geometry {
             seq,
             packed,
         })
-    }
-}
-
-/// Per sequence (`[B]`, int32) its first token, length and end. The lengths are checked to rise
-/// from 0 to `T`, none longer than `S`.
-struct Rows {
-    starts: Array,
-    lengths: Array,
-    ends: Array,
-}
-
-impl Rows {
-    fn of(cx: &mut Lower, g: &Geometry, cumulative: &Array) -> Result<Rows> {
-        let s = cx.stream();
-        let b = g.batch as i32;
-        let cu = ops::astype(cumulative, Dtype::I32, s)?;
-        let starts = ops::slice(&cu, &[0], &[b], &[1], s)?;
-        let ends = ops::slice(&cu, &[1], &[b + 1], &[1], s)?;
-        let lengths = ops::subtract(&ends, &starts, s)?;
-        let first = ops::slice(&cu, &[0], &[1], &[1], s)?;
-        let last = ops::slice(&cu, &[b], &[b + 1], &[1], s)?;
-        cx.require(
-            &ops::equal(&first, &i32s(0, s)?, s)?,
-            "PackedMultiHeadAttention: cumulative_sequence_length must start with 0",
-        )?;
-        let s = cx.stream();
-        cx.require(
-            &ops::equal(&last, &i32s(g.tokens, s)?, s)?,
-            format!(
-                "PackedMultiHeadAttention: cumulative_sequence_length must end with token_count {}",
-                g.tokens
-            ),
-        )?;
-        cx.require_in_range(
-            &lengths,
-            0,
-            g.seq,
-            format!(
-                "PackedMultiHeadAttention: cumulative_sequence_length must be non-decreasing, each sequence at most sequence_length = {} tokens (token_offset's dimension 1)",
-                g.seq
-            ),
-        )?;
-        Ok(Rows {
-            starts,
-            lengths,
-            ends,
-        })
-    }
-
-    /// Per token (`[T]`, `T ≥ 1`): its sequence and its index in it. Token t belongs to the
-    /// sequence whose range `[cu[b], cu[b+1])` holds it: the number of sequences that end at or
-    /// before t.
-    fn of_tokens(&self, g: &Geometry, s: &Stream) -> Result<(Array, Array)> {
-        let t = ops::arange(0.0, g.tokens as f64, 1.0, Dtype::I32, s)?;
-        let ended = ops::less_equal(
-            &ops::reshape(&self.ends, &[1, g.batch], s)?,
-            &ops::reshape(&t, &[g.tokens, 1], s)?,
-            s,
-        )?;
-        let sequence = ops::sum(&ops::astype(&ended, Dtype::I32, s)?, &[1], false, s)?;
-        let sequence = clamp(&ops::astype(&sequence, Dtype::I32, s)?, 0, g.batch - 1, s)?;
-        let index = ops::subtract(&t, &ops::take(&self.starts, &sequence, 0, s)?, s)?;
-        Ok((sequence, index))
     }
 }
 

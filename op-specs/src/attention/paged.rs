@@ -35,7 +35,7 @@ use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::{
     clamp, fused_attention, i32s, masked, mix, rotary_width, rotate, scores, soft_cap,
-    softmax_rows, AttentionMask, Sink,
+    softmax_rows, AttentionMask, PackedSequences, Sink,
 };
 use crate::table::consts::scalar;
 use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
@@ -469,32 +469,17 @@ struct Rows {
 
 impl Rows {
     fn of(cx: &mut Lower, g: &Geometry, cumulative: &Array, past: &Array) -> Result<Rows> {
-        let s = cx.stream();
-        let b = g.batch as i32;
-        let cu = ops::astype(cumulative, Dtype::I32, s)?;
-        let past = ops::astype(past, Dtype::I32, s)?;
-        let starts = ops::slice(&cu, &[0], &[b], &[1], s)?;
-        let ends = ops::slice(&cu, &[1], &[b + 1], &[1], s)?;
-        let q_len = ops::subtract(&ends, &starts, s)?;
-        let first = ops::slice(&cu, &[0], &[1], &[1], s)?;
-        let last = ops::slice(&cu, &[b], &[b + 1], &[1], s)?;
-        cx.require(
-            &ops::equal(&first, &i32s(0, s)?, s)?,
-            "PagedAttention: cumulative_sequence_length must start with 0",
-        )?;
-        cx.require(
-            &ops::equal(&last, &i32s(g.tokens, s)?, s)?,
-            format!(
-                "PagedAttention: cumulative_sequence_length must end with token_count {}",
-                g.tokens
-            ),
-        )?;
-        cx.require_in_range(
-            &q_len,
-            0,
+        let sequences = PackedSequences::of(
+            cx,
+            "PagedAttention",
+            cumulative,
+            g.batch,
+            g.tokens,
             i32::MAX as i64,
-            "PagedAttention: cumulative_sequence_length must be non-decreasing",
+            "PagedAttention: cumulative_sequence_length must be non-decreasing".into(),
         )?;
+        let s = cx.stream();
+        let past = ops::astype(past, Dtype::I32, s)?;
         let cap = g.capacity();
         cx.require_in_range(
             &past,
@@ -503,7 +488,7 @@ impl Rows {
             format!("PagedAttention: past_seqlens must lie in [0, max_blocks_per_sequence · block_size = {cap}]"),
         )?;
         let s = cx.stream();
-        let total = ops::add(&past, &q_len, s)?;
+        let total = ops::add(&past, &sequences.lengths, s)?;
         cx.require_in_range(
             &total,
             0,
@@ -511,22 +496,12 @@ impl Rows {
             format!("PagedAttention: past_seqlens + query length exceeds the block table's capacity of {cap} positions"),
         )?;
         let s = cx.stream();
-        // Token t belongs to the sequence whose range [cu[b], cu[b+1]) holds it: the number of
-        // sequences that end at or before t.
-        let t = ops::arange(0.0, g.tokens as f64, 1.0, Dtype::I32, s)?;
-        let ended = ops::less_equal(
-            &ops::reshape(&ends, &[1, g.batch], s)?,
-            &ops::reshape(&t, &[g.tokens, 1], s)?,
-            s,
-        )?;
-        let sequence = ops::sum(&ops::astype(&ended, Dtype::I32, s)?, &[1], false, s)?;
-        let sequence = clamp(&ops::astype(&sequence, Dtype::I32, s)?, 0, g.batch - 1, s)?;
+        let (sequence, index) = sequences.of_tokens(g.batch, g.tokens, s)?;
         let of_row = |a: &Array| ops::take(a, &sequence, 0, s);
-        let index = ops::subtract(&t, &of_row(&starts)?, s)?;
         let row_past = of_row(&past)?;
         Ok(Rows {
             position: ops::add(&row_past, &index, s)?,
-            length: ops::add(&row_past, &of_row(&q_len)?, s)?,
+            length: ops::add(&row_past, &of_row(&sequences.lengths)?, s)?,
             sequence,
         })
     }
