@@ -20,6 +20,7 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::table::consts::scalar;
+use crate::table::lower::float32;
 use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
 
 /// The three cells: how many gates each has and which activations it takes per direction.
@@ -370,10 +371,6 @@ struct Inputs {
     p: Option<Array>,
 }
 
-fn wide(a: &Array, s: &Stream) -> Result<Array> {
-    Ok(ops::astype(a, Dtype::F32, s)?)
-}
-
 fn zeros(shape: &[i64], dtype: Dtype, s: &Stream) -> Result<Array> {
     Ok(ops::broadcast_to(&scalar(0.0, dtype, s)?, shape, s)?)
 }
@@ -498,7 +495,7 @@ fn prepare_direction(
     s: &Stream,
 ) -> Result<Direction> {
     let width = cfg.cell.gates() * cfg.hidden;
-    let w_t = ops::transpose(&wide(&row(&inputs.w, d, s)?, s)?, &[1, 0], s)?;
+    let w_t = ops::transpose(&float32(&row(&inputs.w, d, s)?, s)?, &[1, 0], s)?;
     let input_size = w_t.shape()[0];
     // One matmul for every step; a sum over an empty input axis is zeros, without a kernel over
     // zero-size operands.
@@ -509,7 +506,7 @@ fn prepare_direction(
     };
     let mut recurrent_bias_h = None;
     if let Some(b) = &inputs.b {
-        let (folded, rb_h) = fold_bias(cfg, &wide(&row(b, d, s)?, s)?, s)?;
+        let (folded, rb_h) = fold_bias(cfg, &float32(&row(b, d, s)?, s)?, s)?;
         projected = ops::add(&projected, &folded, s)?;
         recurrent_bias_h = rb_h;
     }
@@ -519,7 +516,7 @@ fn prepare_direction(
         .iter()
         .map(|p| Ok(ops::reshape(p, &[batch, width], s)?))
         .collect::<Result<Vec<_>>>()?;
-    let recurrent_t = ops::transpose(&wide(&row(&inputs.r, d, s)?, s)?, &[1, 0], s)?;
+    let recurrent_t = ops::transpose(&float32(&row(&inputs.r, d, s)?, s)?, &[1, 0], s)?;
     let recurrent_zr_h_t = match cfg.cell {
         Cell::Gru => Some((
             columns(&recurrent_t, 0, 2 * cfg.hidden, s)?,
@@ -529,7 +526,7 @@ fn prepare_direction(
     };
     let peepholes = match &inputs.p {
         Some(p) => {
-            let p = wide(&row(p, d, s)?, s)?;
+            let p = float32(&row(p, d, s)?, s)?;
             let parts = gates(&p, 3, cfg.hidden, s)?;
             let [i, o, f]: [Array; 3] = parts
                 .try_into()
@@ -540,7 +537,7 @@ fn prepare_direction(
     };
     let state = |given: Option<&Array>| -> Result<Array> {
         match given {
-            Some(a) => wide(&row(a, d, s)?, s),
+            Some(a) => float32(&row(a, d, s)?, s),
             None => zeros(&[batch, cfg.hidden], Dtype::F32, s),
         }
     };
@@ -723,7 +720,7 @@ fn recurrent(cx: &mut Lower, cfg: &Config, mut inputs: Inputs) -> Result<Vec<Arr
         let state = zeros(&[dirs, batch, hidden], out_dtype, s)?;
         return finish(cfg, y, state.clone(), state, s);
     }
-    let x2d = ops::reshape(&wide(&inputs.x, s)?, &[steps * batch, input_size], s)?;
+    let x2d = ops::reshape(&float32(&inputs.x, s)?, &[steps * batch, input_size], s)?;
     let lens = match &inputs.lens {
         Some(l) => Some(ops::reshape(
             &ops::astype(l, Dtype::I32, s)?,

@@ -19,6 +19,7 @@ mod rotary;
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
+use crate::table::lower::float32;
 use crate::{OpError, Result};
 
 /// An extra logit in every softmax row: it takes probability mass without contributing a value.
@@ -50,18 +51,14 @@ fn group_size(q_heads: i64, kv_heads: i64) -> Result<i64> {
     Ok(q_heads / kv_heads)
 }
 
-fn wide(a: &Array, s: &Stream) -> Result<Array> {
-    Ok(ops::astype(a, Dtype::F32, s)?)
-}
-
 /// `scale · q·kᵀ` in float32, `[B, Hq, Sq, Skv]`, for `q` `[B, Hq, Sq, D]` and `k`
 /// `[B, Hkv, Skv, D]`. Query head `h` reads key head `h / (Hq / Hkv)`, as ORT and MLX group them.
 pub fn scores(q: &Array, k: &Array, scale: f32, s: &Stream) -> Result<Array> {
     let [b, hq, sq, d] = dims4(q, "Q")?;
     let [_, hkv, skv, _] = dims4(k, "K")?;
     let group = group_size(hq, hkv)?;
-    let q = ops::multiply(&wide(q, s)?, &Array::scalar(scale)?, s)?;
-    let k = wide(k, s)?;
+    let q = ops::multiply(&float32(q, s)?, &Array::scalar(scale)?, s)?;
+    let k = float32(k, s)?;
     if group == 1 {
         return Ok(ops::matmul(&q, &ops::transpose(&k, &[0, 1, 3, 2], s)?, s)?);
     }
@@ -87,7 +84,7 @@ pub fn masked(scores: &Array, keep: &Array, fill: f32, s: &Stream) -> Result<Arr
 /// Float32 softmax over the last axis of `scores` `[B, H, Sq, Skv]`, with an optional sink logit
 /// in every row's denominator.
 pub fn softmax_rows(scores: &Array, sink: Option<Sink<'_>>, s: &Stream) -> Result<Array> {
-    let scores = wide(scores, s)?;
+    let scores = float32(scores, s)?;
     let Some(sink) = sink else {
         return Ok(ops::softmax(&scores, -1, true, s)?);
     };
@@ -97,7 +94,7 @@ pub fn softmax_rows(scores: &Array, sink: Option<Sink<'_>>, s: &Stream) -> Resul
     let logit = match sink {
         Sink::Zero => ops::broadcast_to(&Array::scalar(0f32)?, &[b, h, sq, 1], s)?,
         Sink::PerHead(per_head) => {
-            let per_head = ops::reshape(&wide(per_head, s)?, &[1, h, 1, 1], s)?;
+            let per_head = ops::reshape(&float32(per_head, s)?, &[1, h, 1, 1], s)?;
             ops::broadcast_to(&per_head, &[b, h, sq, 1], s)?
         }
     };
@@ -120,7 +117,7 @@ pub fn mix(probs: &Array, v: &Array, out: Dtype, s: &Stream) -> Result<Array> {
     let [b, hq, sq, skv] = dims4(probs, "the attention probabilities")?;
     let [_, hkv, _, dv] = dims4(v, "V")?;
     let group = group_size(hq, hkv)?;
-    let v = wide(v, s)?;
+    let v = float32(v, s)?;
     let mixed = if group == 1 {
         ops::matmul(probs, &v, s)?
     } else {
@@ -143,8 +140,8 @@ pub fn rotate(x: &Array, cos: &Array, sin: &Array, interleaved: bool, s: &Stream
             "rotary embedding over {d} features: the rotated size must be even"
         )));
     }
-    let (cos, sin) = (wide(cos, s)?, wide(sin, s)?);
-    let xf = wide(x, s)?;
+    let (cos, sin) = (float32(cos, s)?, float32(sin, s)?);
+    let xf = float32(x, s)?;
     let turn = |a: &Array, b: &Array| -> Result<(Array, Array)> {
         let first = ops::subtract(&ops::multiply(a, &cos, s)?, &ops::multiply(b, &sin, s)?, s)?;
         let second = ops::add(&ops::multiply(b, &cos, s)?, &ops::multiply(a, &sin, s)?, s)?;

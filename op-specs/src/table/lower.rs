@@ -268,3 +268,9 @@ pub fn optional_host_input<T: FromHost>(
         Some(array) => T::from_host(host_values(cx, &array, name)?, name).map(Some),
     }
 }
+
+/// `a` cast to float32: the type ORT's CPU kernels compute in where an op mixes several values
+/// (attention scores, recurrent gates), so lowerings widen their inputs once and round once.
+pub fn float32(a: &Array, s: &Stream) -> Result<Array> {
+    Ok(mlx_kernels::ops::astype(a, Dtype::F32, s)?)
+}
