@@ -221,7 +221,7 @@ fn same_padding(
 /// the undilated kernel (`(ceil(in / stride) - 1) * stride + kernel - in`) but dilates the
 /// window, so its output is shorter than ONNX's `ceil(in / stride)` and its windows sit
 /// elsewhere than ONNX's formula puts them; the EP would have to copy that departure.
-fn pool_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn pool_claim(node: &crate::Node) -> crate::Verdict {
     let same = matches!(
         node.attribute("auto_pad"),
         Some(crate::AttrValue::String(p)) if p.starts_with("SAME_")
@@ -243,7 +243,7 @@ fn pool_claim(node: &dyn crate::NodeView) -> crate::Verdict {
 /// What ORT's CPU EP refuses when it loads the node is left to it: a storage_order other than 0
 /// or 1, and a pad as large as the kernel on either side (ORT compares with the undilated
 /// kernel, so dilated pools with such pads are refused too).
-fn pool_attributes_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn pool_attributes_claim(node: &crate::Node) -> crate::Verdict {
     if let Some(crate::AttrValue::Int(order)) = node.attribute("storage_order") {
         if order != 0 && order != 1 {
             return crate::Verdict::decline(format!("storage_order {order} (ORT accepts 0 or 1)"));
@@ -284,9 +284,11 @@ fn spatial(x: &Array) -> Result<Vec<i64>> {
     Ok(x.shape()[2..].to_vec())
 }
 
-/// ORT's CPU EP pools a zero-size input only when N is the zero.
+/// ORT's CPU EP pools a zero-size input only when N is 0 (`Size() > 0 || N == 0`): with an
+/// empty batch any other axis may be 0 too, and the output is as empty.
 fn only_n_may_be_empty(x: &Array) -> Result<()> {
-    if x.shape().iter().skip(1).any(|&d| d == 0) {
+    let dims = x.shape();
+    if dims.first() != Some(&0) && dims.contains(&0) {
         return Err(OpError::new(format!(
             "input shape {:?}: only N may be 0 (ORT's CPU EP fails here too)",
             x.shape()
@@ -605,7 +607,7 @@ fn average_pool(
     Ok(ops::astype(&ops::divide(&sums, &counts, s)?, x.dtype(), s)?)
 }
 
-fn lp_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn lp_claim(node: &crate::Node) -> crate::Verdict {
     match node.attribute("p") {
         Some(crate::AttrValue::Int(p)) if p < 1 => {
             crate::Verdict::decline(format!("p = {p} (the norm needs p >= 1)"))
@@ -717,14 +719,14 @@ mod tests {
 
     #[test]
     fn same_padding_with_dilations_is_declined() {
-        let node = crate::SimpleNode::new("MaxPool", 12)
+        let node = crate::Node::new("MaxPool", 12)
             .attr("auto_pad", crate::AttrValue::String("SAME_UPPER".into()))
             .attr("dilations", crate::AttrValue::Ints(vec![1, 2]));
         let crate::Verdict::Decline { reason } = pool_claim(&node) else {
             panic!("claimed")
         };
         assert!(reason.contains("dilations > 1"), "{reason}");
-        let undilated = crate::SimpleNode::new("MaxPool", 12)
+        let undilated = crate::Node::new("MaxPool", 12)
             .attr("auto_pad", crate::AttrValue::String("SAME_UPPER".into()))
             .attr("dilations", crate::AttrValue::Ints(vec![1, 1]));
         assert!(pool_claim(&undilated).is_claim());
