@@ -1,53 +1,103 @@
 //! The op table as the loaded library sees it, as JSON: for tests (the table inside the cdylib
 //! must equal the one `op-specs` tests see) and tools.
 
-use std::fmt::Write as _;
+use op_specs::table::spec::ShapeRule;
+use op_specs::{all, AttrKind, AttrSpec, OpSpec, Port, PortKind, TypeVar};
+use serde::ser::{Serialize, Serializer};
 
-use op_specs::{all, AttrKind, OpSpec, PortKind};
-
-use crate::diagnostics::json_string;
-
+/// One row per entry, in the registry's order; keys in each object in declaration order so that
+/// the text reads like the declaration.
 pub fn table_json() -> String {
-    let entries: Vec<String> = all().into_iter().map(entry).collect();
-    format!("[{}]", entries.join(",\n"))
+    let entries: Vec<Entry> = all().into_iter().map(Entry::of).collect();
+    // Serialising borrowed strings, integers and booleans cannot fail; "[]" keeps the export's
+    // contract (always a JSON array) should it ever.
+    serde_json::to_string(&entries).unwrap_or_else(|_| "[]".into())
 }
 
-fn entry(spec: &OpSpec) -> String {
-    let types: Vec<String> = spec
-        .type_vars
-        .iter()
-        .map(|t| {
-            let names: Vec<String> = t
-                .allowed
-                .iter()
-                .map(|e| json_string(e.onnx_name()))
-                .collect();
-            format!("{}: [{}]", json_string(t.name), names.join(", "))
-        })
-        .collect();
-    let ports = |ports: &[op_specs::Port]| -> String {
-        let items: Vec<String> = ports
-            .iter()
-            .map(|p| {
-                let kind = match p.kind {
-                    PortKind::Required => "required",
-                    PortKind::Optional => "optional",
-                    PortKind::Variadic => "variadic",
-                };
-                format!(
-                    "{{\"name\": {}, \"type_var\": {}, \"kind\": \"{kind}\"}}",
-                    json_string(p.name),
-                    json_string(p.type_var)
-                )
-            })
-            .collect();
-        format!("[{}]", items.join(", "))
-    };
-    let attributes: Vec<String> = spec
-        .attributes
-        .iter()
-        .map(|a| {
-            let kind = match a.kind {
+#[derive(serde::Serialize)]
+struct Entry {
+    domain: &'static str,
+    op: &'static str,
+    since: i64,
+    until: Option<i64>,
+    family: &'static str,
+    doc: &'static str,
+    types: Types,
+    inputs: Vec<PortRow>,
+    outputs: Vec<PortRow>,
+    attributes: Vec<AttrRow>,
+    shape: String,
+}
+
+impl Entry {
+    fn of(spec: &OpSpec) -> Entry {
+        Entry {
+            domain: spec.domain,
+            op: spec.op,
+            since: spec.since,
+            until: spec.until,
+            family: spec.family(),
+            doc: spec.doc,
+            types: Types(spec.type_vars),
+            inputs: spec.inputs.iter().map(PortRow::of).collect(),
+            outputs: spec.outputs.iter().map(PortRow::of).collect(),
+            attributes: spec.attributes.iter().map(AttrRow::of).collect(),
+            shape: match spec.shape {
+                ShapeRule::Fixed(s) => format!("{s:?}"),
+                ShapeRule::OfNode(_) => "per node".into(),
+            },
+        }
+    }
+}
+
+/// `{"T": ["float", ...], ...}`: type variable name to ONNX element type names, in the
+/// declaration's order (a derived map would sort them).
+struct Types(&'static [TypeVar]);
+
+impl Serialize for Types {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|t| {
+            let names: Vec<&'static str> = t.allowed.iter().map(|e| e.onnx_name()).collect();
+            (t.name, names)
+        }))
+    }
+}
+
+#[derive(serde::Serialize)]
+struct PortRow {
+    name: &'static str,
+    type_var: &'static str,
+    kind: &'static str,
+}
+
+impl PortRow {
+    fn of(p: &Port) -> PortRow {
+        PortRow {
+            name: p.name,
+            type_var: p.type_var,
+            kind: match p.kind {
+                PortKind::Required => "required",
+                PortKind::Optional => "optional",
+                PortKind::Variadic => "variadic",
+            },
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct AttrRow {
+    name: &'static str,
+    kind: &'static str,
+    required: bool,
+    /// As written in the declaration; empty when there is none.
+    default: &'static str,
+}
+
+impl AttrRow {
+    fn of(a: &AttrSpec) -> AttrRow {
+        AttrRow {
+            name: a.name,
+            kind: match a.kind {
                 AttrKind::Int => "int",
                 AttrKind::Float => "float",
                 AttrKind::String => "string",
@@ -55,35 +105,9 @@ fn entry(spec: &OpSpec) -> String {
                 AttrKind::Floats => "floats",
                 AttrKind::Strings => "strings",
                 AttrKind::Tensor => "tensor",
-            };
-            format!(
-                "{{\"name\": {}, \"kind\": \"{kind}\", \"required\": {}, \"default\": {}}}",
-                json_string(a.name),
-                a.required,
-                json_string(a.default)
-            )
-        })
-        .collect();
-    let shape = match spec.shape {
-        op_specs::table::spec::ShapeRule::Fixed(s) => format!("{s:?}"),
-        op_specs::table::spec::ShapeRule::OfNode(_) => "per node".into(),
-    };
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "{{\"domain\": {}, \"op\": {}, \"since\": {}, \"until\": {}, \"family\": {}, \"doc\": {}, \"types\": {{{}}}, \
-         \"inputs\": {}, \"outputs\": {}, \"attributes\": [{}], \"shape\": {}}}",
-        json_string(spec.domain),
-        json_string(spec.op),
-        spec.since,
-        spec.until.map_or("null".into(), |u| u.to_string()),
-        json_string(spec.family()),
-        json_string(spec.doc),
-        types.join(", "),
-        ports(spec.inputs),
-        ports(spec.outputs),
-        attributes.join(", "),
-        json_string(&shape),
-    );
-    out
+            },
+            required: a.required,
+            default: a.default,
+        }
+    }
 }
