@@ -2,8 +2,9 @@
 
 use op_specs::{decide, Decision};
 
-use crate::ort::graph::{self, GraphNode};
+use crate::ort::graph;
 use crate::partition;
+use op_specs::Node;
 
 /// The EP's answer for one node.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +29,7 @@ pub const EXCLUDE_ENV: &str = "ONNXRUNTIME_EP_MLX_EXCLUDE_OPS";
 /// `in_subgraph`: the graph is the body of an If/Loop/Scan. ORT cannot host a plugin EP's
 /// fused nodes there (the body's opset imports do not know the EP's domain), so nothing in
 /// such a body is taken.
-pub fn analyse(nodes: &[GraphNode], in_subgraph: bool) -> Capability {
+pub fn analyse(nodes: &[Node], in_subgraph: bool) -> Capability {
     let disabled = std::env::var(DISABLE_ENV).is_ok_and(|v| v == "1");
     let excluded: Vec<String> = std::env::var(EXCLUDE_ENV)
         .unwrap_or_default()

@@ -7,10 +7,9 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::Duration;
 
-use op_specs::NodeView;
+use op_specs::Node;
 
 use crate::capability::Capability;
-use crate::ort::graph::GraphNode;
 
 #[derive(Debug, Clone, Default)]
 pub struct Flags {
@@ -100,7 +99,7 @@ impl Stats {
 }
 
 /// Reports one GetCapability pass as the flags ask.
-pub fn report_capability(flags: &Flags, nodes: &[GraphNode], capability: &Capability) {
+pub fn report_capability(flags: &Flags, nodes: &[Node], capability: &Capability) {
     if flags.claim_debug {
         for (node, decision) in nodes.iter().zip(&capability.decisions) {
             if let Some(reason) = &decision.reason {
@@ -141,7 +140,7 @@ pub fn report_capability(flags: &Flags, nodes: &[GraphNode], capability: &Capabi
     }
 }
 
-fn qualified_op(node: &GraphNode) -> String {
+fn qualified_op(node: &Node) -> String {
     if node.domain().is_empty() {
         node.op_type().to_owned()
     } else {

@@ -9,10 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlx_kernels::{Array, Stream};
-use op_specs::{decide, Decision, ElemType, NodeView, OpSpec, ShapeSafety};
+use op_specs::{decide, Decision, ElemType, Node, OpSpec, ShapeSafety};
 
 use crate::device;
-use crate::ort::graph::GraphNode;
 
 /// A tensor the plan owns: an initializer copied out of ORT.
 #[derive(Debug, Clone)]
@@ -25,7 +24,7 @@ pub struct HostConstant {
 
 #[derive(Debug)]
 struct PlanNode {
-    node: GraphNode,
+    node: Node,
     spec: &'static OpSpec,
     inputs: Vec<Option<usize>>,
     outputs: Vec<Option<usize>>,
@@ -113,7 +112,7 @@ impl Plan {
     /// node's inputs and outputs, and its constant initializers.
     pub fn build(
         name: String,
-        nodes: Vec<GraphNode>,
+        nodes: Vec<Node>,
         input_names: &[String],
         outputs: &[(String, Option<ElemType>)],
         constants: Vec<HostConstant>,
@@ -373,7 +372,7 @@ impl Slots {
     }
 }
 
-fn node_error(node: &GraphNode, message: &str) -> String {
+fn node_error(node: &Node, message: &str) -> String {
     format!(
         "{}: {message}. Set ONNXRUNTIME_EP_MLX_DISABLE=1 to run the model on ORT's CPU EP and \
          please report the model",
@@ -383,7 +382,7 @@ fn node_error(node: &GraphNode, message: &str) -> String {
 
 /// A check that failed is the model's input data at fault (ORT's CPU EP rejects it too), not
 /// the EP: the message says which node and what to fix.
-fn failed_check(node: &GraphNode, message: &str) -> String {
+fn failed_check(node: &Node, message: &str) -> String {
     format!(
         "{}: {message} (ORT's CPU EP rejects this input too; check the values fed to the node)",
         node_label(node)
@@ -391,7 +390,7 @@ fn failed_check(node: &GraphNode, message: &str) -> String {
 }
 
 /// `node 'name' (domain.Op)`.
-fn node_label(node: &GraphNode) -> String {
+fn node_label(node: &Node) -> String {
     let dot = if node.domain().is_empty() { "" } else { "." };
     format!(
         "node '{}' ({}{dot}{})",
@@ -402,9 +401,9 @@ fn node_label(node: &GraphNode) -> String {
 }
 
 /// Orders nodes so that every value is produced before it is consumed.
-fn order_by_dependencies(nodes: Vec<GraphNode>) -> Vec<GraphNode> {
+fn order_by_dependencies(nodes: Vec<Node>) -> Vec<Node> {
     let predecessors = crate::ort::graph::predecessors(&nodes);
     let order = crate::partition::topological_order(&predecessors);
-    let mut slots: Vec<Option<GraphNode>> = nodes.into_iter().map(Some).collect();
+    let mut slots: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
     order.into_iter().filter_map(|i| slots[i].take()).collect()
 }

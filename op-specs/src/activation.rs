@@ -75,7 +75,7 @@ fn selu(
 /// ORT's kernel computes `alpha * e^x - alpha` for `x <= 0`, which is NaN at `x = 0` (and
 /// `gamma * 0` NaN above) once alpha or gamma is infinite; the lowering's `alpha * (e^x - 1)`
 /// gives 0 there. Such a node is left to ORT.
-fn finite_selu_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn finite_selu_claim(node: &crate::Node) -> crate::Verdict {
     for name in ["alpha", "gamma"] {
         if let Some(crate::AttrValue::Float(v)) = node.attribute(name) {
             if !v.is_finite() {
@@ -145,7 +145,7 @@ fn in_float32_for_float16(
     Ok(ops::astype(&y, Dtype::F16, s)?)
 }
 
-fn gelu_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn gelu_claim(node: &crate::Node) -> crate::Verdict {
     match node.attribute("approximate") {
         None => crate::Verdict::Claim,
         Some(crate::AttrValue::String(a)) if a == "none" || a == "tanh" => crate::Verdict::Claim,
@@ -300,7 +300,7 @@ fn clip_attrs(
 }
 
 /// ORT's Clip-6 kernel requires `min <= max` when the session is created.
-fn clip_attrs_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn clip_attrs_claim(node: &crate::Node) -> crate::Verdict {
     let bound = |name: &str, default: f32| match node.attribute(name) {
         Some(crate::AttrValue::Float(v)) => v,
         _ => default,

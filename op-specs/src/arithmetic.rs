@@ -184,7 +184,7 @@ fn int32_pow(x: &Array, y: &Array, s: &Stream) -> Result<Array> {
     )?)
 }
 
-fn pow_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn pow_claim(node: &crate::Node) -> crate::Verdict {
     match (node.input_type(0), node.input_type(1)) {
         (Some(crate::ElemType::Int64), _) => crate::Verdict::decline(
             "an int64 base: ORT's CPU EP raises int64 through double (inexact past 2^53, \
@@ -238,7 +238,7 @@ fn modulo(cx: &mut Lower, a: Array, b: Array, #[attr(default = 0)] fmod: i64) ->
     Ok(rest)
 }
 
-fn mod_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn mod_claim(node: &crate::Node) -> crate::Verdict {
     // ORT's kernel refuses any other value when the session is created.
     if let Some(crate::AttrValue::Int(f)) = node.attribute("fmod") {
         if f != 0 && f != 1 {
@@ -286,7 +286,7 @@ fn same_shapes_before_8(cx: &Lower, data: &[Array]) -> Result<()> {
 }
 
 /// Before opset 8 the lowering compares input shapes, so a closure must retrace per shape.
-fn variadic_shape(node: &dyn crate::NodeView) -> crate::table::spec::ShapeSafety {
+fn variadic_shape(node: &crate::Node) -> crate::table::spec::ShapeSafety {
     use crate::table::spec::ShapeSafety;
     if node.since_version() < 8 {
         ShapeSafety::ShapeKeyed

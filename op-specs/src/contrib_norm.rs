@@ -157,7 +157,7 @@ fn skip_simplified_layer_normalization(
     )
 }
 
-fn simplified_skip_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn simplified_skip_claim(node: &crate::Node) -> crate::Verdict {
     if node.output_present(1) {
         return crate::Verdict::decline(
             "the mean output of a simplified norm (ORT leaves it unspecified)",
@@ -168,7 +168,7 @@ fn simplified_skip_claim(node: &dyn crate::NodeView) -> crate::Verdict {
 
 /// ORT's SkipLayerNorm and EmbedLayerNorm kernels refuse a negative epsilon when the session
 /// is created; declined, ORT's CPU EP fails the same way.
-fn non_negative_epsilon(node: &dyn crate::NodeView) -> crate::Verdict {
+fn non_negative_epsilon(node: &crate::Node) -> crate::Verdict {
     match node.attribute("epsilon") {
         Some(crate::AttrValue::Float(e)) if e.is_nan() || e < 0.0 => {
             crate::Verdict::decline(format!("epsilon {e}: ORT's kernel requires epsilon >= 0"))
@@ -328,7 +328,7 @@ fn skip_group_norm(
     ])
 }
 
-fn skip_group_norm_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn skip_group_norm_claim(node: &crate::Node) -> crate::Verdict {
     use crate::AttrValue::Int;
     match (
         node.attribute("channels_last"),

@@ -305,7 +305,7 @@ fn fused_conv(
     }
 }
 
-fn fused_conv_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn fused_conv_claim(node: &crate::Node) -> crate::Verdict {
     const KNOWN: [&str; 6] = [
         "Relu",
         "Tanh",
@@ -545,7 +545,7 @@ fn crop_negative_padding(
     Ok(ops::slice(y, &start, &stop, &vec![1; shape.len()], s)?)
 }
 
-fn conv_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn conv_claim(node: &crate::Node) -> crate::Verdict {
     // MLX divides by the group count unchecked (group 0 raised SIGFPE on its CUDA backend).
     if let Some(crate::AttrValue::Int(g)) = node.attribute("group") {
         if g < 1 || g > i64::from(i32::MAX) {
@@ -674,7 +674,7 @@ fn batch_norm(
     Ok(ops::astype(&y, x.dtype(), s)?)
 }
 
-fn batch_norm_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn batch_norm_claim(node: &crate::Node) -> crate::Verdict {
     let training =
         matches!(node.attribute("training_mode"), Some(crate::AttrValue::Int(t)) if t != 0);
     if training || node.output_count() > 1 {

@@ -151,7 +151,7 @@ fn trilu(
 
 /// ORT's CPU EP refuses `exclusive` and `reverse` values other than 0 and 1 when it loads the
 /// node; leave those to it.
-fn flags_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn flags_claim(node: &crate::Node) -> crate::Verdict {
     for flag in ["exclusive", "reverse"] {
         if let Some(crate::AttrValue::Int(v)) = node.attribute(flag) {
             if v != 0 && v != 1 {

@@ -255,7 +255,7 @@ fn scatter_mode(reduction: &str) -> Result<ops::ScatterMode> {
     })
 }
 
-fn scatter_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn scatter_claim(node: &crate::Node) -> crate::Verdict {
     let wide = matches!(
         node.input_type(0),
         Some(crate::ElemType::Int64 | crate::ElemType::Uint64)

@@ -145,7 +145,7 @@ fn pad_with(
         })
 }
 
-fn pad_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn pad_claim(node: &crate::Node) -> crate::Verdict {
     match node.attribute("mode") {
         None => crate::Verdict::Claim,
         Some(crate::AttrValue::String(m))
@@ -246,7 +246,7 @@ fn depth_to_space(
     Ok(ops::reshape(&moved, &[n, depth, h * b, w * b], s)?)
 }
 
-fn depth_to_space_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn depth_to_space_claim(node: &crate::Node) -> crate::Verdict {
     match node.attribute("mode") {
         None => crate::Verdict::Claim,
         Some(crate::AttrValue::String(m)) if m == "DCR" || m == "CRD" => crate::Verdict::Claim,

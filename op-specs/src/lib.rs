@@ -41,7 +41,7 @@ pub use table::dtypes::{DtypeSet, ElemType};
 pub use table::lower::{
     FromAttr, FromHost, IntoOutputs, Lower, Lowered, OpError, Result, RuntimeCheck,
 };
-pub use table::node::{AttrValue, NodeView, SimpleNode, TensorValue};
+pub use table::node::{AttrValue, Node, TensorValue, ValueInfo};
 pub use table::registry::{all, decide, lookup, overlaps, Decision};
 pub use table::spec::{AttrKind, AttrSpec, OpSpec, Port, PortKind, ShapeSafety, TypeVar, Verdict};
 

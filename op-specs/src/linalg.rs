@@ -245,7 +245,7 @@ fn fused_matmul(
 
 /// ORT's CPU kernel departs from numpy's rule when `transA` meets a 1-D B (it does not
 /// promote B to a column the way MatMul does), so that configuration stays on ORT.
-fn fused_matmul_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn fused_matmul_claim(node: &crate::Node) -> crate::Verdict {
     let trans_a = matches!(node.attribute("transA"), Some(crate::AttrValue::Int(t)) if t != 0);
     if trans_a && node.input_rank(1).is_none_or(|rank| rank < 2) {
         return crate::Verdict::decline(
@@ -319,7 +319,7 @@ fn ellipsis_kept(equation: &str, inputs: &[Array]) -> Result<()> {
     Ok(())
 }
 
-fn einsum_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn einsum_claim(node: &crate::Node) -> crate::Verdict {
     let Some(crate::AttrValue::String(equation)) = node.attribute("equation") else {
         return crate::Verdict::decline("no equation");
     };
@@ -372,13 +372,13 @@ fn without_spaces(equation: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{AttrValue, ElemType, SimpleNode};
+    use crate::{AttrValue, ElemType, Node};
 
     #[test]
     fn fused_matmul_declines_trans_a_unless_b_is_known_to_be_a_matrix() {
         let node = |trans_a: i64| {
-            SimpleNode::new("FusedMatMul", 1)
-                .domain("com.microsoft")
+            Node::new("FusedMatMul", 1)
+                .in_domain("com.microsoft")
                 .input(ElemType::Float)
                 .input(ElemType::Float)
                 .output(ElemType::Float)

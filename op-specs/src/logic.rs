@@ -76,7 +76,7 @@ fn bit_shift(cx: &mut Lower, x: Array, y: Array, #[attr] direction: String) -> R
     Ok(ops::where_(&too_far, &zero, &shifted, s)?)
 }
 
-fn bit_shift_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn bit_shift_claim(node: &crate::Node) -> crate::Verdict {
     match node.attribute("direction") {
         Some(crate::AttrValue::String(d)) if d == "LEFT" || d == "RIGHT" => crate::Verdict::Claim,
         other => crate::Verdict::decline(format!("direction {other:?} is neither LEFT nor RIGHT")),

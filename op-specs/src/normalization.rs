@@ -58,7 +58,7 @@ pub(crate) fn require_norm_extent(x: &Array, axis: usize) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn layer_norm_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+pub(crate) fn layer_norm_claim(node: &crate::Node) -> crate::Verdict {
     match node.attribute("stash_type") {
         None | Some(crate::AttrValue::Int(1)) => crate::Verdict::Claim,
         Some(other) => {
@@ -152,7 +152,7 @@ fn lp_normalization(
     Ok(ops::astype(&normalised, x.dtype(), s)?)
 }
 
-fn lp_normalization_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn lp_normalization_claim(node: &crate::Node) -> crate::Verdict {
     match node.attribute("p") {
         None | Some(crate::AttrValue::Int(1 | 2)) => crate::Verdict::Claim,
         Some(other) => crate::Verdict::decline(format!("p {other:?}: only the L1 and L2 norms")),
@@ -161,7 +161,7 @@ fn lp_normalization_claim(node: &dyn crate::NodeView) -> crate::Verdict {
 
 /// ORT's LRN kernel, when the session is created, requires an odd positive size and positive
 /// alpha and beta.
-fn lrn_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn lrn_claim(node: &crate::Node) -> crate::Verdict {
     use crate::AttrValue::{Float, Int};
     let positive = |name: &str| match node.attribute(name) {
         Some(Float(v)) => v > 0.0,
@@ -567,14 +567,14 @@ fn dropout(
     inference_dropout(cx, x)
 }
 
-fn dropout_legacy_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn dropout_legacy_claim(node: &crate::Node) -> crate::Verdict {
     if node.output_present(1) {
         return crate::Verdict::decline("the mask output of a pre-12 Dropout");
     }
     crate::Verdict::Claim
 }
 
-fn dropout_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn dropout_claim(node: &crate::Node) -> crate::Verdict {
     if node.input_present(2) {
         return crate::Verdict::decline("a training_mode input (training-mode dropout is random)");
     }

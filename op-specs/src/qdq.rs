@@ -19,7 +19,7 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::table::consts::scalar;
-use crate::{onnx_op, AttrValue, ElemType, Lower, NodeView, OpError, Result, Verdict};
+use crate::{onnx_op, AttrValue, ElemType, Lower, Node, OpError, Result, Verdict};
 
 /// The scale and zero point of a node, broadcastable against `x`.
 struct Params {
@@ -116,7 +116,7 @@ fn params(
 
 /// Declines a negative `block_size` (ORT's kernel refuses it when the session is created) and
 /// 32/64-bit unsigned quantised types (no ONNX schema has them; the type sets are named sets).
-fn block_size_claim(node: &dyn NodeView) -> Verdict {
+fn block_size_claim(node: &Node) -> Verdict {
     let quantised = if node.op_type() == "QuantizeLinear" {
         node.output_type(0)
     } else {

@@ -18,12 +18,12 @@ use mlx_kernels::{Array, Dtype, Stream};
 
 use crate::table::consts::{scalar, scalar_like};
 use crate::table::dtypes::ElemType;
-use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
+use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
 
 /// MLX's largest affine group.
 const MLX_MAX_GROUP: i64 = 128;
 
-fn int_attr(node: &dyn NodeView, name: &str) -> Option<i64> {
+fn int_attr(node: &Node, name: &str) -> Option<i64> {
     match node.attribute(name) {
         Some(AttrValue::Int(v)) => Some(v),
         _ => None,
@@ -316,7 +316,7 @@ fn dequantised_product(
     Ok(ops::matmul(x, &ops::transpose(&w, &[1, 0], s)?, s)?)
 }
 
-fn matmul_n_bits_claim(node: &dyn NodeView) -> Verdict {
+fn matmul_n_bits_claim(node: &Node) -> Verdict {
     let bits = int_attr(node, "bits").unwrap_or(4);
     if !matches!(bits, 2 | 4 | 8) {
         return Verdict::decline(format!("bits {bits}: ORT's CPU kernel takes 2, 4 or 8"));
@@ -454,7 +454,7 @@ fn gather_block_quantized(
     )?)
 }
 
-fn gather_block_quantized_claim(node: &dyn NodeView) -> Verdict {
+fn gather_block_quantized_claim(node: &Node) -> Verdict {
     let bits = int_attr(node, "bits").unwrap_or(4);
     if !matches!(bits, 2 | 4 | 8) {
         return Verdict::decline(format!(

@@ -19,7 +19,7 @@ use mlx_kernels::{ops, Array, Dtype, Stream};
 use crate::qdq::{quantize, Rounding};
 use crate::table::consts::scalar;
 use crate::table::dtypes::ElemType;
-use crate::{onnx_op, Lower, NodeView, OpError, Result, Verdict};
+use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 /// The most terms a float32 product of 4-bit halves sums exactly (see the module doc).
 const EXACT_K: i64 = 65_536;
@@ -191,7 +191,7 @@ fn matmul_integer(
 
 /// The int8/uint8 pairs ORT's QLinearMatMul kernels take: uint8 A with uint8 or int8 B into
 /// uint8, int8 A with int8 B into int8.
-fn qlinear_matmul_claim(node: &dyn NodeView) -> Verdict {
+fn qlinear_matmul_claim(node: &Node) -> Verdict {
     let (a, b, y) = (node.input_type(0), node.input_type(3), node.output_type(0));
     match (a, b, y) {
         (Some(ElemType::Uint8), _, Some(ElemType::Uint8)) => Verdict::Claim,
@@ -397,7 +397,7 @@ fn exact_conv(op: &str, x: &Array, w: &Array, attrs: &ConvAttrs, s: &Stream) -> 
 
 /// What MLX's convolution takes: grouped convolutions up to 2-D, and no more products per
 /// output than a float32 sum of 4-bit halves holds exactly (when W's shape is declared).
-fn conv_claim(node: &dyn NodeView, w_index: usize) -> Verdict {
+fn conv_claim(node: &Node, w_index: usize) -> Verdict {
     if let Some(crate::AttrValue::String(pad)) = node.attribute("auto_pad") {
         if !matches!(
             pad.as_str(),
@@ -427,7 +427,7 @@ fn conv_claim(node: &dyn NodeView, w_index: usize) -> Verdict {
     Verdict::Claim
 }
 
-fn conv_integer_claim(node: &dyn NodeView) -> Verdict {
+fn conv_integer_claim(node: &Node) -> Verdict {
     conv_claim(node, 1)
 }
 
@@ -480,7 +480,7 @@ fn conv_integer(
     )
 }
 
-fn qlinear_conv_claim(node: &dyn NodeView) -> Verdict {
+fn qlinear_conv_claim(node: &Node) -> Verdict {
     let (x, w, y) = (node.input_type(0), node.input_type(3), node.output_type(0));
     match (x, w, y) {
         (Some(ElemType::Uint8), _, Some(ElemType::Uint8))

@@ -21,7 +21,7 @@ use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::table::consts::scalar;
 use crate::table::lower::float32;
-use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
+use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
 
 /// The three cells: how many gates each has and which activations it takes per direction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,21 +246,21 @@ fn directions(direction: &str) -> std::result::Result<Vec<bool>, String> {
 // --------------------------------------------------------------------------------------------
 // Claims
 
-fn strings(node: &dyn NodeView, name: &str) -> Option<Vec<String>> {
+fn strings(node: &Node, name: &str) -> Option<Vec<String>> {
     match node.attribute(name) {
         Some(AttrValue::Strings(v)) => Some(v),
         _ => None,
     }
 }
 
-fn floats(node: &dyn NodeView, name: &str) -> Option<Vec<f32>> {
+fn floats(node: &Node, name: &str) -> Option<Vec<f32>> {
     match node.attribute(name) {
         Some(AttrValue::Floats(v)) => Some(v),
         _ => None,
     }
 }
 
-fn recurrent_claim(node: &dyn NodeView, cell: Cell) -> Verdict {
+fn recurrent_claim(node: &Node, cell: Cell) -> Verdict {
     let direction = match node.attribute("direction") {
         Some(AttrValue::String(d)) => d,
         _ => "forward".to_owned(),
@@ -298,15 +298,15 @@ fn recurrent_claim(node: &dyn NodeView, cell: Cell) -> Verdict {
     Verdict::Claim
 }
 
-fn rnn_claim(node: &dyn NodeView) -> Verdict {
+fn rnn_claim(node: &Node) -> Verdict {
     recurrent_claim(node, Cell::Rnn)
 }
 
-fn gru_claim(node: &dyn NodeView) -> Verdict {
+fn gru_claim(node: &Node) -> Verdict {
     recurrent_claim(node, Cell::Gru)
 }
 
-fn lstm_claim(node: &dyn NodeView) -> Verdict {
+fn lstm_claim(node: &Node) -> Verdict {
     recurrent_claim(node, Cell::Lstm)
 }
 

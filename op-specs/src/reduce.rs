@@ -203,7 +203,7 @@ fn require_exact_in_double(cx: &mut Lower, x: &Array, axes: &[i32]) -> Result<()
 /// overflowing product saturates (int64 and int32), where MLX's integer arithmetic is exact and
 /// wraps. int32 sums are matched exactly (`saturating_i32_sum`), int64 sums where ORT's double
 /// sum is exact (`require_exact_in_double`).
-fn integer_reduction_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn integer_reduction_claim(node: &crate::Node) -> crate::Verdict {
     if let Some(decline) = non_binary_flag(node) {
         return decline;
     }
@@ -226,7 +226,7 @@ fn integer_reduction_claim(node: &dyn crate::NodeView) -> crate::Verdict {
 
 /// ONNX's 0/1 flags of the reductions. Another value is outside the spec: ORT's kernels read it
 /// as `== 1`, its function bodies and references as nonzero, so the EP leaves it to ORT.
-fn non_binary_flag(node: &dyn crate::NodeView) -> Option<crate::Verdict> {
+fn non_binary_flag(node: &crate::Node) -> Option<crate::Verdict> {
     ["keepdims", "noop_with_empty_axes", "select_last_index"]
         .into_iter()
         .find_map(|flag| match node.attribute(flag) {
@@ -237,7 +237,7 @@ fn non_binary_flag(node: &dyn crate::NodeView) -> Option<crate::Verdict> {
         })
 }
 
-fn arg_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn arg_claim(node: &crate::Node) -> crate::Verdict {
     non_binary_flag(node).unwrap_or(crate::Verdict::Claim)
 }
 
@@ -428,10 +428,10 @@ fn arg_min(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ElemType, SimpleNode};
+    use crate::{ElemType, Node};
 
     fn claims(op: &str, t: ElemType) -> bool {
-        integer_reduction_claim(&SimpleNode::new(op, 13).input(t).output(t)).is_claim()
+        integer_reduction_claim(&Node::new(op, 13).input(t).output(t)).is_claim()
     }
 
     #[test]

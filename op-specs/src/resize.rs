@@ -17,7 +17,7 @@ use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::shape::normalise_axis;
 use crate::table::consts::scalar;
-use crate::{onnx_op, AttrValue, ElemType, Lower, NodeView, OpError, Result, Verdict};
+use crate::{onnx_op, AttrValue, ElemType, Lower, Node, OpError, Result, Verdict};
 
 // --------------------------------------------------------------------------------------------
 // Attributes
@@ -145,14 +145,14 @@ fn parse_or_error<T>(parse: fn(&str) -> Option<T>, attr: &str, value: &str) -> R
 // --------------------------------------------------------------------------------------------
 // Claims
 
-fn string_attr(node: &dyn NodeView, name: &str, default: &str) -> String {
+fn string_attr(node: &Node, name: &str, default: &str) -> String {
     match node.attribute(name) {
         Some(AttrValue::String(s)) => s,
         _ => default.to_string(),
     }
 }
 
-fn int_attr(node: &dyn NodeView, name: &str) -> i64 {
+fn int_attr(node: &Node, name: &str) -> i64 {
     match node.attribute(name) {
         Some(AttrValue::Int(v)) => v,
         _ => 0,
@@ -167,7 +167,7 @@ fn is_float(t: Option<ElemType>) -> bool {
 }
 
 /// What every opset shares: a known mode, and interpolation only on float tensors.
-fn mode_verdict(node: &dyn NodeView, allowed: &[Mode]) -> std::result::Result<Mode, Verdict> {
+fn mode_verdict(node: &Node, allowed: &[Mode]) -> std::result::Result<Mode, Verdict> {
     let name = string_attr(node, "mode", "nearest");
     let mode = match Mode::parse(&name) {
         Some(m) if allowed.contains(&m) => m,
@@ -186,14 +186,14 @@ fn mode_verdict(node: &dyn NodeView, allowed: &[Mode]) -> std::result::Result<Mo
     Ok(mode)
 }
 
-fn legacy_claim(node: &dyn NodeView) -> Verdict {
+fn legacy_claim(node: &Node) -> Verdict {
     match mode_verdict(node, &[Mode::Nearest, Mode::Linear]) {
         Ok(_) => Verdict::Claim,
         Err(v) => v,
     }
 }
 
-fn resize_claim(node: &dyn NodeView) -> Verdict {
+fn resize_claim(node: &Node) -> Verdict {
     let mode = match mode_verdict(node, &[Mode::Nearest, Mode::Linear, Mode::Cubic]) {
         Ok(m) => m,
         Err(v) => return v,
@@ -1060,7 +1060,7 @@ fn upsample_9(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::SimpleNode;
+    use crate::Node;
 
     fn sampling_of(mode: Mode, transform: Transform) -> Sampling {
         Sampling {
@@ -1189,8 +1189,8 @@ mod tests {
         assert_eq!(axis_taps(&s, &axis(5, 5, 1.0)), None);
     }
 
-    fn resize_node(opset: i64, input: ElemType, attrs: &[(&str, AttrValue)]) -> SimpleNode {
-        let mut node = SimpleNode::new("Resize", opset)
+    fn resize_node(opset: i64, input: ElemType, attrs: &[(&str, AttrValue)]) -> Node {
+        let mut node = Node::new("Resize", opset)
             .input(input)
             .absent_input()
             .input(ElemType::Float)
@@ -1207,7 +1207,7 @@ mod tests {
 
     #[test]
     fn claims_decline_what_ort_rejects_or_computes_differently() {
-        let declined = |n: &SimpleNode| !resize_claim(n).is_claim();
+        let declined = |n: &Node| !resize_claim(n).is_claim();
         assert!(!declined(&resize_node(19, ElemType::Uint8, &[])));
         assert!(declined(&resize_node(
             19,

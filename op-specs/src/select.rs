@@ -66,7 +66,7 @@ fn top_k_1(
 /// depending on k and the axis): a stable sort cannot reproduce that.
 /// ORT's CPU EP also reads `largest` and `sorted` as "equals 1": `largest = -1` selects the
 /// smallest and `sorted = 2` is unsorted there; such values are left to it too.
-fn top_k_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn top_k_claim(node: &crate::Node) -> crate::Verdict {
     if let Some(crate::AttrValue::Int(sorted)) = node.attribute("sorted") {
         if sorted != 1 {
             return crate::Verdict::decline(format!(
@@ -112,7 +112,7 @@ fn top_k_10(
 /// ONNX allows only 0 and 1 for the two axes; ORT's CPU EP accepts any pair of different values
 /// below 2 and reads only whether `time_axis` is 0 (batch_axis -4 acts as 1). Leave any other
 /// pair to it.
-fn reverse_sequence_claim(node: &dyn crate::NodeView) -> crate::Verdict {
+fn reverse_sequence_claim(node: &crate::Node) -> crate::Verdict {
     let axis = |name: &str, default: i64| match node.attribute(name) {
         Some(crate::AttrValue::Int(v)) => v,
         _ => default,
@@ -295,9 +295,9 @@ mod tests {
 
     #[test]
     fn unsorted_top_k_is_declined() {
-        let node = crate::SimpleNode::new("TopK", 11).attr("sorted", crate::AttrValue::Int(0));
+        let node = crate::Node::new("TopK", 11).attr("sorted", crate::AttrValue::Int(0));
         assert!(!top_k_claim(&node).is_claim());
-        let sorted = crate::SimpleNode::new("TopK", 11).attr("sorted", crate::AttrValue::Int(1));
+        let sorted = crate::Node::new("TopK", 11).attr("sorted", crate::AttrValue::Int(1));
         assert!(top_k_claim(&sorted).is_claim());
     }
 }

@@ -11,7 +11,7 @@ fn f32s(values: &[f32], shape: &[i64]) -> Array {
     Array::from_slice(values, shape).unwrap()
 }
 
-fn run1(n: &op_specs::SimpleNode, inputs: &[Option<Array>]) -> Array {
+fn run1(n: &op_specs::Node, inputs: &[Option<Array>]) -> Array {
     run(n, inputs).unwrap().remove(0)
 }
 
@@ -205,7 +205,7 @@ fn clip_bounds_are_optional_and_attribute_forms_default_to_the_float_range() {
     assert_eq!(values_f32(&run1(&legacy, &[Some(x)])), vec![-5.0, 0.5, 2.0]);
 }
 
-fn clip_node(inputs: usize) -> op_specs::SimpleNode {
+fn clip_node(inputs: usize) -> op_specs::Node {
     node("Clip", 13, &vec![ElemType::Float; inputs], ElemType::Float)
 }
 
@@ -351,7 +351,7 @@ fn microsoft_fusions_match_their_definitions() {
     let x = f32s(&[-1.0, 0.0, 1.5], &[3]);
     let bias = f32s(&[0.5, 0.5, 0.5], &[3]);
     let ms = |op: &str, inputs: usize| {
-        node(op, 1, &vec![ElemType::Float; inputs], ElemType::Float).domain("com.microsoft")
+        node(op, 1, &vec![ElemType::Float; inputs], ElemType::Float).in_domain("com.microsoft")
     };
     let bias_gelu = values_f32(&run1(
         &ms("BiasGelu", 2),

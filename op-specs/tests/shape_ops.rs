@@ -18,7 +18,7 @@ fn ints(values: &[i64]) -> Array {
     Array::from_slice(values, &[values.len() as i64]).unwrap()
 }
 
-fn out(n: &op_specs::SimpleNode, inputs: &[Option<Array>]) -> Vec<Array> {
+fn out(n: &op_specs::Node, inputs: &[Option<Array>]) -> Vec<Array> {
     run(n, inputs).unwrap()
 }
 
@@ -185,6 +185,6 @@ fn slice_clamps_and_walks_backwards() {
     assert!(run(&n, &zero_step).is_err());
 }
 
-fn out_shape(n: &op_specs::SimpleNode, x: Array) -> Vec<i64> {
+fn out_shape(n: &op_specs::Node, x: Array) -> Vec<i64> {
     out(n, &[Some(x)])[0].shape()
 }

@@ -56,7 +56,7 @@ fn lookup_follows_opset_ranges() {
     assert_eq!(lookup("", "Gelu", 20).unwrap().function, "gelu");
 }
 
-fn add_node() -> op_specs::SimpleNode {
+fn add_node() -> op_specs::Node {
     node(
         "Add",
         14,
@@ -185,7 +185,7 @@ fn declines_always_carry_a_reason() {
 #[test]
 fn every_entry_declines_unknown_attributes_by_name() {
     for spec in all() {
-        let mut n = op_specs::SimpleNode::new(spec.op, spec.since).domain(spec.domain);
+        let mut n = op_specs::Node::new(spec.op, spec.since).in_domain(spec.domain);
         for port in spec.inputs.iter().chain(spec.outputs) {
             let t = spec
                 .type_var(port.type_var)

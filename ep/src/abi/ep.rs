@@ -7,10 +7,11 @@ use super::compute::ComputeInfo;
 use crate::capability::analyse;
 use crate::diagnostics::{report_capability, Flags, Stats};
 use crate::ort::api::{call, check, guard};
-use crate::ort::graph::{self, GraphNode};
+use crate::ort::graph;
 use crate::ort::kernel;
 use crate::ort::sys;
 use crate::plan::{HostConstant, Plan};
+use op_specs::Node;
 
 /// `base` first, so ORT's `OrtEp*` is also a pointer to the whole struct.
 #[repr(C)]
@@ -78,7 +79,7 @@ unsafe extern "C" fn get_capability(
     guard("GetCapability", || {
         // SAFETY: ORT passes our EP.
         let ep = unsafe { MlxEp::from(this) };
-        let (nodes, handles): (Vec<GraphNode>, Vec<*const sys::OrtNode>) =
+        let (nodes, handles): (Vec<Node>, Vec<*const sys::OrtNode>) =
             graph::nodes(graph)?.into_iter().unzip();
         let capability = analyse(&nodes, graph::is_subgraph(graph)?);
         report_capability(&ep.flags, &nodes, &capability);
@@ -149,7 +150,7 @@ fn build_plan(
     fused_node: *const sys::OrtNode,
 ) -> Result<Plan, String> {
     let fused = graph::read_node(fused_node)?;
-    let nodes: Vec<GraphNode> = graph::nodes(graph)?.into_iter().map(|(n, _)| n).collect();
+    let nodes: Vec<Node> = graph::nodes(graph)?.into_iter().map(|(n, _)| n).collect();
     let constants = graph::initializers(graph)?
         .into_iter()
         .map(|(name, value)| {

@@ -3,87 +3,13 @@
 
 use std::ptr;
 
-use op_specs::{AttrValue, ElemType, NodeView};
+use op_specs::{AttrValue, ElemType, Node, ValueInfo};
 
 use super::api::{call, check, owned_str};
 use super::sys;
 
-/// A value's name and, when it is a tensor, its element type and (possibly symbolic) shape.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ValueRef {
-    pub name: String,
-    /// `None` for non-tensor values (sequences, maps, optionals) and unknown element types.
-    pub elem: Option<ElemType>,
-    /// `None` for an unknown rank; `None` dimensions are symbolic.
-    pub shape: Option<Vec<Option<i64>>>,
-}
-
-/// A node, copied.
-#[derive(Debug, Clone)]
-pub struct GraphNode {
-    pub name: String,
-    pub op_type: String,
-    pub domain: String,
-    pub since_version: i64,
-    pub inputs: Vec<Option<ValueRef>>,
-    pub outputs: Vec<Option<ValueRef>>,
-    pub attributes: Vec<(String, AttrValue)>,
-    pub has_subgraphs: bool,
-}
-
-impl NodeView for GraphNode {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn op_type(&self) -> &str {
-        &self.op_type
-    }
-    fn domain(&self) -> &str {
-        &self.domain
-    }
-    fn since_version(&self) -> i64 {
-        self.since_version
-    }
-    fn input_count(&self) -> usize {
-        self.inputs.len()
-    }
-    fn input_type(&self, index: usize) -> Option<ElemType> {
-        self.inputs.get(index)?.as_ref()?.elem
-    }
-    fn input_rank(&self, index: usize) -> Option<usize> {
-        Some(self.inputs.get(index)?.as_ref()?.shape.as_ref()?.len())
-    }
-    fn input_shape(&self, index: usize) -> Option<Vec<Option<i64>>> {
-        self.inputs.get(index)?.as_ref()?.shape.clone()
-    }
-    fn output_shape(&self, index: usize) -> Option<Vec<Option<i64>>> {
-        self.outputs.get(index)?.as_ref()?.shape.clone()
-    }
-    fn input_present(&self, index: usize) -> bool {
-        self.inputs.get(index).is_some_and(Option::is_some)
-    }
-    fn output_count(&self) -> usize {
-        self.outputs.len()
-    }
-    fn output_present(&self, index: usize) -> bool {
-        self.outputs.get(index).is_some_and(Option::is_some)
-    }
-    fn output_type(&self, index: usize) -> Option<ElemType> {
-        self.outputs.get(index)?.as_ref()?.elem
-    }
-    fn attribute_names(&self) -> Vec<String> {
-        self.attributes.iter().map(|(n, _)| n.clone()).collect()
-    }
-    fn attribute(&self, name: &str) -> Option<AttrValue> {
-        self.attributes
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
-    }
-}
-
 /// For each node, the indices of the nodes whose outputs it reads (each once).
-pub fn predecessors(nodes: &[GraphNode]) -> Vec<Vec<usize>> {
+pub fn predecessors(nodes: &[Node]) -> Vec<Vec<usize>> {
     let producer: std::collections::HashMap<&str, usize> = nodes
         .iter()
         .enumerate()
@@ -112,7 +38,7 @@ pub fn predecessors(nodes: &[GraphNode]) -> Vec<Vec<usize>> {
 
 /// The nodes of `graph`, in ORT's order, each paired with its ORT handle (valid only for the
 /// duration of the current `GetCapability`/`Compile` call).
-pub fn nodes(graph: *const sys::OrtGraph) -> Result<Vec<(GraphNode, *const sys::OrtNode)>, String> {
+pub fn nodes(graph: *const sys::OrtGraph) -> Result<Vec<(Node, *const sys::OrtNode)>, String> {
     let mut count = 0usize;
     // SAFETY: `graph` is the live graph ORT passed to the current call.
     check(unsafe { call!(api.Graph_GetNumNodes(graph, &mut count)) })?;
@@ -157,7 +83,7 @@ pub fn initializers(
 }
 
 /// Copies one node (also used for the fused node ORT hands to `Compile`).
-pub fn read_node(node: *const sys::OrtNode) -> Result<GraphNode, String> {
+pub fn read_node(node: *const sys::OrtNode) -> Result<Node, String> {
     let mut name = ptr::null();
     let mut op_type = ptr::null();
     let mut domain = ptr::null();
@@ -174,7 +100,7 @@ pub fn read_node(node: *const sys::OrtNode) -> Result<GraphNode, String> {
     // SAFETY: ORT's strings are valid for the current call; we copy them.
     let (name, op_type, domain) =
         unsafe { (owned_str(name), owned_str(op_type), owned_str(domain)) };
-    Ok(GraphNode {
+    Ok(Node {
         name,
         op_type,
         domain,
@@ -194,7 +120,7 @@ enum Direction {
 fn values(
     node: *const sys::OrtNode,
     direction: Direction,
-) -> Result<Vec<Option<ValueRef>>, String> {
+) -> Result<Vec<Option<ValueInfo>>, String> {
     let mut count = 0usize;
     // SAFETY: `node` is live; `count` is a valid out-parameter.
     check(unsafe {
@@ -231,7 +157,7 @@ pub fn value_name(info: *const sys::OrtValueInfo) -> Result<String, String> {
     Ok(unsafe { owned_str(name) })
 }
 
-pub fn value_ref(info: *const sys::OrtValueInfo) -> Result<ValueRef, String> {
+pub fn value_ref(info: *const sys::OrtValueInfo) -> Result<ValueInfo, String> {
     let name = value_name(info)?;
     let mut type_info = ptr::null();
     // SAFETY: `info` is live; the type info it returns is owned by `info`.
@@ -240,7 +166,7 @@ pub fn value_ref(info: *const sys::OrtValueInfo) -> Result<ValueRef, String> {
     // SAFETY: `type_info` is live.
     check(unsafe { call!(api.GetOnnxTypeFromTypeInfo(type_info, &mut onnx_type)) })?;
     if onnx_type != sys::ONNXType::ONNX_TYPE_TENSOR {
-        return Ok(ValueRef {
+        return Ok(ValueInfo {
             name,
             elem: None,
             shape: None,
@@ -250,7 +176,7 @@ pub fn value_ref(info: *const sys::OrtValueInfo) -> Result<ValueRef, String> {
     // SAFETY: a tensor type info casts to its tensor info (owned by the type info).
     check(unsafe { call!(api.CastTypeInfoToTensorInfo(type_info, &mut tensor)) })?;
     let (elem, shape) = tensor_type_and_shape(tensor)?;
-    Ok(ValueRef {
+    Ok(ValueInfo {
         name,
         elem,
         shape: Some(shape),

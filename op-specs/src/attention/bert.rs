@@ -6,7 +6,7 @@
 use mlx_kernels::{ops, Array, Dtype};
 
 use super::mha::{attend, check_attention_bias, positive_heads, split_heads, Padding, Step};
-use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
+use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
 
 /// Self-attention of `input` `[B, S, D_i]` projected by `weights` `[D_i, D_q + D_k + D_v]` and
 /// `bias` (sizes from `qkv_hidden_sizes`, else three equal thirds), with `mask_index` (`[B]` end
@@ -152,7 +152,7 @@ fn attention(
     Ok(vec![out, ops::astype(&present, dtype, s)?])
 }
 
-fn attention_claim(node: &dyn NodeView) -> Verdict {
+fn attention_claim(node: &Node) -> Verdict {
     if let Some(v) = positive_heads(node) {
         return v;
     }

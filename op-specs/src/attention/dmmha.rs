@@ -30,7 +30,7 @@ use mlx_kernels::{ops, Array, Dtype, Stream};
 use super::mha::{
     add_bias, attend, check_attention_bias, dims4, positive_heads, split_heads, Padding, Step,
 };
-use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
+use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
 
 const OP: &str = "DecoderMaskedMultiHeadAttention";
 
@@ -431,14 +431,14 @@ fn gather_rows(buffer: &Array, source: &Array, s: &Stream) -> Result<Array> {
     Ok(ops::transpose(&picked, &[0, 2, 1, 3], s)?)
 }
 
-fn int_attr(node: &dyn NodeView, name: &str) -> Option<i64> {
+fn int_attr(node: &Node, name: &str) -> Option<i64> {
     match node.attribute(name) {
         Some(AttrValue::Int(v)) => Some(v),
         _ => None,
     }
 }
 
-fn dmmha_claim(node: &dyn NodeView) -> Verdict {
+fn dmmha_claim(node: &Node) -> Verdict {
     if let Some(v) = positive_heads(node) {
         return v;
     }

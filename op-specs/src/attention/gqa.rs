@@ -32,7 +32,7 @@ use super::{
     AttentionMask, Sink,
 };
 use crate::table::consts::scalar;
-use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
+use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
 
 /// Grouped-query attention with a BNSH KV cache (ORT's decoder attention): optional packed QKV,
 /// past/present caches, per-row lengths from `seqlens_k`, rotary embedding (interleaved or not,
@@ -657,14 +657,14 @@ fn bias_columns(
     )?)
 }
 
-fn int_attr(node: &dyn NodeView, name: &str) -> Option<i64> {
+fn int_attr(node: &Node, name: &str) -> Option<i64> {
     match node.attribute(name) {
         Some(AttrValue::Int(v)) => Some(v),
         _ => None,
     }
 }
 
-fn gqa_claim(node: &dyn NodeView) -> Verdict {
+fn gqa_claim(node: &Node) -> Verdict {
     for (index, name) in [
         (12, "k_scale"),
         (13, "v_scale"),

@@ -16,7 +16,7 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::{fused_attention, mix, scores, softmax_rows, AttentionMask};
-use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
+use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
 
 /// Which keys each batch entry keeps, before the causal mask.
 pub(super) enum Padding {
@@ -410,7 +410,7 @@ fn multi_head_attention(
     ])
 }
 
-fn mha_claim(node: &dyn NodeView) -> Verdict {
+fn mha_claim(node: &Node) -> Verdict {
     if let Some(v) = positive_heads(node) {
         return v;
     }
@@ -444,7 +444,7 @@ fn mha_claim(node: &dyn NodeView) -> Verdict {
 }
 
 /// ORT's attention kernels require `num_heads > 0` when the session is created.
-pub(super) fn positive_heads(node: &dyn NodeView) -> Option<Verdict> {
+pub(super) fn positive_heads(node: &Node) -> Option<Verdict> {
     match node.attribute("num_heads") {
         Some(AttrValue::Int(n)) if n > 0 && n <= i32::MAX as i64 => None,
         other => Some(Verdict::decline(format!(

@@ -34,7 +34,7 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::{mix, scores, soft_cap};
-use crate::{onnx_op, AttrValue, ElemType, Lower, NodeView, OpError, Result, Verdict};
+use crate::{onnx_op, AttrValue, ElemType, Lower, Node, OpError, Result, Verdict};
 
 /// The attributes of an Attention node, as ORT's kernel reads them.
 struct Settings {
@@ -139,7 +139,7 @@ fn ort_int(v: i64) -> i64 {
     i64::from(v as i32)
 }
 
-fn int_attr(node: &dyn NodeView, name: &str) -> Option<i64> {
+fn int_attr(node: &Node, name: &str) -> Option<i64> {
     match node.attribute(name) {
         Some(AttrValue::Int(v)) => Some(v),
         _ => None,
@@ -148,7 +148,7 @@ fn int_attr(node: &dyn NodeView, name: &str) -> Option<i64> {
 
 /// What ORT's kernel refuses when the session is built, or fails on at run time whatever the
 /// values: declined, so ORT's CPU EP fails the same way.
-fn attention_claim(node: &dyn NodeView) -> Verdict {
+fn attention_claim(node: &Node) -> Verdict {
     if let Some(AttrValue::Float(scale)) = node.attribute("scale") {
         if !scale.is_nan() && scale <= 0.0 {
             return Verdict::decline(format!("scale {scale}: ORT's kernel requires scale > 0"));

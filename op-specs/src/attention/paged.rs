@@ -38,7 +38,7 @@ use super::{
     softmax_rows, AttentionMask, PackedSequences, Sink,
 };
 use crate::table::consts::scalar;
-use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
+use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
 
 /// Paged attention for continuous batching (vLLM-style): packed variable-length Q/K/V (or packed
 /// QKV), a block KV cache updated at each token's slot (derived from `past_seqlens` and
@@ -692,21 +692,21 @@ fn write_rows(
     )?)
 }
 
-fn int_attr(node: &dyn NodeView, name: &str) -> Option<i64> {
+fn int_attr(node: &Node, name: &str) -> Option<i64> {
     match node.attribute(name) {
         Some(AttrValue::Int(v)) => Some(v),
         _ => None,
     }
 }
 
-fn string_attr(node: &dyn NodeView, name: &str) -> Option<String> {
+fn string_attr(node: &Node, name: &str) -> Option<String> {
     match node.attribute(name) {
         Some(AttrValue::String(v)) => Some(v),
         _ => None,
     }
 }
 
-fn paged_claim(node: &dyn NodeView) -> Verdict {
+fn paged_claim(node: &Node) -> Verdict {
     let layout = string_attr(node, "kv_cache_layout").unwrap_or_else(|| "SEPARATE".into());
     if layout != "SEPARATE" {
         return Verdict::decline(format!(

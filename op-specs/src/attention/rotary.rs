@@ -19,7 +19,7 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::rotate;
-use crate::{onnx_op, AttrValue, Lower, NodeView, OpError, Result, Verdict};
+use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
 
 fn err(op: &str, message: String) -> OpError {
     OpError::new(format!("{op}: {message}"))
@@ -27,7 +27,7 @@ fn err(op: &str, message: String) -> OpError {
 
 /// ORT's rotary kernels refuse `num_heads` or `rotary_embedding_dim` outside `[0, INT_MAX]`
 /// when the session is built.
-fn attrs_out_of_range(node: &dyn NodeView) -> Option<Verdict> {
+fn attrs_out_of_range(node: &Node) -> Option<Verdict> {
     ["num_heads", "rotary_embedding_dim"]
         .into_iter()
         .find_map(|name| {
@@ -41,7 +41,7 @@ fn attrs_out_of_range(node: &dyn NodeView) -> Option<Verdict> {
         })
 }
 
-fn int_attr(node: &dyn NodeView, name: &str) -> i64 {
+fn int_attr(node: &Node, name: &str) -> i64 {
     match node.attribute(name) {
         Some(AttrValue::Int(v)) => v,
         _ => 0,
@@ -242,7 +242,7 @@ fn rotary_embedding(
 }
 
 /// ORT's ai.onnx kernel fails every 3-D input without a positive `num_heads`.
-fn onnx_rotary_claim(node: &dyn NodeView) -> Verdict {
+fn onnx_rotary_claim(node: &Node) -> Verdict {
     if let Some(declined) = attrs_out_of_range(node) {
         return declined;
     }
@@ -369,7 +369,7 @@ fn ms_rotary_embedding(
 
 /// ORT's com.microsoft kernel refuses `rotary_embedding_dim` without `num_heads` when the
 /// session is built.
-fn ms_rotary_claim(node: &dyn NodeView) -> Verdict {
+fn ms_rotary_claim(node: &Node) -> Verdict {
     if let Some(declined) = attrs_out_of_range(node) {
         return declined;
     }
@@ -525,7 +525,7 @@ fn m_rotary_embedding(
 }
 
 /// What ORT's MRotaryEmbedding kernel refuses whatever the inputs.
-fn mrotary_claim(node: &dyn NodeView) -> Verdict {
+fn mrotary_claim(node: &Node) -> Verdict {
     if let Some(declined) = attrs_out_of_range(node) {
         return declined;
     }

@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 
 use super::dtypes::ElemType;
-use super::node::{AttrValue, NodeView};
+use super::node::{AttrValue, Node};
 use super::spec::{AttrKind, OpSpec, Port, PortKind, Verdict};
 
-pub fn check(spec: &OpSpec, node: &dyn NodeView) -> Verdict {
+pub fn check(spec: &OpSpec, node: &Node) -> Verdict {
     let verdict = attributes(spec, node)
         .and_then(|()| ports(spec, node))
         .and_then(|()| type_constraints(spec, node))
@@ -19,7 +19,7 @@ pub fn check(spec: &OpSpec, node: &dyn NodeView) -> Verdict {
     }
 }
 
-fn attributes(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
+fn attributes(spec: &OpSpec, node: &Node) -> Result<(), String> {
     for name in node.attribute_names() {
         // An attribute the declaration does not read would be silently ignored: refuse it.
         let Some(declared) = spec.attributes.iter().find(|a| a.name == name) else {
@@ -68,7 +68,7 @@ fn port_for(ports: &[Port], index: usize) -> Option<&Port> {
         .or_else(|| ports.last().filter(|p| p.kind == PortKind::Variadic))
 }
 
-fn ports(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
+fn ports(spec: &OpSpec, node: &Node) -> Result<(), String> {
     for (what, count, declared) in [
         ("inputs", node.input_count(), spec.inputs),
         ("outputs", node.output_count(), spec.outputs),
@@ -89,7 +89,7 @@ fn ports(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
     Ok(())
 }
 
-fn type_constraints(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
+fn type_constraints(spec: &OpSpec, node: &Node) -> Result<(), String> {
     let mut bound: HashMap<&str, (ElemType, &str)> = HashMap::new();
     let slots = (0..node.input_count())
         .map(|i| {
@@ -154,7 +154,7 @@ fn type_constraints(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
 /// declined here once for every op. Host-known shape values (Reshape's target, Expand's shape,
 /// ConstantOfShape's input...) are caught here too whenever ORT inferred the output's shape from
 /// them; dims known only at run time still reach the lowering, which refuses them by name.
-fn dims_fit(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
+fn dims_fit(spec: &OpSpec, node: &Node) -> Result<(), String> {
     let slots = (0..node.input_count())
         .map(|i| ("input", port_for(spec.inputs, i), node.input_shape(i)))
         .chain(
@@ -182,15 +182,15 @@ fn dims_fit(spec: &OpSpec, node: &dyn NodeView) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use crate::table::registry::{decide, Decision};
-    use crate::{ElemType, SimpleNode};
+    use crate::{ElemType, Node};
 
-    fn relu() -> SimpleNode {
-        SimpleNode::new("Relu", 14)
+    fn relu() -> Node {
+        Node::new("Relu", 14)
             .input(ElemType::Float)
             .output(ElemType::Float)
     }
 
-    fn reason(node: &SimpleNode) -> Option<String> {
+    fn reason(node: &Node) -> Option<String> {
         match decide(node) {
             Decision::Claim { .. } => None,
             Decision::Decline { reason } => Some(reason),

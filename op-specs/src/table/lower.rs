@@ -6,7 +6,7 @@ use std::fmt;
 use mlx_kernels::{Array, Dtype, Stream};
 
 use super::dtypes::ElemType;
-use super::node::{AttrValue, NodeView};
+use super::node::{AttrValue, Node};
 use super::spec::AttrKind;
 
 /// A lowering failure. The EP adds the node's name and op type when it reports one.
@@ -61,7 +61,7 @@ pub struct Lowered {
 /// The lowering context of one node.
 pub struct Lower<'a> {
     stream: &'a Stream,
-    node: &'a dyn NodeView,
+    node: &'a Node,
     checks: Vec<RuntimeCheck>,
 }
 
@@ -72,7 +72,7 @@ impl fmt::Debug for Lower<'_> {
 }
 
 impl<'a> Lower<'a> {
-    pub fn new(stream: &'a Stream, node: &'a dyn NodeView) -> Lower<'a> {
+    pub fn new(stream: &'a Stream, node: &'a Node) -> Lower<'a> {
         Lower {
             stream,
             node,
@@ -120,7 +120,7 @@ impl<'a> Lower<'a> {
         self.stream
     }
 
-    pub fn node(&self) -> &'a dyn NodeView {
+    pub fn node(&self) -> &'a Node {
         self.node
     }
 

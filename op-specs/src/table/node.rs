@@ -41,77 +41,122 @@ impl AttrValue {
     }
 }
 
-/// A node as the op table sees it.
-pub trait NodeView {
-    fn name(&self) -> &str;
-    fn op_type(&self) -> &str;
-    /// `""` for the default ONNX domain.
-    fn domain(&self) -> &str;
-    /// The opset version of the schema the node was resolved against.
-    fn since_version(&self) -> i64;
-    /// Number of input slots, absent optional ones included.
-    fn input_count(&self) -> usize;
-    /// The element type of input `index`; `None` when the slot is absent (empty name) or holds
-    /// something that is not a tensor of a known element type.
-    fn input_type(&self, index: usize) -> Option<ElemType>;
-    /// Whether input slot `index` is connected (whatever its type).
-    fn input_present(&self, index: usize) -> bool {
-        self.input_type(index).is_some()
-    }
-    /// The rank of input `index` when the graph declares it.
-    fn input_rank(&self, index: usize) -> Option<usize> {
-        self.input_shape(index).map(|dims| dims.len())
-    }
-    /// The dims of input `index` when the graph declares its shape; `None` dims are symbolic.
-    fn input_shape(&self, _index: usize) -> Option<Vec<Option<i64>>> {
-        None
-    }
-    /// The dims of output `index` when the graph declares (or ORT inferred) its shape.
-    fn output_shape(&self, _index: usize) -> Option<Vec<Option<i64>>> {
-        None
-    }
-    fn output_count(&self) -> usize;
-    /// The element type of output `index`; `None` when the slot is absent or not a known tensor.
-    fn output_type(&self, index: usize) -> Option<ElemType>;
-    /// Whether output slot `index` is connected (whatever its type).
-    fn output_present(&self, index: usize) -> bool {
-        self.output_type(index).is_some()
-    }
-    fn attribute_names(&self) -> Vec<String>;
-    fn attribute(&self, name: &str) -> Option<AttrValue>;
+/// A graph value a node reads or writes: its name and, when it is a tensor, its element type and
+/// (possibly symbolic) shape.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ValueInfo {
+    pub name: String,
+    /// `None` for non-tensor values (sequences, maps, optionals) and unknown element types.
+    pub elem: Option<ElemType>,
+    /// `None` for an unknown rank; `None` dimensions are symbolic.
+    pub shape: Option<Vec<Option<i64>>>,
 }
 
-/// A plain in-memory node: for tests, and for anything that builds nodes by hand.
+/// A node as the op table sees it: an owned, ORT-free copy. The EP fills it from ORT's graph
+/// (`ep/src/ort/graph.rs`); tests build it by hand with the builder methods below. One type for
+/// both, so every claim branch a graph can reach is reachable from a Rust test too.
 #[derive(Debug, Clone, Default)]
-pub struct SimpleNode {
+pub struct Node {
     pub name: String,
     pub op_type: String,
+    /// `""` for the default ONNX domain.
     pub domain: String,
+    /// The opset version of the schema the node was resolved against.
     pub since_version: i64,
-    pub inputs: Vec<Option<ElemType>>,
-    pub outputs: Vec<Option<ElemType>>,
+    /// Input slots in order; `None` for an absent optional input (empty name).
+    pub inputs: Vec<Option<ValueInfo>>,
+    /// Output slots in order; `None` for an absent optional output.
+    pub outputs: Vec<Option<ValueInfo>>,
     pub attributes: Vec<(String, AttrValue)>,
-    /// Declared shapes, by slot: `(input?, index, dims)`.
-    pub shapes: Vec<(bool, usize, Vec<Option<i64>>)>,
+    /// Whether an attribute holds a subgraph (If/Loop/Scan bodies).
+    pub has_subgraphs: bool,
 }
 
-impl SimpleNode {
-    pub fn new(op_type: &str, since_version: i64) -> SimpleNode {
-        SimpleNode {
+impl Node {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn op_type(&self) -> &str {
+        &self.op_type
+    }
+    /// `""` for the default ONNX domain.
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+    pub fn since_version(&self) -> i64 {
+        self.since_version
+    }
+    /// Number of input slots, absent optional ones included.
+    pub fn input_count(&self) -> usize {
+        self.inputs.len()
+    }
+    /// The element type of input `index`; `None` when the slot is absent or holds something that
+    /// is not a tensor of a known element type.
+    pub fn input_type(&self, index: usize) -> Option<ElemType> {
+        self.inputs.get(index)?.as_ref()?.elem
+    }
+    /// Whether input slot `index` is connected (whatever its type).
+    pub fn input_present(&self, index: usize) -> bool {
+        self.inputs.get(index).is_some_and(Option::is_some)
+    }
+    /// The rank of input `index` when the graph declares it.
+    pub fn input_rank(&self, index: usize) -> Option<usize> {
+        Some(self.inputs.get(index)?.as_ref()?.shape.as_ref()?.len())
+    }
+    /// The dims of input `index` when the graph declares its shape; `None` dims are symbolic.
+    pub fn input_shape(&self, index: usize) -> Option<Vec<Option<i64>>> {
+        self.inputs.get(index)?.as_ref()?.shape.clone()
+    }
+    /// Number of output slots, absent optional ones included.
+    pub fn output_count(&self) -> usize {
+        self.outputs.len()
+    }
+    /// The element type of output `index`; `None` when the slot is absent or not a known tensor.
+    pub fn output_type(&self, index: usize) -> Option<ElemType> {
+        self.outputs.get(index)?.as_ref()?.elem
+    }
+    /// Whether output slot `index` is connected (whatever its type).
+    pub fn output_present(&self, index: usize) -> bool {
+        self.outputs.get(index).is_some_and(Option::is_some)
+    }
+    /// The dims of output `index` when the graph declares (or ORT inferred) its shape.
+    pub fn output_shape(&self, index: usize) -> Option<Vec<Option<i64>>> {
+        self.outputs.get(index)?.as_ref()?.shape.clone()
+    }
+    pub fn attribute_names(&self) -> Vec<String> {
+        self.attributes.iter().map(|(n, _)| n.clone()).collect()
+    }
+    pub fn attribute(&self, name: &str) -> Option<AttrValue> {
+        self.attributes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+/// Building nodes by hand (tests, and anything that makes nodes outside a graph).
+impl Node {
+    pub fn new(op_type: &str, since_version: i64) -> Node {
+        Node {
             name: format!("{op_type}_0"),
             op_type: op_type.into(),
             since_version,
-            ..SimpleNode::default()
+            ..Node::default()
         }
     }
 
-    pub fn domain(mut self, domain: &str) -> Self {
+    pub fn in_domain(mut self, domain: &str) -> Self {
         self.domain = domain.into();
         self
     }
 
     pub fn input(mut self, t: ElemType) -> Self {
-        self.inputs.push(Some(t));
+        let name = format!("input_{}", self.inputs.len());
+        self.inputs.push(Some(ValueInfo {
+            name,
+            elem: Some(t),
+            shape: None,
+        }));
         self
     }
 
@@ -121,7 +166,12 @@ impl SimpleNode {
     }
 
     pub fn output(mut self, t: ElemType) -> Self {
-        self.outputs.push(Some(t));
+        let name = format!("output_{}", self.outputs.len());
+        self.outputs.push(Some(ValueInfo {
+            name,
+            elem: Some(t),
+            shape: None,
+        }));
         self
     }
 
@@ -130,64 +180,19 @@ impl SimpleNode {
         self
     }
 
-    /// Declares the shape of input `index` (`None` for a symbolic dim).
+    /// Declares the shape of input `index` (`None` for a symbolic dim); the slot must exist.
     pub fn input_dims(mut self, index: usize, dims: &[Option<i64>]) -> Self {
-        self.shapes.push((true, index, dims.to_vec()));
+        if let Some(Some(value)) = self.inputs.get_mut(index) {
+            value.shape = Some(dims.to_vec());
+        }
         self
     }
 
-    /// Declares the shape of output `index` (`None` for a symbolic dim).
+    /// Declares the shape of output `index` (`None` for a symbolic dim); the slot must exist.
     pub fn output_dims(mut self, index: usize, dims: &[Option<i64>]) -> Self {
-        self.shapes.push((false, index, dims.to_vec()));
+        if let Some(Some(value)) = self.outputs.get_mut(index) {
+            value.shape = Some(dims.to_vec());
+        }
         self
-    }
-
-    fn declared(&self, input: bool, index: usize) -> Option<Vec<Option<i64>>> {
-        self.shapes
-            .iter()
-            .find(|(i, at, _)| *i == input && *at == index)
-            .map(|(_, _, dims)| dims.clone())
-    }
-}
-
-impl NodeView for SimpleNode {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn op_type(&self) -> &str {
-        &self.op_type
-    }
-    fn domain(&self) -> &str {
-        &self.domain
-    }
-    fn since_version(&self) -> i64 {
-        self.since_version
-    }
-    fn input_count(&self) -> usize {
-        self.inputs.len()
-    }
-    fn input_type(&self, index: usize) -> Option<ElemType> {
-        self.inputs.get(index).copied().flatten()
-    }
-    fn input_shape(&self, index: usize) -> Option<Vec<Option<i64>>> {
-        self.declared(true, index)
-    }
-    fn output_shape(&self, index: usize) -> Option<Vec<Option<i64>>> {
-        self.declared(false, index)
-    }
-    fn output_count(&self) -> usize {
-        self.outputs.len()
-    }
-    fn output_type(&self, index: usize) -> Option<ElemType> {
-        self.outputs.get(index).copied().flatten()
-    }
-    fn attribute_names(&self) -> Vec<String> {
-        self.attributes.iter().map(|(n, _)| n.clone()).collect()
-    }
-    fn attribute(&self, name: &str) -> Option<AttrValue> {
-        self.attributes
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
     }
 }

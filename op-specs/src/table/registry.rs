@@ -1,7 +1,7 @@
 //! The table itself: every `#[onnx_op]` entry, collected by `inventory`.
 
 use super::claim;
-use super::node::NodeView;
+use super::node::Node;
 use super::spec::{OpSpec, ShapeSafety, Verdict};
 
 inventory::collect!(OpSpec);
@@ -44,7 +44,7 @@ pub enum Decision {
     },
 }
 
-pub fn decide(node: &dyn NodeView) -> Decision {
+pub fn decide(node: &Node) -> Decision {
     let Some(spec) = lookup(node.domain(), node.op_type(), node.since_version()) else {
         let known: Vec<String> = all()
             .into_iter()

@@ -2,7 +2,7 @@
 
 use super::dtypes::DtypeSet;
 use super::lower::{Lower, Lowered, OpError, Result};
-use super::node::NodeView;
+use super::node::Node;
 use mlx_kernels::{Array, Stream};
 
 /// Whether a node can live inside a compiled MLX closure.
@@ -19,7 +19,7 @@ pub enum ShapeSafety {
 #[derive(Debug, Clone, Copy)]
 pub enum ShapeRule {
     Fixed(ShapeSafety),
-    OfNode(fn(&dyn NodeView) -> ShapeSafety),
+    OfNode(fn(&Node) -> ShapeSafety),
 }
 
 /// A claim decision, always with a reason when it is a no.
@@ -101,7 +101,7 @@ pub struct OpSpec {
     pub outputs: &'static [Port],
     pub attributes: &'static [AttrSpec],
     pub shape: ShapeRule,
-    pub custom_claim: Option<fn(&dyn NodeView) -> Verdict>,
+    pub custom_claim: Option<fn(&Node) -> Verdict>,
     /// What the custom claim declines, in words (for the coverage doc).
     pub declines: &'static str,
     pub lower: LowerFn,
@@ -116,7 +116,7 @@ impl OpSpec {
         self.since <= since_version && self.until.is_none_or(|u| since_version <= u)
     }
 
-    pub fn shape_safety(&self, node: &dyn NodeView) -> ShapeSafety {
+    pub fn shape_safety(&self, node: &Node) -> ShapeSafety {
         match self.shape {
             ShapeRule::Fixed(s) => s,
             ShapeRule::OfNode(f) => f(node),
@@ -129,7 +129,7 @@ impl OpSpec {
     pub fn lower_node(
         &self,
         stream: &Stream,
-        node: &dyn NodeView,
+        node: &Node,
         inputs: &[Option<Array>],
     ) -> Result<Lowered> {
         let mut cx = Lower::new(stream, node);

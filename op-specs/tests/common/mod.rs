@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
-use op_specs::{decide, AttrValue, Decision, ElemType, SimpleNode};
+use op_specs::{decide, AttrValue, Decision, ElemType, Node};
 
 pub fn stream() -> Stream {
     Stream::best().expect("MLX has a default device")
@@ -17,21 +17,21 @@ pub enum V {
     B(bool),
 }
 
-pub fn node(op: &str, since: i64, inputs: &[ElemType], output: ElemType) -> SimpleNode {
-    let mut n = SimpleNode::new(op, since);
+pub fn node(op: &str, since: i64, inputs: &[ElemType], output: ElemType) -> Node {
+    let mut n = Node::new(op, since);
     for t in inputs {
         n = n.input(*t);
     }
     n.output(output)
 }
 
-pub fn with_attr(n: SimpleNode, name: &str, value: AttrValue) -> SimpleNode {
+pub fn with_attr(n: Node, name: &str, value: AttrValue) -> Node {
     n.attr(name, value)
 }
 
 /// Claims `node` through the table (failing the test on a decline) and lowers it; a run-time
 /// check that does not hold is an error, as in the EP.
-pub fn run(node: &SimpleNode, inputs: &[Option<Array>]) -> Result<Vec<Array>, String> {
+pub fn run(node: &Node, inputs: &[Option<Array>]) -> Result<Vec<Array>, String> {
     let lowered = match decide(node) {
         Decision::Claim { spec, .. } => spec
             .lower_node(&stream(), node, inputs)
@@ -50,7 +50,7 @@ pub fn run(node: &SimpleNode, inputs: &[Option<Array>]) -> Result<Vec<Array>, St
     Ok(lowered.outputs)
 }
 
-pub fn decline_reason(node: &SimpleNode) -> Option<String> {
+pub fn decline_reason(node: &Node) -> Option<String> {
     match decide(node) {
         Decision::Claim { .. } => None,
         Decision::Decline { reason } => Some(reason),
