@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import MLX, Run, cpu_outputs, make_model, tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
-from families.quantized import matmul_nbits_ref, pack, pack_padded  # noqa: E402
+from specs.quantized import matmul_nbits_ref, pack, pack_padded  # noqa: E402
 
 CPU = "CPUExecutionProvider"
 ELEM = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}

@@ -96,6 +96,9 @@ class Entry:
     shape: str
     source: str = "json"
     extra: dict = field(default_factory=dict)
+    # The Rust file declaring the entry, from the repo root ("op-specs/src/pool.rs"): the JSON's
+    # "source" key when the library exports it, else found in op-specs/src (`declaring_file`).
+    declared_in: str | None = None
 
     @property
     def key(self) -> str:
@@ -177,9 +180,60 @@ def entries_from_json(rows: list[dict]) -> list[Entry]:
             ],
             shape=r.get("shape", ""),
             source="json",
+            declared_in=r.get("source"),
         )
         for r in rows
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# Where an entry is declared
+
+OP_SPECS_SRC = REPO / "op-specs" / "src"
+# Not op families: the table machinery, the crate root, the coverage generator.
+NOT_FAMILIES = ("table", "bin", "lib.rs")
+_FN_START = re.compile(r"\n\s*(pub(\([^)]*\))?\s+)?fn\s")
+_DECLARATIONS: dict[tuple[str, str], list[str]] | None = None
+
+
+def family_files() -> list[Path]:
+    """The Rust files that declare ops: every .rs under op-specs/src but the machinery."""
+    return sorted(p for p in OP_SPECS_SRC.rglob("*.rs") if p.relative_to(OP_SPECS_SRC).parts[0] not in NOT_FAMILIES)
+
+
+def _declarations() -> dict[tuple[str, str], list[str]]:
+    """(domain, op) -> the files declaring it, read from the source: `#[onnx_op(... op = "Op" ...)]`
+    (its `domain = "..."` in the same attribute), and the family macros' `name = "Op" since ...` /
+    `name, name = "Op" over ...` lines (ai.onnx)."""
+    global _DECLARATIONS
+    if _DECLARATIONS is None:
+        found: dict[tuple[str, str], list[str]] = {}
+        for path in family_files():
+            text = path.read_text()
+            rel = str(path.relative_to(REPO))
+            for m in re.finditer(r'\bop\s*=\s*"(\w+)"', text):
+                # Only inside an `#[onnx_op(...)]` attribute: between it and its function.
+                start = text.rfind("#[onnx_op(", 0, m.start())
+                end = _FN_START.search(text, start) if start >= 0 else None
+                if start < 0 or (end is not None and end.start() < m.start()):
+                    continue
+                block = text[start: end.start() if end else len(text)]
+                dom = re.search(r'\bdomain\s*=\s*"([^"]*)"', block)
+                found.setdefault((dom.group(1) if dom else "", m.group(1)), []).append(rel)
+            for m in re.finditer(r'=\s*"(\w+)"\s+(?:since|over)\b', text):
+                found.setdefault(("", m.group(1)), []).append(rel)
+        _DECLARATIONS = {k: sorted(set(v)) for k, v in found.items()}
+    return _DECLARATIONS
+
+
+def declaring_file(entry: Entry) -> str | None:
+    """The Rust file declaring ``entry``, from the repo root: the table's own word when the
+    library exports it, else the one file of op-specs/src whose declarations name the op (None
+    when none or several do)."""
+    if entry.declared_in:
+        return entry.declared_in
+    files = _declarations().get((entry.domain, entry.op), [])
+    return files[0] if len(files) == 1 else None
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-import op_specs
 from op_specs import SPECS, OpSpec, Variant, _rep, round_to
 
 _LOWEST = {"float": float(np.finfo(np.float32).min), "float16": -65504.0, "bfloat16": -3.3895313892515355e38}
@@ -188,16 +187,5 @@ def _spec(nonpad: bool) -> OpSpec:
 
 ATTENTION_23 = _spec(nonpad=False)
 ATTENTION_24 = _spec(nonpad=True)
-SPECS[("", "Attention")] = ATTENTION_23
-
-_base_spec_for = op_specs._spec_for
-
-
-def _spec_for(entry):
-    """Opset 24's entry has the nonpad_kv_seqlen input, and variants for it."""
-    if entry.domain == "" and entry.op == "Attention" and entry.since >= 24:
-        return ATTENTION_24
-    return _base_spec_for(entry)
-
-
-op_specs._spec_for = _spec_for
+# Opset 24's entry has the nonpad_kv_seqlen input, and variants for it.
+SPECS[("", "Attention")] = lambda entry: ATTENTION_24 if entry.since >= 24 else ATTENTION_23
