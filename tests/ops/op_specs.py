@@ -14,7 +14,6 @@ dtype-rounded inputs), integers and bools in their own dtype (so integer arithme
 ONNX); the harness rounds the result to the output's dtype.
 """
 
-
 from __future__ import annotations
 
 import importlib

@@ -86,7 +86,8 @@ def test_every_spec_sits_beside_its_op():
         allowed = {rust[:k] for k in range(1, len(rust) + 1)}
         if len(files) > 1 or not files[0].resolve().is_relative_to(SPECS_DIR) or _spec_parts(files[0]) not in allowed:
             problems.append(f"{e.key} (declared in {source}): its spec is registered in "
-                            f"{', '.join(_rel(f) for f in files)}; it belongs in tests/ops/specs/{'/'.join(rust)}.py only")
+                            f"{', '.join(_rel(f) for f in files)}; "
+                            f"it belongs in tests/ops/specs/{'/'.join(rust)}.py only")
     assert not problems, "specs not beside their ops:\n  " + "\n  ".join(sorted(set(problems)))
 
 

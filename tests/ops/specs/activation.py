@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from op_specs import SPECS, OpSpec, Variant, _f32, _gelu, _gelu_tanh, _sigmoid, _softplus, _unary, by_opset, scalar_bound
+from op_specs import (SPECS, OpSpec, Variant, _f32, _gelu, _gelu_tanh, _sigmoid, _softplus, _unary, by_opset,
+                      scalar_bound)
 
 # op -> (reference, input domain, exact)
 UNARY = {
