@@ -43,7 +43,7 @@ pub use table::lower::{
 };
 pub use table::node::{AttrValue, Node, TensorValue, ValueInfo};
 pub use table::registry::{all, decide, lookup, overlaps, Decision};
-pub use table::spec::{AttrKind, AttrSpec, OpSpec, Port, PortKind, ShapeSafety, TypeVar, Verdict};
+pub use table::spec::{AttrKind, AttrSpec, DtypeGate, OpSpec, Port, PortKind, ShapeSafety, TypeVar, Verdict};
 
 /// What the `#[onnx_op]` expansion refers to. Not for hand-written code.
 #[doc(hidden)]
@@ -54,7 +54,7 @@ pub mod __private {
     };
     pub use crate::table::lower::{FromAttr, IntoOutputs, Lower, Result};
     pub use crate::table::spec::{
-        AttrSpec, OpSpec, Port, PortKind, ShapeRule, ShapeSafety, TypeVar,
+        AttrSpec, DtypeGate, OpSpec, Port, PortKind, ShapeRule, ShapeSafety, TypeVar,
     };
     pub use inventory;
     pub use mlx_kernels::Array;

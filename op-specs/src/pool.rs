@@ -299,39 +299,10 @@ fn only_n_may_be_empty(x: &Array) -> Result<()> {
 
 /// The maximum of each window (padding never wins); `Indices`, when asked for, is the flat
 /// index into X of the first maximum in window order (row-major, or with the spatial axes
-/// column-major for `storage_order` 1), as ORT's CPU EP gives it.
+/// column-major for `storage_order` 1), as ORT's CPU EP gives it. Opset 12 adds int8/uint8.
 #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
 #[onnx_op(
-    op = "MaxPool", opset = 8..=11, types(T = FLOAT, I = I64), inputs(X: T), outputs(Y: T, Indices?: I), shape = ShapeKeyed,
-    claim = pool_claim, declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel (ORT refuses them)"
-)]
-fn max_pool_8(
-    cx: &mut Lower,
-    x: Array,
-    #[attr(default = "NOTSET")] auto_pad: String,
-    #[attr(default = 0)] ceil_mode: i64,
-    #[attr] dilations: Option<Vec<i64>>,
-    #[attr] kernel_shape: Vec<i64>,
-    #[attr] pads: Option<Vec<i64>>,
-    #[attr(default = 0)] storage_order: i64,
-    #[attr] strides: Option<Vec<i64>>,
-) -> Result<Vec<Array>> {
-    let windows = Windows::new(
-        &x,
-        kernel_shape,
-        strides,
-        dilations,
-        pads,
-        &auto_pad,
-        ceil_mode == 1,
-    )?;
-    max_pool_outputs(cx, &x, &windows, storage_order != 0)
-}
-
-/// MaxPool from opset 12, which adds int8 and uint8: as [`max_pool_8`].
-#[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
-#[onnx_op(
-    op = "MaxPool", since = 12, types(T = FLOAT | I8 | U8, I = I64), inputs(X: T), outputs(Y: T, Indices?: I),
+    op = "MaxPool", since = 8, types(T = FLOAT | since(12, I8 | U8), I = I64), inputs(X: T), outputs(Y: T, Indices?: I),
     shape = ShapeKeyed, claim = pool_claim,
     declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel (ORT refuses them)"
 )]
@@ -339,8 +310,8 @@ fn max_pool(
     cx: &mut Lower,
     x: Array,
     #[attr(default = "NOTSET")] auto_pad: String,
-    #[attr(default = 0)] ceil_mode: i64,
-    #[attr] dilations: Option<Vec<i64>>,
+    #[attr(default = 0, since = 10)] ceil_mode: i64,
+    #[attr(since = 10)] dilations: Option<Vec<i64>>,
     #[attr] kernel_shape: Vec<i64>,
     #[attr] pads: Option<Vec<i64>>,
     #[attr(default = 0)] storage_order: i64,
@@ -730,5 +701,36 @@ mod tests {
             .attr("auto_pad", crate::AttrValue::String("SAME_UPPER".into()))
             .attr("dilations", crate::AttrValue::Ints(vec![1, 1]));
         assert!(pool_claim(&undilated).is_claim());
+    }
+
+    fn max_pool(opset: i64, x: crate::ElemType) -> crate::Node {
+        crate::Node::new("MaxPool", opset)
+            .input(x)
+            .output(x)
+            .attr("kernel_shape", crate::AttrValue::Ints(vec![2, 2]))
+    }
+
+    fn decline_reason(node: &crate::Node) -> String {
+        match crate::decide(node) {
+            crate::Decision::Decline { reason } => reason,
+            crate::Decision::Claim { .. } => panic!("claimed {node:?}"),
+        }
+    }
+
+    #[test]
+    fn one_declaration_serves_max_pool_8_to_12_by_its_gates() {
+        use crate::{AttrValue, Decision, ElemType};
+        // int8/uint8 from opset 12 only.
+        assert!(matches!(
+            crate::decide(&max_pool(12, ElemType::Int8)),
+            Decision::Claim { .. }
+        ));
+        let reason = decline_reason(&max_pool(11, ElemType::Uint8));
+        assert!(reason.contains("MaxPool-11"), "{reason}");
+        // ceil_mode and dilations exist from opset 10.
+        let ceil = |opset| max_pool(opset, ElemType::Float).attr("ceil_mode", AttrValue::Int(1));
+        assert!(matches!(crate::decide(&ceil(10)), Decision::Claim { .. }));
+        let reason = decline_reason(&ceil(8));
+        assert!(reason.contains("not part of MaxPool-8"), "{reason}");
     }
 }

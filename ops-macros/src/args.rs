@@ -30,10 +30,73 @@ impl Parse for Port {
     }
 }
 
-/// `T = FLOAT | INT`: a type variable and the dtype sets it unions.
+/// `T = FLOAT | INT | since(12, I8 | U8)`: a type variable, the dtype sets it always unions, and
+/// sets that only some opsets of the row allow.
 pub struct TypeVar {
     pub name: Ident,
     pub sets: Vec<Ident>,
+    pub gated: Vec<GatedSets>,
+}
+
+/// `since(N, SETS)` / `until(N, SETS)` (nestable): dtype sets allowed only from / up to opset N.
+pub struct GatedSets {
+    pub gate: Gate,
+    pub sets: Vec<Ident>,
+}
+
+/// An opset interval inside a row's range, for an attribute or a dtype.
+#[derive(Clone, Default)]
+pub struct Gate {
+    pub since: Option<LitInt>,
+    pub until: Option<LitInt>,
+}
+
+impl Gate {
+    /// `None` when the gate is open on both ends.
+    pub fn is_open(&self) -> bool {
+        self.since.is_none() && self.until.is_none()
+    }
+
+    /// Parses `since N` / `until N` keywords (in any order) until something else comes.
+    pub fn parse_keywords(input: ParseStream) -> syn::Result<Gate> {
+        let mut gate = Gate::default();
+        while input.peek(Ident) {
+            let fork = input.fork();
+            let word: Ident = fork.parse()?;
+            let slot = match word.to_string().as_str() {
+                "since" => &mut gate.since,
+                "until" => &mut gate.until,
+                _ => break,
+            };
+            input.parse::<Ident>()?;
+            if slot.is_some() {
+                return Err(syn::Error::new(
+                    word.span(),
+                    format!("`{word}` is given twice"),
+                ));
+            }
+            *slot = Some(input.parse()?);
+        }
+        Ok(gate)
+    }
+}
+
+/// `ignores(momentum: f32, spatial: i64 until 8)`: an attribute the op accepts and does not need
+/// for inference (training-only knobs, hints): validated by kind, never read.
+pub struct Ignored {
+    pub name: Ident,
+    pub ty: syn::Type,
+    pub gate: Gate,
+}
+
+impl Parse for Ignored {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name = input.parse()?;
+        input.parse::<Token![:]>()?;
+        let ty = input.parse()?;
+        let gate = Gate::parse_keywords(input)?;
+        Ok(Ignored { name, ty, gate })
+    }
 }
 
 pub enum Shape {
@@ -49,6 +112,7 @@ pub struct OpArgs {
     pub since: LitInt,
     pub until: Option<LitInt>,
     pub types: Vec<TypeVar>,
+    pub ignores: Vec<Ignored>,
     pub inputs: Vec<Port>,
     pub outputs: Vec<Port>,
     pub shape: Shape,
@@ -64,6 +128,7 @@ impl OpArgs {
         let mut domain = None;
         let mut range: Option<(LitInt, Option<LitInt>)> = None;
         let mut types = None;
+        let mut ignores = Vec::new();
         let mut inputs = None;
         let mut outputs = None;
         let mut shape = None;
@@ -92,11 +157,28 @@ impl OpArgs {
                     let mut vars = Vec::new();
                     meta.parse_nested_meta(|var| {
                         let name = var.path.require_ident()?.clone();
-                        let sets = union_members(&var.value()?.parse::<Expr>()?)?;
-                        vars.push(TypeVar { name, sets });
+                        let (mut sets, mut gated) = (Vec::new(), Vec::new());
+                        union_members(
+                            &var.value()?.parse::<Expr>()?,
+                            &Gate::default(),
+                            &mut sets,
+                            &mut gated,
+                        )?;
+                        vars.push(TypeVar {
+                            name,
+                            sets,
+                            gated: merge_equal_gates(gated),
+                        });
                         Ok(())
                     })?;
                     types = Some(vars);
+                }
+                "ignores" => {
+                    let content;
+                    syn::parenthesized!(content in meta.input);
+                    ignores = Punctuated::<Ignored, Token![,]>::parse_terminated(&content)?
+                        .into_iter()
+                        .collect();
                 }
                 "inputs" | "outputs" => {
                     let content;
@@ -123,7 +205,7 @@ impl OpArgs {
                 "claim" => claim = Some(meta.value()?.parse::<Path>()?),
                 _ => return Err(meta.error(
                     "unknown onnx_op argument; expected one of: op, domain, since, opset, types, \
-                         inputs, outputs, shape, claim, declines",
+                         ignores, inputs, outputs, shape, claim, declines",
                 )),
             }
             Ok(())
@@ -139,6 +221,7 @@ impl OpArgs {
             since,
             until,
             types: types.ok_or_else(|| missing("types(T = ...)"))?,
+            ignores,
             inputs: inputs.unwrap_or_default(),
             outputs: outputs.ok_or_else(|| missing("outputs(Name: T, ...)"))?,
             shape: shape
@@ -194,16 +277,72 @@ fn parse_range(input: ParseStream) -> syn::Result<(LitInt, Option<LitInt>)> {
     Ok((start, Some(end)))
 }
 
-/// `FLOAT | INT | BOOL` → [FLOAT, INT, BOOL].
-fn union_members(expr: &Expr) -> syn::Result<Vec<Ident>> {
+/// One entry per distinct gate, its sets in the order written.
+fn merge_equal_gates(gated: Vec<GatedSets>) -> Vec<GatedSets> {
+    let bounds = |g: &Gate| {
+        let value = |n: &Option<LitInt>| n.as_ref().map(|n| n.base10_digits().to_owned());
+        (value(&g.since), value(&g.until))
+    };
+    let mut merged: Vec<GatedSets> = Vec::new();
+    for entry in gated {
+        match merged
+            .iter_mut()
+            .find(|m| bounds(&m.gate) == bounds(&entry.gate))
+        {
+            Some(existing) => existing.sets.extend(entry.sets),
+            None => merged.push(entry),
+        }
+    }
+    merged
+}
+
+/// `FLOAT | INT | since(12, I8 | U8)` → always [FLOAT, INT], gated [(since 12: I8, U8)].
+fn union_members(
+    expr: &Expr,
+    gate: &Gate,
+    always: &mut Vec<Ident>,
+    gated: &mut Vec<GatedSets>,
+) -> syn::Result<()> {
     match expr {
         Expr::Binary(bin) if matches!(bin.op, syn::BinOp::BitOr(_)) => {
-            let mut left = union_members(&bin.left)?;
-            left.extend(union_members(&bin.right)?);
-            Ok(left)
+            union_members(&bin.left, gate, always, gated)?;
+            union_members(&bin.right, gate, always, gated)
         }
         Expr::Path(p) if p.path.get_ident().is_some() => {
-            Ok(vec![p.path.get_ident().cloned().unwrap()])
+            let set = p.path.get_ident().cloned().unwrap();
+            if gate.is_open() {
+                always.push(set);
+            } else {
+                gated.push(GatedSets {
+                    gate: gate.clone(),
+                    sets: vec![set],
+                });
+            }
+            Ok(())
+        }
+        Expr::Call(call) if call.args.len() == 2 => {
+            let word = match &*call.func {
+                Expr::Path(p) => p.path.get_ident().map(Ident::to_string),
+                _ => None,
+            };
+            let bound = match &call.args[0] {
+                Expr::Lit(ExprLit {
+                    lit: Lit::Int(n), ..
+                }) => n.clone(),
+                other => return Err(syn::Error::new_spanned(other, "expected an opset number")),
+            };
+            let mut inner = gate.clone();
+            match word.as_deref() {
+                Some("since") => inner.since = Some(bound),
+                Some("until") => inner.until = Some(bound),
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        &call.func,
+                        "expected `since(N, SETS)` or `until(N, SETS)`",
+                    ))
+                }
+            }
+            union_members(&call.args[1], &inner, always, gated)
         }
         Expr::Lit(ExprLit {
             lit: Lit::Str(s), ..
@@ -213,7 +352,7 @@ fn union_members(expr: &Expr) -> syn::Result<Vec<Ident>> {
         )),
         other => Err(syn::Error::new_spanned(
             other,
-            "expected dtype set names joined by `|`",
+            "expected dtype set names joined by `|`, or `since(N, SETS)` / `until(N, SETS)`",
         )),
     }
 }

@@ -9,7 +9,10 @@
 //! ```
 //!
 //! Arguments: `op`, `domain` (default: the ONNX domain), `since = N` or `opset = A..=B`,
-//! `types(T = SET | SET, ...)` (sets from `op_specs::dtypes`), `inputs(Name: T, ...)`,
+//! `types(T = SET | SET | since(N, SET | ...) | until(N, ...), ...)` (sets from
+//! `op_specs::dtypes`; a `since`/`until` set is allowed only in those opsets of the row),
+//! `ignores(name: Type [since N] [until N], ...)` (attributes accepted and validated by kind but
+//! never read: training-only knobs and hints), `inputs(Name: T, ...)`,
 //! `outputs(Name: T, ...)`, `shape = Shapeless | ShapeKeyed | Eager | function_of_node`,
 //! optionally `claim = function_of_node` (extra checks, each decline with a reason) and
 //! `declines = "..."` (what the custom claim declines, for the coverage doc).
@@ -21,7 +24,9 @@
 //! trace cannot do, so such plans fall back to eager). `outputs(Name...: T)` declares a
 //! variadic output, `outputs(Name?: T)` an optional one. Parameters marked `#[attr]`,
 //! `#[attr(default = ...)]` or `#[attr(name = "onnx_name", ...)]` read node attributes; an
-//! `Option<T>` attribute may be absent. The function returns `Result<Array>` or
+//! `Option<T>` attribute may be absent; `since = N` / `until = N` in `#[attr(...)]` say in which
+//! opsets of the row the attribute exists (outside them it is refused on a node, and the
+//! default applies). The generated claim checks all of these against the node's opset. The function returns `Result<Array>` or
 //! `Result<Vec<Array>>`.
 //!
 //! The expansion keeps the function, adds an adapter from the node's inputs and attributes, and
@@ -50,6 +55,7 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
     let mut function: ItemFn = syn::parse2(item)?;
     let signature = Signature::analyse(&mut function)?;
     check_ports(&args, &signature, &function)?;
+    check_gates(&args, &signature)?;
 
     let p = quote!(::op_specs::__private);
     let name = &function.sig.ident;
@@ -69,7 +75,25 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
     let type_vars = args.types.iter().map(|var| {
         let var_name = var.name.to_string();
         let sets = &var.sets;
-        quote!(#p::TypeVar { name: #var_name, allowed: #p::DtypeSet::EMPTY #(.union(::op_specs::dtypes::#sets))* })
+        let always = quote!(#p::DtypeSet::EMPTY #(.union(::op_specs::dtypes::#sets))*);
+        let gate_sets: Vec<Tokens> = var
+            .gated
+            .iter()
+            .map(|g| {
+                let sets = &g.sets;
+                quote!(#p::DtypeSet::EMPTY #(.union(::op_specs::dtypes::#sets))*)
+            })
+            .collect();
+        let gates = var.gated.iter().zip(&gate_sets).map(|(g, set)| {
+            let (since, until) = gate_bounds(&g.gate);
+            quote!(#p::DtypeGate { set: #set, since: #since, until: #until })
+        });
+        quote!(#p::TypeVar {
+            name: #var_name,
+            always: #always,
+            gates: &[#(#gates),*],
+            allowed: #always #(.union(#gate_sets))*,
+        })
     });
     let ports = |ports: &[args::Port], kinds: &[InputKind]| -> Vec<Tokens> {
         ports
@@ -92,12 +116,29 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
     let inputs = ports(&args.inputs, &input_kinds);
     let outputs = ports(&args.outputs, &[]);
 
-    let attr_specs = signature.attrs.iter().map(|a| {
+    let read_attrs = signature.attrs.iter().map(|a| {
         let (attr_name, ty) = (&a.onnx_name, &a.value_type);
         let required = a.default.is_none() && !a.optional;
-        let default = a.default.as_ref().map(|d| quote!(#d).to_string()).unwrap_or_default();
-        quote!(#p::AttrSpec { name: #attr_name, kind: <#ty as #p::FromAttr>::KIND, required: #required, default: #default })
+        let default = a
+            .default
+            .as_ref()
+            .map(|d| quote!(#d).to_string())
+            .unwrap_or_default();
+        let (since, until) = gate_bounds(&a.gate);
+        quote!(#p::AttrSpec {
+            name: #attr_name, kind: <#ty as #p::FromAttr>::KIND, required: #required,
+            default: #default, since: #since, until: #until, ignored: false,
+        })
     });
+    let ignored_attrs = args.ignores.iter().map(|i| {
+        let (attr_name, ty) = (i.name.to_string(), &i.ty);
+        let (since, until) = gate_bounds(&i.gate);
+        quote!(#p::AttrSpec {
+            name: #attr_name, kind: <#ty as #p::FromAttr>::KIND, required: false,
+            default: "", since: #since, until: #until, ignored: true,
+        })
+    });
+    let attr_specs = read_attrs.chain(ignored_attrs);
 
     let input_bindings = signature.inputs.iter().enumerate().map(|(index, input)| {
         let binding = &input.binding;
@@ -169,6 +210,7 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
                 since: #since,
                 until: #until,
                 module: ::core::module_path!(),
+                source: ::core::file!(),
                 function: ::core::stringify!(#name),
                 doc: #doc,
                 type_vars: &[#(#type_vars),*],
@@ -207,6 +249,62 @@ fn check_ports(args: &OpArgs, signature: &Signature, function: &ItemFn) -> syn::
         ));
     }
     Ok(())
+}
+
+/// Every `since`/`until` on an attribute or a dtype set narrows the row's own opsets: a gate
+/// outside them would never apply, or always would (write the row's range instead).
+fn check_gates(args: &OpArgs, signature: &Signature) -> syn::Result<()> {
+    let row_since = args.since.base10_parse::<i64>()?;
+    let row_until = match &args.until {
+        Some(u) => Some(u.base10_parse::<i64>()?),
+        None => None,
+    };
+    let gates = signature
+        .attrs
+        .iter()
+        .map(|a| &a.gate)
+        .chain(args.ignores.iter().map(|i| &i.gate))
+        .chain(
+            args.types
+                .iter()
+                .flat_map(|t| t.gated.iter().map(|g| &g.gate)),
+        );
+    for gate in gates {
+        if let Some(since) = &gate.since {
+            let n = since.base10_parse::<i64>()?;
+            if n <= row_since || row_until.is_some_and(|u| n > u) {
+                return Err(syn::Error::new(
+                    since.span(),
+                    format!("`since {n}` must fall after the row's first opset {row_since} and within its range"),
+                ));
+            }
+        }
+        if let Some(until) = &gate.until {
+            let n = until.base10_parse::<i64>()?;
+            if n < row_since || row_until.is_some_and(|u| n >= u) {
+                return Err(syn::Error::new(
+                    until.span(),
+                    format!(
+                        "`until {n}` must fall within the row's opsets and before its last one"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A gate's bounds as `i64` and `Option<i64>` tokens (`since` defaults to 0: always).
+fn gate_bounds(gate: &args::Gate) -> (Tokens, Tokens) {
+    let since = match &gate.since {
+        Some(n) => quote!(#n),
+        None => quote!(0),
+    };
+    let until = match &gate.until {
+        Some(n) => quote!(::core::option::Option::Some(#n)),
+        None => quote!(::core::option::Option::None),
+    };
+    (since, until)
 }
 
 fn doc_comment(function: &ItemFn) -> String {

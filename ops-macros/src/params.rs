@@ -24,6 +24,8 @@ pub struct Attr {
     pub value_type: Type,
     pub default: Option<Expr>,
     pub optional: bool,
+    /// The opsets of the row in which the attribute exists (`since = N`, `until = N`).
+    pub gate: crate::args::Gate,
 }
 
 pub struct Signature {
@@ -115,14 +117,21 @@ impl Signature {
 fn parse_attr(binding: Ident, marker: &syn::Attribute, ty: &Type) -> syn::Result<Attr> {
     let mut onnx_name = binding.to_string();
     let mut default = None;
+    let mut gate = crate::args::Gate::default();
     if !matches!(marker.meta, syn::Meta::Path(_)) {
         marker.parse_nested_meta(|meta| {
             if meta.path.is_ident("default") {
                 default = Some(meta.value()?.parse::<Expr>()?);
             } else if meta.path.is_ident("name") {
                 onnx_name = meta.value()?.parse::<LitStr>()?.value();
+            } else if meta.path.is_ident("since") {
+                gate.since = Some(meta.value()?.parse()?);
+            } else if meta.path.is_ident("until") {
+                gate.until = Some(meta.value()?.parse()?);
             } else {
-                return Err(meta.error("expected `default = ...` or `name = \"...\"`"));
+                return Err(meta.error(
+                    "expected `default = ...`, `name = \"...\"`, `since = N` or `until = N`",
+                ));
             }
             Ok(())
         })?;
@@ -143,6 +152,7 @@ fn parse_attr(binding: Ident, marker: &syn::Attribute, ty: &Type) -> syn::Result
         value_type,
         default,
         optional,
+        gate,
     })
 }
 

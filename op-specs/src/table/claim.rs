@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::dtypes::ElemType;
 use super::node::{AttrValue, Node};
-use super::spec::{AttrKind, OpSpec, Port, PortKind, Verdict};
+use super::spec::{gate_label, AttrKind, OpSpec, Port, PortKind, Verdict};
 
 pub fn check(spec: &OpSpec, node: &Node) -> Verdict {
     let verdict = attributes(spec, node)
@@ -20,6 +20,7 @@ pub fn check(spec: &OpSpec, node: &Node) -> Verdict {
 }
 
 fn attributes(spec: &OpSpec, node: &Node) -> Result<(), String> {
+    let version = node.since_version();
     for name in node.attribute_names() {
         // An attribute the declaration does not read would be silently ignored: refuse it.
         let Some(declared) = spec.attributes.iter().find(|a| a.name == name) else {
@@ -28,6 +29,13 @@ fn attributes(spec: &OpSpec, node: &Node) -> Result<(), String> {
                 spec.op
             ));
         };
+        if !declared.exists_at(version) {
+            return Err(format!(
+                "attribute '{name}' is not part of {}-{version} (it exists in opsets{})",
+                spec.op,
+                gate_label(declared.since, declared.until)
+            ));
+        }
         if let Some(value) = node.attribute(&name) {
             if !kind_matches(declared.kind, &value) {
                 return Err(format!(
@@ -41,7 +49,7 @@ fn attributes(spec: &OpSpec, node: &Node) -> Result<(), String> {
     match spec
         .attributes
         .iter()
-        .find(|a| a.required && node.attribute(a.name).is_none())
+        .find(|a| a.required && a.exists_at(version) && node.attribute(a.name).is_none())
     {
         Some(missing) => Err(format!("required attribute '{}' is missing", missing.name)),
         None => Ok(()),
@@ -121,14 +129,16 @@ fn type_constraints(spec: &OpSpec, node: &Node) -> Result<(), String> {
         let var = spec
             .type_var(port.type_var)
             .ok_or_else(|| format!("declaration error: no type variable {}", port.type_var))?;
-        if !var.allowed.contains(elem) {
+        let allowed = var.allowed_at(node.since_version());
+        if !allowed.contains(elem) {
             return Err(format!(
-                "'{}' is {}; this EP runs {} with {} = {{{}}}",
+                "'{}' is {}; this EP runs {}-{} with {} = {{{}}}",
                 port.name,
                 elem.short_name(),
                 spec.op,
+                node.since_version(),
                 var.name,
-                var.allowed.describe()
+                allowed.describe()
             ));
         }
         match bound.get(var.name) {

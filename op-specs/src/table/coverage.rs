@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::registry;
-use super::spec::{OpSpec, ShapeRule};
+use super::spec::{gate_label, OpSpec, ShapeRule};
 
 pub const PATH_IN_REPO: &str = "docs/COVERAGE.md";
 
@@ -71,7 +71,15 @@ pub fn markdown() -> String {
 fn types(spec: &OpSpec) -> String {
     spec.type_vars
         .iter()
-        .map(|t| format!("{}: {}", t.name, t.allowed.describe()))
+        .map(|t| {
+            let mut listed = t.always.describe();
+            for gate in t.gates {
+                let sep = if listed.is_empty() { "" } else { ", " };
+                let label = gate_label(gate.since, gate.until);
+                listed = format!("{listed}{sep}{}{label}", gate.set.describe());
+            }
+            format!("{}: {listed}", t.name)
+        })
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -82,10 +90,14 @@ fn attributes(spec: &OpSpec) -> String {
     }
     spec.attributes
         .iter()
-        .map(|a| match (a.required, a.default) {
-            (true, _) => format!("{} (required)", a.name),
-            (false, "") => a.name.to_owned(),
-            (false, d) => format!("{}={}", a.name, d.replace(' ', "")),
+        .map(|a| {
+            let written = match (a.ignored, a.required, a.default) {
+                (true, _, _) => format!("{} (ignored)", a.name),
+                (false, true, _) => format!("{} (required)", a.name),
+                (false, false, "") => a.name.to_owned(),
+                (false, false, d) => format!("{}={}", a.name, d.replace(' ', "")),
+            };
+            format!("{written}{}", gate_label(a.since, a.until))
         })
         .collect::<Vec<_>>()
         .join(", ")

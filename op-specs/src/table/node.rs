@@ -2,6 +2,7 @@
 //! tested without ORT, and the EP copies ORT's graph into it.
 
 use super::dtypes::ElemType;
+use super::lower::FromAttr;
 
 /// A tensor-valued attribute (Constant's and ConstantOfShape's `value`), copied to the host.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,6 +132,19 @@ impl Node {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.clone())
+    }
+    /// Attribute `name` as the Rust type its declaration reads (`i64`, `Vec<i64>`, `f32`,
+    /// `String`...); `None` when absent or of another kind. Custom claims run after the generic
+    /// claim checked every attribute's kind, so for them `None` means absent.
+    pub fn attr_as<T: FromAttr>(&self, name: &str) -> Option<T> {
+        self.attributes
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| T::from_attr(v))
+    }
+    /// Attribute `name`, or `default` when the node does not carry it.
+    pub fn attr_or<T: FromAttr>(&self, name: &str, default: T) -> T {
+        self.attr_as(name).unwrap_or(default)
     }
 }
 

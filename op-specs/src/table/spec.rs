@@ -41,10 +41,48 @@ impl Verdict {
     }
 }
 
+/// A type variable of a row: the dtypes every opset of the row allows, plus gated sets.
 #[derive(Debug, Clone, Copy)]
 pub struct TypeVar {
     pub name: &'static str,
+    /// Allowed in every opset of the row.
+    pub always: DtypeSet,
+    /// Allowed only in some opsets of the row (`since(12, I8 | U8)`).
+    pub gates: &'static [DtypeGate],
+    /// Everything some opset of the row allows (`always` and every gate's set).
     pub allowed: DtypeSet,
+}
+
+/// Dtypes a row allows only from `since` (0: from the row's start) up to `until`.
+#[derive(Debug, Clone, Copy)]
+pub struct DtypeGate {
+    pub set: DtypeSet,
+    pub since: i64,
+    pub until: Option<i64>,
+}
+
+impl TypeVar {
+    /// The dtypes allowed at opset `version`.
+    pub fn allowed_at(&self, version: i64) -> DtypeSet {
+        self.gates
+            .iter()
+            .filter(|g| covers(g.since, g.until, version))
+            .fold(self.always, |set, g| set.union(g.set))
+    }
+}
+
+fn covers(since: i64, until: Option<i64>, version: i64) -> bool {
+    since <= version && until.is_none_or(|u| version <= u)
+}
+
+/// `(12+)`, `(≤8)` or `(9–13)`: a gate for docs and messages; empty when open.
+pub fn gate_label(since: i64, until: Option<i64>) -> String {
+    match (since, until) {
+        (0, None) => String::new(),
+        (s, None) => format!(" ({s}+)"),
+        (0, Some(u)) => format!(" (≤{u})"),
+        (s, Some(u)) => format!(" ({s}–{u})"),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +117,18 @@ pub struct AttrSpec {
     pub required: bool,
     /// The default as written in the declaration (empty when none), for docs.
     pub default: &'static str,
+    /// The opsets of the row in which the attribute exists (`since` 0: from the row's start).
+    pub since: i64,
+    pub until: Option<i64>,
+    /// Accepted (checked by kind) but never read: it does not change an inference result.
+    pub ignored: bool,
+}
+
+impl AttrSpec {
+    /// Whether the attribute is part of the op's schema at opset `version`.
+    pub fn exists_at(&self, version: i64) -> bool {
+        covers(self.since, self.until, version)
+    }
 }
 
 pub type LowerFn = fn(&mut Lower<'_>, &[Option<Array>]) -> Result<Vec<Array>>;
@@ -94,6 +144,8 @@ pub struct OpSpec {
     pub until: Option<i64>,
     /// Rust module of the declaration; its last segment is the op family.
     pub module: &'static str,
+    /// The source file of the declaration (`op-specs/src/pool.rs`), where its tests sit too.
+    pub source: &'static str,
     pub function: &'static str,
     pub doc: &'static str,
     pub type_vars: &'static [TypeVar],
@@ -113,7 +165,7 @@ impl OpSpec {
     }
 
     pub fn covers(&self, since_version: i64) -> bool {
-        self.since <= since_version && self.until.is_none_or(|u| since_version <= u)
+        covers(self.since, self.until, since_version)
     }
 
     pub fn shape_safety(&self, node: &Node) -> ShapeSafety {
