@@ -51,7 +51,8 @@ fn residual_sum(input: &Array, skip: &Array, bias: Option<&Array>, s: &Stream) -
     domain = "com.microsoft", op = "SkipLayerNormalization", since = 1, types(T = FLOAT, U = F32),
     inputs(input: T, skip: T, gamma: T, beta: T, bias: T),
     outputs(output: T, mean?: U, inv_std_var?: U, input_skip_bias_sum?: T), shape = ShapeKeyed,
-    claim = non_negative_epsilon, declines = "a negative epsilon (ORT's kernel refuses it)"
+    claim = skip_layer_norm_claim,
+    declines = "a negative epsilon (ORT's kernel refuses it); declared ranks ORT's kernel refuses (skip not 2-3, gamma/beta/bias not 1)"
 )]
 fn skip_layer_normalization(
     cx: &mut Lower,
@@ -101,8 +102,14 @@ fn skip_norm(
             input.shape()
         )));
     }
+    skip_norm_shapes(
+        input,
+        skip,
+        [("gamma", Some(gamma)), ("beta", beta), ("bias", bias)],
+    )?;
+    let skip = batch_of_skip(input, skip, s)?;
     let only_output = (1..4).all(|i| !cx.node().output_present(i));
-    let sum = residual_sum(input, skip, bias, s)?;
+    let sum = residual_sum(input, &skip, bias, s)?;
     let gamma = ops::astype(gamma, Dtype::F32, s)?;
     let beta = beta.map(|b| ops::astype(b, Dtype::F32, s)).transpose()?;
     if only_output && gamma.ndim() == 1 && beta.as_ref().is_none_or(|b| b.ndim() == 1) {
@@ -128,6 +135,97 @@ fn skip_norm(
     ])
 }
 
+/// The shape contract ORT's SkipLayerNorm kernels check before they run, with their words:
+/// skip `[B, S, H]`, `[1, S, H]` or `[S, H]` (the input's shape when the input is 2-D),
+/// gamma, beta and bias `[H]`.
+fn skip_norm_shapes<const N: usize>(
+    input: &Array,
+    skip: &Array,
+    parameters: [(&str, Option<&Array>); N],
+) -> Result<()> {
+    let (x, k) = (input.shape(), skip.shape());
+    if !(2..=3).contains(&k.len()) {
+        return Err(OpError::new(format!(
+            "skip is expected to have 3 or 2 dimensions, got {} (ORT's kernel refuses it too)",
+            k.len()
+        )));
+    }
+    if x.len() == 2 && k.len() == 3 {
+        return Err(OpError::new(
+            "skip is expected to have same shape as input or, a batch size of 1 or no batch size \
+             when input has 3 dimensions (ORT's kernel refuses it too)",
+        ));
+    }
+    if k[k.len() - 2..] != x[x.len() - 2..] {
+        return Err(OpError::new(format!(
+            "last two dimensions of skip needs to be same as input: skip {k:?}, input {x:?} \
+             (ORT's kernel refuses it too)"
+        )));
+    }
+    let hidden = x[x.len() - 1];
+    for (name, p) in parameters {
+        let Some(p) = p else { continue };
+        if p.ndim() != 1 {
+            return Err(OpError::new(format!(
+                "{name} is expected to have 1 dimension, got {} (ORT's kernel refuses it too)",
+                p.ndim()
+            )));
+        }
+        if p.shape()[0] != hidden {
+            return Err(OpError::new(format!(
+                "Last dimension of {name} and input does not match: {name} {:?}, input {x:?} \
+                 (ORT's kernel refuses it too)",
+                p.shape()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A 3-D skip whose batch is neither 1 nor the input's: ORT's kernel reads skip element
+/// `i % skip.size()` for input element `i`, so sample `b` takes skip sample `b % skip_batch`.
+fn batch_of_skip(input: &Array, skip: &Array, s: &Stream) -> Result<Array> {
+    let (batch, skip_batch) = (input.shape()[0], skip.shape()[0]);
+    if skip.ndim() != 3 || skip_batch == 1 || skip_batch == batch {
+        return Ok(skip.clone());
+    }
+    if skip_batch == 0 {
+        return Err(OpError::new(format!(
+            "skip has shape {:?}: an empty skip for a non-empty input",
+            skip.shape()
+        )));
+    }
+    let picks: Vec<i32> = (0..batch).map(|b| (b % skip_batch) as i32).collect();
+    let picks = Array::from_slice(&picks, &[batch])?;
+    Ok(ops::take(skip, &picks, 0, s)?)
+}
+
+/// Declared ranks ORT's kernel refuses (see [`skip_norm_shapes`]), declined so that ORT's CPU
+/// EP reports them. Rank 0 is also how ORT's API describes a value of unknown shape, so a
+/// scalar is left to the run-time check.
+fn skip_norm_ranks_claim(node: &crate::Node, parameters: &[(usize, &str)]) -> crate::Verdict {
+    if let Some(rank) = node.input_rank(1).filter(|&r| r > 3 || r == 1) {
+        return crate::Verdict::decline(format!(
+            "skip of rank {rank} (ORT's kernel takes 2 or 3 dimensions)"
+        ));
+    }
+    for &(index, name) in parameters {
+        if let Some(rank) = node.input_rank(index).filter(|&r| r > 1) {
+            return crate::Verdict::decline(format!(
+                "{name} of rank {rank} (ORT's kernel takes 1 dimension)"
+            ));
+        }
+    }
+    crate::Verdict::Claim
+}
+
+fn skip_layer_norm_claim(node: &crate::Node) -> crate::Verdict {
+    match skip_norm_ranks_claim(node, &[(2, "gamma"), (3, "beta"), (4, "bias")]) {
+        crate::Verdict::Claim => non_negative_epsilon(node),
+        declined => declined,
+    }
+}
+
 /// RMS normalisation of `input + skip + bias` over the last axis, scaled by `gamma`; the
 /// optional outputs are the inverse RMS and the sum. The `mean` output is declined: a
 /// simplified norm has none (ORT's CPU kernel leaves it unspecified).
@@ -135,7 +233,8 @@ fn skip_norm(
     domain = "com.microsoft", op = "SkipSimplifiedLayerNormalization", since = 1, types(T = FLOAT, U = F32),
     inputs(input: T, skip: T, gamma: T, bias: T),
     outputs(output: T, mean?: U, inv_std_var?: U, input_skip_bias_sum?: T), shape = ShapeKeyed,
-    claim = simplified_skip_claim, declines = "the mean output (a simplified norm has no mean); a negative epsilon (ORT's kernel refuses it)"
+    claim = simplified_skip_claim,
+    declines = "the mean output (a simplified norm has no mean); a negative epsilon (ORT's kernel refuses it); declared ranks ORT's kernel refuses (skip not 2-3, gamma/bias not 1)"
 )]
 fn skip_simplified_layer_normalization(
     cx: &mut Lower,
@@ -163,7 +262,10 @@ fn simplified_skip_claim(node: &crate::Node) -> crate::Verdict {
             "the mean output of a simplified norm (ORT leaves it unspecified)",
         );
     }
-    non_negative_epsilon(node)
+    match skip_norm_ranks_claim(node, &[(2, "gamma"), (3, "bias")]) {
+        crate::Verdict::Claim => non_negative_epsilon(node),
+        declined => declined,
+    }
 }
 
 /// ORT's SkipLayerNorm and EmbedLayerNorm kernels refuse a negative epsilon when the session

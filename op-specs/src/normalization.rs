@@ -414,11 +414,39 @@ fn refuse_empty_group_norm(x: &Array) -> Result<()> {
     Ok(())
 }
 
+/// ORT's function body broadcasts 1-D `scale` and `bias` (length `count`, or 1) against the
+/// grouped X; any other length fails there (a broadcast or its final Reshape), and so here.
+fn group_norm_parameter(p: &Array, name: &str, count: i64, per: &str) -> Result<()> {
+    if p.ndim() != 1 || (p.shape()[0] != count && p.shape()[0] != 1) {
+        return Err(crate::OpError::new(format!(
+            "{name} has shape {:?}: it must be [{count}] (one per {per}) or [1] (ORT's CPU EP \
+             fails on other shapes too)",
+            p.shape()
+        )));
+    }
+    Ok(())
+}
+
+/// Ranks above 1 for `scale` or `bias` give shapes from ORT's function body that no formula
+/// states (a `[G, 1]` scale runs there); left to ORT's CPU EP. Rank 0 is also how ORT's API
+/// describes an unknown shape: a scalar fails the run-time check instead.
+fn group_norm_claim(node: &crate::Node) -> crate::Verdict {
+    for (index, name) in [(1, "scale"), (2, "bias")] {
+        if let Some(rank) = node.input_rank(index).filter(|&r| r > 1) {
+            return crate::Verdict::decline(format!(
+                "{name} of rank {rank} (ORT's function body broadcasts it its own way)"
+            ));
+        }
+    }
+    layer_norm_claim(node)
+}
+
 /// Group normalisation (opset 21): statistics per sample over `num_groups` groups of channels,
 /// in float32 (`stash_type` 1), then `scale` and `bias` per channel.
 #[onnx_op(
     op = "GroupNormalization", since = 21, types(T = FLOAT), inputs(X: T, scale: T, bias: T), outputs(Y: T),
-    shape = ShapeKeyed, claim = layer_norm_claim, declines = "stash_type other than 1 (float32)"
+    shape = ShapeKeyed, claim = group_norm_claim,
+    declines = "stash_type other than 1 (float32); scale or bias of a rank other than 1"
 )]
 fn group_normalization(
     cx: &mut Lower,
@@ -432,6 +460,9 @@ fn group_normalization(
     let _ = stash_type; // declined unless 1, see the claim
     let s = cx.stream();
     refuse_empty_group_norm(&x)?;
+    let channels = x.shape().get(1).copied().unwrap_or(0);
+    group_norm_parameter(&scale, "scale", channels, "channel")?;
+    group_norm_parameter(&bias, "bias", channels, "channel")?;
     let normalised = group_standardise(&x, num_groups, epsilon, false, s)?;
     let rank = x.ndim();
     let y = ops::add(
@@ -445,7 +476,7 @@ fn group_normalization(
 /// Group normalisation as opset 18 defined it: `scale` and `bias` per group, not per channel.
 #[onnx_op(
     op = "GroupNormalization", opset = 18..=20, types(T = FLOAT), inputs(X: T, scale: T, bias: T), outputs(Y: T),
-    shape = ShapeKeyed
+    shape = ShapeKeyed, claim = group_norm_claim, declines = "scale or bias of a rank other than 1"
 )]
 fn group_normalization_18(
     cx: &mut Lower,
@@ -457,12 +488,14 @@ fn group_normalization_18(
 ) -> Result<Array> {
     let s = cx.stream();
     refuse_empty_group_norm(&x)?;
+    group_norm_parameter(&scale, "scale", num_groups, "group")?;
+    group_norm_parameter(&bias, "bias", num_groups, "group")?;
     let normalised = group_standardise(&x, num_groups, epsilon, false, s)?;
-    // Per group: [G] as [N=1, G, 1] against the [N, G, C/G * spatial] view.
+    // Per group: [G] (or [1]) as [N=1, G, 1] against the [N, G, C/G * spatial] view.
     let per_group = |p: &Array| -> Result<Array> {
         Ok(ops::reshape(
             &ops::astype(p, Dtype::F32, s)?,
-            &[1, num_groups, 1],
+            &[1, p.size() as i64, 1],
             s,
         )?)
     };

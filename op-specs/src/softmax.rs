@@ -41,6 +41,11 @@ fn flattened(x: &Array, axis: i64, s: &Stream, f: AxisFn) -> Result<Array> {
             "input must have rank >= 1 (ORT's CPU EP refuses a scalar)",
         ));
     }
+    if x.size() == 0 {
+        // ORT's CPU EP returns an empty input before it checks the axis (opsets 1-10; from 11
+        // ONNX's shape inference refuses such an axis at load).
+        return Ok(x.clone());
+    }
     let axis = normalise_axis(axis, x.ndim())? as usize;
     let outer: i64 = shape[..axis].iter().product();
     let inner: i64 = shape[axis..].iter().product();
@@ -89,8 +94,29 @@ fn hardmax_axis(x: &Array, axis: i32, s: &Stream) -> Result<Array> {
     )?)
 }
 
+/// ORT's CPU EP has float32 Softmax-13/LogSoftmax-13 kernels only: for 16-bit floats it runs
+/// ONNX's function body, whose ReduceMax takes the axis in 64 bits and refuses one outside
+/// `[-rank, rank - 1]` at load, where the float32 kernel reads the axis in 32 bits.
+fn softmax13_claim(node: &crate::Node) -> crate::Verdict {
+    let axis = match node.attribute("axis") {
+        Some(crate::AttrValue::Int(axis)) => axis,
+        _ => return crate::Verdict::Claim,
+    };
+    let wide = node.input_type(0) != Some(crate::ElemType::Float);
+    if wide && ort_axis(axis) != axis {
+        return crate::Verdict::decline(format!(
+            "axis {axis} beyond 32 bits on a 16-bit float input (ORT's CPU EP expands the \
+             function, whose ReduceMax refuses the axis)"
+        ));
+    }
+    crate::Verdict::Claim
+}
+
 /// `exp(x) / sum(exp(x))` along `axis`.
-#[onnx_op(op = "Softmax", since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
+#[onnx_op(
+    op = "Softmax", since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless,
+    claim = softmax13_claim, declines = "an axis beyond 32 bits on 16-bit floats (ORT's function expansion refuses it)"
+)]
 fn softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<Array> {
     along_axis(&x, ort_axis(axis), cx.stream(), softmax_axis)
 }
@@ -102,7 +128,10 @@ fn softmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> R
 }
 
 /// `x - log(sum(exp(x)))` along `axis`.
-#[onnx_op(op = "LogSoftmax", since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
+#[onnx_op(
+    op = "LogSoftmax", since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless,
+    claim = softmax13_claim, declines = "an axis beyond 32 bits on 16-bit floats (ORT's function expansion refuses it)"
+)]
 fn log_softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<Array> {
     along_axis(&x, ort_axis(axis), cx.stream(), log_softmax_axis)
 }

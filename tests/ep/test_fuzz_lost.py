@@ -66,3 +66,142 @@ def test_pool_with_a_batch_and_a_zero_axis_fails_as_ort():
         opset=12,
     )
     assert_both_fail(model, {"x": np.zeros((1, 3, 7, 0), np.float32)}, "Only N can be zero", "only N may be 0")
+
+
+# --- Softmax family: ORT's axis rules ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("opset", [1, 10])
+def test_legacy_softmax_of_an_empty_input_ignores_the_axis(op, opset):
+    # s1-LogSoftmax-1..12-6: axis -3 on [0, 3]; ORT returns the empty input before checking.
+    model = make_model(
+        [helper.make_node(op, ["x"], ["y"], name="sm", axis=-3)],
+        [tensor("x", shape=[0, 3])],
+        [tensor("y")],
+        opset=opset,
+    )
+    assert_same_as_cpu(model, {"x": np.zeros((0, 3), np.float32)})
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("axis", [2**32 + 1, 2**63 - 1])
+def test_softmax13_with_a_64_bit_axis(op, axis):
+    # s1-Softmax-13-39, s1-LogSoftmax-13-33: float16 runs ONNX's function body on ORT's CPU EP,
+    # whose ReduceMax refuses the axis at load; float32 reads it in 32 bits and runs.
+    def model(elem):
+        return make_model(
+            [helper.make_node(op, ["x"], ["y"], name="sm", axis=axis)],
+            [tensor("x", elem, [2, 3, 4])],
+            [tensor("y", elem)],
+            opset=13,
+        )
+
+    with pytest.raises(Exception, match="ReduceMax"):
+        mlx_session(model(TensorProto.FLOAT16))
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    run = Run(model(TensorProto.FLOAT), {"x": x})
+    run.assert_all_on_mlx()
+    np.testing.assert_allclose(run.outputs[0], cpu_outputs(model(TensorProto.FLOAT), {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+# --- GroupNormalization: scale and bias as ORT's function body broadcasts them -----------------
+
+
+def group_norm_model(opset, groups):
+    return make_model(
+        [helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"], name="gn", num_groups=groups)],
+        [tensor("x", shape=["n", "c", "h", "w"]), tensor("scale", shape=["s"]), tensor("bias", shape=["b"])],
+        [tensor("y")],
+        opset=opset,
+    )
+
+
+@pytest.mark.parametrize(
+    "opset,x_shape,groups,scale,bias",
+    [
+        (18, (2, 6, 3, 2), 3, 3, 1),  # s1-GroupNormalization-18..20-37
+        (18, (2, 6, 3, 2), 3, 1, 3),
+        (18, (2, 6, 3, 2), 3, 1, 1),
+        (21, (2, 6, 3, 2), 3, 1, 6),
+        (21, (2, 6, 3, 2), 3, 6, 1),
+    ],
+)
+def test_group_norm_broadcasts_a_length_one_scale_or_bias(opset, x_shape, groups, scale, bias):
+    rng = np.random.default_rng(0)
+    feeds = {
+        "x": rng.standard_normal(x_shape).astype(np.float32),
+        "scale": rng.standard_normal(scale).astype(np.float32),
+        "bias": rng.standard_normal(bias).astype(np.float32),
+    }
+    model = group_norm_model(opset, groups)
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    np.testing.assert_allclose(run.outputs[0], cpu_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "opset,x_shape,groups,scale,bias",
+    [
+        (21, (2, 1, 3, 2), 1, 6, 6),  # s1-GroupNormalization-21-1
+        (21, (2, 6, 3, 2), 3, 3, 3),
+        (18, (2, 6, 3, 2), 3, 6, 6),
+        (18, (2, 1, 3, 2), 1, 3, 1),
+    ],
+)
+def test_group_norm_with_other_lengths_fails_as_ort(opset, x_shape, groups, scale, bias):
+    feeds = {
+        "x": np.ones(x_shape, np.float32),
+        "scale": np.ones(scale, np.float32),
+        "bias": np.ones(bias, np.float32),
+    }
+    assert_both_fail(group_norm_model(opset, groups), feeds, "broadcast|reshape", "node 'gn'.*must be")
+
+
+# --- SkipLayerNormalization / SkipSimplifiedLayerNormalization: ORT's shape contract ------------
+
+
+def skip_norm_model(op):
+    names = ["input", "skip", "gamma", "beta", "bias"] if op == "SkipLayerNormalization" else ["input", "skip", "gamma", "bias"]
+    return make_model(
+        [helper.make_node(op, names, ["y"], name="sln", domain="com.microsoft")],
+        [tensor(n) for n in names],
+        [tensor("y")],
+        domains=[("com.microsoft", 1)],
+    ), names
+
+
+SKIP_NORM_REFUSED = [
+    # (input, skip, parameter shapes, ORT's words); s1-...SkipLayerNormalization-1-20/24/30/37
+    # and s1-...SkipSimplifiedLayerNormalization-1-19.
+    ((2, 3, 4), (2, 1, 4), (4,), "last two dimensions of skip needs to be same as input"),
+    ((2, 3, 4), (2, 3, 1), (4,), "last two dimensions of skip needs to be same as input"),
+    ((2, 3, 4), (4,), (4,), "skip is expected to have 3 or 2 dimensions"),
+    ((3, 4), (1, 3, 4), (4,), "skip is expected to have same shape as input"),
+    ((3, 4), (1, 4), (4,), "last two dimensions of skip needs to be same as input"),
+    ((2, 3, 4), (2, 3, 4), (1,), "Last dimension of .* and input does not match"),
+    ((2, 3, 4), (2, 3, 4), (1, 4), "is expected to have 1 dimension"),
+    ((3, 4), (3, 4), (), "is expected to have 1 dimension"),
+]
+
+
+@pytest.mark.parametrize("op", ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"])
+@pytest.mark.parametrize("x_shape,skip_shape,param_shape,words", SKIP_NORM_REFUSED)
+def test_skip_norm_shapes_ort_refuses_fail_here_too(op, x_shape, skip_shape, param_shape, words):
+    model, names = skip_norm_model(op)
+    feeds = {n: np.ones((4,), np.float32) for n in names}
+    feeds.update(input=np.ones(x_shape, np.float32), skip=np.ones(skip_shape, np.float32), bias=np.ones(param_shape, np.float32))
+    assert_both_fail(model, feeds, words, f"node 'sln'.*{words}")
+
+
+@pytest.mark.parametrize("op", ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"])
+@pytest.mark.parametrize("x_shape,skip_shape", [((2, 3, 4), (3, 3, 4)), ((4, 3, 4), (3, 3, 4)), ((2, 3, 4), (1, 3, 4)), ((2, 3, 4), (3, 4))])
+def test_skip_norm_skip_batches_as_ort_reads_them(op, x_shape, skip_shape):
+    # ORT's kernel adds skip element i % skip.size(): sample b takes skip sample b % skip batch.
+    model, names = skip_norm_model(op)
+    rng = np.random.default_rng(1)
+    feeds = {n: rng.standard_normal((4,)).astype(np.float32) for n in names}
+    feeds.update(input=rng.standard_normal(x_shape).astype(np.float32), skip=rng.standard_normal(skip_shape).astype(np.float32))
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    np.testing.assert_allclose(run.outputs[0], cpu_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
