@@ -27,6 +27,9 @@ struct Entry {
     outputs: Vec<PortRow>,
     attributes: Vec<AttrRow>,
     shape: String,
+    /// The file declaring the entry, from the workspace root (`op-specs/src/pool.rs`): where its
+    /// Rust tests sit and what its spec file in tests/ops/specs is named after.
+    source: &'static str,
 }
 
 impl Entry {
@@ -46,6 +49,7 @@ impl Entry {
                 ShapeRule::Fixed(s) => format!("{s:?}"),
                 ShapeRule::OfNode(_) => "per node".into(),
             },
+            source: spec.source,
         }
     }
 }
