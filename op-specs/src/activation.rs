@@ -94,9 +94,20 @@ fn celu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<A
     let zero = zero_like(&x, s)?;
     // exp(x / alpha) - 1 as ORT computes it, not expm1: a huge alpha gives its 0, not x.
     let one = scalar_like(1.0, &x, s)?;
-    let ratio = ops::divide(&x, &scalar_like(alpha, &x, s)?, s)?;
+    // A negative alpha is applied as a negation of |alpha|, which is exact: mx.compile merges
+    // scalar constants that compare equal, so a -0.0 alpha beside the 0.0 above became +0.0
+    // in compiled runs (x / -0 turned from -inf into +inf: found by the fuzzer).
+    let signed = |v: Array| -> Result<Array> {
+        if alpha.is_sign_negative() {
+            Ok(ops::negative(&v, s)?)
+        } else {
+            Ok(v)
+        }
+    };
+    let magnitude = alpha.abs();
+    let ratio = signed(ops::divide(&x, &scalar_like(magnitude, &x, s)?, s)?)?;
     let exp_minus_one = ops::subtract(&ops::exp(&ratio, s)?, &one, s)?;
-    let curve = scale(&exp_minus_one, alpha, s)?;
+    let curve = signed(scale(&exp_minus_one, magnitude, s)?)?;
     // std::min(curve, 0) keeps a NaN curve (alpha = -0 gives -0 * inf), as ORT's scalar path
     // does; its SIMD lanes drop it, so which one a position gets there depends on its lane.
     let negative_part = ops::where_(&ops::greater(&curve, &zero, s)?, &zero, &curve, s)?;

@@ -103,8 +103,8 @@ fn is_signed_int(a: &Array) -> bool {
     matches!(a.dtype(), I8 | I16 | I32 | I64)
 }
 
-/// Elementwise power. The exponent is converted to the base's type when both are floats;
-/// mixed integer/float operands are declined (ORT's type rules for them are not MLX's).
+/// Elementwise power. Two floats of different types, or 16-bit ones, are raised in float32
+/// and rounded to the base's type; mixed integer/float operands are declined (ORT's type rules for them are not MLX's).
 #[onnx_op(
     op = "Pow", since = 7, types(T = FLOAT | I32 | I64, T1 = FLOAT | I32 | I64),
     inputs(X: T, Y: T1), outputs(Z: T), shape = Shapeless, claim = pow_claim,
@@ -115,11 +115,16 @@ fn pow(cx: &mut Lower, x: Array, y: Array) -> Result<Array> {
     if x.dtype() == mlx_kernels::Dtype::I32 {
         return int32_pow(&x, &y, s);
     }
-    let y = if y.dtype() == x.dtype() {
-        y
-    } else {
-        ops::astype(&y, x.dtype(), s)?
-    };
+    use mlx_kernels::Dtype::{BF16, F16, F32};
+    if x.dtype() != y.dtype() || matches!(x.dtype(), F16 | BF16) {
+        // Two floats (the claim), at least one 16-bit: raised in float32, into which both
+        // widen exactly, and rounded once, as ORT's std::pow evaluates in the wider type.
+        // Rounding the exponent to the base's type first is off by far more than the
+        // result's rounding: a float16 1.666015625 is 1.6640625 in bfloat16, which moved
+        // 65536^y by 2.5%, and -1e-45 (float32) became -0 (bfloat16), so (-inf)^y gave 1.
+        let power = ops::power(&ops::astype(&x, F32, s)?, &ops::astype(&y, F32, s)?, s)?;
+        return Ok(ops::astype(&power, x.dtype(), s)?);
+    }
     Ok(ops::power(&x, &y, s)?)
 }
 

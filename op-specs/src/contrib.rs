@@ -102,9 +102,16 @@ fn bias_split_gelu(cx: &mut Lower, x: Array, bias: Array) -> Result<Array> {
             "the last axis of X must have an even size",
         ));
     }
-    let sum = ops::add(&x, &bias, s)?;
+    // ORT's kernel (CUDA; the CPU EP has none) adds in the input type, then computes the GELU
+    // and the product in float32 and rounds once: in float16, `1 + erf(z)` moves in steps of
+    // 4.9e-4 (erf(-2.5) + 1 is 4.1e-4), an error that a large left half scales up.
+    let sum = ops::astype(&ops::add(&x, &bias, s)?, mlx_kernels::Dtype::F32, s)?;
     let halves = ops::split_at(&sum, &[(width / 2) as i32], x.ndim() as i32 - 1, s)?;
     let [left, right] = <[Array; 2]>::try_from(halves)
         .map_err(|_| crate::OpError::new("splitting X in half did not give two parts"))?;
-    Ok(ops::multiply(&left, &gelu_erf(&right, s)?, s)?)
+    Ok(ops::astype(
+        &ops::multiply(&left, &gelu_erf(&right, s)?, s)?,
+        x.dtype(),
+        s,
+    )?)
 }

@@ -543,11 +543,20 @@ fn mean_variance_normalization(
         )));
     }
     let wide = ops::astype(&x, Dtype::F32, s)?;
-    let centred = ops::subtract(&wide, &ops::mean(&wide, &axes, true, s)?, s)?;
-    let spread = ops::sqrt(
-        &ops::mean(&ops::multiply(&centred, &centred, s)?, &axes, true, s)?,
-        s,
-    )?;
+    // Means as ORT takes them, sum / count: MLX's mean multiplies by 1/count, which rounds
+    // differently at the denormal edge (-3 * 2^-149 / 6 is -0 by division, -2^-149 by the
+    // reciprocal, which then divides a zero spread into inf instead of NaN: found by the fuzzer).
+    let shape = x.shape();
+    let count: i64 = axes.iter().map(|&a| shape[a as usize]).product();
+    let mean = |v: &Array| -> Result<Array> {
+        Ok(ops::divide(
+            &ops::sum(v, &axes, true, s)?,
+            &crate::table::consts::scalar(count as f64, Dtype::F32, s)?,
+            s,
+        )?)
+    };
+    let centred = ops::subtract(&wide, &mean(&wide)?, s)?;
+    let spread = ops::sqrt(&mean(&ops::multiply(&centred, &centred, s)?)?, s)?;
     Ok(ops::astype(
         &ops::divide(&centred, &spread, s)?,
         x.dtype(),

@@ -35,9 +35,15 @@ fn reduce(
     let s = cx.stream();
     let axes = axes.unwrap_or_default();
     // ORT reads the flag as `== 1` (as keepdims).
+    let double_body = function_body_in_double(cx, x, how);
     if axes.is_empty() && noop_with_empty_axes == 1 {
         // No reduction, but the element-wise part of the reduction still applies.
-        return elementwise_part(x, how, s);
+        let part = elementwise_part(x, how, s)?;
+        if double_body {
+            let wide = widened(&part, s)?;
+            return Ok(same_type(in_double_range(&wide, &wide, s)?, x.dtype(), s)?);
+        }
+        return Ok(part);
     }
     if x.size() == 0 {
         return empty_reduction(x, how, &axes, keep_of(keepdims), s);
@@ -86,10 +92,36 @@ fn reduce(
         Reduction::L1 => sum(&ops::abs(wide, s)?)?,
         Reduction::L2 => ops::sqrt(&sum(&ops::multiply(wide, wide, s)?)?, s)?,
         Reduction::LogSum => ops::log(&sum(wide)?, s)?,
+        Reduction::LogSumExp if double_body => in_double_range(
+            &ops::logsumexp_axes(wide, &resolved, keep, s)?,
+            &ops::max(wide, &resolved, keep, s)?,
+            s,
+        )?,
         Reduction::LogSumExp => ops::logsumexp_axes(wide, &resolved, keep, s)?,
     };
     // MLX widens some integer reductions; ONNX keeps the input type.
     Ok(same_type(result, x.dtype(), s)?)
+}
+
+/// ORT's CPU EP has no float16/bfloat16 kernel for ReduceLogSumExp-18 and runs ONNX's function
+/// body instead: `Log(ReduceSum(Exp(Cast<double>(x))))`, unshifted. Its double `exp` overflows
+/// past `ln(DBL_MAX)` and rounds to 0 below `ln(2^-1075)`, so a row whose log-sum-exp is above
+/// 709.78 gives +inf, and one whose every term is below -745.13 gives -inf (log 0), where the
+/// shifted float32 computation (opsets 1-17, float32 kernels) stays finite.
+fn function_body_in_double(cx: &Lower, x: &Array, how: Reduction) -> bool {
+    matches!(how, Reduction::LogSumExp)
+        && matches!(x.dtype(), Dtype::F16 | Dtype::BF16)
+        && cx.node().since_version() >= 18
+}
+
+/// `lse` as the double-precision function body gives it: +inf past `ln(DBL_MAX)`, -inf where
+/// the largest term `top` makes every double `exp` round to 0 (NaN stays NaN).
+fn in_double_range(lse: &Array, top: &Array, s: &Stream) -> Result<Array> {
+    let k = |v: f64| crate::table::consts::scalar_like(v, lse, s);
+    let overflow = ops::greater(lse, &k(f64::MAX.ln())?, s)?;
+    let capped = ops::where_(&overflow, &k(f64::INFINITY)?, lse, s)?;
+    let underflow = ops::less(top, &k(-1075.0 * std::f64::consts::LN_2)?, s)?;
+    Ok(ops::where_(&underflow, &k(f64::NEG_INFINITY)?, &capped, s)?)
 }
 
 /// ORT reads keepdims as `keepdims == 1`: 2 or -1 drop the reduced axes as 0 does.

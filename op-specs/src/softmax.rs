@@ -1,7 +1,7 @@
 //! Softmax, LogSoftmax and Hardmax: the opset-13 per-axis form, and the older form that
 //! flattens the input to 2-D at `axis`.
 
-use mlx_kernels::{ops, Array, Stream};
+use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::{onnx_op, Lower, OpError, Result};
 
@@ -168,9 +168,22 @@ fn bias_softmax(
     #[attr(name = "is_inner_broadcast")] _is_inner_broadcast: i64,
 ) -> Result<Array> {
     let s = cx.stream();
-    let sum = ops::add(&data, &bias, s)?;
+    // ORT's kernels (CUDA/ROCm; the CPU EP has none) load 16-bit data and bias into float32
+    // accumulators, add and normalise there, and round once: rounding data + bias to float16
+    // first moved 65504 - 2.3 by a float16 step, and the softmax with it.
+    let wide = |a: &Array| -> Result<Array> {
+        Ok(match a.dtype() {
+            Dtype::F16 | Dtype::BF16 => ops::astype(a, Dtype::F32, s)?,
+            _ => a.clone(),
+        })
+    };
+    let sum = ops::add(&wide(&data)?, &wide(&bias)?, s)?;
     if sum.shape() != data.shape() {
         return Err(OpError::new("bias must broadcast to data's shape"));
     }
-    flattened(&sum, axis, s, softmax_axis)
+    Ok(ops::astype(
+        &flattened(&sum, axis, s, softmax_axis)?,
+        data.dtype(),
+        s,
+    )?)
 }

@@ -1,10 +1,11 @@
-"""com.microsoft elementwise ops (op-specs/src/contrib.rs): Gelu, QuickGelu, FastGelu, BiasGelu, BiasAdd, BiasSplitGelu."""
+"""com.microsoft elementwise ops (op-specs/src/contrib.rs): Gelu, QuickGelu, FastGelu, BiasGelu, BiasAdd,
+BiasSplitGelu."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from op_specs import SPECS, OpSpec, Variant, _f32, _gelu, _gelu_tanh, _sigmoid, _unary
+from op_specs import SPECS, OpSpec, Variant, _erf, _f32, _gelu, _gelu_tanh, _sigmoid, _unary
 
 SPECS[("com.microsoft", "Gelu")] = OpSpec(ref=_unary(_gelu), scheme="unary")
 SPECS[("com.microsoft", "QuickGelu")] = OpSpec(
@@ -16,13 +17,26 @@ SPECS[("com.microsoft", "FastGelu")] = OpSpec(
     scheme="bias", variants=[Variant("bias"), Variant("no_bias", present=())],
 )
 SPECS[("com.microsoft", "BiasGelu")] = OpSpec(ref=lambda xs, a: _gelu(xs[0] + xs[1]), scheme="bias")
-SPECS[("com.microsoft", "BiasAdd")] = OpSpec(ref=lambda xs, a: xs[0] + xs[1] + xs[2], scheme="bias")
+def _bias_add(xs, a):
+    """(X + bias) + skip in float32, the kernel's order and precision: in float64, 2.1 + 65504 -
+    65504 keeps the 2.1 that float32 rounds to 2.10546875."""
+    x, bias, skip = (np.asarray(v, np.float32) for v in xs[:3])
+    return (x + bias) + skip
+
+
+SPECS[("com.microsoft", "BiasAdd")] = OpSpec(ref=_bias_add, scheme="bias")
 
 
 def _bias_split_gelu(xs, a):
-    total = xs[0] + xs[1]
-    left, right = np.split(total, 2, axis=-1)
-    return left * _gelu(right)
+    """ORT's kernel: X + bias, then left * 0.5 * right * (1 + erf(right / sqrt 2)) in float32.
+    The float32 `1 + erf` of a large negative `right` cancels (to 0 below about -5.4), which a
+    float64 reference does not, and a left half near the float limits scales that up."""
+    with np.errstate(all="ignore"):
+        total = np.asarray(xs[0], np.float32) + np.asarray(xs[1], np.float32)
+        left, right = np.split(total, 2, axis=-1)
+        erf = _erf(right * np.float32(1 / np.sqrt(2.0))).astype(np.float32)
+        gelu = (np.float32(0.5) * right) * (np.float32(1.0) + erf)
+        return left * gelu
 
 
 SPECS[("com.microsoft", "BiasSplitGelu")] = OpSpec(

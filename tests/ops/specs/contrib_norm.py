@@ -98,7 +98,10 @@ def _skip_group_norm(xs, a):
     bias = xs[4] if len(xs) > 4 and xs[4] is not None else 0
     if skip.ndim == 2:
         skip = skip[:, None, None, :]
-    total = x.astype(np.float64) + skip + bias
+    # The residual sum in float32, as the kernel adds it: in float64, a 6e-8 input beside a bias
+    # of 2.58 survives that float32 rounds away, and a group of near-equal sums normalises it up.
+    f32 = np.float32
+    total = (x.astype(f32) + np.asarray(skip, f32) + np.asarray(bias, f32)).astype(np.float64)
     n, h, w, c = total.shape
     g = a["groups"]
     grouped = total.reshape(n, h * w, g, c // g)

@@ -39,9 +39,25 @@ def _extreme(fn, fill_float, int_attr):
     return f
 
 
+def _mean(x, axes, keep):
+    """The mean, and 0 over an empty set as ORT's CPU EP gives it (ONNX leaves it undefined,
+    numpy says NaN): the value a float16/bfloat16 model, which ORT has no kernel for, is held to."""
+    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    return np.sum(x, axis=axes, keepdims=keep) / max(count, 1)
+
+
+def _log_sum_exp(x, axes, keep):
+    """Shifted by the finite maximum, as ORT's kernels compute it: the unshifted form overflows
+    at exp(710) even in float64, where a float16 row of 65504s has a finite log-sum-exp (65504)."""
+    top = np.max(x, axis=axes, keepdims=True, initial=-np.inf)
+    top = np.where(np.isfinite(top), top, 0.0)
+    out = top + np.log(np.sum(np.exp(x - top), axis=axes, keepdims=True))
+    return out if keep else np.squeeze(out, axis=axes)
+
+
 REDUCERS = {
     "ReduceSum": (lambda x, ax, k: np.sum(x, axis=ax, keepdims=k, dtype=_native(x)), "any"),
-    "ReduceMean": (lambda x, ax, k: np.mean(x, axis=ax, keepdims=k), "any"),
+    "ReduceMean": (_mean, "any"),
     "ReduceMax": (_extreme(np.max, -np.inf, "min"), "ties"),
     "ReduceMin": (_extreme(np.min, np.inf, "max"), "ties"),
     "ReduceProd": (lambda x, ax, k: np.prod(x, axis=ax, keepdims=k, dtype=_native(x)), "near_one"),
@@ -49,7 +65,7 @@ REDUCERS = {
     "ReduceL1": (lambda x, ax, k: np.sum(np.abs(x), axis=ax, keepdims=k, dtype=_native(x)), "any"),
     "ReduceL2": (lambda x, ax, k: np.sqrt(np.sum(x * x, axis=ax, keepdims=k)), "any"),
     "ReduceLogSum": (lambda x, ax, k: np.log(np.sum(x, axis=ax, keepdims=k)), "positive"),
-    "ReduceLogSumExp": (lambda x, ax, k: np.log(np.sum(np.exp(x), axis=ax, keepdims=k)), "any"),
+    "ReduceLogSumExp": (_log_sum_exp, "any"),
 }
 _REDUCE_SCHEME = {"basic": [[2, 3, 4]], "scalar": [[]], "transposed": [[3, 4]],
                   "dynamic": [[[2, 3, 4]], [[1, 5, 2]], [[4, 1, 3]]]}
@@ -68,8 +84,7 @@ def reduce_spec(op: str, axes_input: bool) -> OpSpec:
         _rep(Variant("axis_neg1", **axes([-1]), min_opset=11)),
         _rep(Variant("empty_rows", **axes([1]), shapes=[[0, 3]])),
     ]
-    if op != "ReduceMean":  # ONNX: the mean of an empty set is undefined (ORT gives 0, numpy NaN)
-        variants.append(_rep(Variant("over_empty_axis", **_merge(axes([0]), {"keepdims": 0}), shapes=[[0, 3]])))
+    variants.append(_rep(Variant("over_empty_axis", **_merge(axes([0]), {"keepdims": 0}), shapes=[[0, 3]])))
     if axes_input:
         variants.append(_rep(Variant("noop_with_empty_axes", {"noop_with_empty_axes": 1}, constants={"axes": None})))
     exact = op in ("ReduceMax", "ReduceMin")
@@ -80,9 +95,13 @@ def reduce_spec(op: str, axes_input: bool) -> OpSpec:
                   combos=lambda d: d["T"] not in declined.get(op, ()))
 
 
-# The axes move from an attribute to an input at opset 18 (ReduceSum: 13).
+def _reduce_selector(op: str):
+    """The axes move from an attribute to an input at opset 18 (ReduceSum: 13)."""
+    return lambda entry: reduce_spec(op, axes_input=any(p.name == "axes" for p in entry.inputs))
+
+
 for _op in REDUCERS:
-    SPECS[("", _op)] = (lambda op: lambda entry: reduce_spec(op, axes_input=any(p.name == "axes" for p in entry.inputs)))(_op)
+    SPECS[("", _op)] = _reduce_selector(_op)
 
 
 def _merge(kw: dict, attrs: dict) -> dict:

@@ -1,0 +1,128 @@
+"""Fuzzer findings of wrong answers from claimed nodes (issue #13), each rebuilt from its trigger:
+the MLX-first session (fallback disabled) runs every node, twice (eager, then compiled), and
+matches ORT's CPU EP where it has a kernel, else the op's own formula."""
+
+import math
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from conftest import MLX, Run, cpu_outputs, make_model, tensor
+
+MS = [("com.microsoft", 1)]
+
+
+def mlx_runs(model, feeds, times=2):
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()
+    Run(model, feeds).assert_all_on_mlx()
+    return [session.run(None, feeds) for _ in range(times)]
+
+
+def assert_runs_match(model, feeds, want, rtol=0.0, atol=0.0):
+    for outputs in mlx_runs(model, feeds):
+        for got, expected in zip(outputs, want):
+            np.testing.assert_allclose(got.astype(np.float64), np.asarray(expected, np.float64),
+                                       rtol=rtol, atol=atol, equal_nan=True)
+
+
+def test_celu_alpha_negative_zero_survives_compilation():
+    # s1-Celu-12-24: mx.compile merged the -0.0 alpha with a 0.0 constant, so compiled runs
+    # divided by +0 (x > 0 gave NaN, x < 0 gave 0). x / -0 is -inf for x > 0: y = x; for x < 0
+    # it is +inf and -0 * inf is NaN.
+    model = make_model([helper.make_node("Celu", ["X"], ["Y"], alpha=-0.0)], [tensor("X")], [tensor("Y")], opset=12)
+    x = np.array([1.0, 1e-30, 65504.0, 3e38, -1.0, -65504.0], np.float32)
+    want = np.array([1.0, 1e-30, 65504.0, 3e38, np.nan, np.nan], np.float32)
+    assert_runs_match(model, {"X": x}, [want])
+
+
+def test_pow_mixed_float_types_raise_in_float32():
+    # s1-Pow-7-36 / -16: the exponent was rounded to the base's bfloat16 first.
+    cast_in = helper.make_node("Cast", ["Xf"], ["X"], to=TensorProto.BFLOAT16)
+    cast_out = helper.make_node("Cast", ["Z"], ["Zf"], to=TensorProto.FLOAT)
+    pow_node = helper.make_node("Pow", ["X", "Y"], ["Z"])
+    model = make_model([cast_in, pow_node, cast_out], [tensor("Xf"), tensor("Y", TensorProto.FLOAT16)],
+                       [tensor("Zf")], opset=13)
+    x = np.array([65536.0, 2.3125], np.float32)
+    y = np.array([1.666015625, 1.666015625], np.float16)
+    exact = np.float64(x) ** np.float64(y)
+    for (got,) in mlx_runs(model, {"Xf": x, "Y": y}):
+        np.testing.assert_allclose(got, exact, rtol=2**-8)  # bfloat16's rounding, not 2.5%
+    # A float32 exponent of -1e-45 is not -0: (-inf)^y is 0, not 1.
+    pow_f32 = helper.make_node("Pow", ["X", "Yf"], ["Z"])
+    model = make_model([cast_in, pow_f32, cast_out], [tensor("Xf"), tensor("Yf")], [tensor("Zf")], opset=13)
+    feeds = {"Xf": np.array([-np.inf, 2.0], np.float32), "Yf": np.array([-1.4e-45, 1.0], np.float32)}
+    assert_runs_match(model, feeds, [np.array([0.0, 2.0], np.float32)])
+
+
+def test_mean_variance_normalization_divides_the_sum_by_the_count():
+    # s1-MeanVarianceNormalization-9-2: -3 * 2^-149 / 6 is -0 by division (ORT) but -2^-149 by
+    # MLX's multiply-by-reciprocal mean, which turned the zeros' NaN into inf.
+    model = make_model([helper.make_node("MeanVarianceNormalization", ["X"], ["Y"], axes=[1, 3])],
+                       [tensor("X")], [tensor("Y")], opset=13)
+    d = np.float32(1.4e-45)
+    x = np.array([0, 0, -d, -d, -d, 0], np.float32).reshape(1, 3, 1, 2)
+    want = cpu_outputs(model, {"X": x})
+    assert np.isnan(want[0]).sum() == 3  # the zeros: 0 / 0
+    assert_runs_match(model, {"X": x}, want)
+
+
+def reduce_log_sum_exp(opset, dtype=TensorProto.FLOAT16):
+    if opset >= 18:
+        node = helper.make_node("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=0)
+        axes = [helper.make_tensor("axes", TensorProto.INT64, [1], [1])]
+    else:
+        node = helper.make_node("ReduceLogSumExp", ["x"], ["y"], keepdims=0, axes=[1])
+        axes = []
+    return make_model([node], [tensor("x", dtype)], [tensor("y", dtype)], initializers=axes, opset=opset)
+
+
+def test_reduce_log_sum_exp_18_float16_follows_the_double_function_body():
+    # s1-ReduceLogSumExp-18-21: ORT runs ONNX's function body for float16 at opset 18,
+    # log(sum(exp(double(x)))), unshifted: inf past ln(DBL_MAX), -inf when every exp is 0.
+    x = np.array([[65504, 65504], [700, 700], [710, 0], [11, 11], [-800, -800], [-700, -700],
+                  [np.nan, 0], [-np.inf, -np.inf]], np.float16)
+    model = reduce_log_sum_exp(18)
+    want = cpu_outputs(model, {"x": x})
+    np.testing.assert_array_equal(want[0][[0, 2, 4]], [np.inf, np.inf, -np.inf])
+    assert_runs_match(model, {"x": x}, want, rtol=1e-3)
+
+
+def test_reduce_log_sum_exp_before_18_is_shifted():
+    # s1-ReduceLogSumExp-1..17-2: the numpy reference overflowed; the float32 kernels shift.
+    x = np.array([[65504, 65504], [-800, -800], [60000, 0]], np.float16)
+    model = reduce_log_sum_exp(13)
+    want = [np.array([65504, -799.5, 60000], np.float16)]
+    np.testing.assert_allclose(cpu_outputs(model, {"x": x})[0], want[0])
+    assert_runs_match(model, {"x": x}, want, rtol=1e-3)
+
+
+def test_bias_softmax_float16_adds_in_float32():
+    # s1-com.microsoft.BiasSoftmax-1-7: rounding 65504 + -2.33 to float16 before the softmax
+    # moved it by a float16 step (ORT's kernels add in float32 accumulators).
+    node = helper.make_node("BiasSoftmax", ["data", "bias"], ["y"], domain="com.microsoft", axis=1,
+                            is_inner_broadcast=0)
+    model = make_model([node], [tensor("data", TensorProto.FLOAT16), tensor("bias", TensorProto.FLOAT16)],
+                       [tensor("y", TensorProto.FLOAT16)], opset=17, domains=MS)
+    data = np.array([[65504, 65504 - 32]], np.float16)
+    bias = np.array([[-2.33203125, 29.0]], np.float16)
+    total = data.astype(np.float64) + bias.astype(np.float64)
+    e = np.exp(total - total.max())
+    assert_runs_match(model, {"data": data, "bias": bias}, [(e / e.sum()).astype(np.float16)], atol=1e-3)
+
+
+def test_bias_split_gelu_float16_keeps_the_tail():
+    # s1-com.microsoft.BiasSplitGelu-1-45: 1 + erf(-3.5 / sqrt 2) is 4.65e-4, which float16
+    # (spacing 4.9e-4 below 1) cannot hold; ORT's kernel computes the GELU in float32.
+    node = helper.make_node("BiasSplitGelu", ["X", "bias"], ["Y"], domain="com.microsoft")
+    model = make_model([node], [tensor("X", TensorProto.FLOAT16), tensor("bias", TensorProto.FLOAT16)],
+                       [tensor("Y", TensorProto.FLOAT16)], opset=17, domains=MS)
+    x = np.array([[-1000.0, 1.0, -3.0, 0.5]], np.float16)
+    bias = np.array([0.0, 0.0, -0.5, 0.0], np.float16)
+    total = (x + bias).astype(np.float64)
+    right = total[:, 2:]
+    gelu = 0.5 * right * (1 + np.vectorize(math.erf)(right / math.sqrt(2)))
+    want = (total[:, :2] * gelu).astype(np.float16)
+    assert abs(want[0, 0] - 0.81) < 0.01
+    assert_runs_match(model, {"X": x, "bias": bias}, [want], rtol=2e-3)
