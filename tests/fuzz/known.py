@@ -8,8 +8,27 @@ or the reason it stays.
 
 from __future__ import annotations
 
-_REFERENCE = ("checked against the numpy reference (ORT's CPU EP has no kernel for this op or dtype), which "
-              "evaluates in float64 what the op computes in float32/float16 at extreme magnitudes")
+_GELU_TAIL = ("float32 BiasSplitGelu where right < -2.5: ORT's kernel (CUDA) computes 1 + erf(right / sqrt 2) in "
+              "float32, which cancels to ~1e-4, so one ulp of erf (MLX's and CUDA's erff are within a few ulps, "
+              "the float32 reference rounds the exact erf) is a relative error of 1e-5..1e-3, beyond float32's "
+              "tolerance; the reference follows the kernel's formula otherwise (tests/ops/specs/contrib.py)")
+_TOPK_NAN = ("TopK over rows holding NaN: ORT's CPU EP selects with std::nth_element / a heap and sorts with "
+             "a `>` comparator that NaN breaks (not a strict weak order: undefined behaviour in std::sort), so "
+             "its values depend on the algorithm and positions, e.g. [0, 3e38, NaN, 1e30, inf, ..] top-3 is "
+             "[3e38, 0, NaN]; the EP sorts NaN as MLX does, deterministically")
+_F16_CHAIN = ("a float16 node chained into another float16 node or a Cast to float: ORT's CPU EP runs float16 "
+              "math in float32 (InsertCastTransformer) and its optimizer drops the float32->float16->float32 "
+              "round trips between nodes, so its answer is not the model's float16 rounding (BatchNormalization "
+              "then Cast: 157195, past float16's 65504, where the model's float16 output is inf); the EP rounds "
+              "each node's output to float16 as the model says")
+_CAST_UB = ("NaN or +-inf cast from bfloat16 to uint32/uint64: undefined in ONNX (out-of-range float to integer) "
+            "and in C++; ORT's x86 answer depends on the type path (float->uint32 NaN is 2^31, bfloat16->uint32 "
+            "is 0) and MLX's on whether the kernel is compiled (bfloat16->uint64 NaN: 2^63 eager, 0 compiled); "
+            "open: a deterministic rule of the EP's own would need a where() per Cast")
+_SKIP_GN = ("SkipGroupNorm over a group of near-equal float32 sums (variance ~1e-14, far below epsilon 1e-5): "
+            "float32 statistics quantise x - mean to float32 steps (2.4e-7 at 2.58), which 1/sqrt(epsilon) = 316 "
+            "scales to ~8e-5 of the output, twice float32's tolerance; the numpy reference takes the statistics "
+            "in float64 (ORT's kernel, CUDA only, computes them in float32 as the EP does)")
 
 _F16_ADD_CAST = ("float16 Add then Cast to float: ORT's CPU EP adds in float32 (its InsertCastTransformer) and its "
                  "optimizer drops the float32->float16->float32 round trip, so its answer is not a float16 sum; "
@@ -33,24 +52,50 @@ KNOWN: dict[str, tuple[str, str]] = {
                                        "the numpy reference differs from what ORT's kernels do, which the EP follows"),
     "s20261201-Pow-7-11": ("wrong", "bfloat16 base to a float16 power near 1e30: the op suite's numpy reference "
                                     "and the EP round the operands differently (ORT's CPU EP has no kernel)"),
-    "s20261201-Hardmax-1..12-5": ("wrong", "float16 Hardmax-1..12 with axis 2^63-1 (ORT has no float16 kernel, so the "
-                                           "numpy reference judges): the EP reads the axis in 32 bits as ORT's "
-                                           "float32 kernel does (-1), the reference does not"),
     "s20261201-MeanVarianceNormalization-9-8": ("wrong", "float16 MVN over axis 0 of signed zeros, denormals and 65504 "
                                                          "(no ORT kernel): variance 0 or overflow in float16 gives "
                                                          "NaN where the float64 reference gives -0.0; open"),
     "s20261201-RMSNormalization-23-1": ("wrong", "float16 RMSNormalization chained into itself over denormals and "
                                                  "65504 scales: one element underflows to 0 on the EP where ORT "
                                                  "keeps 0.004; open, not root-caused"),
-    "s20261201-com.microsoft.BiasSoftmax-1-8": ("wrong", "float16 BiasSoftmax at 65504 (no ORT CPU kernel): the EP "
-                                                         "rounds data+bias to float16 before the softmax, the numpy "
-                                                         "reference adds in float64"),
-    "s20261201-com.microsoft.BiasSoftmax-1-10": ("wrong", "float16 BiasSoftmax at 65504 (no ORT CPU kernel): the EP "
-                                                          "rounds data+bias to float16 before the softmax, the numpy "
-                                                          "reference adds in float64"),
-    "s20261201-com.microsoft.BiasSplitGelu-1-0": ("wrong", _REFERENCE),
-    "s20261201-com.microsoft.BiasSplitGelu-1-3": ("wrong", _REFERENCE),
-    "s20261201-com.microsoft.BiasSplitGelu-1-4": ("wrong", _REFERENCE),
-    "s20261201-com.microsoft.BiasSplitGelu-1-5": ("wrong", _REFERENCE),
-    "s20261201-com.microsoft.BiasSplitGelu-1-10": ("wrong", _REFERENCE),
+    "s20261201-com.microsoft.BiasSplitGelu-1-0": ("wrong", _GELU_TAIL),
+    "s20261201-com.microsoft.BiasSplitGelu-1-3": ("wrong", _GELU_TAIL),
+    "s20261201-com.microsoft.BiasSplitGelu-1-5": ("wrong", _GELU_TAIL),
+    "s20261201-com.microsoft.BiasSplitGelu-1-10": ("wrong", _GELU_TAIL),
+    # make fuzz (seed 1), the wrong answers left after 24c4328 (issue #13), each with its reason.
+    "s1-TopK-1..9-9": ("wrong", _TOPK_NAN),
+    "s1-TopK-1..9-34": ("wrong", _TOPK_NAN),
+    "s1-TopK-10-9": ("wrong", _TOPK_NAN),
+    "s1-TopK-10-17": ("wrong", _TOPK_NAN),
+    "s1-TopK-10-25": ("wrong", _TOPK_NAN),
+    "s1-com.microsoft.BiasSplitGelu-1-0": ("wrong", _GELU_TAIL),
+    "s1-com.microsoft.BiasSplitGelu-1-4": ("wrong", _GELU_TAIL),
+    "s1-com.microsoft.BiasSplitGelu-1-5": ("wrong", _GELU_TAIL),
+    "s1-com.microsoft.BiasSplitGelu-1-9": ("wrong", _GELU_TAIL),
+    "s1-com.microsoft.BiasSplitGelu-1-13": ("wrong", _GELU_TAIL),
+    "s1-com.microsoft.BiasSplitGelu-1-31": ("wrong", _GELU_TAIL),
+    "s1-com.microsoft.BiasSplitGelu-1-40": ("wrong", _GELU_TAIL),
+    "s1-Mul-7-35": ("wrong", _F16_CHAIN),
+    "s1-Mul-7-41": ("wrong", _F16_CHAIN),
+    "s1-BatchNormalization-9..13-37": ("wrong", _F16_CHAIN),
+    "s1-CastLike-15-33": ("wrong", _CAST_UB),
+    "s1-CastLike-15-45": ("wrong", _CAST_UB),
+    "s1-com.microsoft.SkipGroupNorm-1-2": ("wrong", _SKIP_GN),
+    "s1-DynamicQuantizeLinear-11-21": ("wrong", "a row holding NaN and inf: ORT's range (so its scale, NaN here) "
+                                                "depends on where the NaN falls in MLAS's vector lanes; the EP "
+                                                "ignores NaN (inf range: scale inf)"),
+    "s1-Conv-1-32": ("wrong", "Conv with zero input channels (X [2,0,6,6], W [4,0,3,3]): ORT's CPU EP adds the bias "
+                              "to a GEMM output that a K = 0 GEMM leaves unwritten, so it returned NaN once and the "
+                              "bias on a rerun; the EP returns the bias, the spec's answer"),
+    "s1-com.microsoft.MultiHeadAttention-1-9": ("wrong", "open, not root-caused: float16 MHA with scale 1e38 "
+                                                         "(infinite scores): ORT finite, the EP NaN"),
+    "s1-com.microsoft.MultiHeadAttention-1-37": ("wrong", "open, not root-caused: query holding +-65504/3e38: "
+                                                          "ORT NaN where the EP is finite"),
+    "s1-com.microsoft.MultiHeadAttention-1-40": ("wrong", "open, not root-caused: float16 unidirectional MHA with "
+                                                          "special-float keys: ORT NaN where the EP is finite"),
+    "s1-com.microsoft.GroupQueryAttention-1-6": ("wrong", "open, not root-caused: bfloat16 GQA output_qk with "
+                                                          "special-float keys vs the numpy reference (0 vs NaN)"),
+    "s1-com.microsoft.GroupQueryAttention-1-37": ("wrong", "open, not root-caused: smooth-softmax GQA with "
+                                                           "special-float query/value and extreme seqlens_k: the "
+                                                           "EP NaN where ORT is finite"),
 }
