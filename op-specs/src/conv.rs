@@ -402,6 +402,7 @@ fn conv_transpose(
     let mut lo = Vec::with_capacity(spatial);
     let mut hi = Vec::with_capacity(spatial);
     let mut lengths = Vec::with_capacity(spatial);
+    let mut reaching = Vec::with_capacity(spatial);
     for i in 0..spatial {
         let (head, tail) = transposed_padding(
             &attrs,
@@ -423,12 +424,66 @@ fn conv_transpose(
                  positive"
             )));
         }
+        let input = x.shape()[2 + i];
+        let extent = strides[i]
+            .saturating_mul(input - 1)
+            .saturating_add(reach + 1 + extra[i])
+            .saturating_add((reach - head).max(0))
+            .saturating_add((reach - tail + extra[i]).max(0));
+        let (head, tail, inputs) = if extent > i64::from(i32::MAX) && !empty_spatial {
+            // A stride or padding of billions: MLX's stride-dilated input would pass its
+            // 32-bit dims. Only inputs whose taps land in the output matter (the tap of input
+            // `j` at `j * stride + d * dilation - head`); the rest are dropped and the padding
+            // moved by as many strides, which changes no output value.
+            let first = (head - reach).max(0).saturating_add(strides[i] - 1) / strides[i];
+            let last = (head.saturating_add(length - 1)).div_euclid(strides[i]);
+            let (first, last) = (first.min(input), last.min(input - 1));
+            let kept = (last - first + 1).max(0);
+            let head = head - first * strides[i];
+            let tail = strides[i] * (kept - 1) + extra[i] + reach + 1 - head - length;
+            (head, tail, Some((first, kept)))
+        } else {
+            (head, tail, None)
+        };
+        reaching.push(inputs);
         lengths.push(length);
         lo.push(reach - head);
         hi.push(reach - tail + extra[i]);
     }
-    if empty_spatial {
-        // Nothing scatters into the output: it is B (or zeros) at each position.
+    // With one input left on an axis its stride no longer matters (MLX takes 32-bit strides).
+    let strides: Vec<i64> = (0..spatial)
+        .map(|i| match reaching[i] {
+            Some((_, kept)) if kept <= 1 => 1,
+            _ => strides[i],
+        })
+        .collect();
+    if let Some(big) = strides
+        .iter()
+        .chain(&dilations)
+        .find(|&&v| v > i64::from(i32::MAX))
+    {
+        return Err(OpError::new(format!(
+            "a stride or dilation of {big} reaches the output more than once: beyond MLX's \
+             32-bit convolution parameters"
+        )));
+    }
+    let x = if reaching.iter().any(Option::is_some) {
+        let shape = x.shape();
+        let mut start = vec![0i32; rank];
+        let mut stop: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
+        for (i, kept) in reaching.iter().enumerate() {
+            if let Some((first, kept)) = *kept {
+                start[2 + i] = first as i32;
+                stop[2 + i] = (first + kept) as i32;
+            }
+        }
+        ops::slice(&x, &start, &stop, &vec![1; rank], s)?
+    } else {
+        x
+    };
+    if x.size() == 0 {
+        // Nothing scatters into the output (an empty input, or none that reaches it): it is B
+        // (or zeros) at each position.
         let mut shape = vec![x.shape()[0], group * c_out_per_group];
         shape.extend(&lengths);
         let zeros = ops::broadcast_to(&scalar_like(0.0, &x, s)?, &shape, s)?;

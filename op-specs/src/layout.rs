@@ -269,9 +269,29 @@ fn space_to_depth(cx: &mut Lower, x: Array, #[attr] blocksize: i64) -> Result<Ar
     Ok(ops::reshape(&moved, &[n, c * b * b, h / b, w / b], s)?)
 }
 
+/// A `dtype` that names no element type, or another than the graph gives the output (0 and
+/// garbage codes load: shape inference keeps the input's type), is refused by ORT's kernel
+/// when it runs ("Unsupported data type"); declined, it fails there.
+fn eye_like_claim(node: &crate::Node) -> crate::Verdict {
+    match node.attribute("dtype") {
+        Some(crate::AttrValue::Int(code))
+            if crate::ElemType::from_code(code).is_none()
+                || crate::ElemType::from_code(code) != node.output_type(0) =>
+        {
+            crate::Verdict::decline(format!(
+                "dtype {code} is not the output's element type (ORT's kernel refuses it)"
+            ))
+        }
+        _ => crate::Verdict::Claim,
+    }
+}
+
 /// Ones on diagonal `k` of a matrix shaped like the input, zeros elsewhere; the element type
 /// is `dtype` (default: the input's).
-#[onnx_op(op = "EyeLike", since = 9, types(T1 = ANY, T2 = ANY), inputs(input: T1), outputs(output: T2), shape = ShapeKeyed)]
+#[onnx_op(
+    op = "EyeLike", since = 9, types(T1 = ANY, T2 = ANY), inputs(input: T1), outputs(output: T2), shape = ShapeKeyed,
+    claim = eye_like_claim, declines = "a dtype that is not the output's element type (ORT's kernel refuses it)"
+)]
 fn eye_like(
     cx: &mut Lower,
     x: Array,

@@ -205,3 +205,55 @@ def test_skip_norm_skip_batches_as_ort_reads_them(op, x_shape, skip_shape):
     run = Run(model, feeds)
     run.assert_all_on_mlx()
     np.testing.assert_allclose(run.outputs[0], cpu_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+# --- ConvTranspose with a stride or padding of billions (s1-ConvTranspose-1-9) ----------------
+
+
+@pytest.mark.parametrize(
+    "attrs,x_len",
+    [
+        ({"auto_pad": "SAME_UPPER", "output_shape": [10], "strides": [2**31 - 1]}, 5),  # the trigger
+        ({"auto_pad": "SAME_LOWER", "output_shape": [10], "strides": [2**31 - 1]}, 5),
+        ({"output_shape": [7], "strides": [2**31 - 1]}, 3),
+        ({"output_shape": [20], "strides": [2**31]}, 3),
+        ({"output_shape": [12], "strides": [2**30 + 3]}, 4),
+    ],
+)
+def test_conv_transpose_with_huge_strides_keeps_only_the_inputs_that_reach_the_output(attrs, x_len):
+    rng = np.random.default_rng(3)
+    model = make_model(
+        [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="ct", **attrs)],
+        [tensor("x", shape=[1, 2, x_len]), tensor("w", shape=[2, 3, 3]), tensor("b", shape=[3])],
+        [tensor("y")],
+        opset=11,
+    )
+    feeds = {
+        "x": rng.standard_normal((1, 2, x_len)).astype(np.float32),
+        "w": rng.standard_normal((2, 3, 3)).astype(np.float32),
+        "b": rng.standard_normal(3).astype(np.float32),
+    }
+    want = cpu_outputs(model, feeds)[0]
+    if want.size > 1 << 20:
+        pytest.skip("an output too large to compare here")
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    np.testing.assert_allclose(run.outputs[0], want, rtol=1e-5, atol=1e-5)
+
+
+# --- EyeLike: a dtype ORT's kernel refuses (s1-EyeLike-9-2, -45) -------------------------------
+
+
+@pytest.mark.parametrize("dtype", [0, -(2**63)])
+def test_eye_like_with_a_dtype_naming_no_type_is_left_to_ort(dtype):
+    model = make_model(
+        [helper.make_node("EyeLike", ["x"], ["y"], name="eye", dtype=dtype)],
+        [tensor("x", TensorProto.INT32, [3, 5])],
+        [tensor("y", TensorProto.INT32)],
+        opset=9,
+    )
+    feeds = {"x": np.zeros((3, 5), np.int32)}
+    with pytest.raises(Exception, match="Unsupported data type"):
+        cpu_outputs(model, feeds)
+    with pytest.raises(Exception, match="Unsupported data type"):
+        mlx_session(model).run(None, feeds)
