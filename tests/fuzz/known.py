@@ -62,7 +62,12 @@ KNOWN: dict[str, tuple[str, str]] = {
     "s20261201-com.microsoft.BiasSplitGelu-1-3": ("wrong", _GELU_TAIL),
     "s20261201-com.microsoft.BiasSplitGelu-1-5": ("wrong", _GELU_TAIL),
     "s20261201-com.microsoft.BiasSplitGelu-1-10": ("wrong", _GELU_TAIL),
-    # make fuzz (seed 1), the wrong answers left after 24c4328 (issue #13), each with its reason.
+}
+
+# `make fuzz` (seed 1, 50 per entry): the wrong answers left after 24c4328 (issue #13) that are not
+# the EP's to fix, or not yet root-caused, each with its reason. Not read by the slice test (KNOWN holds
+# only the slice's seed); kept here so that a full run's report can be read against it.
+KNOWN_FULL_RUN: dict[str, tuple[str, str]] = {
     "s1-TopK-1..9-9": ("wrong", _TOPK_NAN),
     "s1-TopK-1..9-34": ("wrong", _TOPK_NAN),
     "s1-TopK-10-9": ("wrong", _TOPK_NAN),
