@@ -23,6 +23,9 @@ struct Entry {
     family: &'static str,
     doc: &'static str,
     types: Types,
+    /// Dtypes only some opsets of the row allow: `{"T": [{"types": [...], "since": 12,
+    /// "until": null}]}` (`since` 0: from the row's start); absent type variables have none.
+    type_gates: TypeGates,
     inputs: Vec<PortRow>,
     outputs: Vec<PortRow>,
     attributes: Vec<AttrRow>,
@@ -42,6 +45,7 @@ impl Entry {
             family: spec.family(),
             doc: spec.doc,
             types: Types(spec.type_vars),
+            type_gates: TypeGates(spec.type_vars),
             inputs: spec.inputs.iter().map(PortRow::of).collect(),
             outputs: spec.outputs.iter().map(PortRow::of).collect(),
             attributes: spec.attributes.iter().map(AttrRow::of).collect(),
@@ -67,11 +71,39 @@ impl Serialize for Types {
     }
 }
 
+struct TypeGates(&'static [TypeVar]);
+
+#[derive(serde::Serialize)]
+struct GateRow {
+    types: Vec<&'static str>,
+    since: i64,
+    until: Option<i64>,
+}
+
+impl Serialize for TypeGates {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().filter(|t| !t.gates.is_empty()).map(|t| {
+            let gates: Vec<GateRow> = t
+                .gates
+                .iter()
+                .map(|g| GateRow {
+                    types: g.set.iter().map(|e| e.onnx_name()).collect(),
+                    since: g.since,
+                    until: g.until,
+                })
+                .collect();
+            (t.name, gates)
+        }))
+    }
+}
+
 #[derive(serde::Serialize)]
 struct PortRow {
     name: &'static str,
     type_var: &'static str,
     kind: &'static str,
+    /// The first opset with this slot (0: all of the row's); before it, an attribute.
+    since: i64,
 }
 
 impl PortRow {
@@ -84,6 +116,7 @@ impl PortRow {
                 PortKind::Optional => "optional",
                 PortKind::Variadic => "variadic",
             },
+            since: p.since,
         }
     }
 }
@@ -95,6 +128,11 @@ struct AttrRow {
     required: bool,
     /// As written in the declaration; empty when there is none.
     default: &'static str,
+    /// The opsets of the row in which the attribute exists (`since` 0: from the row's start).
+    since: i64,
+    until: Option<i64>,
+    /// Accepted but never read (it does not change an inference result).
+    ignored: bool,
 }
 
 impl AttrRow {
@@ -112,6 +150,9 @@ impl AttrRow {
             },
             required: a.required,
             default: a.default,
+            since: a.since,
+            until: a.until,
+            ignored: a.ignored,
         }
     }
 }

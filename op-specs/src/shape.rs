@@ -164,18 +164,16 @@ fn squeeze_axes(cx: &Lower, x: &Array, axes: Option<Vec<i64>>) -> Result<Array> 
     Ok(ops::squeeze(x, &as_mlx_axes(&axes), cx.stream())?)
 }
 
-/// Removes size-1 axes (`axes` attribute).
-#[onnx_op(op = "Squeeze", opset = 1..=12, types(T = ANY), inputs(data: T), outputs(squeezed: T), shape = ShapeKeyed)]
-fn squeeze_legacy(cx: &mut Lower, x: Array, #[attr] axes: Option<Vec<i64>>) -> Result<Array> {
-    squeeze_axes(cx, &x, axes)
-}
-
-/// Removes size-1 axes (`axes` input).
+/// Removes size-1 axes: `axes` (an attribute up to opset 12, an input from 13), or all of them.
 #[onnx_op(
-    op = "Squeeze", since = 13, types(T = ANY, I = I64), inputs(data: T, axes: I), outputs(squeezed: T),
+    op = "Squeeze", since = 1, types(T = ANY, I = I64), inputs(data: T, axes: I), outputs(squeezed: T),
     shape = ShapeKeyed
 )]
-fn squeeze(cx: &mut Lower, x: Array, #[host] axes: Option<Vec<i64>>) -> Result<Array> {
+fn squeeze(
+    cx: &mut Lower,
+    x: Array,
+    #[host(attr_until = 12)] axes: Option<Vec<i64>>,
+) -> Result<Array> {
     squeeze_axes(cx, &x, axes)
 }
 
@@ -193,18 +191,12 @@ fn unsqueeze_axes(cx: &Lower, x: &Array, axes: &[i64]) -> Result<Array> {
     Ok(ops::expand_dims(x, &as_mlx_axes(&resolved), cx.stream())?)
 }
 
-/// Inserts size-1 axes (`axes` attribute).
-#[onnx_op(op = "Unsqueeze", opset = 1..=12, types(T = ANY), inputs(data: T), outputs(expanded: T), shape = ShapeKeyed)]
-fn unsqueeze_legacy(cx: &mut Lower, x: Array, #[attr] axes: Vec<i64>) -> Result<Array> {
-    unsqueeze_axes(cx, &x, &axes)
-}
-
-/// Inserts size-1 axes (`axes` input).
+/// Inserts size-1 axes at `axes` (an attribute up to opset 12, an input from 13).
 #[onnx_op(
-    op = "Unsqueeze", since = 13, types(T = ANY, I = I64), inputs(data: T, axes: I), outputs(expanded: T),
+    op = "Unsqueeze", since = 1, types(T = ANY, I = I64), inputs(data: T, axes: I), outputs(expanded: T),
     shape = ShapeKeyed
 )]
-fn unsqueeze(cx: &mut Lower, x: Array, #[host] axes: Vec<i64>) -> Result<Array> {
+fn unsqueeze(cx: &mut Lower, x: Array, #[host(attr_until = 12)] axes: Vec<i64>) -> Result<Array> {
     unsqueeze_axes(cx, &x, &axes)
 }
 

@@ -166,7 +166,7 @@ fn declines_always_carry_a_reason() {
                 &[ElemType::Float, ElemType::Float],
                 ElemType::Float,
             ),
-            "'C' is f32; this EP runs Equal with T1 = {bool}",
+            "'C' is f32; this EP runs Equal-19 with T1 = {bool}",
         ),
     ];
     for (node, expected) in cases {

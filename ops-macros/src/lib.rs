@@ -21,7 +21,9 @@
 //! `Option<Array>` (optional), `Vec<Array>` (variadic, last), or `#[host] v: Vec<i64>` / `i64`
 //! (optionally in an `Option`) for an input whose value the lowering needs on the host (a
 //! constant, or computed from shapes; else the value is read back from MLX, which a compiled
-//! trace cannot do, so such plans fall back to eager). `outputs(Name...: T)` declares a
+//! trace cannot do, so such plans fall back to eager). `#[host(attr_until = N)]` marks an
+//! input that was an attribute of the same name up to opset N (`name = "..."` if it differs),
+//! so one row covers both forms. `outputs(Name...: T)` declares a
 //! variadic output, `outputs(Name?: T)` an optional one. Parameters marked `#[attr]`,
 //! `#[attr(default = ...)]` or `#[attr(name = "onnx_name", ...)]` read node attributes; an
 //! `Option<T>` attribute may be absent; `since = N` / `until = N` in `#[attr(...)]` say in which
@@ -95,25 +97,34 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
             allowed: #always #(.union(#gate_sets))*,
         })
     });
-    let ports = |ports: &[args::Port], kinds: &[InputKind]| -> Vec<Tokens> {
+    let ports = |ports: &[args::Port], params: &[&params::Input]| -> Vec<Tokens> {
         ports
             .iter()
             .enumerate()
             .map(|(i, port)| {
+                let param = params.get(i);
+                // An input that was an attribute up to opset N exists as a slot from N + 1.
+                let since = match param.and_then(|p| p.attr_until.as_ref()) {
+                    Some((until, _)) => {
+                        let first = until.base10_parse::<i64>().unwrap_or(0) + 1;
+                        quote!(#first)
+                    }
+                    None => quote!(0),
+                };
                 let (port_name, var) = (port.name.to_string(), port.type_var.to_string());
-                let kind = match kinds.get(i).copied() {
+                let kind = match param.map(|p| p.kind) {
                     _ if port.variadic => quote!(Variadic),
                     _ if port.optional => quote!(Optional),
                     Some(InputKind::Optional) => quote!(Optional),
                     Some(InputKind::Variadic) => quote!(Variadic),
                     Some(InputKind::Required) | None => quote!(Required),
                 };
-                quote!(#p::Port { name: #port_name, type_var: #var, kind: #p::PortKind::#kind })
+                quote!(#p::Port { name: #port_name, type_var: #var, kind: #p::PortKind::#kind, since: #since })
             })
             .collect()
     };
-    let input_kinds: Vec<InputKind> = signature.inputs.iter().map(|i| i.kind).collect();
-    let inputs = ports(&args.inputs, &input_kinds);
+    let input_params: Vec<&params::Input> = signature.inputs.iter().collect();
+    let inputs = ports(&args.inputs, &input_params);
     let outputs = ports(&args.outputs, &[]);
 
     let read_attrs = signature.attrs.iter().map(|a| {
@@ -138,11 +149,38 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
             default: "", since: #since, until: #until, ignored: true,
         })
     });
-    let attr_specs = read_attrs.chain(ignored_attrs);
+    let input_attrs = signature.inputs.iter().filter_map(|input| {
+        let (ty, (until, attr_name)) = (input.host.as_ref()?, input.attr_until.as_ref()?);
+        let required = input.kind == InputKind::Required;
+        Some(quote!(#p::AttrSpec {
+            name: #attr_name, kind: <#ty as #p::FromAttr>::KIND, required: #required,
+            default: "", since: 0, until: ::core::option::Option::Some(#until), ignored: false,
+        }))
+    });
+    let attr_specs = read_attrs.chain(ignored_attrs).chain(input_attrs);
 
     let input_bindings = signature.inputs.iter().enumerate().map(|(index, input)| {
         let binding = &input.binding;
         let port = args.inputs[index].name.to_string();
+        if let (Some(ty), Some((until, attr_name))) = (&input.host, &input.attr_until) {
+            // The same value, an attribute before opset `until` + 1 and an input from then on.
+            return match input.kind {
+                InputKind::Optional => quote! {
+                    let #binding: ::core::option::Option<#ty> = if cx.node().since_version() <= #until {
+                        cx.attr::<#ty>(#attr_name)?
+                    } else {
+                        #p::optional_host_input(cx, inputs, #index, #port)?
+                    };
+                },
+                _ => quote! {
+                    let #binding: #ty = if cx.node().since_version() <= #until {
+                        cx.required_attr::<#ty>(#attr_name)?
+                    } else {
+                        #p::host_input(cx, inputs, #index, #port)?
+                    };
+                },
+            };
+        }
         match (&input.host, input.kind) {
             (Some(ty), InputKind::Optional) => {
                 quote!(let #binding: ::core::option::Option<#ty> = #p::optional_host_input(cx, inputs, #index, #port)?;)
@@ -269,6 +307,17 @@ fn check_gates(args: &OpArgs, signature: &Signature) -> syn::Result<()> {
                 .iter()
                 .flat_map(|t| t.gated.iter().map(|g| &g.gate)),
         );
+    for input in &signature.inputs {
+        if let Some((until, _)) = &input.attr_until {
+            let n = until.base10_parse::<i64>()?;
+            if n < row_since || row_until.is_some_and(|u| n >= u) {
+                return Err(syn::Error::new(
+                    until.span(),
+                    format!("`attr_until = {n}` must fall within the row's opsets and before its last one"),
+                ));
+            }
+        }
+    }
     for gate in gates {
         if let Some(since) = &gate.since {
             let n = since.base10_parse::<i64>()?;

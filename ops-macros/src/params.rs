@@ -15,6 +15,9 @@ pub struct Input {
     pub kind: InputKind,
     /// `#[host]`: the value is read on the host (`Vec<i64>`, `i64`, or an `Option` of those).
     pub host: Option<Type>,
+    /// `#[host(attr_until = N)]`: up to opset N the value is the attribute of the same name (or
+    /// `name = "..."`), which later opsets turned into this input (Squeeze's axes, TopK's k).
+    pub attr_until: Option<(syn::LitInt, String)>,
 }
 
 pub struct Attr {
@@ -71,7 +74,8 @@ impl Signature {
             }
             let host_marker = param.attrs.iter().position(|a| a.path().is_ident("host"));
             if let Some(index) = host_marker {
-                param.attrs.remove(index);
+                let marker = param.attrs.remove(index);
+                let attr_until = parse_host(&marker, &binding)?;
                 let (value_type, kind) = match generic_inner(&param.ty, "Option") {
                     Some(inner) => (inner.clone(), InputKind::Optional),
                     None => ((*param.ty).clone(), InputKind::Required),
@@ -80,6 +84,7 @@ impl Signature {
                     binding,
                     kind,
                     host: Some(value_type),
+                    attr_until,
                 });
                 continue;
             }
@@ -108,9 +113,39 @@ impl Signature {
                 binding,
                 kind,
                 host: None,
+                attr_until: None,
             });
         }
         Ok(Signature { inputs, attrs })
+    }
+}
+
+/// `#[host]` or `#[host(attr_until = N[, name = "onnx_name"])]`.
+fn parse_host(
+    marker: &syn::Attribute,
+    binding: &Ident,
+) -> syn::Result<Option<(syn::LitInt, String)>> {
+    if matches!(marker.meta, syn::Meta::Path(_)) {
+        return Ok(None);
+    }
+    let mut until = None;
+    let mut name = binding.to_string();
+    marker.parse_nested_meta(|meta| {
+        if meta.path.is_ident("attr_until") {
+            until = Some(meta.value()?.parse::<syn::LitInt>()?);
+        } else if meta.path.is_ident("name") {
+            name = meta.value()?.parse::<LitStr>()?.value();
+        } else {
+            return Err(meta.error("expected `attr_until = N` or `name = \"...\"`"));
+        }
+        Ok(())
+    })?;
+    match until {
+        Some(until) => Ok(Some((until, name))),
+        None => Err(syn::Error::new(
+            marker.span(),
+            "`#[host(...)]` needs `attr_until = N` (the last opset where the value is an attribute)",
+        )),
     }
 }
 

@@ -163,27 +163,66 @@ def table_json_from_library(path: Path) -> list[dict]:
 
 
 def entries_from_json(rows: list[dict]) -> list[Entry]:
-    return [
-        Entry(
+    return [segment for row in rows for segment in opset_segments(row)]
+
+
+def opset_segments(row: dict) -> list[dict]:
+    """One declaration row split where its interface changes: where an attribute became an
+    input (a port's ``since``) and where a dtype gate opens or closes. Each segment is tested as
+    an entry of its own (keyed by its opsets, as the rows were before they merged), with the
+    inputs and dtypes of its opsets; attribute gates need no split (a case's opset is the lowest
+    whose schema takes its attributes)."""
+    since, until = int(row["since"]), row.get("until")
+    cuts = {int(p.get("since", 0)) for p in row["inputs"]}
+    for gates in row.get("type_gates", {}).values():
+        for g in gates:
+            cuts.add(int(g["since"]))
+            if g.get("until") is not None:
+                cuts.add(int(g["until"]) + 1)
+    starts = sorted(c for c in cuts if since < c and (until is None or c <= until))
+    bounds = list(zip([since] + starts, [s - 1 for s in starts] + [until]))
+    if len(bounds) == 1:
+        return [_entry(row, since, until)]
+    return [_entry(row, lo, hi) for lo, hi in bounds]
+
+
+def _gate_covers(gate: dict, version: int) -> bool:
+    return int(gate["since"]) <= version and (gate.get("until") is None or version <= int(gate["until"]))
+
+
+def _entry(row: dict, since: int, until: int | None) -> Entry:
+    types = {k: list(v) for k, v in row["types"].items()}
+    for var, gates in row.get("type_gates", {}).items():
+        closed = {t for g in gates if not _gate_covers(g, since) for t in g["types"]}
+        opened = {t for g in gates if _gate_covers(g, since) for t in g["types"]}
+        types[var] = [t for t in types[var] if t not in closed or t in opened]
+    return _entry_of(row, since, until, types)
+
+
+def _entry_of(r: dict, since: int, until: int | None, types: dict[str, list[str]]) -> Entry:
+    def exists(a: dict) -> bool:  # somewhere in the segment's opsets
+        return ((a.get("until") is None or int(a["until"]) >= since)
+                and (until is None or int(a.get("since", 0)) <= int(until)))
+
+    return Entry(
             domain=r["domain"],
             op=r["op"],
-            since=int(r["since"]),
-            until=None if r.get("until") is None else int(r["until"]),
+            since=since,
+            until=None if until is None else int(until),
             family=r.get("family", ""),
             doc=r.get("doc", ""),
-            types={k: list(v) for k, v in r["types"].items()},
-            inputs=[Port(p["name"], p["type_var"], p["kind"]) for p in r["inputs"]],
+            types=types,
+            inputs=[Port(p["name"], p["type_var"], p["kind"]) for p in r["inputs"]
+                    if int(p.get("since", 0)) <= since],
             outputs=[Port(p["name"], p["type_var"], p["kind"]) for p in r["outputs"]],
             attributes=[
                 Attr(a["name"], a["kind"], bool(a.get("required", False)), a.get("default"))
-                for a in r.get("attributes", [])
+                for a in r.get("attributes", []) if exists(a)
             ],
             shape=r.get("shape", ""),
             source="json",
             declared_in=r.get("source"),
         )
-        for r in rows
-    ]
 
 
 # --------------------------------------------------------------------------------------------

@@ -88,8 +88,19 @@ fn ports(spec: &OpSpec, node: &Node) -> Result<(), String> {
             ));
         }
     }
+    let version = node.since_version();
     for (index, port) in spec.inputs.iter().enumerate() {
         let present = index < node.input_count() && node.input_type(index).is_some();
+        if version < port.since {
+            // Still an attribute at this opset: the slot must not be used.
+            if node.input_present(index) {
+                return Err(format!(
+                    "input '{}' does not exist in {}-{version} (it is an attribute there)",
+                    port.name, spec.op
+                ));
+            }
+            continue;
+        }
         if port.kind == PortKind::Required && !present {
             return Err(format!("required input '{}' is missing", port.name));
         }

@@ -97,7 +97,12 @@ fn attributes(spec: &OpSpec) -> String {
                 (false, false, "") => a.name.to_owned(),
                 (false, false, d) => format!("{}={}", a.name, d.replace(' ', "")),
             };
-            format!("{written}{}", gate_label(a.since, a.until))
+            // An attribute that later opsets turned into an input of the same name.
+            let became_input = spec.inputs.iter().find(|p| p.name == a.name && p.since > 0);
+            match became_input {
+                Some(port) => format!("{written} (≤{}, then an input)", port.since - 1),
+                None => format!("{written}{}", gate_label(a.since, a.until)),
+            }
         })
         .collect::<Vec<_>>()
         .join(", ")

@@ -97,6 +97,9 @@ pub struct Port {
     pub name: &'static str,
     pub type_var: &'static str,
     pub kind: PortKind,
+    /// The first opset with this slot (0: every opset of the row); before it the value was an
+    /// attribute of the same name.
+    pub since: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
