@@ -10,6 +10,7 @@ mod capability;
 mod capture;
 mod device;
 mod diagnostics;
+mod huge_empty;
 mod ort;
 mod partition;
 mod plan;

@@ -216,6 +216,11 @@ impl Plan {
         Ok(Runtime { stream, constants })
     }
 
+    /// The constant initializers the plan copied out of ORT.
+    pub fn constants(&self) -> impl Iterator<Item = &HostConstant> {
+        self.constants.iter().map(|(_, c)| c)
+    }
+
     /// The least flexible shape safety of the plan's nodes: `Shapeless` only if every node is.
     pub fn shape_safety(&self) -> ShapeSafety {
         self.nodes

@@ -8,6 +8,7 @@ use mlx_kernels::Array;
 
 use crate::capture::{Capture, Settings};
 use crate::diagnostics::{PlanReport, Stats};
+use crate::huge_empty;
 use crate::ort::api::guard;
 use crate::ort::kernel;
 use crate::ort::sys;
@@ -109,13 +110,27 @@ fn run(
     } = state.as_mut().expect("set above");
     let copying = Instant::now();
     let count = kernel::input_count(context)?;
+    // SAFETY: ORT keeps the inputs alive and unchanged during this compute call, and the
+    // arrays borrowing them are held (Evaluated::keep_alive) until the outputs are copied.
+    let tensors = (0..count)
+        .map(|index| unsafe { kernel::input(context, index) })
+        .collect::<Result<Vec<_>, String>>()?;
+    if huge_empty::needed(&tensors) {
+        // Empty inputs with dimensions MLX cannot hold: the outputs are empty, shapes only.
+        residency.forget();
+        let shapes = huge_empty::output_shapes(&info.plan, runtime, &tensors)?;
+        for (index, (shape, output)) in shapes.iter().zip(&info.plan.outputs).enumerate() {
+            let item = output.elem.to_mlx().map_or(1, |d| d.size_in_bytes());
+            // SAFETY: the live kernel context of this call; an empty output has no bytes.
+            unsafe { kernel::output(context, index, shape, item) }?;
+        }
+        return Ok(());
+    }
     let mut inputs = Vec::with_capacity(count);
     // Where each input's bytes live: an output handed the same buffer shares it (see resident.rs).
     let mut buffers = Vec::with_capacity(count);
-    for index in 0..count {
-        // SAFETY: ORT keeps the inputs alive and unchanged during this compute call, and the
-        // arrays borrowing them are held (Evaluated::keep_alive) until the outputs are copied.
-        let array = match unsafe { kernel::input(context, index) }? {
+    for (index, tensor) in tensors.into_iter().enumerate() {
+        let array = match tensor {
             None => None,
             Some(tensor) => {
                 let dtype = tensor
