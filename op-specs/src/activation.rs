@@ -208,6 +208,16 @@ fn mish(cx: &mut Lower, x: Array) -> Result<Array> {
     Ok(ops::multiply(&x, &ops::tanh(&softplus_of(&x, s)?, s)?, s)?)
 }
 
+/// `x * sigmoid(alpha * x)` (SiLU at alpha 1), as ORT's CPU kernel computes it; 16-bit inputs
+/// in float32, rounded once.
+#[onnx_op(op = "Swish", since = 24, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn swish(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<Array> {
+    in_float32_for_float16(&x, cx.stream(), |x, s| {
+        let scaled = ops::multiply(x, &scalar_like(alpha.into(), x, s)?, s)?;
+        Ok(ops::multiply(x, &ops::sigmoid(&scaled, s)?, s)?)
+    })
+}
+
 /// `slope * x` where `x < 0`, else `x`; `slope` broadcasts to `X`.
 #[onnx_op(op = "PRelu", since = 7, types(T = SIGNED), inputs(X: T, slope: T), outputs(Y: T), shape = Shapeless)]
 fn prelu(cx: &mut Lower, x: Array, slope: Array) -> Result<Array> {

@@ -41,6 +41,10 @@ SPECS[("", "LeakyRelu")] = OpSpec(
     ref=lambda xs, a: np.where(xs[0] >= 0, xs[0], _f32(a.get("alpha", 0.01)) * xs[0]),
     scheme="unary", variants=[Variant(), Variant("alpha", {"alpha": 0.2})],
 )
+SPECS[("", "Swish")] = OpSpec(
+    ref=lambda xs, a: xs[0] * _sigmoid(_f32(a.get("alpha", 1.0)) * xs[0]),
+    scheme="unary", variants=[Variant(), Variant("alpha", {"alpha": 1.702}), Variant("negative_alpha", {"alpha": -0.5})],
+)
 SPECS[("", "Elu")] = OpSpec(
     ref=lambda xs, a: np.where(xs[0] < 0, _f32(a.get("alpha", 1.0)) * np.expm1(xs[0]), xs[0]),
     scheme="unary", variants=[Variant(), Variant("alpha", {"alpha": 0.5})],
