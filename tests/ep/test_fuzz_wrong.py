@@ -126,3 +126,33 @@ def test_bias_split_gelu_float16_keeps_the_tail():
     want = (total[:, :2] * gelu).astype(np.float16)
     assert abs(want[0, 0] - 0.81) < 0.01
     assert_runs_match(model, {"X": x, "bias": bias}, [want], rtol=2e-3)
+
+
+def test_group_query_attention_ignores_value_rows_past_each_total_length():
+    # s1-GroupQueryAttention-1-37: rows of a shared KV buffer past a sequence's total length may
+    # hold anything (NaN, inf); ORT mixes only the first seqlens_k[b] + 1 value rows, so they never
+    # reach the output. The EP multiplied them by a zero probability: 0 * NaN = NaN.
+    batch, seq, max_len, heads, kv_heads, head = 2, 1, 6, 4, 2, 8
+    rng = np.random.default_rng(37)
+    f = np.float32
+    q = rng.standard_normal((batch, seq, heads * head)).astype(f)
+    k = rng.standard_normal((batch, seq, kv_heads * head)).astype(f)
+    v = rng.standard_normal((batch, seq, kv_heads * head)).astype(f)
+    past_k = rng.standard_normal((batch, kv_heads, max_len, head)).astype(f)
+    past_v = rng.standard_normal((batch, kv_heads, max_len, head)).astype(f)
+    seqlens = np.array([2, 4], np.int32)  # totals 3 and 5 of 6 rows
+    for b, total in enumerate(seqlens + 1):
+        past_v[b, :, total:] = np.nan  # the unused tail (the new row is written at total - 1)
+        past_k[b, :, total:] = np.inf
+    names = ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length"]
+    node = helper.make_node("GroupQueryAttention", names, ["out", "present_key", "present_value"],
+                            domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads, smooth_softmax=1)
+    total = helper.make_tensor("total_sequence_length", TensorProto.INT32, [], [max_len])
+    inputs = [tensor("query"), tensor("key"), tensor("value"), tensor("past_key"), tensor("past_value"),
+              tensor("seqlens_k", TensorProto.INT32)]
+    model = make_model([node], inputs, [tensor("out"), tensor("present_key"), tensor("present_value")],
+                       opset=17, domains=MS, initializers=[total])
+    feeds = {"query": q, "key": k, "value": v, "past_key": past_k, "past_value": past_v, "seqlens_k": seqlens}
+    want = cpu_outputs(model, feeds)
+    assert np.isfinite(want[0]).all()
+    assert_runs_match(model, feeds, want, rtol=1e-5, atol=1e-6)

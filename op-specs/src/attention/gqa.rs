@@ -32,7 +32,7 @@ use super::{
     AttentionMask, Sink,
 };
 use crate::table::consts::scalar;
-use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
+use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 /// Grouped-query attention with a BNSH KV cache (ORT's decoder attention): optional packed QKV,
 /// past/present caches, per-row lengths from `seqlens_k`, rotary embedding (interleaved or not,
@@ -48,6 +48,8 @@ use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
            attention_bias: T, head_sink: T, k_scale: S, v_scale: S, q_norm_weight: T,
            k_norm_weight: T),
     outputs(output: T, present_key?: T, present_value?: T, output_qk?: T),
+    ignores(sliding_window_cache: i64, k_quant_type: String, v_quant_type: String,
+            kv_cache_bit_width: i64, qk_norm_epsilon: f32),
     shape = ShapeKeyed, claim = gqa_claim,
     declines = "a quantized KV cache (k_scale/v_scale, k_quant_type, v_quant_type, kv_cache_bit_width); q_norm_weight/k_norm_weight (ORT's CPU kernel refuses them); sliding_window_cache 1; nodes without present_key/present_value; causal outside {0, 1}, or 0 with a local window; qk_output outside {0, 1, 2} or not matching the output_qk output; head_sink with smooth_softmax; key/value sequence lengths other than the query's"
 )]
@@ -79,11 +81,6 @@ fn group_query_attention(
     #[attr(default = 0)] smooth_softmax: i64,
     #[attr(default = 0)] qk_output: i64,
     #[attr(default = 1)] causal: i64,
-    #[attr(name = "sliding_window_cache")] _sliding_window_cache: Option<i64>,
-    #[attr(name = "k_quant_type")] _k_quant_type: Option<String>,
-    #[attr(name = "v_quant_type")] _v_quant_type: Option<String>,
-    #[attr(name = "kv_cache_bit_width")] _kv_cache_bit_width: Option<i64>,
-    #[attr(name = "qk_norm_epsilon")] _qk_norm_epsilon: Option<f32>,
 ) -> Result<Vec<Array>> {
     let s = cx.stream();
     let dtype = query.dtype();
@@ -301,6 +298,15 @@ fn group_query_attention(
     } else {
         scale
     };
+    // ORT mixes each row's first total_b value rows only: rows past them (a shared buffer's
+    // unused tail, whatever it holds) must not reach the output, not even as 0 · NaN.
+    let value_rows = ops::reshape(&key_pos, &[1, 1, present_len, 1], s)?;
+    let visible_v = ops::where_(
+        &ops::less(&value_rows, &row_total, s)?,
+        &present_v,
+        &scalar(0.0, present_v.dtype(), s)?,
+        s,
+    )?;
     let mut outputs = Vec::with_capacity(4);
     let attended = if !capped && !sink && !qk_wanted {
         // MLX's fused attention: the same softmax over the visible keys. 16-bit operands go in
@@ -314,7 +320,7 @@ fn group_query_attention(
         let out = fused_attention(
             &wide(&q)?,
             &wide(&present_k)?,
-            &wide(&present_v)?,
+            &wide(&visible_v)?,
             scale,
             AttentionMask::Array(&mask),
             s,
@@ -355,7 +361,7 @@ fn group_query_attention(
             (2, _) => Some(probs.clone()),
             _ => None,
         };
-        (mix(&probs, &present_v, dtype, s)?, qk)
+        (mix(&probs, &visible_v, dtype, s)?, qk)
     };
     let (mut out, qk) = attended;
     if let Some(seen) = &seen {
@@ -657,13 +663,6 @@ fn bias_columns(
     )?)
 }
 
-fn int_attr(node: &Node, name: &str) -> Option<i64> {
-    match node.attribute(name) {
-        Some(AttrValue::Int(v)) => Some(v),
-        _ => None,
-    }
-}
-
 fn gqa_claim(node: &Node) -> Verdict {
     for (index, name) in [
         (12, "k_scale"),
@@ -678,26 +677,23 @@ fn gqa_claim(node: &Node) -> Verdict {
         }
     }
     for name in ["k_quant_type", "v_quant_type"] {
-        match node.attribute(name) {
-            None => {}
-            Some(AttrValue::String(t)) if t == "NONE" => {}
-            Some(other) => {
-                return Verdict::decline(format!(
-                    "{name} {other:?}: a quantized KV cache is not implemented"
-                ))
-            }
+        let kind = node.attr_or(name, String::from("NONE"));
+        if kind != "NONE" {
+            return Verdict::decline(format!(
+                "{name} {kind:?}: a quantized KV cache is not implemented"
+            ));
         }
     }
-    if int_attr(node, "kv_cache_bit_width").is_some_and(|w| w != 0) {
+    if node.attr_or("kv_cache_bit_width", 0i64) != 0 {
         return Verdict::decline(
             "kv_cache_bit_width other than 0: a quantized KV cache is not implemented",
         );
     }
-    if int_attr(node, "sliding_window_cache").is_some_and(|w| w != 0) {
+    if node.attr_or("sliding_window_cache", 0i64) != 0 {
         return Verdict::decline("sliding_window_cache 1 (a windowed KV cache) is not implemented");
     }
-    let causal = int_attr(node, "causal").unwrap_or(1);
-    let window = int_attr(node, "local_window_size").unwrap_or(-1);
+    let causal = node.attr_or("causal", 1i64);
+    let window = node.attr_or("local_window_size", -1i64);
     if !(0..=1).contains(&causal) {
         return Verdict::decline(format!("causal {causal}: only 0 and 1"));
     }
@@ -706,7 +702,7 @@ fn gqa_claim(node: &Node) -> Verdict {
             "causal 0 with a local window: ORT's kernel requires local_window_size -1 then",
         );
     }
-    let qk_output = int_attr(node, "qk_output").unwrap_or(0);
+    let qk_output = node.attr_or("qk_output", 0i64);
     if !(0..=2).contains(&qk_output) {
         return Verdict::decline(format!("qk_output {qk_output}: only 0, 1 and 2"));
     }
@@ -715,7 +711,7 @@ fn gqa_claim(node: &Node) -> Verdict {
             "qk_output and the output_qk output must go together (ORT fails without the output and leaves it unwritten without the attribute)",
         );
     }
-    if node.input_present(11) && int_attr(node, "smooth_softmax").unwrap_or(0) == 1 {
+    if node.input_present(11) && node.attr_or("smooth_softmax", 0i64) == 1 {
         return Verdict::decline("head_sink with smooth_softmax 1: ORT's kernel refuses the pair");
     }
     if !node.output_present(1) || !node.output_present(2) {

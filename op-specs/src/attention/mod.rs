@@ -53,20 +53,22 @@ fn group_size(q_heads: i64, kv_heads: i64) -> Result<i64> {
 
 /// `scale · q·kᵀ` in float32, `[B, Hq, Sq, Skv]`, for `q` `[B, Hq, Sq, D]` and `k`
 /// `[B, Hkv, Skv, D]`. Query head `h` reads key head `h / (Hq / Hkv)`, as ORT and MLX group them.
+/// The scale multiplies the dot products, as ORT's GEMM applies its alpha: scaling `q` first
+/// instead keeps a product that overflows float32 finite (fuzz s1-MultiHeadAttention-1-37).
 pub fn scores(q: &Array, k: &Array, scale: f32, s: &Stream) -> Result<Array> {
     let [b, hq, sq, d] = dims4(q, "Q")?;
     let [_, hkv, skv, _] = dims4(k, "K")?;
     let group = group_size(hq, hkv)?;
-    let q = ops::multiply(&float32(q, s)?, &Array::scalar(scale)?, s)?;
-    let k = float32(k, s)?;
-    if group == 1 {
-        return Ok(ops::matmul(&q, &ops::transpose(&k, &[0, 1, 3, 2], s)?, s)?);
-    }
-    // [B, Hkv, group, Sq, D] against [B, Hkv, 1, D, Skv]: no copy of K per query head.
-    let q = ops::reshape(&q, &[b, hkv, group, sq, d], s)?;
-    let k = ops::expand_dims(&ops::transpose(&k, &[0, 1, 3, 2], s)?, &[2], s)?;
-    let grouped = ops::matmul(&q, &k, s)?;
-    Ok(ops::reshape(&grouped, &[b, hq, sq, skv], s)?)
+    let (q, k) = (float32(q, s)?, float32(k, s)?);
+    let products = if group == 1 {
+        ops::matmul(&q, &ops::transpose(&k, &[0, 1, 3, 2], s)?, s)?
+    } else {
+        // [B, Hkv, group, Sq, D] against [B, Hkv, 1, D, Skv]: no copy of K per query head.
+        let q = ops::reshape(&q, &[b, hkv, group, sq, d], s)?;
+        let k = ops::expand_dims(&ops::transpose(&k, &[0, 1, 3, 2], s)?, &[2], s)?;
+        ops::reshape(&ops::matmul(&q, &k, s)?, &[b, hq, sq, skv], s)?
+    };
+    Ok(ops::multiply(&products, &Array::scalar(scale)?, s)?)
 }
 
 /// `cap · tanh(scores / cap)`.
