@@ -388,3 +388,69 @@ fn clip_between(x: &Array, min: Option<&Array>, max: Option<&Array>, s: &Stream)
 fn where_op(cx: &mut Lower, condition: Array, x: Array, y: Array) -> Result<Array> {
     Ok(ops::where_(&condition, &x, &y, cx.stream())?)
 }
+
+#[cfg(test)]
+mod tests {
+    use mlx_kernels::Array;
+
+    use crate::table::testing::{f32s, node, run1, values_f32};
+    use crate::{AttrValue, ElemType};
+
+    fn clip_node(inputs: usize) -> crate::Node {
+        node("Clip", 13, &vec![ElemType::Float; inputs], ElemType::Float)
+    }
+
+    #[test]
+    fn clip_bounds_are_optional_and_attribute_forms_default_to_the_float_range() {
+        let x = f32s(&[-5.0, 0.5, 5.0], &[3]);
+        let lo = f32s(&[-1.0], &[]);
+        let hi = f32s(&[1.0], &[]);
+        assert_eq!(
+            values_f32(&run1(
+                &clip_node(3),
+                &[Some(x.clone()), Some(lo.clone()), Some(hi.clone())]
+            )),
+            vec![-1.0, 0.5, 1.0]
+        );
+        assert_eq!(
+            values_f32(&run1(&clip_node(2), &[Some(x.clone()), Some(lo)])),
+            vec![-1.0, 0.5, 5.0]
+        );
+        let max_only = node("Clip", 13, &[ElemType::Float], ElemType::Float)
+            .absent_input()
+            .input(ElemType::Float);
+        assert_eq!(
+            values_f32(&run1(&max_only, &[Some(x.clone()), None, Some(hi)])),
+            vec![-5.0, 0.5, 1.0]
+        );
+        let legacy =
+            node("Clip", 6, &[ElemType::Float], ElemType::Float).attr("max", AttrValue::Float(2.0));
+        assert_eq!(values_f32(&run1(&legacy, &[Some(x)])), vec![-5.0, 0.5, 2.0]);
+    }
+
+    #[test]
+    fn prelu_slope_broadcasts_per_channel() {
+        let x = f32s(&[-1.0, -2.0, 3.0, -4.0], &[2, 2]);
+        let slope = f32s(&[0.5, 0.25], &[2]);
+        let out = run1(
+            &node("PRelu", 16, &[ElemType::Float; 2], ElemType::Float),
+            &[Some(x), Some(slope)],
+        );
+        assert_eq!(values_f32(&out), vec![-0.5, -0.5, 3.0, -1.0]);
+    }
+
+    #[test]
+    fn where_broadcasts_across_all_three_inputs() {
+        let a = f32s(&[1.0, 2.0], &[2, 1]);
+        let b = f32s(&[10.0, 20.0, 30.0], &[3]);
+        let cond = Array::from_slice(&[true, false, true], &[3]).unwrap();
+        let pick = node(
+            "Where",
+            16,
+            &[ElemType::Bool, ElemType::Float, ElemType::Float],
+            ElemType::Float,
+        );
+        let out = run1(&pick, &[Some(cond), Some(a), Some(b)]);
+        assert_eq!(values_f32(&out), vec![1.0, 20.0, 1.0, 2.0, 20.0, 2.0]);
+    }
+}

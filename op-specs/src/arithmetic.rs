@@ -245,14 +245,12 @@ fn modulo(cx: &mut Lower, a: Array, b: Array, #[attr(default = 0)] fmod: i64) ->
 
 fn mod_claim(node: &crate::Node) -> crate::Verdict {
     // ORT's kernel refuses any other value when the session is created.
-    if let Some(crate::AttrValue::Int(f)) = node.attribute("fmod") {
-        if f != 0 && f != 1 {
-            return crate::Verdict::decline(format!("fmod={f}: ONNX allows only 0 and 1"));
-        }
+    let fmod = node.attr_or("fmod", 0i64);
+    if fmod != 0 && fmod != 1 {
+        return crate::Verdict::decline(format!("fmod={fmod}: ONNX allows only 0 and 1"));
     }
-    let fmod = matches!(node.attribute("fmod"), Some(crate::AttrValue::Int(1)));
     match node.input_type(0) {
-        Some(t) if is_float(t) && !fmod => {
+        Some(t) if is_float(t) && fmod == 0 => {
             crate::Verdict::decline("fmod=0 is invalid for floating-point inputs")
         }
         _ => crate::Verdict::Claim,
@@ -346,5 +344,135 @@ fn narrowed(a: Array, dtype: Option<mlx_kernels::Dtype>, s: &Stream) -> Result<A
     match dtype {
         Some(d) if d != a.dtype() => Ok(ops::astype(&a, d, s)?),
         _ => Ok(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mlx_kernels::Array;
+
+    use crate::table::testing::{f32s, node, run, run1, stream, values_f32};
+    use crate::{AttrValue, ElemType};
+
+    #[test]
+    fn integer_division_truncates_and_never_traps() {
+        let n = node(
+            "Div",
+            14,
+            &[ElemType::Int32, ElemType::Int32],
+            ElemType::Int32,
+        );
+        let a = Array::from_slice(&[7i32, -7, 7, -7, i32::MIN, i32::MIN, 9], &[7]).unwrap();
+        let b = Array::from_slice(&[2i32, 2, -2, -2, -1, 1, 3], &[7]).unwrap();
+        let q = run1(&n, &[Some(a), Some(b)])
+            .to_vec::<i32>(&stream())
+            .unwrap();
+        assert_eq!(q, vec![3, -3, -3, 3, i32::MIN, i32::MIN, 3]);
+    }
+
+    #[test]
+    fn an_integer_zero_divisor_fails_the_run_even_for_an_empty_result() {
+        let ints = [ElemType::Int64, ElemType::Int64];
+        for (op, opset, fmod) in [
+            ("Div", 14, None),
+            ("Mod", 13, Some(0)),
+            ("Mod", 13, Some(1)),
+        ] {
+            let n = node(op, opset, &ints, ElemType::Int64);
+            let n = match fmod {
+                Some(f) => n.attr("fmod", AttrValue::Int(f)),
+                None => n,
+            };
+            let a = Array::from_slice(&[7i64, 5], &[2]).unwrap();
+            let b = Array::from_slice(&[3i64, 0], &[2]).unwrap();
+            let error = run(&n, &[Some(a), Some(b)]).unwrap_err();
+            assert!(error.contains("by zero"), "{op}: {error}");
+            let empty = Array::from_slice::<i64>(&[], &[0]).unwrap();
+            let zero = Array::from_slice(&[0i64], &[]).unwrap();
+            let error = run(&n, &[Some(empty), Some(zero)]).unwrap_err();
+            assert!(
+                error.contains("by zero"),
+                "{op} of an empty tensor: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn modulo_follows_fmod_attribute_and_never_traps() {
+        let a = Array::from_slice(&[7i64, -7, 7, -7, 5, i64::MIN], &[6]).unwrap();
+        let b = Array::from_slice(&[3i64, 3, -3, -3, 1, -1], &[6]).unwrap();
+        let python = node(
+            "Mod",
+            13,
+            &[ElemType::Int64, ElemType::Int64],
+            ElemType::Int64,
+        );
+        let c = python.clone().attr("fmod", AttrValue::Int(1));
+        let s = stream();
+        let py = run1(&python, &[Some(a.clone()), Some(b.clone())])
+            .to_vec::<i64>(&s)
+            .unwrap();
+        assert_eq!(py, vec![1, 2, -2, -1, 0, 0]);
+        let cm = run1(&c, &[Some(a), Some(b)]).to_vec::<i64>(&s).unwrap();
+        assert_eq!(cm, vec![1, -1, 1, -1, 0, 0]);
+        // Float fmod keeps tiny remainders exactly (no round trip through a shifted remainder).
+        let fa = f32s(&[-1e-8, 5.5, -5.5, 1.0], &[4]);
+        let fb = f32s(&[1.0, 2.0, 2.0, 0.0], &[4]);
+        let nf = node(
+            "Mod",
+            13,
+            &[ElemType::Float, ElemType::Float],
+            ElemType::Float,
+        )
+        .attr("fmod", AttrValue::Int(1));
+        let r = values_f32(&run1(&nf, &[Some(fa), Some(fb)]));
+        assert_eq!(&r[..3], &[-1e-8, 1.5, -1.5]);
+        assert!(r[3].is_nan());
+    }
+
+    #[test]
+    fn variadic_ops_broadcast_across_all_inputs() {
+        let a = f32s(&[1.0, 2.0], &[2, 1]);
+        let b = f32s(&[10.0, 20.0, 30.0], &[3]);
+        let c = f32s(&[100.0], &[1]);
+        let sum = node("Sum", 13, &[ElemType::Float; 3], ElemType::Float);
+        let out = run1(&sum, &[Some(a.clone()), Some(b.clone()), Some(c.clone())]);
+        assert_eq!(out.shape(), vec![2, 3]);
+        assert_eq!(
+            values_f32(&out),
+            vec![111.0, 121.0, 131.0, 112.0, 122.0, 132.0]
+        );
+        let mean = node("Mean", 13, &[ElemType::Float; 3], ElemType::Float);
+        assert_eq!(
+            values_f32(&run1(&mean, &[Some(a), Some(b.clone()), Some(c)]))[0],
+            37.0
+        );
+        let max = node("Max", 13, &[ElemType::Float], ElemType::Float);
+        assert_eq!(values_f32(&run1(&max, &[Some(b)])), vec![10.0, 20.0, 30.0]);
+    }
+
+    /// int32 only: an int64 base is declined (ORT raises int64 through double).
+    #[test]
+    fn integer_pow_is_exact() {
+        let base = Array::from_slice(&[2i32, -3, 5, 0], &[4]).unwrap();
+        let exponent = Array::from_slice(&[10i32, 3, 0, 2], &[4]).unwrap();
+        let pow = node("Pow", 15, &[ElemType::Int32; 2], ElemType::Int32);
+        assert_eq!(
+            run1(&pow, &[Some(base), Some(exponent)])
+                .to_vec::<i32>(&stream())
+                .unwrap(),
+            vec![1024, -27, 1, 0]
+        );
+    }
+
+    #[test]
+    fn a_zero_size_input_broadcasts_to_a_zero_size_result() {
+        let empty = Array::from_slice::<f32>(&[], &[0, 4]).unwrap();
+        let row = f32s(&[1.0, 2.0, 3.0, 4.0], &[4]);
+        let out = run1(
+            &node("Add", 14, &[ElemType::Float; 2], ElemType::Float),
+            &[Some(empty), Some(row)],
+        );
+        assert_eq!(out.shape(), vec![0, 4]);
     }
 }

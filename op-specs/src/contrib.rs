@@ -115,3 +115,51 @@ fn bias_split_gelu(cx: &mut Lower, x: Array, bias: Array) -> Result<Array> {
         s,
     )?)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::table::testing::{f32s, node, run1, values_f32};
+    use crate::ElemType;
+
+    #[test]
+    fn microsoft_fusions_match_their_definitions() {
+        let x = f32s(&[-1.0, 0.0, 1.5], &[3]);
+        let bias = f32s(&[0.5, 0.5, 0.5], &[3]);
+        let ms = |op: &str, inputs: usize| {
+            node(op, 1, &vec![ElemType::Float; inputs], ElemType::Float).in_domain("com.microsoft")
+        };
+        let bias_gelu = values_f32(&run1(
+            &ms("BiasGelu", 2),
+            &[Some(x.clone()), Some(bias.clone())],
+        ));
+        let plain = values_f32(&run1(
+            &ms("Gelu", 1),
+            &[Some(f32s(&[-0.5, 0.5, 2.0], &[3]))],
+        ));
+        assert_eq!(bias_gelu, plain);
+        // Reference values of the exact GELU: x·Φ(x).
+        for (got, want) in plain.iter().zip([-0.154_268_5f32, 0.345_731_5, 1.954_5]) {
+            assert!((got - want).abs() < 1e-4, "{got} vs {want}");
+        }
+        let quick = values_f32(&run1(&ms("QuickGelu", 1), &[Some(x.clone())]));
+        let expected: Vec<f32> = [-1.0f32, 0.0, 1.5]
+            .iter()
+            .map(|v| v / (1.0 + (-1.702 * v).exp()))
+            .collect();
+        for (g, e) in quick.iter().zip(&expected) {
+            assert!((g - e).abs() < 1e-6);
+        }
+        let skip = f32s(&[1.0, 1.0, 1.0], &[3]);
+        let added = values_f32(&run1(
+            &ms("BiasAdd", 3),
+            &[Some(x.clone()), Some(bias.clone()), Some(skip)],
+        ));
+        assert_eq!(added, vec![0.5, 1.5, 3.0]);
+        let fast_with_bias = values_f32(&run1(&ms("FastGelu", 2), &[Some(x), Some(bias)]));
+        let fast_plain = values_f32(&run1(
+            &ms("FastGelu", 1),
+            &[Some(f32s(&[-0.5, 0.5, 2.0], &[3]))],
+        ));
+        assert_eq!(fast_with_bias, fast_plain);
+    }
+}

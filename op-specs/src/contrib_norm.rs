@@ -271,8 +271,8 @@ fn simplified_skip_claim(node: &crate::Node) -> crate::Verdict {
 /// ORT's SkipLayerNorm and EmbedLayerNorm kernels refuse a negative epsilon when the session
 /// is created; declined, ORT's CPU EP fails the same way.
 fn non_negative_epsilon(node: &crate::Node) -> crate::Verdict {
-    match node.attribute("epsilon") {
-        Some(crate::AttrValue::Float(e)) if e.is_nan() || e < 0.0 => {
+    match node.attr_as::<f32>("epsilon") {
+        Some(e) if e.is_nan() || e < 0.0 => {
             crate::Verdict::decline(format!("epsilon {e}: ORT's kernel requires epsilon >= 0"))
         }
         _ => crate::Verdict::Claim,
@@ -431,17 +431,12 @@ fn skip_group_norm(
 }
 
 fn skip_group_norm_claim(node: &crate::Node) -> crate::Verdict {
-    use crate::AttrValue::Int;
-    match (
-        node.attribute("channels_last"),
-        node.attribute("activation"),
-    ) {
-        (Some(Int(c)), _) if c != 1 => {
-            crate::Verdict::decline("channels_last 0: ORT defines SkipGroupNorm for NHWC only")
-        }
-        (_, Some(Int(0 | 1))) => crate::Verdict::Claim,
-        (_, other) => {
-            crate::Verdict::decline(format!("activation {other:?}: only 0 (none) and 1 (SiLU)"))
-        }
+    if node.attr_or("channels_last", 1i64) != 1 {
+        return crate::Verdict::decline("channels_last 0: ORT defines SkipGroupNorm for NHWC only");
+    }
+    // A required attribute: the generic claim has declined a node without it.
+    match node.attr_or("activation", -1i64) {
+        0 | 1 => crate::Verdict::Claim,
+        other => crate::Verdict::decline(format!("activation {other}: only 0 (none) and 1 (SiLU)")),
     }
 }

@@ -153,10 +153,9 @@ fn trilu(
 /// node; leave those to it.
 fn flags_claim(node: &crate::Node) -> crate::Verdict {
     for flag in ["exclusive", "reverse"] {
-        if let Some(crate::AttrValue::Int(v)) = node.attribute(flag) {
-            if v != 0 && v != 1 {
-                return crate::Verdict::decline(format!("{flag} = {v} (ORT accepts only 0 or 1)"));
-            }
+        let v = node.attr_or(flag, 0i64);
+        if v != 0 && v != 1 {
+            return crate::Verdict::decline(format!("{flag} = {v} (ORT accepts only 0 or 1)"));
         }
     }
     crate::Verdict::Claim

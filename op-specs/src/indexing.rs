@@ -260,16 +260,16 @@ fn scatter_claim(node: &crate::Node) -> crate::Verdict {
         node.input_type(0),
         Some(crate::ElemType::Int64 | crate::ElemType::Uint64)
     );
-    match node.attribute("reduction") {
-        None => crate::Verdict::Claim,
-        Some(crate::AttrValue::String(r)) if r == "none" => crate::Verdict::Claim,
-        Some(crate::AttrValue::String(r)) if wide && scatter_mode(&r).is_ok() => {
-            crate::Verdict::decline(format!(
-                "reduction {r:?} on 64-bit integers: MLX's GPU scatter has no 64-bit kernels"
-            ))
-        }
-        Some(crate::AttrValue::String(r)) if scatter_mode(&r).is_ok() => crate::Verdict::Claim,
-        Some(other) => crate::Verdict::decline(format!("reduction {other:?} is not an ONNX mode")),
+    let reduction = node.attr_or("reduction", String::from("none"));
+    if reduction == "none" {
+        return crate::Verdict::Claim;
+    }
+    match scatter_mode(&reduction) {
+        Ok(_) if wide => crate::Verdict::decline(format!(
+            "reduction {reduction:?} on 64-bit integers: MLX's GPU scatter has no 64-bit kernels"
+        )),
+        Ok(_) => crate::Verdict::Claim,
+        Err(_) => crate::Verdict::decline(format!("reduction {reduction:?} is not an ONNX mode")),
     }
 }
 
@@ -365,4 +365,43 @@ fn scatter_legacy(
     #[attr(default = 0)] axis: i64,
 ) -> Result<Array> {
     scatter_elements(cx, data, indices, updates, axis, "none".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use mlx_kernels::Array;
+
+    use crate::table::testing::{node, run, run1, values_f32};
+    use crate::{AttrValue, ElemType};
+
+    const F: ElemType = ElemType::Float;
+    const I: ElemType = ElemType::Int64;
+
+    #[test]
+    fn gather_takes_negative_indices_and_fails_on_out_of_range_ones() {
+        let values: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let data = Array::from_slice(&values, &[3, 4]).unwrap();
+        let idx = Array::from_slice(&[-1i64, 0], &[2]).unwrap();
+        let rows = run1(
+            &node("Gather", 13, &[F, I], F),
+            &[Some(data.clone()), Some(idx)],
+        );
+        assert_eq!(
+            (rows.shape(), values_f32(&rows)[..4].to_vec()),
+            (vec![2, 4], vec![8.0, 9.0, 10.0, 11.0])
+        );
+        let cols = node("Gather", 13, &[F, ElemType::Int32], F).attr("axis", AttrValue::Int(1));
+        let idx = Array::from_slice(&[[3i32, 1], [0, -4]].concat(), &[2, 2]).unwrap();
+        let picked = run1(&cols, &[Some(data.clone()), Some(idx)]);
+        assert_eq!(picked.shape(), vec![3, 2, 2]);
+        assert_eq!(values_f32(&picked)[..4].to_vec(), vec![3.0, 1.0, 0.0, 0.0]);
+        for wild in [7i64, -4, 3] {
+            let wild = Array::from_slice(&[0, wild], &[2]).unwrap();
+            let error = run(
+                &node("Gather", 13, &[F, I], F),
+                &[Some(data.clone()), Some(wild)],
+            );
+            assert!(error.unwrap_err().contains("out of range"));
+        }
+    }
 }

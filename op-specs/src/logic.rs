@@ -77,8 +77,60 @@ fn bit_shift(cx: &mut Lower, x: Array, y: Array, #[attr] direction: String) -> R
 }
 
 fn bit_shift_claim(node: &crate::Node) -> crate::Verdict {
-    match node.attribute("direction") {
-        Some(crate::AttrValue::String(d)) if d == "LEFT" || d == "RIGHT" => crate::Verdict::Claim,
+    // A required attribute: the generic claim has declined a node without it.
+    match node.attr_or("direction", String::new()).as_str() {
+        "LEFT" | "RIGHT" => crate::Verdict::Claim,
         other => crate::Verdict::decline(format!("direction {other:?} is neither LEFT nor RIGHT")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mlx_kernels::Array;
+
+    use crate::table::testing::{node, run1, stream};
+    use crate::{AttrValue, ElemType};
+
+    #[test]
+    fn bit_shift_past_the_width_is_zero() {
+        let x = Array::from_slice(&[1u8, 128, 255, 16], &[4]).unwrap();
+        let y = Array::from_slice(&[3u8, 1, 8, 9], &[4]).unwrap();
+        let s = stream();
+        let shift = |direction: &str| {
+            node(
+                "BitShift",
+                11,
+                &[ElemType::Uint8, ElemType::Uint8],
+                ElemType::Uint8,
+            )
+            .attr("direction", AttrValue::String(direction.into()))
+        };
+        assert_eq!(
+            run1(&shift("LEFT"), &[Some(x.clone()), Some(y.clone())])
+                .to_vec::<u8>(&s)
+                .unwrap(),
+            vec![8, 0, 0, 0]
+        );
+        assert_eq!(
+            run1(&shift("RIGHT"), &[Some(x), Some(y)])
+                .to_vec::<u8>(&s)
+                .unwrap(),
+            vec![0, 64, 0, 0]
+        );
+    }
+
+    #[test]
+    fn not_and_bitwise_not_invert_every_bit() {
+        let s = stream();
+        let not = run1(
+            &node("Not", 1, &[ElemType::Bool], ElemType::Bool),
+            &[Some(Array::from_slice(&[true, false], &[2]).unwrap())],
+        );
+        assert_eq!(not.to_vec::<bool>(&s).unwrap(), vec![false, true]);
+        let inv = run1(
+            &node("BitwiseNot", 18, &[ElemType::Int8], ElemType::Int8),
+            &[Some(Array::from_slice(&[0i8, -1, 5], &[3]).unwrap())],
+        );
+        assert_eq!(inv.to_vec::<i8>(&s).unwrap(), vec![-1, 0, -6]);
     }
 }

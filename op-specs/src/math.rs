@@ -123,3 +123,50 @@ fn is_inf(
         (false, false) => ops::logical_and(&ops::isinf(&x, s)?, &scalar(0.0, Dtype::Bool, s)?, s)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::table::testing::{f32s, node, run1, stream, values_f32};
+    use crate::{AttrValue, ElemType};
+
+    #[test]
+    fn round_takes_halves_to_even() {
+        let x = f32s(&[0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.4999, 3.5000002], &[8]);
+        let y = run1(
+            &node("Round", 11, &[ElemType::Float], ElemType::Float),
+            &[Some(x)],
+        );
+        assert_eq!(
+            values_f32(&y),
+            vec![0.0, 2.0, 2.0, -0.0, -2.0, -2.0, 2.0, 4.0]
+        );
+    }
+
+    #[test]
+    fn is_inf_honours_its_sign_flags() {
+        let x = f32s(&[f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1.0], &[4]);
+        let s = stream();
+        let check = |neg: i64, pos: i64, expected: [bool; 4]| {
+            let n = node("IsInf", 20, &[ElemType::Float], ElemType::Bool)
+                .attr("detect_negative", AttrValue::Int(neg))
+                .attr("detect_positive", AttrValue::Int(pos));
+            assert_eq!(
+                run1(&n, &[Some(x.clone())]).to_vec::<bool>(&s).unwrap(),
+                expected.to_vec(),
+                "{neg} {pos}"
+            );
+        };
+        check(1, 1, [true, true, false, false]);
+        check(1, 0, [false, true, false, false]);
+        check(0, 1, [true, false, false, false]);
+        check(0, 0, [false, false, false, false]);
+        let nan = run1(
+            &node("IsNaN", 20, &[ElemType::Float], ElemType::Bool),
+            &[Some(x)],
+        );
+        assert_eq!(
+            nan.to_vec::<bool>(&s).unwrap(),
+            vec![false, false, true, false]
+        );
+    }
+}

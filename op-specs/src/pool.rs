@@ -222,14 +222,12 @@ fn same_padding(
 /// window, so its output is shorter than ONNX's `ceil(in / stride)` and its windows sit
 /// elsewhere than ONNX's formula puts them; the EP would have to copy that departure.
 fn pool_claim(node: &crate::Node) -> crate::Verdict {
-    let same = matches!(
-        node.attribute("auto_pad"),
-        Some(crate::AttrValue::String(p)) if p.starts_with("SAME_")
-    );
-    let dilated = matches!(
-        node.attribute("dilations"),
-        Some(crate::AttrValue::Ints(d)) if d.iter().any(|&v| v != 1)
-    );
+    let same = node
+        .attr_as::<String>("auto_pad")
+        .is_some_and(|p| p.starts_with("SAME_"));
+    let dilated = node
+        .attr_as::<Vec<i64>>("dilations")
+        .is_some_and(|d| d.iter().any(|&v| v != 1));
     if same && dilated {
         return crate::Verdict::decline(
             "SAME auto_pad with dilations > 1: ORT's CPU EP pads as if the kernel were \
@@ -244,14 +242,14 @@ fn pool_claim(node: &crate::Node) -> crate::Verdict {
 /// or 1, and a pad as large as the kernel on either side (ORT compares with the undilated
 /// kernel, so dilated pools with such pads are refused too).
 fn pool_attributes_claim(node: &crate::Node) -> crate::Verdict {
-    if let Some(crate::AttrValue::Int(order)) = node.attribute("storage_order") {
-        if order != 0 && order != 1 {
-            return crate::Verdict::decline(format!("storage_order {order} (ORT accepts 0 or 1)"));
-        }
+    let order = node.attr_or("storage_order", 0i64);
+    if order != 0 && order != 1 {
+        return crate::Verdict::decline(format!("storage_order {order} (ORT accepts 0 or 1)"));
     }
-    if let (Some(crate::AttrValue::Ints(kernel)), Some(crate::AttrValue::Ints(pads))) =
-        (node.attribute("kernel_shape"), node.attribute("pads"))
-    {
+    if let (Some(kernel), Some(pads)) = (
+        node.attr_as::<Vec<i64>>("kernel_shape"),
+        node.attr_as::<Vec<i64>>("pads"),
+    ) {
         let too_large = |(i, &k): (usize, &i64)| {
             [pads.get(i), pads.get(i + kernel.len())]
                 .into_iter()
@@ -265,14 +263,9 @@ fn pool_attributes_claim(node: &crate::Node) -> crate::Verdict {
             ));
         }
     }
-    match node.attribute("auto_pad") {
-        None => crate::Verdict::Claim,
-        Some(crate::AttrValue::String(p))
-            if ["NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"].contains(&p.as_str()) =>
-        {
-            crate::Verdict::Claim
-        }
-        Some(other) => crate::Verdict::decline(format!("auto_pad {other:?}")),
+    match node.attr_or("auto_pad", String::from("NOTSET")).as_str() {
+        "NOTSET" | "VALID" | "SAME_UPPER" | "SAME_LOWER" => crate::Verdict::Claim,
+        other => crate::Verdict::decline(format!("auto_pad {other:?} is not an ONNX mode")),
     }
 }
 
@@ -579,10 +572,8 @@ fn average_pool(
 }
 
 fn lp_claim(node: &crate::Node) -> crate::Verdict {
-    match node.attribute("p") {
-        Some(crate::AttrValue::Int(p)) if p < 1 => {
-            crate::Verdict::decline(format!("p = {p} (the norm needs p >= 1)"))
-        }
+    match node.attr_or("p", 2i64) {
+        p if p < 1 => crate::Verdict::decline(format!("p = {p} (the norm needs p >= 1)")),
         _ => pool_claim(node),
     }
 }

@@ -19,7 +19,7 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::table::consts::scalar;
-use crate::{onnx_op, AttrValue, ElemType, Lower, Node, OpError, Result, Verdict};
+use crate::{onnx_op, ElemType, Lower, Node, OpError, Result, Verdict};
 
 /// The scale and zero point of a node, broadcastable against `x`.
 struct Params {
@@ -129,10 +129,8 @@ fn block_size_claim(node: &Node) -> Verdict {
             node.op_type()
         ));
     }
-    match node.attribute("block_size") {
-        Some(AttrValue::Int(b)) if b < 0 => {
-            Verdict::decline(format!("block_size {b}: ORT requires block_size >= 0"))
-        }
+    match node.attr_or("block_size", 0i64) {
+        b if b < 0 => Verdict::decline(format!("block_size {b}: ORT requires block_size >= 0")),
         _ => Verdict::Claim,
     }
 }

@@ -18,17 +18,10 @@ use mlx_kernels::{Array, Dtype, Stream};
 
 use crate::table::consts::{scalar, scalar_like};
 use crate::table::dtypes::ElemType;
-use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
+use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 /// MLX's largest affine group.
 const MLX_MAX_GROUP: i64 = 128;
-
-fn int_attr(node: &Node, name: &str) -> Option<i64> {
-    match node.attribute(name) {
-        Some(AttrValue::Int(v)) => Some(v),
-        _ => None,
-    }
-}
 
 fn power_of_two_block(block: i64) -> bool {
     block >= 16 && block & (block - 1) == 0
@@ -317,11 +310,11 @@ fn dequantised_product(
 }
 
 fn matmul_n_bits_claim(node: &Node) -> Verdict {
-    let bits = int_attr(node, "bits").unwrap_or(4);
+    let bits = node.attr_or("bits", 4i64);
     if !matches!(bits, 2 | 4 | 8) {
         return Verdict::decline(format!("bits {bits}: ORT's CPU kernel takes 2, 4 or 8"));
     }
-    match int_attr(node, "block_size") {
+    match node.attr_as::<i64>("block_size") {
         Some(block) if power_of_two_block(block) => {}
         other => {
             return Verdict::decline(format!(
@@ -329,11 +322,11 @@ fn matmul_n_bits_claim(node: &Node) -> Verdict {
             ))
         }
     }
-    if int_attr(node, "weight_prepacked").is_some_and(|p| p != 0) {
+    if node.attr_or("weight_prepacked", 0i64) != 0 {
         return Verdict::decline("weight_prepacked: B is in another EP's prepacked layout");
     }
     for dim in ["K", "N"] {
-        if int_attr(node, dim).is_none_or(|d| d < 1) {
+        if node.attr_as::<i64>(dim).is_none_or(|d| d < 1) {
             return Verdict::decline(format!("{dim} < 1"));
         }
     }
@@ -455,13 +448,13 @@ fn gather_block_quantized(
 }
 
 fn gather_block_quantized_claim(node: &Node) -> Verdict {
-    let bits = int_attr(node, "bits").unwrap_or(4);
+    let bits = node.attr_or("bits", 4i64);
     if !matches!(bits, 2 | 4 | 8) {
         return Verdict::decline(format!(
             "bits {bits}: ORT's CPU kernel takes 2, 4 or 8 for uint8 data"
         ));
     }
-    let block = int_attr(node, "block_size").unwrap_or(128);
+    let block = node.attr_or("block_size", 128i64);
     if !power_of_two_block(block) {
         return Verdict::decline(format!(
             "block_size {block}: ORT's kernel takes a power of two >= 16"

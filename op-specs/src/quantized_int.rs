@@ -398,18 +398,14 @@ fn exact_conv(op: &str, x: &Array, w: &Array, attrs: &ConvAttrs, s: &Stream) -> 
 /// What MLX's convolution takes: grouped convolutions up to 2-D, and no more products per
 /// output than a float32 sum of 4-bit halves holds exactly (when W's shape is declared).
 fn conv_claim(node: &Node, w_index: usize) -> Verdict {
-    if let Some(crate::AttrValue::String(pad)) = node.attribute("auto_pad") {
-        if !matches!(
-            pad.as_str(),
-            "NOTSET" | "VALID" | "SAME_UPPER" | "SAME_LOWER"
-        ) {
-            return Verdict::decline(format!("auto_pad {pad:?} is not an ONNX mode"));
-        }
+    let pad = node.attr_or("auto_pad", String::from("NOTSET"));
+    if !matches!(
+        pad.as_str(),
+        "NOTSET" | "VALID" | "SAME_UPPER" | "SAME_LOWER"
+    ) {
+        return Verdict::decline(format!("auto_pad {pad:?} is not an ONNX mode"));
     }
-    let group = match node.attribute("group") {
-        Some(crate::AttrValue::Int(g)) => g,
-        _ => 1,
-    };
+    let group = node.attr_or("group", 1i64);
     if group != 1 && !matches!(node.input_rank(0), Some(3 | 4)) {
         return Verdict::decline(
             "a grouped convolution that is not 1-D or 2-D (MLX has none), or of unknown rank",

@@ -98,9 +98,8 @@ fn hardmax_axis(x: &Array, axis: i32, s: &Stream) -> Result<Array> {
 /// ONNX's function body, whose ReduceMax takes the axis in 64 bits and refuses one outside
 /// `[-rank, rank - 1]` at load, where the float32 kernel reads the axis in 32 bits.
 fn softmax13_claim(node: &crate::Node) -> crate::Verdict {
-    let axis = match node.attribute("axis") {
-        Some(crate::AttrValue::Int(axis)) => axis,
-        _ => return crate::Verdict::Claim,
+    let Some(axis) = node.attr_as::<i64>("axis") else {
+        return crate::Verdict::Claim;
     };
     let wide = node.input_type(0) != Some(crate::ElemType::Float);
     if wide && ort_axis(axis) != axis {
@@ -186,4 +185,63 @@ fn bias_softmax(
         data.dtype(),
         s,
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use mlx_kernels::Array;
+
+    use crate::table::testing::{f32s, node, run1, values_f32};
+    use crate::{AttrValue, ElemType};
+
+    #[test]
+    fn legacy_softmax_flattens_at_axis_and_new_softmax_uses_one_axis() {
+        let data: Vec<f32> = (0..12).map(|i| i as f32 * 0.25).collect();
+        let x = f32s(&data, &[2, 3, 2]);
+        let legacy = node("Softmax", 11, &[ElemType::Float], ElemType::Float); // axis = 1: rows of 6
+        let y = values_f32(&run1(&legacy, &[Some(x.clone())]));
+        for row in 0..2 {
+            let chunk = &data[row * 6..row * 6 + 6];
+            let total: f32 = chunk.iter().map(|v| v.exp()).sum();
+            for (i, v) in chunk.iter().enumerate() {
+                assert!((y[row * 6 + i] - v.exp() / total).abs() < 1e-6);
+            }
+        }
+        let modern = node("Softmax", 13, &[ElemType::Float], ElemType::Float)
+            .attr("axis", AttrValue::Int(1));
+        let y = values_f32(&run1(&modern, &[Some(x.clone())]));
+        // Along axis 1 (3 elements, stride 2).
+        let total: f32 = [0, 2, 4].iter().map(|&i| data[i].exp()).sum();
+        assert!((y[2] - data[2].exp() / total).abs() < 1e-6);
+        let log = node("LogSoftmax", 13, &[ElemType::Float], ElemType::Float);
+        let y = values_f32(&run1(&log, &[Some(x)]));
+        let pair_total = (data[0].exp() + data[1].exp()).ln();
+        assert!((y[0] - (data[0] - pair_total)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn hardmax_marks_the_first_maximum() {
+        let x = f32s(&[1.0, 3.0, 3.0, 0.0, -1.0, -1.0], &[2, 3]);
+        let y = run1(
+            &node("Hardmax", 13, &[ElemType::Float], ElemType::Float),
+            &[Some(x.clone())],
+        );
+        assert_eq!(values_f32(&y), vec![0.0, 1.0, 0.0, 1.0, 0.0, 0.0]);
+        let flat = run1(
+            &node("Hardmax", 11, &[ElemType::Float], ElemType::Float)
+                .attr("axis", AttrValue::Int(0)),
+            &[Some(x)],
+        );
+        assert_eq!(values_f32(&flat), vec![0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_zero_size_input_gives_a_zero_size_softmax() {
+        let empty = Array::from_slice::<f32>(&[], &[0, 4]).unwrap();
+        let out = run1(
+            &node("Softmax", 13, &[ElemType::Float], ElemType::Float),
+            &[Some(empty)],
+        );
+        assert_eq!(out.shape(), vec![0, 4]);
+    }
 }

@@ -6,7 +6,7 @@
 use mlx_kernels::{ops, Array, Dtype};
 
 use super::mha::{attend, check_attention_bias, positive_heads, split_heads, Padding, Step};
-use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
+use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 /// Self-attention of `input` `[B, S, D_i]` projected by `weights` `[D_i, D_q + D_k + D_v]` and
 /// `bias` (sizes from `qkv_hidden_sizes`, else three equal thirds), with `mask_index` (`[B]` end
@@ -156,10 +156,7 @@ fn attention_claim(node: &Node) -> Verdict {
     if let Some(v) = positive_heads(node) {
         return v;
     }
-    let int = |name| match node.attribute(name) {
-        Some(AttrValue::Int(v)) => v,
-        _ => 0,
-    };
+    let int = |name| node.attr_or(name, 0i64);
     for name in ["num_heads", "rotary_embedding_dim"] {
         if i32::try_from(int(name)).is_err() {
             return Verdict::decline(format!(
@@ -189,31 +186,22 @@ fn attention_claim(node: &Node) -> Verdict {
     if past && !node.output_present(1) {
         return Verdict::decline("past without the present output: ORT refuses it");
     }
-    let heads = match node.attribute("num_heads") {
-        Some(AttrValue::Int(n)) => n,
-        _ => 1,
-    };
-    match node.attribute("qkv_hidden_sizes") {
-        None => {}
-        Some(AttrValue::Ints(sizes)) => {
-            if sizes.len() != 3 || sizes.iter().any(|&d| d < 0 || d % heads != 0) {
-                return Verdict::decline(format!(
-                    "qkv_hidden_sizes {sizes:?}: ORT needs three multiples of num_heads"
-                ));
-            }
-            if sizes[0] != sizes[1] {
-                return Verdict::decline(format!(
-                    "qkv_hidden_sizes {sizes:?}: ORT needs equal Q and K sizes"
-                ));
-            }
-            if sizes[1] != sizes[2] && (past || node.output_present(1)) {
-                return Verdict::decline(format!(
-                    "qkv_hidden_sizes {sizes:?} with past or present: ORT's kernel needs equal K and V sizes there"
-                ));
-            }
+    let heads = node.attr_or("num_heads", 1i64);
+    if let Some(sizes) = node.attr_as::<Vec<i64>>("qkv_hidden_sizes") {
+        if sizes.len() != 3 || sizes.iter().any(|&d| d < 0 || d % heads != 0) {
+            return Verdict::decline(format!(
+                "qkv_hidden_sizes {sizes:?}: ORT needs three multiples of num_heads"
+            ));
         }
-        Some(other) => {
-            return Verdict::decline(format!("qkv_hidden_sizes of kind {}", other.kind_name()))
+        if sizes[0] != sizes[1] {
+            return Verdict::decline(format!(
+                "qkv_hidden_sizes {sizes:?}: ORT needs equal Q and K sizes"
+            ));
+        }
+        if sizes[1] != sizes[2] && (past || node.output_present(1)) {
+            return Verdict::decline(format!(
+                "qkv_hidden_sizes {sizes:?} with past or present: ORT's kernel needs equal K and V sizes there"
+            ));
         }
     }
     Verdict::Claim

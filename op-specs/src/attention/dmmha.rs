@@ -30,7 +30,7 @@ use mlx_kernels::{ops, Array, Dtype, Stream};
 use super::mha::{
     add_bias, attend, check_attention_bias, dims4, positive_heads, split_heads, Padding, Step,
 };
-use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
+use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 const OP: &str = "DecoderMaskedMultiHeadAttention";
 
@@ -431,13 +431,6 @@ fn gather_rows(buffer: &Array, source: &Array, s: &Stream) -> Result<Array> {
     Ok(ops::transpose(&picked, &[0, 2, 1, 3], s)?)
 }
 
-fn int_attr(node: &Node, name: &str) -> Option<i64> {
-    match node.attribute(name) {
-        Some(AttrValue::Int(v)) => Some(v),
-        _ => None,
-    }
-}
-
 fn dmmha_claim(node: &Node) -> Verdict {
     if let Some(v) = positive_heads(node) {
         return v;
@@ -448,8 +441,8 @@ fn dmmha_claim(node: &Node) -> Verdict {
             "no key or no value (packed QKV): ORT's CPU kernel fails reshaping it",
         );
     }
-    let share = int_attr(node, "past_present_share_buffer").unwrap_or(0);
-    let output_qk = int_attr(node, "output_qk").unwrap_or(0);
+    let share = node.attr_or("past_present_share_buffer", 0i64);
+    let output_qk = node.attr_or("output_qk", 0i64);
     if node.output_present(3) {
         if output_qk == 0 {
             return Verdict::decline(
@@ -497,10 +490,7 @@ fn dmmha_claim(node: &Node) -> Verdict {
     }
     if present(9) {
         if let Some(shape) = node.input_shape(4) {
-            let heads = match node.attribute("num_heads") {
-                Some(AttrValue::Int(n)) => n,
-                _ => 0,
-            };
+            let heads = node.attr_or("num_heads", 0i64);
             if shape.len() == 4 && shape[0] != Some(1) && shape[1] == Some(1) && heads > 1 {
                 return Verdict::decline(
                     "attention_bias [B, 1, 1, T] with cache_indirection: ORT's beam kernel reads it past its end",

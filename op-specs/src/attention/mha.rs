@@ -16,7 +16,7 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::{fused_attention, mix, scores, softmax_rows, AttentionMask};
-use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
+use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 /// Which keys each batch entry keeps, before the causal mask.
 pub(super) enum Padding {
@@ -445,8 +445,8 @@ fn mha_claim(node: &Node) -> Verdict {
 
 /// ORT's attention kernels require `num_heads > 0` when the session is created.
 pub(super) fn positive_heads(node: &Node) -> Option<Verdict> {
-    match node.attribute("num_heads") {
-        Some(AttrValue::Int(n)) if n > 0 && n <= i32::MAX as i64 => None,
+    match node.attr_as::<i64>("num_heads") {
+        Some(n) if n > 0 && n <= i32::MAX as i64 => None,
         other => Some(Verdict::decline(format!(
             "num_heads {other:?}: ORT requires a positive head count"
         ))),

@@ -29,7 +29,7 @@ use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::{clamp, fused_attention, i32s, AttentionMask, PackedSequences};
 use crate::table::consts::scalar;
-use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
+use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 /// Packed (padding-free) multi-head attention for BERT-like encoders: separate Q/K/V or packed
 /// QKV `[T, N, 3, H]`, an optional input-projection bias, per-sequence bidirectional attention
@@ -307,8 +307,8 @@ fn split_heads(
 }
 
 fn packed_claim(node: &Node) -> Verdict {
-    match node.attribute("num_heads") {
-        Some(AttrValue::Int(n)) if n >= 1 => Verdict::Claim,
+    match node.attr_as::<i64>("num_heads") {
+        Some(n) if n >= 1 => Verdict::Claim,
         _ => Verdict::decline(
             "num_heads missing or below 1: ORT's kernel refuses the node at construction",
         ),

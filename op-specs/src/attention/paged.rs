@@ -38,7 +38,7 @@ use super::{
     softmax_rows, AttentionMask, PackedSequences, Sink,
 };
 use crate::table::consts::scalar;
-use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
+use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 /// Paged attention for continuous batching (vLLM-style): packed variable-length Q/K/V (or packed
 /// QKV), a block KV cache updated at each token's slot (derived from `past_seqlens` and
@@ -692,36 +692,22 @@ fn write_rows(
     )?)
 }
 
-fn int_attr(node: &Node, name: &str) -> Option<i64> {
-    match node.attribute(name) {
-        Some(AttrValue::Int(v)) => Some(v),
-        _ => None,
-    }
-}
-
-fn string_attr(node: &Node, name: &str) -> Option<String> {
-    match node.attribute(name) {
-        Some(AttrValue::String(v)) => Some(v),
-        _ => None,
-    }
-}
-
 fn paged_claim(node: &Node) -> Verdict {
-    let layout = string_attr(node, "kv_cache_layout").unwrap_or_else(|| "SEPARATE".into());
+    let layout = node.attr_or("kv_cache_layout", String::from("SEPARATE"));
     if layout != "SEPARATE" {
         return Verdict::decline(format!(
             "kv_cache_layout {layout:?}: only SEPARATE (LATENT, absorbed MLA, is not implemented)"
         ));
     }
     for name in ["k_quant_type", "v_quant_type"] {
-        if let Some(t) = string_attr(node, name).filter(|t| t != "NONE") {
+        if let Some(t) = node.attr_as::<String>(name).filter(|t| t != "NONE") {
             return Verdict::decline(format!(
                 "{name} {t:?}: a quantized KV cache is not implemented"
             ));
         }
     }
     for name in ["k_cache_dtype", "v_cache_dtype"] {
-        if let Some(t) = string_attr(node, name).filter(|t| !t.is_empty()) {
+        if let Some(t) = node.attr_as::<String>(name).filter(|t| !t.is_empty()) {
             return Verdict::decline(format!(
                 "{name} {t:?}: only the cache tensor's own element type (an empty value)"
             ));
@@ -739,27 +725,27 @@ fn paged_claim(node: &Node) -> Verdict {
             ));
         }
     }
-    if int_attr(node, "rotary_offset").is_some_and(|o| o != 0) {
+    if node.attr_or("rotary_offset", 0i64) != 0 {
         return Verdict::decline(
             "rotary_offset other than 0 (offset rotary for MLA) is not implemented",
         );
     }
     for name in ["is_causal", "do_rotary", "rotary_interleaved"] {
-        if let Some(v) = int_attr(node, name).filter(|v| !(0..=1).contains(v)) {
+        if let Some(v) = node.attr_as::<i64>(name).filter(|v| !(0..=1).contains(v)) {
             return Verdict::decline(format!("{name} {v}: only 0 and 1"));
         }
     }
-    let heads = int_attr(node, "num_heads").unwrap_or(0);
-    let kv_heads = int_attr(node, "kv_num_heads").unwrap_or(0);
+    let heads = node.attr_or("num_heads", 0i64);
+    let kv_heads = node.attr_or("kv_num_heads", 0i64);
     if heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 {
         return Verdict::decline(format!(
             "num_heads {heads} and kv_num_heads {kv_heads}: ORT's kernel requires positive counts, num_heads a multiple of kv_num_heads"
         ));
     }
-    if int_attr(node, "v_head_size").is_some_and(|v| v < 0) {
+    if node.attr_as::<i64>("v_head_size").is_some_and(|v| v < 0) {
         return Verdict::decline("a negative v_head_size (ORT's kernel refuses it)");
     }
-    if let Some(AttrValue::Float(e)) = node.attribute("qk_norm_epsilon") {
+    if let Some(e) = node.attr_as::<f32>("qk_norm_epsilon") {
         if !(e.is_finite() && e > 0.0) {
             return Verdict::decline(format!(
                 "qk_norm_epsilon {e}: ORT's kernel requires a positive finite value"

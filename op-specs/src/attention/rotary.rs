@@ -19,7 +19,7 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::rotate;
-use crate::{onnx_op, AttrValue, Lower, Node, OpError, Result, Verdict};
+use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 fn err(op: &str, message: String) -> OpError {
     OpError::new(format!("{op}: {message}"))
@@ -31,7 +31,7 @@ fn attrs_out_of_range(node: &Node) -> Option<Verdict> {
     ["num_heads", "rotary_embedding_dim"]
         .into_iter()
         .find_map(|name| {
-            let v = int_attr(node, name);
+            let v = node.attr_or(name, 0i64);
             (!(0..=i64::from(i32::MAX)).contains(&v)).then(|| {
                 Verdict::decline(format!(
                     "{name} {v}: ORT's kernel requires it in [0, {}]",
@@ -39,13 +39,6 @@ fn attrs_out_of_range(node: &Node) -> Option<Verdict> {
                 ))
             })
         })
-}
-
-fn int_attr(node: &Node, name: &str) -> i64 {
-    match node.attribute(name) {
-        Some(AttrValue::Int(v)) => v,
-        _ => 0,
-    }
 }
 
 /// `x` as `[B, S, N, H]` (3-D input) or `[B, N, S, H]` (4-D), with the head size.
@@ -246,7 +239,7 @@ fn onnx_rotary_claim(node: &Node) -> Verdict {
     if let Some(declined) = attrs_out_of_range(node) {
         return declined;
     }
-    if node.input_rank(0) == Some(3) && int_attr(node, "num_heads") <= 0 {
+    if node.input_rank(0) == Some(3) && node.attr_or("num_heads", 0i64) <= 0 {
         return Verdict::decline(
             "a 3-D input without a positive num_heads (ORT's kernel cannot split the heads)",
         );
@@ -373,7 +366,7 @@ fn ms_rotary_claim(node: &Node) -> Verdict {
     if let Some(declined) = attrs_out_of_range(node) {
         return declined;
     }
-    if int_attr(node, "rotary_embedding_dim") > 0 && int_attr(node, "num_heads") <= 0 {
+    if node.attr_or("rotary_embedding_dim", 0i64) > 0 && node.attr_or("num_heads", 0i64) <= 0 {
         return Verdict::decline(
             "rotary_embedding_dim without num_heads (ORT's kernel refuses it)",
         );
@@ -530,24 +523,23 @@ fn mrotary_claim(node: &Node) -> Verdict {
         return declined;
     }
     let (rot, heads) = (
-        int_attr(node, "rotary_embedding_dim"),
-        int_attr(node, "num_heads"),
+        node.attr_or("rotary_embedding_dim", 0i64),
+        node.attr_or("num_heads", 0i64),
     );
     if rot < 0 || heads < 0 || (rot > 0 && heads == 0) {
         return Verdict::decline(format!(
             "rotary_embedding_dim {rot} with num_heads {heads} (ORT's kernel needs both non-negative, and num_heads with rotary_embedding_dim)"
         ));
     }
-    match node.attribute("mrope_section") {
-        Some(AttrValue::Ints(v))
-            if v.len() == 3 && v.iter().all(|&x| (0..=i32::MAX as i64).contains(&x)) => {}
+    match node.attr_as::<Vec<i64>>("mrope_section") {
+        Some(v) if v.len() == 3 && v.iter().all(|&x| (0..=i32::MAX as i64).contains(&x)) => {}
         _ => {
             return Verdict::decline(
                 "mrope_section other than three non-negative values (ORT's kernel refuses it)",
             )
         }
     }
-    let layout = int_attr(node, "mrope_layout");
+    let layout = node.attr_or("mrope_layout", 0i64);
     if layout != 0 && layout != 1 {
         return Verdict::decline(format!("mrope_layout {layout} (ORT's kernel takes 0 or 1)"));
     }

@@ -8,3 +8,5 @@ pub mod lower;
 pub mod node;
 pub mod registry;
 pub mod spec;
+#[cfg(test)]
+pub mod testing;

@@ -1,0 +1,56 @@
+//! Support for the unit tests in the family files: a node built from its types, run through the
+//! table (claim, lowering, run-time checks) as the EP runs it, and its results read back. The
+//! suites in op-specs/tests/ have their own copy in tests/common, since `cfg(test)` code is not
+//! compiled into the library they link.
+
+use mlx_kernels::{Array, Stream};
+
+use super::dtypes::ElemType;
+use super::node::Node;
+use super::registry::{decide, Decision};
+
+pub fn stream() -> Stream {
+    Stream::best().expect("MLX has a default device")
+}
+
+/// A node of `op` at opset `since` with one input per type in `inputs` and one output.
+pub fn node(op: &str, since: i64, inputs: &[ElemType], output: ElemType) -> Node {
+    inputs
+        .iter()
+        .fold(Node::new(op, since), |n, t| n.input(*t))
+        .output(output)
+}
+
+/// Claims `node` through the table (failing the test on a decline) and lowers it; a run-time
+/// check that does not hold is an error, as in the EP.
+pub fn run(node: &Node, inputs: &[Option<Array>]) -> Result<Vec<Array>, String> {
+    let lowered = match decide(node) {
+        Decision::Claim { spec, .. } => spec
+            .lower_node(&stream(), node, inputs)
+            .map_err(|e| e.to_string())?,
+        Decision::Decline { reason } => panic!("{} declined: {reason}", node.op_type),
+    };
+    for check in &lowered.checks {
+        let holds = check
+            .holds
+            .to_vec::<bool>(&stream())
+            .map_err(|e| e.to_string())?;
+        if holds != [true] {
+            return Err(check.message.clone());
+        }
+    }
+    Ok(lowered.outputs)
+}
+
+/// The first output of a node that must run.
+pub fn run1(node: &Node, inputs: &[Option<Array>]) -> Array {
+    run(node, inputs).unwrap().remove(0)
+}
+
+pub fn f32s(values: &[f32], shape: &[i64]) -> Array {
+    Array::from_slice(values, shape).unwrap()
+}
+
+pub fn values_f32(a: &Array) -> Vec<f32> {
+    a.to_vec::<f32>(&stream()).unwrap()
+}
