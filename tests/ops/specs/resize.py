@@ -1,4 +1,4 @@
-"""Resize and Upsample (op-specs/src/resize.rs).
+"""Resize and Upsample (op-specs/src/resize/, one spec file for the folder).
 
 The reference is written from ONNX's Resize description, separable per axis, in float64
 except where ORT (the oracle) fixes the arithmetic: output lengths and source coordinates
