@@ -156,3 +156,21 @@ def test_group_query_attention_ignores_value_rows_past_each_total_length():
     want = cpu_outputs(model, feeds)
     assert np.isfinite(want[0]).all()
     assert_runs_match(model, feeds, want, rtol=1e-5, atol=1e-6)
+
+
+def test_unidirectional_mha_adds_the_causal_mask_as_ort_does():
+    # s1-MultiHeadAttention-1-40: ORT adds its causal mask to the scores, so a hidden key whose
+    # score is infinite still turns its row to NaN; MLX's causal kernel skipped the key instead.
+    batch, seq, heads, head = 1, 3, 2, 4
+    rng = np.random.default_rng(40)
+    q = rng.standard_normal((batch, seq, heads * head)).astype(np.float32)
+    k = rng.standard_normal((batch, seq, heads * head)).astype(np.float32)
+    v = rng.standard_normal((batch, seq, heads * head)).astype(np.float32)
+    k[0, 2, :] = np.inf  # hidden from query rows 0 and 1
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["out"], domain="com.microsoft",
+                            num_heads=heads, unidirectional=1)
+    model = make_model([node], [tensor("q"), tensor("k"), tensor("v")], [tensor("out")], opset=17, domains=MS)
+    feeds = {"q": q, "k": k, "v": v}
+    want = cpu_outputs(model, feeds)
+    assert np.isnan(want[0][0, 0]).any()
+    assert_runs_match(model, feeds, want, rtol=1e-5, atol=1e-6)

@@ -11,6 +11,18 @@ from pathlib import Path
 import numpy as np
 
 from .classify import CATEGORIES, PROBLEMS, is_problem
+from .known import KNOWN, KNOWN_FULL_RUN
+
+# Crashing or hanging the host is never a known problem, whatever the ledger says.
+NEVER_KNOWN = ("death", "hang")
+
+
+def ledger_reason(result: dict) -> str | None:
+    """Why a problem case is known (tests/fuzz/known.py), or None when it is new."""
+    entry = KNOWN.get(result["id"]) or KNOWN_FULL_RUN.get(result["id"])
+    if entry is None or result["category"] in NEVER_KNOWN or entry[0] != result["category"]:
+        return None
+    return entry[1]
 
 REPRO = ".venv/bin/python -m tests.fuzz repro {id}"
 
@@ -55,9 +67,17 @@ class Summary:
             g[(r["category"], r["op"], signature(r["detail"]))].append(r)
         return sorted(g.items(), key=lambda kv: (PROBLEMS.index(kv[0][0]), kv[0][1]))
 
+    def new_problems(self) -> list[dict]:
+        """Problems the ledger does not explain: what a run must not have."""
+        return [r for r in self.problems() if ledger_reason(r) is None]
+
     def headline(self) -> str:
         c = self.counts()
-        return f"{len(self.results)} cases: " + ", ".join(f"{k} {c[k]}" for k in CATEGORIES if c[k])
+        line = f"{len(self.results)} cases: " + ", ".join(f"{k} {c[k]}" for k in CATEGORIES if c[k])
+        problems, new = len(self.problems()), len(self.new_problems())
+        if problems:
+            line += f"; problems {problems}: {problems - new} known (tests/fuzz/known.py), {new} new"
+        return line
 
     def text(self, per_op: bool = True, max_ids: int = 8) -> str:
         lines = [self.headline()]
@@ -71,7 +91,9 @@ class Summary:
             lines.append(f"\n{len(self.problems())} problem cases in {len(groups)} groups:")
         for (category, op, _sig), rs in groups:
             first = rs[0]
-            lines.append(f"\n[{category}] {op} x{len(rs)}: {first['detail'].splitlines()[0][:400]}")
+            known = sum(ledger_reason(r) is not None for r in rs)
+            tag = "" if not known else (" (known)" if known == len(rs) else f" ({known} known)")
+            lines.append(f"\n[{category}] {op} x{len(rs)}{tag}: {first['detail'].splitlines()[0][:400]}")
             lines.append(f"  mutations: {'; '.join(first.get('mutations') or []) or '(see repro)'}")
             if first.get("log_tail"):
                 lines.append(f"  worker log: {first['log_tail'][:300]}")

@@ -60,7 +60,6 @@ pub(super) fn attend(
     let [b, n, sq, h] = dims4(q)?;
     let t = dims4(k)?[2];
     let hv = dims4(v)?[3];
-    let new_keys = t - past;
     let causal = step.unidirectional && sq > 1;
     if sq == 0 || t == 0 {
         // No query, or no key: ORT writes zeros.
@@ -78,13 +77,14 @@ pub(super) fn attend(
         && !step.want_scores
         && h == hv
         && h > 0;
-    if plain && (!causal || new_keys == sq) {
-        // MLX's fused kernel: no mask, or ORT's causal mask, which (with as many new keys as
-        // queries) is MLX's causal mask aligned to the end of the keys.
-        let mask = if causal {
-            AttentionMask::Causal
-        } else {
-            AttentionMask::None
+    if plain {
+        // MLX's fused kernel, with ORT's causal mask as ORT applies it: added to the scores, so a
+        // hidden key whose score is infinite or NaN still poisons its row, as on ORT's CPU EP
+        // (MLX's own causal mask would skip it; fuzz s1-MultiHeadAttention-1-40).
+        let causal_mask = additive_mask(step, b, sq, t, past, causal, s)?;
+        let mask = match &causal_mask {
+            Some(m) => AttentionMask::Array(m),
+            None => AttentionMask::None,
         };
         // In float32 whatever the node's type, rounded once at the end, as ORT computes it: a
         // float16 kernel would overflow scores that ORT keeps finite.
