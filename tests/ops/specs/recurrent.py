@@ -1,4 +1,4 @@
-"""Recurrent ops (op-specs/src/recurrent.rs): RNN, GRU, LSTM.
+"""Recurrent ops (op-specs/src/recurrent/): RNN, GRU, LSTM.
 
 The reference is a plain loop over batch entries and steps, per ONNX's equations, with the
 details ORT's CPU EP settles: steps at and past an entry's sequence length give zeros in Y and
