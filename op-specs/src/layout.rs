@@ -146,11 +146,9 @@ fn pad_with(
 }
 
 fn pad_claim(node: &crate::Node) -> crate::Verdict {
-    match node.attribute("mode") {
+    match node.attr_as::<String>("mode") {
         None => crate::Verdict::Claim,
-        Some(crate::AttrValue::String(m))
-            if ["constant", "edge", "reflect", "wrap"].contains(&m.as_str()) =>
-        {
+        Some(m) if ["constant", "edge", "reflect", "wrap"].contains(&m.as_str()) => {
             crate::Verdict::Claim
         }
         Some(other) => crate::Verdict::decline(format!("pad mode {other:?}")),
@@ -158,7 +156,7 @@ fn pad_claim(node: &crate::Node) -> crate::Verdict {
 }
 
 /// Pads every axis by `pads` (begins then ends; attributes), with `value`, edge copies or a
-/// reflection.
+/// reflection. Apart from Pad-11: `value` is a float attribute here, a tensor input there.
 #[onnx_op(
     op = "Pad", opset = 2..=10, types(T = NUMERIC), inputs(data: T), outputs(output: T), shape = ShapeKeyed,
     claim = pad_claim, declines = "modes other than constant, edge, reflect, wrap"
@@ -175,7 +173,7 @@ fn pad_legacy(
 }
 
 /// Pads every axis by `pads` (begins then ends), with `constant_value` (default 0), edge copies
-/// or a reflection; negative pads crop.
+/// or a reflection; negative pads crop. Apart from Pad-18: its optional `axes` input is new there.
 #[onnx_op(
     op = "Pad", opset = 11..=17, types(T = NUMERIC, I = I64), inputs(data: T, pads: I, constant_value: T), outputs(output: T),
     shape = ShapeKeyed, claim = pad_claim, declines = "modes other than constant, edge, reflect, wrap"
@@ -247,9 +245,9 @@ fn depth_to_space(
 }
 
 fn depth_to_space_claim(node: &crate::Node) -> crate::Verdict {
-    match node.attribute("mode") {
+    match node.attr_as::<String>("mode") {
         None => crate::Verdict::Claim,
-        Some(crate::AttrValue::String(m)) if m == "DCR" || m == "CRD" => crate::Verdict::Claim,
+        Some(m) if m == "DCR" || m == "CRD" => crate::Verdict::Claim,
         Some(other) => crate::Verdict::decline(format!("mode {other:?}")),
     }
 }
@@ -273,8 +271,8 @@ fn space_to_depth(cx: &mut Lower, x: Array, #[attr] blocksize: i64) -> Result<Ar
 /// garbage codes load: shape inference keeps the input's type), is refused by ORT's kernel
 /// when it runs ("Unsupported data type"); declined, it fails there.
 fn eye_like_claim(node: &crate::Node) -> crate::Verdict {
-    match node.attribute("dtype") {
-        Some(crate::AttrValue::Int(code))
+    match node.attr_as::<i64>("dtype") {
+        Some(code)
             if crate::ElemType::from_code(code).is_none()
                 || crate::ElemType::from_code(code) != node.output_type(0) =>
         {
@@ -287,17 +285,14 @@ fn eye_like_claim(node: &crate::Node) -> crate::Verdict {
 }
 
 /// Ones on diagonal `k` of a matrix shaped like the input, zeros elsewhere; the element type
-/// is `dtype` (default: the input's).
+/// is `dtype` (default: the input's), which the claim holds to the output's type, so the
+/// lowering reads the output's type instead.
 #[onnx_op(
-    op = "EyeLike", since = 9, types(T1 = ANY, T2 = ANY), inputs(input: T1), outputs(output: T2), shape = ShapeKeyed,
-    claim = eye_like_claim, declines = "a dtype that is not the output's element type (ORT's kernel refuses it)"
+    op = "EyeLike", since = 9, types(T1 = ANY, T2 = ANY), ignores(dtype: i64), inputs(input: T1), outputs(output: T2),
+    shape = ShapeKeyed, claim = eye_like_claim,
+    declines = "a dtype that is not the output's element type (ORT's kernel refuses it)"
 )]
-fn eye_like(
-    cx: &mut Lower,
-    x: Array,
-    #[attr(name = "dtype")] _dtype: Option<i64>,
-    #[attr(default = 0)] k: i64,
-) -> Result<Array> {
+fn eye_like(cx: &mut Lower, x: Array, #[attr(default = 0)] k: i64) -> Result<Array> {
     let dims = x.shape();
     if dims.len() != 2 {
         return Err(OpError::new("EyeLike needs a matrix"));

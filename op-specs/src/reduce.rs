@@ -261,10 +261,10 @@ fn integer_reduction_claim(node: &crate::Node) -> crate::Verdict {
 fn non_binary_flag(node: &crate::Node) -> Option<crate::Verdict> {
     ["keepdims", "noop_with_empty_axes", "select_last_index"]
         .into_iter()
-        .find_map(|flag| match node.attribute(flag) {
-            Some(crate::AttrValue::Int(v)) if v != 0 && v != 1 => Some(crate::Verdict::decline(
-                format!("{flag}={v}: ONNX allows only 0 and 1"),
-            )),
+        .find_map(|flag| match node.attr_as::<i64>(flag) {
+            Some(v) if v != 0 && v != 1 => Some(crate::Verdict::decline(format!(
+                "{flag}={v}: ONNX allows only 0 and 1"
+            ))),
             _ => None,
         })
 }
@@ -320,30 +320,21 @@ fn same_type(a: Array, dtype: Dtype, s: &Stream) -> mlx_kernels::Result<Array> {
     }
 }
 
-/// Declares one reduction for both opset forms: `axes` attribute up to `$last_attr`, `axes`
-/// input (with `noop_with_empty_axes`) from the next opset on.
+/// Declares one reduction over all its opsets: `axes` is an attribute up to `$until` and a
+/// host-known input after, where `noop_with_empty_axes` appears with it.
 macro_rules! reduction {
-    ($($(#[$doc:meta])* $legacy:ident, $modern:ident = $op:tt over $set:ident by $how:ident, input axes since $since:tt, attribute axes until $until:tt, declining $declines:literal;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident = $op:tt over $set:ident by $how:ident, axes attribute until $until:tt, input since $since:tt, declining $declines:literal;)*) => {$(
         $(#[$doc])*
         #[onnx_op(
-            op = $op, opset = 1..=$until, types(T = $set), inputs(data: T), outputs(reduced: T), shape = ShapeKeyed,
-            claim = integer_reduction_claim, declines = $declines
-        )]
-        fn $legacy(cx: &mut Lower, x: Array, #[attr] axes: Option<Vec<i64>>, #[attr(default = 1)] keepdims: i64) -> Result<Array> {
-            reduce(cx, &x, Reduction::$how, axes, keepdims, 0)
-        }
-
-        $(#[$doc])*
-        #[onnx_op(
-            op = $op, since = $since, types(T = $set, I = I64), inputs(data: T, axes: I), outputs(reduced: T),
+            op = $op, since = 1, types(T = $set, I = I64), inputs(data: T, axes: I), outputs(reduced: T),
             shape = ShapeKeyed, claim = integer_reduction_claim, declines = $declines
         )]
-        fn $modern(
+        fn $name(
             cx: &mut Lower,
             x: Array,
-            #[host] axes: Option<Vec<i64>>,
+            #[host(attr_until = $until)] axes: Option<Vec<i64>>,
             #[attr(default = 1)] keepdims: i64,
-            #[attr(default = 0)] noop_with_empty_axes: i64,
+            #[attr(default = 0, since = $since)] noop_with_empty_axes: i64,
         ) -> Result<Array> {
             reduce(cx, &x, Reduction::$how, axes, keepdims, noop_with_empty_axes)
         }
@@ -352,25 +343,25 @@ macro_rules! reduction {
 
 reduction! {
     /// Sum over `axes` (all axes when none are given).
-    reduce_sum_legacy, reduce_sum = "ReduceSum" over NUMERIC by Sum, input axes since 13, attribute axes until 12, declining "keepdims or noop_with_empty_axes other than 0/1; at run time, int64 terms beyond ±2^53/n in a sum of n (ORT sums int64 in double precision)";
+    reduce_sum = "ReduceSum" over NUMERIC by Sum, axes attribute until 12, input since 13, declining "keepdims or noop_with_empty_axes other than 0/1; at run time, int64 terms beyond ±2^53/n in a sum of n (ORT sums int64 in double precision)";
     /// Mean over `axes`.
-    reduce_mean_legacy, reduce_mean = "ReduceMean" over FLOAT by Mean, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
+    reduce_mean = "ReduceMean" over FLOAT by Mean, axes attribute until 17, input since 18, declining "keepdims or noop_with_empty_axes other than 0/1";
     /// Maximum over `axes`.
-    reduce_max_legacy, reduce_max = "ReduceMax" over ANY by Max, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
+    reduce_max = "ReduceMax" over ANY by Max, axes attribute until 17, input since 18, declining "keepdims or noop_with_empty_axes other than 0/1";
     /// Minimum over `axes`.
-    reduce_min_legacy, reduce_min = "ReduceMin" over ANY by Min, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
+    reduce_min = "ReduceMin" over ANY by Min, axes attribute until 17, input since 18, declining "keepdims or noop_with_empty_axes other than 0/1";
     /// Product over `axes`.
-    reduce_prod_legacy, reduce_prod = "ReduceProd" over NUMERIC by Prod, input axes since 18, attribute axes until 17, declining "int32 and int64 (ORT multiplies them in floating point); keepdims or noop_with_empty_axes other than 0/1";
+    reduce_prod = "ReduceProd" over NUMERIC by Prod, axes attribute until 17, input since 18, declining "int32 and int64 (ORT multiplies them in floating point); keepdims or noop_with_empty_axes other than 0/1";
     /// Sum of squares over `axes`.
-    reduce_sum_square_legacy, reduce_sum_square = "ReduceSumSquare" over SIGNED by SumSquare, input axes since 18, attribute axes until 17, declining "int64 (ORT sums it in floating point); keepdims or noop_with_empty_axes other than 0/1";
+    reduce_sum_square = "ReduceSumSquare" over SIGNED by SumSquare, axes attribute until 17, input since 18, declining "int64 (ORT sums it in floating point); keepdims or noop_with_empty_axes other than 0/1";
     /// Sum of absolute values over `axes`.
-    reduce_l1_legacy, reduce_l1 = "ReduceL1" over SIGNED by L1, input axes since 18, attribute axes until 17, declining "int64 (ORT sums it in floating point); keepdims or noop_with_empty_axes other than 0/1";
+    reduce_l1 = "ReduceL1" over SIGNED by L1, axes attribute until 17, input since 18, declining "int64 (ORT sums it in floating point); keepdims or noop_with_empty_axes other than 0/1";
     /// Euclidean norm over `axes`.
-    reduce_l2_legacy, reduce_l2 = "ReduceL2" over FLOAT by L2, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
+    reduce_l2 = "ReduceL2" over FLOAT by L2, axes attribute until 17, input since 18, declining "keepdims or noop_with_empty_axes other than 0/1";
     /// `log(sum(x))` over `axes`.
-    reduce_log_sum_legacy, reduce_log_sum = "ReduceLogSum" over FLOAT by LogSum, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
+    reduce_log_sum = "ReduceLogSum" over FLOAT by LogSum, axes attribute until 17, input since 18, declining "keepdims or noop_with_empty_axes other than 0/1";
     /// `log(sum(exp(x)))` over `axes`, computed stably.
-    reduce_log_sum_exp_legacy, reduce_log_sum_exp = "ReduceLogSumExp" over FLOAT by LogSumExp, input axes since 18, attribute axes until 17, declining "keepdims or noop_with_empty_axes other than 0/1";
+    reduce_log_sum_exp = "ReduceLogSumExp" over FLOAT by LogSumExp, axes attribute until 17, input since 18, declining "keepdims or noop_with_empty_axes other than 0/1";
 }
 
 /// Index of the first (or, with `select_last_index`, last) extreme along `axis`, as int64.
@@ -485,6 +476,74 @@ mod tests {
             assert!(claims(op, ElemType::Int32), "{op}");
         }
         assert!(claims("ReduceMax", ElemType::Int64));
+    }
+
+    fn decline_reason(node: &Node) -> String {
+        match crate::decide(node) {
+            crate::Decision::Decline { reason } => reason,
+            crate::Decision::Claim { .. } => panic!("claimed {node:?}"),
+        }
+    }
+
+    fn claimed(node: &Node) -> bool {
+        matches!(crate::decide(node), crate::Decision::Claim { .. })
+    }
+
+    #[test]
+    fn one_declaration_serves_each_reduction_by_its_gates() {
+        use crate::AttrValue::{Int, Ints};
+        let f = ElemType::Float;
+        let ops = [
+            ("ReduceSum", 13),
+            ("ReduceMean", 18),
+            ("ReduceMax", 18),
+            ("ReduceMin", 18),
+            ("ReduceProd", 18),
+            ("ReduceSumSquare", 18),
+            ("ReduceL1", 18),
+            ("ReduceL2", 18),
+            ("ReduceLogSum", 18),
+            ("ReduceLogSumExp", 18),
+        ];
+        for (op, first_input) in ops {
+            let last_attr = first_input - 1;
+            let attr_form = |opset| {
+                Node::new(op, opset)
+                    .input(f)
+                    .output(f)
+                    .attr("axes", Ints(vec![0]))
+            };
+            let input_form = |opset| {
+                Node::new(op, opset)
+                    .input(f)
+                    .input(ElemType::Int64)
+                    .output(f)
+            };
+            // axes: an attribute up to the boundary, an input after.
+            assert!(claimed(&attr_form(1)), "{op}-1");
+            assert!(claimed(&attr_form(last_attr)), "{op}-{last_attr}");
+            let reason = decline_reason(&attr_form(first_input));
+            assert!(
+                reason.contains(&format!("not part of {op}-{first_input}")),
+                "{reason}"
+            );
+            assert!(claimed(&input_form(first_input)), "{op}-{first_input}");
+            let reason = decline_reason(&input_form(last_attr));
+            assert!(reason.contains("input 'axes' does not exist"), "{reason}");
+            // noop_with_empty_axes comes with the input.
+            let noop = |opset| {
+                Node::new(op, opset)
+                    .input(f)
+                    .output(f)
+                    .attr("noop_with_empty_axes", Int(1))
+            };
+            assert!(claimed(&noop(first_input)), "{op}-{first_input}");
+            let reason = decline_reason(&noop(last_attr));
+            assert!(
+                reason.contains(&format!("not part of {op}-{last_attr}")),
+                "{reason}"
+            );
+        }
     }
 
     #[test]

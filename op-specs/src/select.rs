@@ -22,7 +22,7 @@ fn effective_k(k: i64, dim: i64) -> Result<i64> {
     Ok(k32)
 }
 
-fn top_k(cx: &Lower, x: &Array, k: i64, axis: i64, largest: bool) -> Result<Vec<Array>> {
+fn top_k_of(cx: &Lower, x: &Array, k: i64, axis: i64, largest: bool) -> Result<Vec<Array>> {
     let s = cx.stream();
     let axis = normalise_axis(axis, x.ndim())?;
     let dim = x.shape()[axis];
@@ -48,26 +48,13 @@ fn top_k(cx: &Lower, x: &Array, k: i64, axis: i64, largest: bool) -> Result<Vec<
     Ok(vec![values, ops::astype(&picked, Dtype::I64, s)?])
 }
 
-/// The `k` largest values along `axis` and their indices, largest first.
-#[onnx_op(
-    op = "TopK", opset = 1..=9, types(T = SIGNED, I = I64), inputs(X: T), outputs(Values: T, Indices: I), shape = ShapeKeyed
-)]
-fn top_k_1(
-    cx: &mut Lower,
-    x: Array,
-    #[attr] k: i64,
-    #[attr(default = -1)] axis: i64,
-) -> Result<Vec<Array>> {
-    top_k(cx, &x, k, axis, true)
-}
-
 /// `sorted = 0` leaves the order of the k results to the implementation, and ORT's CPU EP
 /// returns them in the order its selection algorithm leaves them (a heap or a partition,
 /// depending on k and the axis): a stable sort cannot reproduce that.
 /// ORT's CPU EP also reads `largest` and `sorted` as "equals 1": `largest = -1` selects the
 /// smallest and `sorted = 2` is unsorted there; such values are left to it too.
 fn top_k_claim(node: &crate::Node) -> crate::Verdict {
-    if let Some(crate::AttrValue::Int(sorted)) = node.attribute("sorted") {
+    if let Some(sorted) = node.attr_as::<i64>("sorted") {
         if sorted != 1 {
             return crate::Verdict::decline(format!(
                 "sorted = {sorted}: ORT's CPU EP returns the top k in its selection algorithm's \
@@ -75,49 +62,41 @@ fn top_k_claim(node: &crate::Node) -> crate::Verdict {
             ));
         }
     }
-    match node.attribute("largest") {
-        Some(crate::AttrValue::Int(largest)) if largest != 0 && largest != 1 => {
-            crate::Verdict::decline(format!(
-                "largest = {largest} (ORT's CPU EP reads it as 'equals 1')"
-            ))
-        }
+    match node.attr_as::<i64>("largest") {
+        Some(largest) if largest != 0 && largest != 1 => crate::Verdict::decline(format!(
+            "largest = {largest} (ORT's CPU EP reads it as 'equals 1')"
+        )),
         _ => crate::Verdict::Claim,
     }
 }
 
-/// The `k` largest (or smallest) values along `axis` and their indices, sorted; equal values
-/// by lower index first.
+/// The `k` largest (or, from opset 11, with `largest = 0`, smallest) values along `axis` and
+/// their indices, sorted; equal values by lower index first. `k` is an attribute up to opset 9
+/// and the input `K` from 10; integer types and `largest`/`sorted` come with opset 11 (`sorted`
+/// is left unread: the claim admits only 1, the order this lowering always gives).
 #[onnx_op(
-    op = "TopK", since = 10, types(T = SIGNED, I = I64), inputs(X: T, K: I), outputs(Values: T, Indices: I),
-    shape = ShapeKeyed, claim = top_k_claim,
+    op = "TopK", since = 1, types(T = FLOAT | since(11, INT), I = I64), ignores(sorted: i64 since 11),
+    inputs(X: T, K: I), outputs(Values: T, Indices: I), shape = ShapeKeyed, claim = top_k_claim,
     declines = "sorted other than 1 (ORT's order is its selection algorithm's); largest other than 0 or 1"
 )]
-fn top_k_10(
+fn top_k(
     cx: &mut Lower,
     x: Array,
-    #[host] k: Vec<i64>,
+    #[host(attr_until = 9, name = "k")] k: i64,
     #[attr(default = -1)] axis: i64,
-    #[attr(default = 1)] largest: i64,
-    #[attr(name = "sorted", default = 1)] _sorted: i64,
+    #[attr(default = 1, since = 11)] largest: i64,
 ) -> Result<Vec<Array>> {
-    let [k] = k[..] else {
-        return Err(OpError::new(format!(
-            "K must hold one value, not {}",
-            k.len()
-        )));
-    };
-    top_k(cx, &x, k, axis, largest != 0)
+    top_k_of(cx, &x, k, axis, largest != 0)
 }
 
 /// ONNX allows only 0 and 1 for the two axes; ORT's CPU EP accepts any pair of different values
 /// below 2 and reads only whether `time_axis` is 0 (batch_axis -4 acts as 1). Leave any other
 /// pair to it.
 fn reverse_sequence_claim(node: &crate::Node) -> crate::Verdict {
-    let axis = |name: &str, default: i64| match node.attribute(name) {
-        Some(crate::AttrValue::Int(v)) => v,
-        _ => default,
-    };
-    let (batch, time) = (axis("batch_axis", 1), axis("time_axis", 0));
+    let (batch, time) = (
+        node.attr_or("batch_axis", 1i64),
+        node.attr_or("time_axis", 0i64),
+    );
     if [(batch, time), (time, batch)].contains(&(0, 1)) {
         crate::Verdict::Claim
     } else {
@@ -291,6 +270,54 @@ mod tests {
         assert!(effective_k(5, 4).is_err());
         assert!(effective_k(-1, 4).is_err());
         assert!(effective_k(i64::MAX, 4).is_err());
+    }
+
+    /// A TopK node on `t`, with the input K when `k_input`.
+    fn top_k_node(opset: i64, t: crate::ElemType, k_input: bool) -> crate::Node {
+        let node = crate::Node::new("TopK", opset).input(t);
+        let node = if k_input {
+            node.input(crate::ElemType::Int64)
+        } else {
+            node
+        };
+        node.output(t).output(crate::ElemType::Int64)
+    }
+
+    fn decline_reason(node: &crate::Node) -> String {
+        match crate::decide(node) {
+            crate::Decision::Decline { reason } => reason,
+            crate::Decision::Claim { .. } => panic!("claimed {node:?}"),
+        }
+    }
+
+    fn claimed(node: &crate::Node) -> bool {
+        matches!(crate::decide(node), crate::Decision::Claim { .. })
+    }
+
+    #[test]
+    fn one_declaration_serves_top_k_1_to_11_by_its_gates() {
+        use crate::{AttrValue::Int, ElemType};
+        let f = ElemType::Float;
+        // k: an attribute up to opset 9, the input K from 10.
+        let with_attr = |opset| top_k_node(opset, f, false).attr("k", Int(2));
+        assert!(claimed(&with_attr(1)) && claimed(&with_attr(9)));
+        let reason = decline_reason(&with_attr(10));
+        assert!(reason.contains("not part of TopK-10"), "{reason}");
+        let reason = decline_reason(&top_k_node(9, f, false));
+        assert!(reason.contains("required attribute 'k'"), "{reason}");
+        assert!(claimed(&top_k_node(10, f, true)));
+        let reason = decline_reason(&top_k_node(9, f, true).attr("k", Int(2)));
+        assert!(reason.contains("input 'K' does not exist"), "{reason}");
+        // Integer types, largest and sorted from opset 11.
+        assert!(claimed(&top_k_node(11, ElemType::Int32, true)));
+        let reason = decline_reason(&top_k_node(10, ElemType::Int32, true));
+        assert!(reason.contains("TopK-10"), "{reason}");
+        for attr in ["largest", "sorted"] {
+            let set = |opset| top_k_node(opset, f, true).attr(attr, Int(1));
+            assert!(claimed(&set(11)), "{attr}");
+            let reason = decline_reason(&set(10));
+            assert!(reason.contains("not part of TopK-10"), "{reason}");
+        }
     }
 
     #[test]

@@ -37,19 +37,14 @@ fn shape_slice(x: &Array, start: i64, end: Option<i64>) -> Result<Array> {
     Ok(Array::from_slice(&picked, &[len])?)
 }
 
-/// The input's dims as a 1-D int64 tensor.
-#[onnx_op(op = "Shape", opset = 1..=14, types(T = ANY, T1 = I64), inputs(data: T), outputs(shape: T1), shape = ShapeKeyed)]
-fn shape_full(_cx: &mut Lower, x: Array) -> Result<Array> {
-    shape_slice(&x, 0, None)
-}
-
-/// The input's dims from `start` to `end` (negative values count from the end; clamped).
-#[onnx_op(op = "Shape", since = 15, types(T = ANY, T1 = I64), inputs(data: T), outputs(shape: T1), shape = ShapeKeyed)]
+/// The input's dims as a 1-D int64 tensor; from opset 15 only those from `start` to `end`
+/// (negative values count from the end; clamped).
+#[onnx_op(op = "Shape", since = 1, types(T = ANY, T1 = I64), inputs(data: T), outputs(shape: T1), shape = ShapeKeyed)]
 fn shape(
     _cx: &mut Lower,
     x: Array,
-    #[attr(default = 0)] start: i64,
-    #[attr] end: Option<i64>,
+    #[attr(default = 0, since = 15)] start: i64,
+    #[attr(since = 15)] end: Option<i64>,
 ) -> Result<Array> {
     shape_slice(&x, start, end)
 }
@@ -106,29 +101,17 @@ pub(crate) fn reshape_target(input: &[i64], shape: &[i64], allowzero: bool) -> R
     Ok(dims)
 }
 
-/// The same elements in a new shape (0 copies a dim, one -1 is inferred).
+/// The same elements in a new shape (0 copies a dim, one -1 is inferred); from opset 14, with
+/// `allowzero = 1`, a 0 is a real zero-size dim.
 #[onnx_op(
-    op = "Reshape", opset = 5..=13, types(T = ANY, I = I64), inputs(data: T, shape: I), outputs(reshaped: T),
-    shape = ShapeKeyed
-)]
-fn reshape_legacy(cx: &mut Lower, x: Array, #[host] shape: Vec<i64>) -> Result<Array> {
-    Ok(ops::reshape(
-        &x,
-        &reshape_target(&x.shape(), &shape, false)?,
-        cx.stream(),
-    )?)
-}
-
-/// The same elements in a new shape; with `allowzero = 1` a 0 is a real zero-size dim.
-#[onnx_op(
-    op = "Reshape", since = 14, types(T = ANY, I = I64), inputs(data: T, shape: I), outputs(reshaped: T),
+    op = "Reshape", since = 5, types(T = ANY, I = I64), inputs(data: T, shape: I), outputs(reshaped: T),
     shape = ShapeKeyed
 )]
 fn reshape(
     cx: &mut Lower,
     x: Array,
     #[host] shape: Vec<i64>,
-    #[attr(default = 0)] allowzero: i64,
+    #[attr(default = 0, since = 14)] allowzero: i64,
 ) -> Result<Array> {
     Ok(ops::reshape(
         &x,
@@ -328,47 +311,19 @@ fn split_along(cx: &Lower, x: &Array, axis: i64, sizes: &[i64]) -> Result<Vec<Ar
     Ok(ops::split_at(x, &cuts, axis as i32, cx.stream())?)
 }
 
-/// Cuts the input along `axis` into the node's outputs (`split` attribute, or equal parts).
-#[onnx_op(op = "Split", opset = 2..=12, types(T = ANY), inputs(input: T), outputs(outputs...: T), shape = ShapeKeyed)]
-fn split_legacy(
-    cx: &mut Lower,
-    x: Array,
-    #[attr(default = 0)] axis: i64,
-    #[attr] split: Option<Vec<i64>>,
-) -> Result<Vec<Array>> {
-    let parts = cx.node().output_count();
-    let dim = x.shape()[normalise_axis(axis, x.ndim())?];
-    split_along(cx, &x, axis, &split_sizes(dim, split, parts, false)?)
-}
-
-/// Cuts the input along `axis` into the node's outputs (`split` input, or equal parts).
+/// Cuts the input along `axis` into the node's outputs: by `split` (an attribute up to opset
+/// 12, an input from 13), else into equal parts, or from opset 18 into `num_outputs` chunks
+/// (the last one smaller when the dim does not divide).
 #[onnx_op(
-    op = "Split", opset = 13..=17, types(T = ANY, I = I64), inputs(input: T, split: I), outputs(outputs...: T),
-    shape = ShapeKeyed
-)]
-fn split_13(
-    cx: &mut Lower,
-    x: Array,
-    #[host] split: Option<Vec<i64>>,
-    #[attr(default = 0)] axis: i64,
-) -> Result<Vec<Array>> {
-    let parts = cx.node().output_count();
-    let dim = x.shape()[normalise_axis(axis, x.ndim())?];
-    split_along(cx, &x, axis, &split_sizes(dim, split, parts, false)?)
-}
-
-/// Cuts the input along `axis`: by the `split` input, or into `num_outputs` chunks (the last
-/// one smaller when the dim does not divide).
-#[onnx_op(
-    op = "Split", since = 18, types(T = ANY, I = I64), inputs(input: T, split: I), outputs(outputs...: T),
+    op = "Split", since = 2, types(T = ANY, I = I64), inputs(input: T, split: I), outputs(outputs...: T),
     shape = ShapeKeyed
 )]
 fn split(
     cx: &mut Lower,
     x: Array,
-    #[host] split: Option<Vec<i64>>,
+    #[host(attr_until = 12)] split: Option<Vec<i64>>,
     #[attr(default = 0)] axis: i64,
-    #[attr] num_outputs: Option<i64>,
+    #[attr(since = 18)] num_outputs: Option<i64>,
 ) -> Result<Vec<Array>> {
     let parts = cx.node().output_count();
     if num_outputs.is_some_and(|n| n != parts as i64) {
@@ -544,7 +499,8 @@ fn slice_with(
     Ok(ops::slice(&source, &start, &stop, &stride, s)?)
 }
 
-/// `data[starts:ends]` on `axes` (attributes; steps of 1).
+/// `data[starts:ends]` on `axes` (attributes; steps of 1). Apart from Slice-10+: its optional
+/// `steps` input, new in opset 10, has no attribute form here.
 #[onnx_op(op = "Slice", opset = 1..=9, types(T = ANY), inputs(data: T), outputs(output: T), shape = ShapeKeyed)]
 fn slice_legacy(
     cx: &mut Lower,
@@ -599,6 +555,69 @@ mod tests {
         );
         assert!(reshape_target(&[0, 6], &[0, 4, -1], true).is_err());
         assert!(reshape_target(&[0, 3], &[0, -1], false).is_err()); // a copied 0, as in ORT
+    }
+
+    fn decline_reason(node: &crate::Node) -> String {
+        match crate::decide(node) {
+            crate::Decision::Decline { reason } => reason,
+            crate::Decision::Claim { .. } => panic!("claimed {node:?}"),
+        }
+    }
+
+    fn claimed(node: &crate::Node) -> bool {
+        matches!(crate::decide(node), crate::Decision::Claim { .. })
+    }
+
+    #[test]
+    fn one_declaration_serves_reshape_and_shape_by_their_gates() {
+        use crate::{AttrValue::Int, ElemType::*, Node};
+        let reshape = |opset| {
+            Node::new("Reshape", opset)
+                .input(Float)
+                .input(Int64)
+                .output(Float)
+                .attr("allowzero", Int(1))
+        };
+        assert!(claimed(&reshape(14)));
+        let reason = decline_reason(&reshape(13));
+        assert!(reason.contains("not part of Reshape-13"), "{reason}");
+        for attr in ["start", "end"] {
+            let shape = |opset| {
+                Node::new("Shape", opset)
+                    .input(Float)
+                    .output(Int64)
+                    .attr(attr, Int(1))
+            };
+            assert!(claimed(&shape(15)), "{attr}");
+            let reason = decline_reason(&shape(14));
+            assert!(reason.contains("not part of Shape-14"), "{reason}");
+        }
+    }
+
+    #[test]
+    fn one_declaration_serves_split_2_to_18_by_its_gates() {
+        use crate::{
+            AttrValue::{Int, Ints},
+            ElemType::*,
+            Node,
+        };
+        let parts = |node: Node| node.output(Float).output(Float);
+        // split: an attribute up to opset 12, an input from 13.
+        let with_attr =
+            |opset| parts(Node::new("Split", opset).input(Float)).attr("split", Ints(vec![1, 2]));
+        let with_input = |opset| parts(Node::new("Split", opset).input(Float).input(Int64));
+        assert!(claimed(&with_attr(2)) && claimed(&with_attr(12)));
+        let reason = decline_reason(&with_attr(13));
+        assert!(reason.contains("not part of Split-13"), "{reason}");
+        assert!(claimed(&with_input(13)));
+        let reason = decline_reason(&with_input(12));
+        assert!(reason.contains("input 'split' does not exist"), "{reason}");
+        // num_outputs from opset 18.
+        let chunks =
+            |opset| parts(Node::new("Split", opset).input(Float)).attr("num_outputs", Int(2));
+        assert!(claimed(&chunks(18)));
+        let reason = decline_reason(&chunks(17));
+        assert!(reason.contains("not part of Split-17"), "{reason}");
     }
 
     /// The indices a Slice takes on one axis, by ORT's CPU EP (checked against ORT 1.31.1 over

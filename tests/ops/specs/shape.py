@@ -171,24 +171,18 @@ SPLIT_LEGACY = OpSpec(  # Split-2..12: `split` attribute
         _rep(Variant("axis0_equal", {}, n_outputs=2)),
     ],
 )
-SPLIT_13 = OpSpec(  # Split-13..17: `split` input
+SPLIT = OpSpec(  # Split-13+: `split` input, or from opset 18 `num_outputs`
     ref=_split(lambda a: a["_n_outputs"]), exact=True, scheme=_SPLIT_SCHEME, constants={"split": _i64(1, 2, 3)},
     variants=[
         Variant("split_input", {"axis": 1}, n_outputs=3),
         _rep(Variant("equal", {"axis": 1}, n_outputs=3, constants={"split": None})),
         _rep(Variant("negative_axis", {"axis": -2}, n_outputs=3)),
-    ],
-)
-SPLIT = OpSpec(  # Split-18+: `split` input or `num_outputs`
-    ref=_split(lambda a: a["_n_outputs"]), exact=True, scheme=_SPLIT_SCHEME, constants={"split": _i64(1, 2, 3)},
-    variants=[
-        Variant("split_input", {"axis": 1}, n_outputs=3),
         _rep(Variant("num_outputs", {"axis": 1, "num_outputs": 3}, n_outputs=3, constants={"split": None})),
         _rep(Variant("num_outputs_uneven", {"axis": 1, "num_outputs": 4}, n_outputs=4, constants={"split": None},
                      shapes=[[2, 7, 3]])),
     ],
 )
-SPECS[("", "Split")] = by_opset(SPLIT, (12, SPLIT_LEGACY), (17, SPLIT_13))
+SPECS[("", "Split")] = by_opset(SPLIT, (12, SPLIT_LEGACY))
 
 
 def _slice(xs, a):
