@@ -77,10 +77,8 @@ fn selu(
 /// gives 0 there. Such a node is left to ORT.
 fn finite_selu_claim(node: &crate::Node) -> crate::Verdict {
     for name in ["alpha", "gamma"] {
-        if let Some(crate::AttrValue::Float(v)) = node.attribute(name) {
-            if !v.is_finite() {
-                return crate::Verdict::decline(format!("Selu {name}={v}: not finite"));
-            }
+        if let Some(v) = node.attr_as::<f32>(name).filter(|v| !v.is_finite()) {
+            return crate::Verdict::decline(format!("Selu {name}={v}: not finite"));
         }
     }
     crate::Verdict::Claim
@@ -157,9 +155,9 @@ fn in_float32_for_float16(
 }
 
 fn gelu_claim(node: &crate::Node) -> crate::Verdict {
-    match node.attribute("approximate") {
+    match node.attr_as::<String>("approximate") {
         None => crate::Verdict::Claim,
-        Some(crate::AttrValue::String(a)) if a == "none" || a == "tanh" => crate::Verdict::Claim,
+        Some(a) if a == "none" || a == "tanh" => crate::Verdict::Claim,
         Some(other) => {
             crate::Verdict::decline(format!("approximate={other:?} is not an ONNX Gelu mode"))
         }
@@ -303,7 +301,9 @@ fn tanh(cx: &mut Lower, x: Array) -> Result<Array> {
     Ok(ops::tanh(&x, cx.stream())?)
 }
 
-/// `min(max(x, min), max)` with bounds from attributes (defaults: the float range).
+/// `min(max(x, min), max)` with bounds from attributes (defaults: the float range). A row of its
+/// own: opset 11 made the float attributes tensor inputs of T, which `#[host(attr_until)]`
+/// (integer host values) cannot carry.
 #[onnx_op(
     op = "Clip", opset = 6..=10, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless,
     claim = clip_attrs_claim, declines = "min > max (or NaN): ORT's kernel refuses them"
@@ -322,11 +322,7 @@ fn clip_attrs(
 
 /// ORT's Clip-6 kernel requires `min <= max` when the session is created.
 fn clip_attrs_claim(node: &crate::Node) -> crate::Verdict {
-    let bound = |name: &str, default: f32| match node.attribute(name) {
-        Some(crate::AttrValue::Float(v)) => v,
-        _ => default,
-    };
-    let (min, max) = (bound("min", f32::MIN), bound("max", f32::MAX));
+    let (min, max) = (node.attr_or("min", f32::MIN), node.attr_or("max", f32::MAX));
     if min <= max {
         crate::Verdict::Claim
     } else {

@@ -18,7 +18,7 @@ use crate::{onnx_op, Lower, OpError, Result};
 /// float32), and the inverse RMS when asked for.
 #[onnx_op(
     op = "SimplifiedLayerNormalization", since = 1, types(T = FLOAT, V = FLOAT, U = F32),
-    inputs(X: T, scale: V), outputs(Y: V, inv_std_var?: U), shape = ShapeKeyed,
+    ignores(stash_type: i64), inputs(X: T, scale: V), outputs(Y: V, inv_std_var?: U), shape = ShapeKeyed,
     claim = layer_norm_claim, declines = "stash_type other than 1 (float32)"
 )]
 fn simplified_layer_normalization(
@@ -27,9 +27,7 @@ fn simplified_layer_normalization(
     scale: Array,
     #[attr(default = -1)] axis: i64,
     #[attr(default = 1e-5)] epsilon: f32,
-    #[attr(default = 1)] stash_type: i64,
 ) -> Result<Vec<Array>> {
-    let _ = stash_type; // declined unless 1, see the claim
     let only_y = !cx.node().output_present(1);
     require_norm_extent(&x, crate::shape::normalise_axis(axis, x.ndim())?)?;
     rms_norm_over(&x, &scale, axis, epsilon, only_y, cx.stream())
@@ -312,7 +310,7 @@ fn embed(cx: &mut Lower, table: &Array, ids: &Array, what: &str) -> Result<Array
     inputs(input_ids: T1, segment_ids: T1, word_embedding: T, position_embedding: T, segment_embedding: T,
            gamma: T, beta: T, mask: T1, position_ids: T1),
     outputs(output: T, mask_index?: T1, embedding_sum?: T), shape = ShapeKeyed,
-    claim = non_negative_epsilon, declines = "a negative epsilon (ORT's kernel refuses it)"
+    ignores(mask_index_type: i64), claim = non_negative_epsilon, declines = "a negative epsilon (ORT's kernel refuses it)"
 )]
 fn embed_layer_normalization(
     cx: &mut Lower,
@@ -326,7 +324,6 @@ fn embed_layer_normalization(
     mask: Option<Array>,
     position_ids: Option<Array>,
     #[attr(default = 1e-12)] epsilon: f32,
-    #[attr(name = "mask_index_type")] _mask_index_type: Option<i64>,
 ) -> Result<Vec<Array>> {
     let s = cx.stream();
     let shape = input_ids.shape();
@@ -386,9 +383,9 @@ fn embed_layer_normalization(
 #[onnx_op(
     domain = "com.microsoft", op = "SkipGroupNorm", since = 1, types(T = F32 | F16, M = F32 | F16),
     inputs(X: T, gamma: M, beta: M, skip: T, bias: T), outputs(Y: T, S?: T), shape = ShapeKeyed,
-    claim = skip_group_norm_claim, declines = "channels_last 0 (ORT's kernel is NHWC only); activations other than 0 (none) and 1 (SiLU)"
+    ignores(channels_last: i64), claim = skip_group_norm_claim, declines = "channels_last 0 (ORT's kernel is NHWC only); activations other than 0 (none) and 1 (SiLU)"
 )]
-#[allow(clippy::too_many_arguments)] // five inputs and four attributes, as ORT has them
+#[allow(clippy::too_many_arguments)] // five inputs and three attributes, as ORT has them
 fn skip_group_norm(
     cx: &mut Lower,
     x: Array,
@@ -397,11 +394,9 @@ fn skip_group_norm(
     skip: Array,
     bias: Option<Array>,
     #[attr] activation: i64,
-    #[attr(default = 1)] channels_last: i64,
     #[attr(default = 1e-5)] epsilon: f32,
     #[attr] groups: i64,
 ) -> Result<Vec<Array>> {
-    let _ = channels_last; // declined unless 1, see the claim
     let s = cx.stream();
     if x.ndim() != 4 {
         return Err(OpError::new("X must be [N, H, W, C]"));

@@ -314,12 +314,11 @@ fn fused_conv_claim(node: &crate::Node) -> crate::Verdict {
         "HardSigmoid",
         "Clip",
     ];
-    match node.attribute("activation") {
-        None => conv_claim(node),
-        Some(crate::AttrValue::String(a)) if a.is_empty() || KNOWN.contains(&a.as_str()) => {
-            conv_claim(node)
+    match node.attr_as::<String>("activation") {
+        Some(a) if !a.is_empty() && !KNOWN.contains(&a.as_str()) => {
+            crate::Verdict::decline(format!("activation {a:?}"))
         }
-        Some(other) => crate::Verdict::decline(format!("activation {other:?}")),
+        _ => conv_claim(node),
     }
 }
 
@@ -602,26 +601,22 @@ fn crop_negative_padding(
 
 fn conv_claim(node: &crate::Node) -> crate::Verdict {
     // MLX divides by the group count unchecked (group 0 raised SIGFPE on its CUDA backend).
-    if let Some(crate::AttrValue::Int(g)) = node.attribute("group") {
-        if g < 1 || g > i64::from(i32::MAX) {
-            return crate::Verdict::decline(format!("group {g} is not a positive 32-bit count"));
-        }
+    let group = node.attr_or("group", 1i64);
+    if group < 1 || group > i64::from(i32::MAX) {
+        return crate::Verdict::decline(format!("group {group} is not a positive 32-bit count"));
     }
-    let grouped = matches!(node.attribute("group"), Some(crate::AttrValue::Int(g)) if g != 1);
-    if grouped && node.input_rank(0).is_none_or(|rank| rank > 4) {
+    if group != 1 && node.input_rank(0).is_none_or(|rank| rank > 4) {
         return crate::Verdict::decline(
             "grouped convolution of more (or unknown) than 2 spatial axes: MLX has none",
         );
     }
-    match node.attribute("auto_pad") {
+    match node.attr_as::<String>("auto_pad") {
         None => crate::Verdict::Claim,
         // ORT's ConvAttributes refuse both attributes at once when the session is created.
-        Some(crate::AttrValue::String(p)) if p != "NOTSET" && node.attribute("pads").is_some() => {
+        Some(p) if p != "NOTSET" && node.attribute("pads").is_some() => {
             crate::Verdict::decline(format!("auto_pad {p} with pads: ORT's kernel refuses both"))
         }
-        Some(crate::AttrValue::String(p))
-            if ["NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"].contains(&p.as_str()) =>
-        {
+        Some(p) if ["NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"].contains(&p.as_str()) => {
             crate::Verdict::Claim
         }
         Some(other) => crate::Verdict::decline(format!("auto_pad {other:?}")),
@@ -638,35 +633,18 @@ fn per_channel(p: &Array, rank: usize, s: &mlx_kernels::Stream) -> Result<Array>
 }
 
 /// Inference-mode batch normalisation: `(x - mean) / sqrt(var + epsilon) * scale + B`, per
-/// channel (axis 1). The training outputs (running and saved statistics) are declined.
+/// channel (axis 1). Training is declined: `training_mode = 1` (from opset 14) and any statistics
+/// output (`mean`, `var`, `saved_mean`, `saved_var` up to opset 13; `running_mean`, `running_var`
+/// from 14). Opset 15's own types for scale/B (T1) and mean/var (T2) serve every opset, as ORT's
+/// schema check binds them to T before 15; so do 9-13's four optional outputs, as it allows only
+/// two from 14.
 #[onnx_op(
-    op = "BatchNormalization", opset = 9..=13, types(T = FLOAT),
-    inputs(X: T, scale: T, B: T, mean: T, var: T),
-    outputs(Y: T, mean?: T, var?: T, saved_mean?: T, saved_var?: T),
-    shape = ShapeKeyed, claim = batch_norm_claim, declines = "training outputs (running statistics)"
-)]
-#[allow(clippy::too_many_arguments)] // five inputs and two attributes, as ONNX has them
-fn batch_normalization_9(
-    cx: &mut Lower,
-    x: Array,
-    scale: Array,
-    b: Array,
-    mean: Array,
-    var: Array,
-    #[attr(default = 1e-5)] epsilon: f32,
-    #[attr(name = "momentum", default = 0.9)] _momentum: f32,
-) -> Result<Array> {
-    batch_norm(cx, &x, &scale, &b, &mean, &var, epsilon)
-}
-
-/// Inference-mode batch normalisation: `(x - mean) / sqrt(var + epsilon) * scale + B`, per
-/// channel (axis 1). `training_mode = 1` and the running-statistics outputs are declined.
-#[onnx_op(
-    op = "BatchNormalization", since = 14, types(T = FLOAT, T1 = FLOAT, T2 = FLOAT),
-    inputs(X: T, scale: T1, B: T1, input_mean: T2, input_var: T2), outputs(Y: T, running_mean?: T2, running_var?: T2),
+    op = "BatchNormalization", since = 9, types(T = FLOAT, T1 = FLOAT, T2 = FLOAT),
+    ignores(momentum: f32, training_mode: i64 since 14),
+    inputs(X: T, scale: T1, B: T1, input_mean: T2, input_var: T2),
+    outputs(Y: T, running_mean?: T2, running_var?: T2, saved_mean?: T, saved_var?: T),
     shape = ShapeKeyed, claim = batch_norm_claim, declines = "training mode (running statistics outputs)"
 )]
-#[allow(clippy::too_many_arguments)] // five inputs and three attributes, as ONNX has them
 fn batch_normalization(
     cx: &mut Lower,
     x: Array,
@@ -675,8 +653,6 @@ fn batch_normalization(
     mean: Array,
     var: Array,
     #[attr(default = 1e-5)] epsilon: f32,
-    #[attr(name = "momentum", default = 0.9)] _momentum: f32,
-    #[attr(name = "training_mode", default = 0)] _training_mode: i64,
 ) -> Result<Array> {
     batch_norm(cx, &x, &scale, &b, &mean, &var, epsilon)
 }
@@ -730,9 +706,7 @@ fn batch_norm(
 }
 
 fn batch_norm_claim(node: &crate::Node) -> crate::Verdict {
-    let training =
-        matches!(node.attribute("training_mode"), Some(crate::AttrValue::Int(t)) if t != 0);
-    if training || node.output_count() > 1 {
+    if node.attr_or("training_mode", 0i64) != 0 || node.output_count() > 1 {
         return crate::Verdict::decline("training mode: running statistics are not computed");
     }
     crate::Verdict::Claim
@@ -786,4 +760,50 @@ fn global_max_pool(cx: &mut Lower, x: Array) -> Result<Array> {
         return Ok(empty);
     }
     Ok(ops::max(&x, &spatial_axes(&x)?, true, cx.stream())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{AttrValue, Decision, ElemType, Node};
+
+    fn batch_norm(opset: i64, types: [ElemType; 3]) -> Node {
+        let [t, t1, t2] = types;
+        Node::new("BatchNormalization", opset)
+            .input(t)
+            .input(t1)
+            .input(t1)
+            .input(t2)
+            .input(t2)
+            .output(t)
+    }
+
+    fn reason(node: &Node) -> Option<String> {
+        match crate::decide(node) {
+            Decision::Claim { .. } => None,
+            Decision::Decline { reason } => Some(reason),
+        }
+    }
+
+    #[test]
+    fn one_declaration_serves_batch_normalization_9_to_15_by_its_gates() {
+        use ElemType::{Float, Float16};
+        let momentum =
+            |opset| batch_norm(opset, [Float; 3]).attr("momentum", AttrValue::Float(0.5));
+        for opset in [9, 13, 14, 15] {
+            assert_eq!(reason(&momentum(opset)), None, "opset {opset}");
+        }
+        // training_mode exists from opset 14; 1 is declined.
+        let training =
+            |opset, on| batch_norm(opset, [Float; 3]).attr("training_mode", AttrValue::Int(on));
+        assert_eq!(reason(&training(14, 0)), None);
+        let why = reason(&training(13, 0)).expect("declined");
+        assert!(why.contains("not part of BatchNormalization-13"), "{why}");
+        let why = reason(&training(14, 1)).expect("declined");
+        assert!(why.contains("training mode"), "{why}");
+        // Opset 15's scale/B and mean/var types (ORT's schema binds them to T before).
+        assert_eq!(reason(&batch_norm(15, [Float16, Float, Float16])), None);
+        // The statistics outputs of 9-13 and of 14+ are training outputs either way.
+        let saved = batch_norm(9, [Float; 3]).output(Float).output(Float);
+        assert!(reason(&saved).is_some_and(|why| why.contains("training mode")));
+    }
 }

@@ -102,7 +102,8 @@ fn numpy_matmul(a: &Array, b: &Array, s: &mlx_kernels::Stream) -> Result<Array> 
 }
 
 /// `alpha * A' · B' + beta * C`, with `A' = Aᵀ` if `transA` and `B' = Bᵀ` if `transB`; `C`
-/// broadcasts to the product.
+/// broadcasts to the product. A row of its own: `C` is required up to opset 10 and optional
+/// from 11, and an input that becomes optional at an opset has no gate in the table yet.
 #[allow(clippy::too_many_arguments)] // three inputs and four attributes, as ONNX has them
 #[onnx_op(op = "Gemm", opset = 7..=10, types(T = FLOAT), inputs(A: T, B: T, C: T), outputs(Y: T), shape = Shapeless)]
 fn gemm_7(
@@ -246,7 +247,7 @@ fn fused_matmul(
 /// ORT's CPU kernel departs from numpy's rule when `transA` meets a 1-D B (it does not
 /// promote B to a column the way MatMul does), so that configuration stays on ORT.
 fn fused_matmul_claim(node: &crate::Node) -> crate::Verdict {
-    let trans_a = matches!(node.attribute("transA"), Some(crate::AttrValue::Int(t)) if t != 0);
+    let trans_a = node.attr_or("transA", 0i64) != 0;
     if trans_a && node.input_rank(1).is_none_or(|rank| rank < 2) {
         return crate::Verdict::decline(
             "transA with a 1-D (or unknown-rank) B: ORT's CPU kernel departs from numpy's \
@@ -320,7 +321,7 @@ fn ellipsis_kept(equation: &str, inputs: &[Array]) -> Result<()> {
 }
 
 fn einsum_claim(node: &crate::Node) -> crate::Verdict {
-    let Some(crate::AttrValue::String(equation)) = node.attribute("equation") else {
+    let Some(equation) = node.attr_as::<String>("equation") else {
         return crate::Verdict::decline("no equation");
     };
     match einsum_terms(&equation) {

@@ -11,8 +11,8 @@ use crate::{onnx_op, Lower, Result};
 /// float32 (`stash_type` 1); the optional outputs are the mean and `1 / sqrt(var + epsilon)`.
 #[onnx_op(
     op = "LayerNormalization", since = 17, types(T = FLOAT, U = F32),
-    inputs(X: T, Scale: T, B: T), outputs(Y: T, Mean?: U, InvStdDev?: U), shape = ShapeKeyed,
-    claim = layer_norm_claim, declines = "stash_type other than 1 (float32)"
+    ignores(stash_type: i64), inputs(X: T, Scale: T, B: T), outputs(Y: T, Mean?: U, InvStdDev?: U),
+    shape = ShapeKeyed, claim = layer_norm_claim, declines = "stash_type other than 1 (float32)"
 )]
 fn layer_normalization(
     cx: &mut Lower,
@@ -21,9 +21,7 @@ fn layer_normalization(
     bias: Option<Array>,
     #[attr(default = -1)] axis: i64,
     #[attr(default = 1e-5)] epsilon: f32,
-    #[attr(default = 1)] stash_type: i64,
 ) -> Result<Vec<Array>> {
-    let _ = stash_type; // declined unless 1, see the claim
     let s = cx.stream();
     let rank = x.ndim();
     let axis = normalise_axis(axis, rank)?;
@@ -58,20 +56,20 @@ pub(crate) fn require_norm_extent(x: &Array, axis: usize) -> Result<()> {
     Ok(())
 }
 
+/// `stash_type` (ignored by the lowerings) is the statistics' type: only float32 (1) is computed.
 pub(crate) fn layer_norm_claim(node: &crate::Node) -> crate::Verdict {
-    match node.attribute("stash_type") {
-        None | Some(crate::AttrValue::Int(1)) => crate::Verdict::Claim,
-        Some(other) => {
-            crate::Verdict::decline(format!("stash_type {other:?}: only float32 statistics"))
-        }
+    match node.attr_or("stash_type", 1i64) {
+        1 => crate::Verdict::Claim,
+        other => crate::Verdict::decline(format!("stash_type {other}: only float32 statistics")),
     }
 }
 
 /// `X / sqrt(mean(X^2) + epsilon) * scale` over the axes from `axis` on, the mean of squares in
 /// float32 (`stash_type` 1); `Y` takes the scale's element type.
 #[onnx_op(
-    op = "RMSNormalization", since = 23, types(T = FLOAT, V = FLOAT), inputs(X: T, scale: V), outputs(Y: V),
-    shape = ShapeKeyed, claim = layer_norm_claim, declines = "stash_type other than 1 (float32)"
+    op = "RMSNormalization", since = 23, types(T = FLOAT, V = FLOAT), ignores(stash_type: i64),
+    inputs(X: T, scale: V), outputs(Y: V), shape = ShapeKeyed, claim = layer_norm_claim,
+    declines = "stash_type other than 1 (float32)"
 )]
 fn rms_normalization(
     cx: &mut Lower,
@@ -79,9 +77,7 @@ fn rms_normalization(
     scale: Array,
     #[attr(default = -1)] axis: i64,
     #[attr(default = 1e-5)] epsilon: f32,
-    #[attr(default = 1)] stash_type: i64,
 ) -> Result<Array> {
-    let _ = stash_type; // declined unless 1, see the claim
     require_norm_extent(&x, normalise_axis(axis, x.ndim())?)?;
     let mut outputs = rms_norm_over(&x, &scale, axis, epsilon, true, cx.stream())?;
     Ok(outputs.swap_remove(0))
@@ -153,22 +149,19 @@ fn lp_normalization(
 }
 
 fn lp_normalization_claim(node: &crate::Node) -> crate::Verdict {
-    match node.attribute("p") {
-        None | Some(crate::AttrValue::Int(1 | 2)) => crate::Verdict::Claim,
-        Some(other) => crate::Verdict::decline(format!("p {other:?}: only the L1 and L2 norms")),
+    match node.attr_or("p", 2i64) {
+        1 | 2 => crate::Verdict::Claim,
+        other => crate::Verdict::decline(format!("p {other}: only the L1 and L2 norms")),
     }
 }
 
 /// ORT's LRN kernel, when the session is created, requires an odd positive size and positive
 /// alpha and beta.
 fn lrn_claim(node: &crate::Node) -> crate::Verdict {
-    use crate::AttrValue::{Float, Int};
-    let positive = |name: &str| match node.attribute(name) {
-        Some(Float(v)) => v > 0.0,
-        _ => true, // the defaults are positive
-    };
-    match node.attribute("size") {
-        Some(Int(size)) if size > 0 && size % 2 == 1 => {}
+    // The defaults are positive.
+    let positive = |name: &str| node.attr_as::<f32>(name).is_none_or(|v| v > 0.0);
+    match node.attr_as::<i64>("size") {
+        Some(size) if size > 0 && size % 2 == 1 => {}
         other => {
             return crate::Verdict::decline(format!(
                 "size {other:?}: ORT's LRN takes an odd positive size"
@@ -444,8 +437,8 @@ fn group_norm_claim(node: &crate::Node) -> crate::Verdict {
 /// Group normalisation (opset 21): statistics per sample over `num_groups` groups of channels,
 /// in float32 (`stash_type` 1), then `scale` and `bias` per channel.
 #[onnx_op(
-    op = "GroupNormalization", since = 21, types(T = FLOAT), inputs(X: T, scale: T, bias: T), outputs(Y: T),
-    shape = ShapeKeyed, claim = group_norm_claim,
+    op = "GroupNormalization", since = 21, types(T = FLOAT), ignores(stash_type: i64),
+    inputs(X: T, scale: T, bias: T), outputs(Y: T), shape = ShapeKeyed, claim = group_norm_claim,
     declines = "stash_type other than 1 (float32); scale or bias of a rank other than 1"
 )]
 fn group_normalization(
@@ -455,9 +448,7 @@ fn group_normalization(
     bias: Array,
     #[attr(default = 1e-5)] epsilon: f32,
     #[attr] num_groups: i64,
-    #[attr(default = 1)] stash_type: i64,
 ) -> Result<Array> {
-    let _ = stash_type; // declined unless 1, see the claim
     let s = cx.stream();
     refuse_empty_group_norm(&x)?;
     let channels = x.shape().get(1).copied().unwrap_or(0);
@@ -474,6 +465,7 @@ fn group_normalization(
 }
 
 /// Group normalisation as opset 18 defined it: `scale` and `bias` per group, not per channel.
+/// A row of its own: the same inputs mean something else from opset 21 (per channel there).
 #[onnx_op(
     op = "GroupNormalization", opset = 18..=20, types(T = FLOAT), inputs(X: T, scale: T, bias: T), outputs(Y: T),
     shape = ShapeKeyed, claim = group_norm_claim, declines = "scale or bias of a rank other than 1"
@@ -579,23 +571,21 @@ fn inference_dropout(cx: &Lower, x: Array) -> Result<Vec<Array>> {
 }
 
 /// Inference-mode dropout: the input unchanged. The legacy mask output is declined (ORT's CPU
-/// EP does not fill it with ones).
+/// EP does not fill it with ones). A row of its own: opset 12 adds two optional inputs (`ratio`
+/// turns from a float attribute into one), which the table has no gate for yet.
 #[onnx_op(
-    op = "Dropout", opset = 7..=11, types(T = FLOAT, M = FLOAT | BOOL), inputs(data: T), outputs(output: T, mask?: M),
+    op = "Dropout", opset = 7..=11, types(T = FLOAT, M = FLOAT | BOOL), ignores(ratio: f32),
+    inputs(data: T), outputs(output: T, mask?: M),
     shape = Shapeless, claim = dropout_legacy_claim, declines = "the mask output"
 )]
-fn dropout_7(
-    cx: &mut Lower,
-    x: Array,
-    #[attr(name = "ratio")] _ratio: Option<f32>,
-) -> Result<Vec<Array>> {
+fn dropout_7(cx: &mut Lower, x: Array) -> Result<Vec<Array>> {
     inference_dropout(cx, x)
 }
 
 /// Inference-mode dropout: the input unchanged (and an all-true mask). A `training_mode` input
 /// is declined: its value is not known when claiming.
 #[onnx_op(
-    op = "Dropout", since = 12, types(T = FLOAT, T1 = FLOAT, T2 = BOOL),
+    op = "Dropout", since = 12, types(T = FLOAT, T1 = FLOAT, T2 = BOOL), ignores(seed: i64),
     inputs(data: T, ratio: T1, training_mode: T2), outputs(output: T, mask?: T2),
     shape = Shapeless, claim = dropout_claim, declines = "a training_mode input"
 )]
@@ -604,7 +594,6 @@ fn dropout(
     x: Array,
     _ratio: Option<Array>,
     _training: Option<Array>,
-    #[attr(name = "seed")] _seed: Option<i64>,
 ) -> Result<Vec<Array>> {
     inference_dropout(cx, x)
 }
@@ -621,4 +610,30 @@ fn dropout_claim(node: &crate::Node) -> crate::Verdict {
         return crate::Verdict::decline("a training_mode input (training-mode dropout is random)");
     }
     crate::Verdict::Claim
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{AttrValue, Decision, ElemType, Node};
+
+    fn reason(node: &Node) -> Option<String> {
+        match crate::decide(node) {
+            Decision::Claim { .. } => None,
+            Decision::Decline { reason } => Some(reason),
+        }
+    }
+
+    #[test]
+    fn stash_type_is_accepted_and_only_float32_statistics_are_claimed() {
+        let layer_norm = |stash| {
+            Node::new("LayerNormalization", 17)
+                .input(ElemType::Float)
+                .input(ElemType::Float)
+                .output(ElemType::Float)
+                .attr("stash_type", AttrValue::Int(stash))
+        };
+        assert_eq!(reason(&layer_norm(1)), None);
+        let why = reason(&layer_norm(0)).expect("declined");
+        assert!(why.contains("stash_type 0"), "{why}");
+    }
 }

@@ -144,7 +144,7 @@ fn block_size_claim(node: &Node) -> Verdict {
     op = "DequantizeLinear", since = 10,
     types(T1 = I8 | U8 | I16 | I32 | UINT, T2 = FLOAT),
     inputs(x: T1, x_scale: T2, x_zero_point: T1), outputs(y: T2),
-    shape = ShapeKeyed, claim = block_size_claim,
+    ignores(output_dtype: i64), shape = ShapeKeyed, claim = block_size_claim,
     declines = "a negative block_size (ORT refuses it); 4-bit, 2-bit and float8 inputs (no MLX dtype holds them)"
 )]
 fn dequantize_linear(
@@ -154,7 +154,6 @@ fn dequantize_linear(
     x_zero_point: Option<Array>,
     #[attr(default = 1)] axis: i64,
     #[attr(default = 0)] block_size: i64,
-    #[attr(name = "output_dtype")] _output_dtype: Option<i64>,
 ) -> Result<Array> {
     let s = cx.stream();
     let p = params(
@@ -268,7 +267,7 @@ pub(crate) fn quantize(
     op = "QuantizeLinear", since = 10,
     types(T1 = FLOAT, T2 = I8 | U8 | I16 | UINT),
     inputs(x: T1, y_scale: T1, y_zero_point: T2), outputs(y: T2),
-    shape = ShapeKeyed, claim = block_size_claim,
+    ignores(saturate: i64, output_dtype: i64, precision: i64), shape = ShapeKeyed, claim = block_size_claim,
     declines = "a negative block_size (ORT refuses it); a scale of another type than x (ORT's kernel reads it as x's type); 4-bit, 2-bit and float8 outputs (no MLX dtype holds them)"
 )]
 fn quantize_linear(
@@ -278,9 +277,6 @@ fn quantize_linear(
     y_zero_point: Option<Array>,
     #[attr(default = 1)] axis: i64,
     #[attr(default = 0)] block_size: i64,
-    #[attr(name = "saturate")] _saturate: Option<i64>,
-    #[attr(name = "output_dtype")] _output_dtype: Option<i64>,
-    #[attr(name = "precision")] _precision: Option<i64>,
 ) -> Result<Array> {
     let s = cx.stream();
     let out = cx.output_dtype(0)?;

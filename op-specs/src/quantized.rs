@@ -152,6 +152,8 @@ fn zero_points_f32(zero_points: Option<&Array>, layout: &Layout, s: &Stream) -> 
     domain = "com.microsoft", op = "MatMulNBits", since = 1,
     types(T1 = FLOAT, T2 = U8, T3 = U8 | FLOAT, T4 = I32),
     inputs(A: T1, B: T2, scales: T1, zero_points: T3, g_idx: T4, bias: T1), outputs(Y: T1),
+    // The answer is exact at every accuracy level; weight_prepacked is checked by the claim.
+    ignores(accuracy_level: i64, weight_prepacked: i64),
     shape = ShapeKeyed, claim = matmul_n_bits_claim,
     declines = "bits other than 2, 4, 8 and block sizes that are not a power of two >= 16 (ORT's kernel refuses them); weight_prepacked != 0 (another EP's layout); K or N < 1; float zero points of a type other than the scales', or with 8 bits (ORT's kernel fails); g_idx unless bits = 4 with no or float zero points (ORT's kernel gives another answer there, or fails)"
 )]
@@ -167,10 +169,7 @@ fn matmul_n_bits(
     #[attr(name = "N")] n: i64,
     #[attr] block_size: i64,
     #[attr(default = 4)] bits: i64,
-    #[attr(default = 0)] accuracy_level: i64,
-    #[attr(default = 0)] weight_prepacked: i64,
 ) -> Result<Array> {
-    let _ = (accuracy_level, weight_prepacked); // the answer is exact at every level; see the claim
     let s = cx.stream();
     let k_blocks = (k + block_size - 1) / block_size;
     let layout = Layout {

@@ -121,6 +121,7 @@ fn softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<
 }
 
 /// Softmax over the input flattened to 2-D at `axis`.
+/// A row of its own: opset 13 takes one axis instead of flattening (the same node, other results).
 #[onnx_op(op = "Softmax", opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
 fn softmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
     flattened(&x, ort_axis(axis), cx.stream(), softmax_axis)
@@ -136,6 +137,7 @@ fn log_softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Res
 }
 
 /// LogSoftmax over the input flattened to 2-D at `axis`.
+/// A row of its own: opset 13 takes one axis instead of flattening (the same node, other results).
 #[onnx_op(op = "LogSoftmax", opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
 fn log_softmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
     flattened(&x, ort_axis(axis), cx.stream(), log_softmax_axis)
@@ -148,6 +150,7 @@ fn hardmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<
 }
 
 /// Hardmax over the input flattened to 2-D at `axis`.
+/// A row of its own: opset 13 takes one axis instead of flattening (the same node, other results).
 #[onnx_op(op = "Hardmax", opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
 fn hardmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
     flattened(&x, ort_axis(axis), cx.stream(), hardmax_axis)
@@ -156,15 +159,14 @@ fn hardmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> R
 /// ORT's fusion of `Softmax(data + bias)`: the bias broadcasts as the Add it replaced did
 /// (numpy's rules), and the softmax runs over the axes from `axis` on, flattened.
 #[onnx_op(
-    domain = "com.microsoft", op = "BiasSoftmax", since = 1, types(T = FLOAT), inputs(data: T, bias: T),
-    outputs(output: T), shape = ShapeKeyed
+    domain = "com.microsoft", op = "BiasSoftmax", since = 1, types(T = FLOAT), ignores(is_inner_broadcast: i64),
+    inputs(data: T, bias: T), outputs(output: T), shape = ShapeKeyed
 )]
 fn bias_softmax(
     cx: &mut Lower,
     data: Array,
     bias: Array,
     #[attr(default = 1)] axis: i64,
-    #[attr(name = "is_inner_broadcast")] _is_inner_broadcast: i64,
 ) -> Result<Array> {
     let s = cx.stream();
     // ORT's kernels (CUDA/ROCm; the CPU EP has none) load 16-bit data and bias into float32

@@ -20,6 +20,8 @@ use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
     inputs(input: T, weights: T, bias: T, mask_index: M, past: T, attention_bias: T,
            past_sequence_length: M),
     outputs(output: T, present?: T), shape = ShapeKeyed, claim = attention_claim,
+    // Declined unless off, see the claim.
+    ignores(do_rotary: i64, rotary_embedding_dim: i64, past_present_share_buffer: i64),
     declines = "no bias (ORT's CPU kernel crashes without one); do_rotary (ORT's CPU kernel refuses it); past_present_share_buffer; a 4-D (Megatron) mask_index (not implemented by ORT's CPU kernel); past together with attention_bias, or past without the present output (ORT refuses both); qkv_hidden_sizes that ORT refuses (not 3 multiples of num_heads, or Q and K sizes that differ), or with K and V sizes that differ when past or present is used; num_heads < 1; num_heads or rotary_embedding_dim beyond 32 bits (ORT's narrowing_error)"
 )]
 fn attention(
@@ -30,20 +32,14 @@ fn attention(
     mask_index: Option<Array>,
     past: Option<Array>,
     attention_bias: Option<Array>,
-    past_sequence_length: Option<Array>,
+    // Only the shared-buffer path (declined) reads it.
+    _past_sequence_length: Option<Array>,
     #[attr] num_heads: i64,
     #[attr] qkv_hidden_sizes: Option<Vec<i64>>,
     #[attr(default = 0)] unidirectional: i64,
     #[attr(default = 0.0)] scale: f32,
     #[attr(default = -10000.0)] mask_filter_value: f32,
-    #[attr(default = 0)] do_rotary: i64,
-    #[attr] rotary_embedding_dim: Option<i64>,
-    #[attr(default = 0)] past_present_share_buffer: i64,
 ) -> Result<Vec<Array>> {
-    // Declined unless off (see the claim); past_sequence_length is only read by the shared
-    // buffer path.
-    let _ = (do_rotary, rotary_embedding_dim, past_present_share_buffer);
-    let _ = past_sequence_length;
     let s = cx.stream();
     let Some(bias) = bias else {
         return Err(OpError::new(

@@ -46,7 +46,8 @@ const OP: &str = "DecoderMaskedMultiHeadAttention";
     inputs(query: T, key: T, value: T, mask_index: M, attention_bias: T, past_key: T,
            past_value: T, past_sequence_length: M, beam_width: M, cache_indirection: M, bias: T),
     outputs(output: T, present_key?: T, present_value?: T, qk?: QK), shape = ShapeKeyed,
-    claim = dmmha_claim,
+    // Both checked by the claim.
+    ignores(past_present_share_buffer: i64, output_qk: i64), claim = dmmha_claim,
     declines = "packed QKV (no key or no value): ORT's CPU kernel fails on it; self-attention (past or present outputs) without past_present_share_buffer 1, without both past_key and past_value, without both present outputs, or without past_sequence_length (ORT refuses or crashes); cross-attention with attention_bias or past_present_share_buffer 1 (ORT refuses both), or with past_value alone; a 4-D key or value in self-attention together with bias; attention_bias [B, 1, 1, T] (batched, broadcast over heads) with cache_indirection, which ORT's beam kernel reads past its end (a run-time error when its shape is not known in the graph); a qk output without output_qk 1 (ORT leaves it unset) or of another type than the query; num_heads < 1"
 )]
 fn decoder_masked_multi_head_attention(
@@ -63,12 +64,9 @@ fn decoder_masked_multi_head_attention(
     cache_indirection: Option<Array>,
     bias: Option<Array>,
     #[attr] num_heads: i64,
-    #[attr(default = 0)] past_present_share_buffer: i64,
-    #[attr(default = 0)] output_qk: i64,
     #[attr(default = 0.0)] scale: f32,
     #[attr(default = -10000.0)] mask_filter_value: f32,
 ) -> Result<Vec<Array>> {
-    let _ = (past_present_share_buffer, output_qk); // checked in the claim
     let s = cx.stream();
     let (Some(key), Some(value)) = (key, value) else {
         return Err(err(

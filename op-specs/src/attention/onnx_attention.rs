@@ -34,7 +34,7 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::{mix, scores, soft_cap};
-use crate::{onnx_op, AttrValue, ElemType, Lower, Node, OpError, Result, Verdict};
+use crate::{onnx_op, ElemType, Lower, Node, OpError, Result, Verdict};
 
 /// The attributes of an Attention node, as ORT's kernel reads them.
 struct Settings {
@@ -43,20 +43,23 @@ struct Settings {
     kv_heads: i64,
     scale: Option<f32>,
     softcap: f32,
+    /// `qk_matmul_output_mode`: which stage the qk_matmul_output shows.
+    qk_mode: i64,
 }
 
 /// Softmax attention over Q, K, V (3-D `[batch, seq, heads·head_size]` with `q_num_heads` and
 /// `kv_num_heads`, or 4-D `[batch, heads, seq, head_size]`), with a bool or additive mask,
 /// causal masking, a soft cap, a past key/value cache (returned extended as present_key and
-/// present_value) and the qk_matmul_output of any mode.
+/// present_value) and the qk_matmul_output of any mode. A row of its own: opset 24 adds the
+/// optional input `nonpad_kv_seqlen`, which the table has no gate for yet.
 #[onnx_op(
-    op = "Attention", opset = 23..=23, types(T = FLOAT, U = BOOL | FLOAT),
+    op = "Attention", opset = 23..=23, types(T = FLOAT, U = BOOL | FLOAT), ignores(softmax_precision: i64),
     inputs(Q: T, K: T, V: T, attn_mask: U, past_key: T, past_value: T),
     outputs(Y: T, present_key?: T, present_value?: T, qk_matmul_output?: T),
     shape = ShapeKeyed, claim = attention_claim,
     declines = "a float attn_mask of another type than Q; scale <= 0; qk_matmul_output_mode outside 0..=3 with the qk output; only one of past_key/past_value, or a past without its present output; 3-D inputs without q_num_heads and kv_num_heads (ORT's kernel refuses or fails on each)"
 )]
-#[allow(clippy::too_many_arguments)] // six inputs and seven attributes, as ONNX has them
+#[allow(clippy::too_many_arguments)] // six inputs and six attributes, as ONNX has them
 fn attention_23(
     cx: &mut Lower,
     q: Array,
@@ -71,31 +74,36 @@ fn attention_23(
     #[attr(default = 0)] qk_matmul_output_mode: i64,
     #[attr] scale: Option<f32>,
     #[attr(default = 0.0)] softcap: f32,
-    #[attr(default = 0)] softmax_precision: i64,
 ) -> Result<Vec<Array>> {
-    let _ = (qk_matmul_output_mode, softmax_precision); // the claim checks the mode; ORT ignores the precision
-    let settings = Settings {
-        causal: is_causal == 1,
-        q_heads: ort_int(q_num_heads),
-        kv_heads: ort_int(kv_num_heads),
+    attention_24(
+        cx,
+        q,
+        k,
+        v,
+        attn_mask,
+        past_key,
+        past_value,
+        None,
+        is_causal,
+        kv_num_heads,
+        q_num_heads,
+        qk_matmul_output_mode,
         scale,
         softcap,
-    };
-    let past = past_key.as_ref().zip(past_value.as_ref());
-    attend(cx, &q, &k, &v, attn_mask.as_ref(), past, None, &settings)
+    )
 }
 
 /// Attention-23, plus `nonpad_kv_seqlen` (int64 `[batch]`): keys at or past `nonpad_kv_seqlen[b]`
 /// are masked for batch entry `b` (a value outside `[0, total_sequence_length]` fails the run,
 /// as in ORT).
 #[onnx_op(
-    op = "Attention", since = 24, types(T = FLOAT, U = BOOL | FLOAT, I = I64),
+    op = "Attention", since = 24, types(T = FLOAT, U = BOOL | FLOAT, I = I64), ignores(softmax_precision: i64),
     inputs(Q: T, K: T, V: T, attn_mask: U, past_key: T, past_value: T, nonpad_kv_seqlen: I),
     outputs(Y: T, present_key?: T, present_value?: T, qk_matmul_output?: T),
     shape = ShapeKeyed, claim = attention_claim,
     declines = "a float attn_mask of another type than Q; scale <= 0; qk_matmul_output_mode outside 0..=3 with the qk output; only one of past_key/past_value, or a past without its present output; nonpad_kv_seqlen with a past; 3-D inputs without q_num_heads and kv_num_heads (ORT's kernel refuses or fails on each)"
 )]
-#[allow(clippy::too_many_arguments)] // seven inputs and seven attributes, as ONNX has them
+#[allow(clippy::too_many_arguments)] // seven inputs and six attributes, as ONNX has them
 fn attention_24(
     cx: &mut Lower,
     q: Array,
@@ -111,15 +119,14 @@ fn attention_24(
     #[attr(default = 0)] qk_matmul_output_mode: i64,
     #[attr] scale: Option<f32>,
     #[attr(default = 0.0)] softcap: f32,
-    #[attr(default = 0)] softmax_precision: i64,
 ) -> Result<Vec<Array>> {
-    let _ = (qk_matmul_output_mode, softmax_precision);
     let settings = Settings {
         causal: is_causal == 1,
         q_heads: ort_int(q_num_heads),
         kv_heads: ort_int(kv_num_heads),
         scale,
         softcap,
+        qk_mode: qk_matmul_output_mode,
     };
     let past = past_key.as_ref().zip(past_value.as_ref());
     attend(
@@ -139,22 +146,15 @@ fn ort_int(v: i64) -> i64 {
     i64::from(v as i32)
 }
 
-fn int_attr(node: &Node, name: &str) -> Option<i64> {
-    match node.attribute(name) {
-        Some(AttrValue::Int(v)) => Some(v),
-        _ => None,
-    }
-}
-
 /// What ORT's kernel refuses when the session is built, or fails on at run time whatever the
 /// values: declined, so ORT's CPU EP fails the same way.
 fn attention_claim(node: &Node) -> Verdict {
-    if let Some(AttrValue::Float(scale)) = node.attribute("scale") {
+    if let Some(scale) = node.attr_as::<f32>("scale") {
         if !scale.is_nan() && scale <= 0.0 {
             return Verdict::decline(format!("scale {scale}: ORT's kernel requires scale > 0"));
         }
     }
-    let mode = int_attr(node, "qk_matmul_output_mode").unwrap_or(0);
+    let mode = node.attr_or("qk_matmul_output_mode", 0i64);
     if node.output_present(3) && !(0..=3).contains(&mode) {
         return Verdict::decline(format!(
             "qk_matmul_output_mode {mode}: ORT's kernel takes 0, 1, 2 or 3"
@@ -182,7 +182,7 @@ fn attention_claim(node: &Node) -> Verdict {
             ));
         }
     }
-    let heads = |name| ort_int(int_attr(node, name).unwrap_or(0)) > 0;
+    let heads = |name| ort_int(node.attr_or(name, 0i64)) > 0;
     if node.input_rank(0) == Some(3) && !(heads("q_num_heads") && heads("kv_num_heads")) {
         return Verdict::decline(
             "3-D inputs without positive q_num_heads and kv_num_heads (ORT cannot split the heads)",
@@ -411,7 +411,7 @@ fn attend(
     };
 
     let want_qk = cx.node().output_present(3);
-    let mode = cx.attr::<i64>("qk_matmul_output_mode")?.unwrap_or(0);
+    let mode = a.qk_mode;
     let fill = lowest(dtype);
     let fill_array = Array::scalar(fill)?;
     let zero = Array::scalar(0f32)?;
@@ -496,4 +496,43 @@ fn merge_heads(y: &Array, rank: usize, s: &Stream) -> Result<Array> {
     let [b, h, sq, dv] = dims4(y)?;
     let moved = ops::transpose(y, &[0, 2, 1, 3], s)?;
     Ok(ops::reshape(&moved, &[b, sq, h * dv], s)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{AttrValue, Decision, ElemType, Node};
+
+    fn attention(opset: i64) -> Node {
+        Node::new("Attention", opset)
+            .input(ElemType::Float)
+            .input(ElemType::Float)
+            .input(ElemType::Float)
+            .output(ElemType::Float)
+    }
+
+    fn claimed(node: &Node) -> bool {
+        matches!(crate::decide(node), Decision::Claim { .. })
+    }
+
+    #[test]
+    fn softmax_precision_is_accepted_and_the_qk_mode_checked() {
+        let precision = |opset| attention(opset).attr("softmax_precision", AttrValue::Int(1));
+        assert!(claimed(&precision(23)));
+        assert!(claimed(&precision(24)));
+        let nonpad = attention(24)
+            .absent_input()
+            .absent_input()
+            .absent_input()
+            .input(ElemType::Int64);
+        assert!(claimed(&nonpad));
+        let mode = |m| {
+            attention(23)
+                .attr("qk_matmul_output_mode", AttrValue::Int(m))
+                .output(ElemType::Float)
+                .output(ElemType::Float)
+                .output(ElemType::Float)
+        };
+        assert!(claimed(&mode(3)));
+        assert!(!claimed(&mode(4)));
+    }
 }

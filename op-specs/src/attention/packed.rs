@@ -41,7 +41,7 @@ use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
     types(T = F32 | F16, M = I32),
     inputs(query: T, key: T, value: T, bias: T, token_offset: M,
            cumulative_sequence_length: M, attention_bias: T),
-    outputs(output: T),
+    outputs(output: T), ignores(mask_filter_value: f32),
     shape = ShapeKeyed, claim = packed_claim,
     declines = "num_heads < 1 (ORT's kernel refuses it at construction)"
 )]
@@ -56,7 +56,6 @@ fn packed_multi_head_attention(
     attention_bias: Option<Array>,
     #[attr] num_heads: i64,
     #[attr(default = 0.0)] scale: f32,
-    #[attr(name = "mask_filter_value")] _mask_filter_value: Option<f32>,
 ) -> Result<Vec<Array>> {
     let dtype = query.dtype();
     let g = Geometry::of(

@@ -55,6 +55,8 @@ use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
            sin_cache: T, slot_mapping: S, head_sink: T, q_norm_weight: T, k_norm_weight: T,
            k_scale: K, v_scale: K, attention_metadata: S),
     outputs(output: T, key_cache_out?: T, value_cache_out?: T),
+    ignores(rotary_offset: i64, kv_cache_layout: String, qk_norm_epsilon: f32, k_quant_type: String,
+            v_quant_type: String, k_cache_dtype: String, v_cache_dtype: String),
     shape = ShapeKeyed, claim = paged_claim,
     declines = "kv_cache_layout LATENT (absorbed MLA); quantized caches (k_quant_type/v_quant_type other than NONE, k_scale/v_scale, k_cache_dtype/v_cache_dtype set, caches of another type than the query); q_norm_weight/k_norm_weight (the Q/K RMS-norm prologue); rotary_offset other than 0; is_causal, do_rotary or rotary_interleaved outside {0, 1}; num_heads/kv_num_heads that ORT's kernel refuses at construction; a non-positive qk_norm_epsilon"
 )]
@@ -86,13 +88,6 @@ fn paged_attention(
     #[attr(default = 0)] do_rotary: i64,
     #[attr(default = 0)] rotary_interleaved: i64,
     #[attr(default = 0)] v_head_size: i64,
-    #[attr(name = "rotary_offset")] _rotary_offset: Option<i64>,
-    #[attr(name = "kv_cache_layout")] _kv_cache_layout: Option<String>,
-    #[attr(name = "qk_norm_epsilon")] _qk_norm_epsilon: Option<f32>,
-    #[attr(name = "k_quant_type")] _k_quant_type: Option<String>,
-    #[attr(name = "v_quant_type")] _v_quant_type: Option<String>,
-    #[attr(name = "k_cache_dtype")] _k_cache_dtype: Option<String>,
-    #[attr(name = "v_cache_dtype")] _v_cache_dtype: Option<String>,
 ) -> Result<Vec<Array>> {
     let dtype = query.dtype();
     let g = Geometry::of(

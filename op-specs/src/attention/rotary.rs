@@ -255,10 +255,11 @@ fn onnx_rotary_claim(node: &Node) -> Verdict {
 #[onnx_op(
     domain = "com.microsoft", op = "RotaryEmbedding", since = 1, types(T = F32 | F16 | BF16, M = I64),
     inputs(input: T, position_ids: M, cos_cache: T, sin_cache: T), outputs(output: T),
-    shape = ShapeKeyed, claim = ms_rotary_claim,
+    // ORT's CPU kernel only uses `scale` to grow the cache, which it refuses.
+    ignores(scale: f32), shape = ShapeKeyed, claim = ms_rotary_claim,
     declines = "rotary_embedding_dim without num_heads; num_heads or rotary_embedding_dim outside [0, INT_MAX] (ORT's kernel refuses each)"
 )]
-#[allow(clippy::too_many_arguments)] // four inputs and four attributes, as ORT has them
+#[allow(clippy::too_many_arguments)] // four inputs and three attributes, as ORT has them
 fn ms_rotary_embedding(
     cx: &mut Lower,
     input: Array,
@@ -268,10 +269,8 @@ fn ms_rotary_embedding(
     #[attr(default = 0)] interleaved: i64,
     #[attr(default = 0)] num_heads: i64,
     #[attr(default = 0)] rotary_embedding_dim: i64,
-    #[attr(default = 1.0)] scale: f32,
 ) -> Result<Array> {
     const OP: &str = "com.microsoft.RotaryEmbedding";
-    let _ = scale; // ORT's CPU kernel only uses it to grow the cache, which it refuses
     let s = cx.stream();
     let shape = input.shape();
     let (cos_shape, sin_shape) = (cos_cache.shape(), sin_cache.shape());
