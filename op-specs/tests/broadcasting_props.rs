@@ -1,5 +1,6 @@
 //! Properties: every binary elementwise op, for every dtype its entry claims, equals a plain
 //! reference under numpy broadcasting over random shapes (zero-size ones included) and values.
+//! A suite of its own, not a family file's test: one property over arithmetic, compare and logic.
 
 mod common;
 

@@ -1,5 +1,7 @@
 //! Properties: Gather and Pad (the index arithmetic of the shape family, with Slice and Split's
 //! in the crate's unit tests) against plain references over random shapes and indices.
+//! A suite of its own, not a family file's test: Gather (indexing) and Pad (layout) share the
+//! strided-index reference.
 
 mod common;
 

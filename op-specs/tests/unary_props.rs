@@ -1,5 +1,6 @@
 //! Properties: unary float ops and activations equal their defining formula (in f64) for
 //! every float dtype their entry claims, within the type's precision.
+//! A suite of its own, not a family file's test: one property over math, activation and cast.
 
 mod common;
 

@@ -1,5 +1,7 @@
 //! Test harness: build nodes and MLX arrays, run a node through the table, read results back,
 //! and plain reference semantics to compare with.
+//! The family files' own tests use `table::testing`, which is `cfg(test)` and so not in the
+//! library these suites link.
 #![allow(dead_code)]
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
