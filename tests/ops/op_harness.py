@@ -318,13 +318,16 @@ def _rep_combo(entry: Entry, spec: OpSpec, prefer_int=False) -> dict[str, str] |
         return None
 
     def score(c):
-        vals = list(c.values())
+        # Only the type variables the entry lets vary say what the case is about (an index
+        # variable fixed to int64 does not make a float case an integer one).
+        vals = [v for name, v in c.items() if len(entry.types[name]) > 1] or list(c.values())
         if prefer_int:
             return (0 if any(v in INTS for v in vals) else 1, 0 if "int32" in vals else 1)
         return (sum(v != "float" and v != "bool" for v in vals),)
 
     best = min(combos, key=score)
-    if prefer_int and not any(v in INTS for v in best.values()):
+    varying = [v for name, v in best.items() if len(entry.types[name]) > 1] or list(best.values())
+    if prefer_int and not any(v in INTS for v in varying):
         return None
     return best
 

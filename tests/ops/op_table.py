@@ -351,6 +351,25 @@ def _schema_ports(op: str, since: int, types: dict[str, list[str]], domain: str 
     return ins, outs, schema
 
 
+_GATE_LABEL = re.compile(r"\s*\((?:\d+\+|≤\d+|\d+–\d+|≤\d+, then an input|ignored)\)$")
+
+
+def _ungated(text: str) -> str:
+    """A COVERAGE.md name without its opset gate ("(12+)", "(≤8)", "(≤12, then an input)") or
+    "(ignored)" label: ``ceil_mode=0 (10+)`` -> ``ceil_mode=0``."""
+    text = text.strip()
+    while (stripped := _GATE_LABEL.sub("", text)) != text:
+        text = stripped
+    return text
+
+
+def declared_rows(lib: Path) -> list[Entry]:
+    """The library's rows as declared (one per ``#[onnx_op]``, not split into segments): what
+    COVERAGE.md lists."""
+    return [_entry_of(r, int(r["since"]), r.get("until"), {k: list(v) for k, v in r["types"].items()})
+            for r in table_json_from_library(lib)]
+
+
 def parse_coverage(path: Path = COVERAGE_MD) -> list[Entry]:
     entries: list[Entry] = []
     family = ""
@@ -372,10 +391,13 @@ def parse_coverage(path: Path = COVERAGE_MD) -> list[Entry]:
         types: dict[str, list[str]] = {}
         for part in types_cell.split(";"):
             var, names = part.split(":", 1)
-            types[var.strip()] = [SHORT[n.strip()] for n in names.split(",")]
+            # "i8 (12+)": a dtype only some opsets of the row allow; the row's types are all of them.
+            types[var.strip()] = [SHORT[_ungated(n)] for n in names.split(",")]
         attributes: list[Attr] = []
         if attrs_cell not in ("—", "-", ""):
-            for a in attrs_cell.split(", "):
+            # ", " separates attributes, except inside a label ("(≤12, then an input)").
+            for a in re.split(r", (?![^()]*\))", attrs_cell):
+                a = _ungated(a)
                 if a.endswith("(required)"):
                     attributes.append(Attr(a.split()[0], "", True, None))
                 elif "=" not in a:  # optional, no default

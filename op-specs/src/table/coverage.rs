@@ -98,7 +98,10 @@ fn attributes(spec: &OpSpec) -> String {
                 (false, false, d) => format!("{}={}", a.name, d.replace(' ', "")),
             };
             // An attribute that later opsets turned into an input of the same name.
-            let became_input = spec.inputs.iter().find(|p| p.name == a.name && p.since > 0);
+            let became_input = spec
+                .inputs
+                .iter()
+                .find(|p| p.since > 0 && p.name.eq_ignore_ascii_case(a.name));
             match became_input {
                 Some(port) => format!("{written} (≤{}, then an input)", port.since - 1),
                 None => format!("{written}{}", gate_label(a.since, a.until)),
