@@ -102,8 +102,10 @@ struct PortRow {
     name: &'static str,
     type_var: &'static str,
     kind: &'static str,
-    /// The first opset with this slot (0: all of the row's); before it, an attribute.
+    /// The first opset with this slot (0: all of the row's); before it absent or an attribute.
     since: i64,
+    /// An optional input that was required up to this opset.
+    required_until: Option<i64>,
 }
 
 impl PortRow {
@@ -117,6 +119,7 @@ impl PortRow {
                 PortKind::Variadic => "variadic",
             },
             since: p.since,
+            required_until: p.required_until,
         }
     }
 }

@@ -301,53 +301,52 @@ fn tanh(cx: &mut Lower, x: Array) -> Result<Array> {
     Ok(ops::tanh(&x, cx.stream())?)
 }
 
-/// `min(max(x, min), max)` with bounds from attributes (defaults: the float range). A row of its
-/// own: opset 11 made the float attributes tensor inputs of T, which `#[host(attr_until)]`
-/// (integer host values) cannot carry.
+/// `min(max(x, min), max)`. Up to opset 10 the bounds are float attributes whose absence
+/// means the float range; from opset 11 they are inputs of T, and an absent one does not clip.
 #[onnx_op(
-    op = "Clip", opset = 6..=10, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless,
-    claim = clip_attrs_claim, declines = "min > max (or NaN): ORT's kernel refuses them"
+    op = "Clip", since = 6, types(T = FLOAT | since(11, INTEGER)), inputs(input: T, min: T, max: T),
+    outputs(output: T), shape = Shapeless,
+    claim = clip_claim, declines = "attribute bounds (opsets 6–10) with min > max (or NaN): ORT's kernel refuses them"
 )]
-fn clip_attrs(
+fn clip(
     cx: &mut Lower,
     x: Array,
-    #[attr(default = f32::MIN)] min: f32,
-    #[attr(default = f32::MAX)] max: f32,
+    #[input(attr_until = 10, attr = f32)] min: Option<Array>,
+    #[input(attr_until = 10, attr = f32)] max: Option<Array>,
 ) -> Result<Array> {
     let s = cx.stream();
-    let low = scalar_like(min.into(), &x, s)?;
-    let high = scalar_like(max.into(), &x, s)?;
-    clip_between(&x, Some(&low), Some(&high), s)
+    let version = cx.node().since_version();
+    // An absent bound: the float range for the attribute forms; from opset 11 ORT's CPU EP
+    // clips to the type's finite range, so an absent max still turns +inf into the largest
+    // finite value.
+    let bound = |given: Option<Array>, sign: f64| -> Result<Option<Array>> {
+        let absent = if version <= 10 {
+            Some(f64::from(f32::MAX))
+        } else {
+            largest_finite(x.dtype(), version)
+        };
+        Ok(match (given, absent) {
+            (Some(given), _) => Some(ops::astype(&given, x.dtype(), s)?),
+            (None, Some(largest)) => Some(scalar_like(sign * largest, &x, s)?),
+            (None, None) => None,
+        })
+    };
+    let min = bound(min, -1.0)?;
+    let max = bound(max, 1.0)?;
+    clip_between(&x, min.as_ref(), max.as_ref(), s)
 }
 
 /// ORT's Clip-6 kernel requires `min <= max` when the session is created.
-fn clip_attrs_claim(node: &crate::Node) -> crate::Verdict {
+fn clip_claim(node: &crate::Node) -> crate::Verdict {
+    if node.since_version() > 10 {
+        return crate::Verdict::Claim;
+    }
     let (min, max) = (node.attr_or("min", f32::MIN), node.attr_or("max", f32::MAX));
     if min <= max {
         crate::Verdict::Claim
     } else {
         crate::Verdict::decline(format!("min {min} > max {max}: ORT's kernel refuses it"))
     }
-}
-
-/// `min(max(x, min), max)`; an absent bound does not clip.
-#[onnx_op(op = "Clip", since = 11, types(T = NUMERIC), inputs(input: T, min: T, max: T), outputs(output: T), shape = Shapeless)]
-fn clip(cx: &mut Lower, x: Array, min: Option<Array>, max: Option<Array>) -> Result<Array> {
-    let s = cx.stream();
-    // ORT's CPU EP clips to the type's finite range when a bound is absent, so an absent max
-    // still turns +inf into the largest finite value.
-    let finite = |bound: Option<Array>, sign: f64| -> Result<Option<Array>> {
-        Ok(
-            match (bound, largest_finite(x.dtype(), cx.node().since_version())) {
-                (Some(bound), _) => Some(bound),
-                (None, Some(largest)) => Some(scalar_like(sign * largest, &x, s)?),
-                (None, None) => None,
-            },
-        )
-    };
-    let min = finite(min, -1.0)?;
-    let max = finite(max, 1.0)?;
-    clip_between(&x, min.as_ref(), max.as_ref(), s)
 }
 
 /// The largest finite value of a float type that ORT clips to when a bound is absent (`None`
@@ -448,5 +447,27 @@ mod tests {
         );
         let out = run1(&pick, &[Some(cond), Some(a), Some(b)]);
         assert_eq!(values_f32(&out), vec![1.0, 20.0, 1.0, 2.0, 20.0, 2.0]);
+    }
+
+    #[test]
+    fn clip_bounds_are_float_attributes_up_to_opset_10() {
+        use crate::table::testing::declined;
+        let f = ElemType::Float;
+        let attrs = |opset, min: f32, max: f32| {
+            node("Clip", opset, &[f], f)
+                .attr("min", AttrValue::Float(min))
+                .attr("max", AttrValue::Float(max))
+        };
+        assert_eq!(declined(&attrs(6, -1.0, 1.0)), None);
+        assert!(declined(&attrs(6, 1.0, -1.0)).is_some_and(|why| why.contains("min 1 > max -1")));
+        assert!(
+            declined(&attrs(11, -1.0, 1.0)).is_some_and(|why| why.contains("not part of Clip-11"))
+        );
+        assert_eq!(declined(&node("Clip", 11, &[f, f, f], f)), None);
+        assert!(declined(&node("Clip", 10, &[f, f, f], f)).is_some());
+        // Integers from opset 11 only.
+        let i = ElemType::Int32;
+        assert_eq!(declined(&node("Clip", 12, &[i], i)), None);
+        assert!(declined(&node("Clip", 10, &[i], i)).is_some());
     }
 }

@@ -155,54 +155,26 @@ fn pad_claim(node: &crate::Node) -> crate::Verdict {
     }
 }
 
-/// Pads every axis by `pads` (begins then ends; attributes), with `value`, edge copies or a
-/// reflection. Apart from Pad-11: `value` is a float attribute here, a tensor input there.
+/// Pads `axes` (default: all) by `pads` (begins then ends), with `constant_value` (default 0),
+/// edge copies, a reflection or a wrap-around; negative pads crop. Up to opset 10 `pads` and
+/// the fill `value` are attributes; `axes` is new in opset 18, and so is bool data.
 #[onnx_op(
-    op = "Pad", opset = 2..=10, types(T = NUMERIC), inputs(data: T), outputs(output: T), shape = ShapeKeyed,
-    claim = pad_claim, declines = "modes other than constant, edge, reflect, wrap"
-)]
-fn pad_legacy(
-    cx: &mut Lower,
-    x: Array,
-    #[attr] pads: Vec<i64>,
-    #[attr(default = 0.0)] value: f32,
-    #[attr(default = "constant")] mode: String,
-) -> Result<Array> {
-    let fill = scalar_like(value.into(), &x, cx.stream())?;
-    pad_with(cx, &x, &pads, Some(fill), None, &mode)
-}
-
-/// Pads every axis by `pads` (begins then ends), with `constant_value` (default 0), edge copies
-/// or a reflection; negative pads crop. Apart from Pad-18: its optional `axes` input is new there.
-#[onnx_op(
-    op = "Pad", opset = 11..=17, types(T = NUMERIC, I = I64), inputs(data: T, pads: I, constant_value: T), outputs(output: T),
-    shape = ShapeKeyed, claim = pad_claim, declines = "modes other than constant, edge, reflect, wrap"
-)]
-fn pad_11(
-    cx: &mut Lower,
-    x: Array,
-    #[host] pads: Vec<i64>,
-    value: Option<Array>,
-    #[attr(default = "constant")] mode: String,
-) -> Result<Array> {
-    pad_with(cx, &x, &pads, value, None, &mode)
-}
-
-/// Pads `axes` (default: all) by `pads` (begins then ends), with `constant_value`, edge copies,
-/// a reflection or a wrap-around; negative pads crop.
-#[onnx_op(
-    op = "Pad", since = 18, types(T = ANY, I = I64, A = I32 | I64),
+    op = "Pad", since = 2, types(T = NUMERIC | since(18, BOOL), I = I64, A = I32 | I64),
     inputs(data: T, pads: I, constant_value: T, axes: A), outputs(output: T),
     shape = ShapeKeyed, claim = pad_claim, declines = "modes other than constant, edge, reflect, wrap"
 )]
 fn pad(
     cx: &mut Lower,
     x: Array,
-    #[host] pads: Vec<i64>,
-    value: Option<Array>,
-    #[host] axes: Option<Vec<i64>>,
+    #[host(attr_until = 10)] pads: Vec<i64>,
+    #[input(attr_until = 10, attr = f32, name = "value")] value: Option<Array>,
+    #[host(since = 18)] axes: Option<Vec<i64>>,
     #[attr(default = "constant")] mode: String,
 ) -> Result<Array> {
+    // The legacy float attribute fills data of any type: converted as a cast would.
+    let value = value
+        .map(|v| ops::astype(&v, x.dtype(), cx.stream()))
+        .transpose()?;
     pad_with(cx, &x, &pads, value, axes, &mode)
 }
 
@@ -357,4 +329,37 @@ fn gather_elements(
     };
     let safe = crate::indexing::checked_in_bounds(cx, &indices, dim, axis)?;
     Ok(ops::take_along_axis(&data, &safe, axis as i32, s)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::table::testing::{declined, f32s, node, run1, values_f32};
+    use crate::{AttrValue, ElemType};
+
+    const F: ElemType = ElemType::Float;
+    const I: ElemType = ElemType::Int64;
+
+    #[test]
+    fn pad_pads_and_value_are_attributes_up_to_opset_10_and_axes_new_in_18() {
+        let legacy = |opset| {
+            node("Pad", opset, &[F], F)
+                .attr("pads", AttrValue::Ints(vec![1, 0]))
+                .attr("value", AttrValue::Float(7.0))
+        };
+        let x = f32s(&[1.0, 2.0], &[2]);
+        assert_eq!(
+            values_f32(&run1(&legacy(2), &[Some(x)])),
+            vec![7.0, 1.0, 2.0]
+        );
+        assert!(declined(&legacy(11)).is_some_and(|why| why.contains("not part of Pad-11")));
+        assert_eq!(declined(&node("Pad", 11, &[F, I, F], F)), None);
+        assert!(declined(&node("Pad", 10, &[F, I], F)).is_some());
+        assert_eq!(declined(&node("Pad", 18, &[F, I, F, I], F)), None);
+        assert!(declined(&node("Pad", 17, &[F, I, F, I], F))
+            .is_some_and(|why| why.contains("does not exist in Pad-17")));
+        // bool data from opset 18.
+        let b = ElemType::Bool;
+        assert_eq!(declined(&node("Pad", 18, &[b, I], b)), None);
+        assert!(declined(&node("Pad", 13, &[b, I], b)).is_some());
+    }
 }

@@ -52,7 +52,7 @@ pub mod __private {
     pub use crate::table::lower::{
         host_input, optional_host_input, optional_input, required_input, variadic_inputs,
     };
-    pub use crate::table::lower::{FromAttr, IntoOutputs, Lower, Result};
+    pub use crate::table::lower::{AttrArray, FromAttr, IntoOutputs, Lower, Result};
     pub use crate::table::spec::{
         AttrSpec, DtypeGate, OpSpec, Port, PortKind, ShapeRule, ShapeSafety, TypeVar,
     };

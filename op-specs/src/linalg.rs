@@ -102,32 +102,14 @@ fn numpy_matmul(a: &Array, b: &Array, s: &mlx_kernels::Stream) -> Result<Array> 
 }
 
 /// `alpha * A' · B' + beta * C`, with `A' = Aᵀ` if `transA` and `B' = Bᵀ` if `transB`; `C`
-/// broadcasts to the product. A row of its own: `C` is required up to opset 10 and optional
-/// from 11, and an input that becomes optional at an opset has no gate in the table yet.
+/// broadcasts to the product (required up to opset 10, optional from 11).
 #[allow(clippy::too_many_arguments)] // three inputs and four attributes, as ONNX has them
-#[onnx_op(op = "Gemm", opset = 7..=10, types(T = FLOAT), inputs(A: T, B: T, C: T), outputs(Y: T), shape = Shapeless)]
-fn gemm_7(
-    cx: &mut Lower,
-    a: Array,
-    b: Array,
-    c: Array,
-    #[attr(default = 1.0)] alpha: f32,
-    #[attr(default = 1.0)] beta: f32,
-    #[attr(name = "transA", default = 0)] trans_a: i64,
-    #[attr(name = "transB", default = 0)] trans_b: i64,
-) -> Result<Array> {
-    general_product(cx, a, b, Some(c), alpha, beta, trans_a != 0, trans_b != 0)
-}
-
-/// `alpha * A' · B' + beta * C`, with `A' = Aᵀ` if `transA` and `B' = Bᵀ` if `transB`; `C` is
-/// optional and broadcasts to the product.
-#[allow(clippy::too_many_arguments)] // three inputs and four attributes, as ONNX has them
-#[onnx_op(op = "Gemm", since = 11, types(T = FLOAT), inputs(A: T, B: T, C: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "Gemm", since = 7, types(T = FLOAT), inputs(A: T, B: T, C: T), outputs(Y: T), shape = Shapeless)]
 fn gemm(
     cx: &mut Lower,
     a: Array,
     b: Array,
-    c: Option<Array>,
+    #[input(required_until = 10)] c: Option<Array>,
     #[attr(default = 1.0)] alpha: f32,
     #[attr(default = 1.0)] beta: f32,
     #[attr(name = "transA", default = 0)] trans_a: i64,
@@ -387,5 +369,15 @@ mod tests {
         };
         assert!(fused_matmul_claim(&node(0)).is_claim());
         assert!(!fused_matmul_claim(&node(1)).is_claim());
+    }
+
+    #[test]
+    fn gemm_c_is_required_up_to_opset_10() {
+        use crate::table::testing::{declined, node};
+        let f = ElemType::Float;
+        assert_eq!(declined(&node("Gemm", 7, &[f, f, f], f)), None);
+        assert_eq!(declined(&node("Gemm", 11, &[f, f], f)), None);
+        let why = declined(&node("Gemm", 10, &[f, f], f)).expect("declined");
+        assert!(why.contains("required input 'C' is missing"), "{why}");
     }
 }

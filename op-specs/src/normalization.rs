@@ -570,42 +570,28 @@ fn inference_dropout(cx: &Lower, x: Array) -> Result<Vec<Array>> {
     Ok(vec![x, mask])
 }
 
-/// Inference-mode dropout: the input unchanged. The legacy mask output is declined (ORT's CPU
-/// EP does not fill it with ones). A row of its own: opset 12 adds two optional inputs (`ratio`
-/// turns from a float attribute into one), which the table has no gate for yet.
+/// Inference-mode dropout: the input unchanged (and, from opset 12, an all-true mask). Before
+/// opset 12 the mask output is declined (ORT's CPU EP does not fill it with ones there); a
+/// `training_mode` input is declined: its value is not known when claiming. `ratio` (an
+/// attribute before opset 12) does not change an inference result.
 #[onnx_op(
-    op = "Dropout", opset = 7..=11, types(T = FLOAT, M = FLOAT | BOOL), ignores(ratio: f32),
-    inputs(data: T), outputs(output: T, mask?: M),
-    shape = Shapeless, claim = dropout_legacy_claim, declines = "the mask output"
-)]
-fn dropout_7(cx: &mut Lower, x: Array) -> Result<Vec<Array>> {
-    inference_dropout(cx, x)
-}
-
-/// Inference-mode dropout: the input unchanged (and an all-true mask). A `training_mode` input
-/// is declined: its value is not known when claiming.
-#[onnx_op(
-    op = "Dropout", since = 12, types(T = FLOAT, T1 = FLOAT, T2 = BOOL), ignores(seed: i64),
+    op = "Dropout", since = 7, types(T = FLOAT, T1 = FLOAT, T2 = BOOL | until(9, FLOAT)), ignores(seed: i64 since 12),
     inputs(data: T, ratio: T1, training_mode: T2), outputs(output: T, mask?: T2),
-    shape = Shapeless, claim = dropout_claim, declines = "a training_mode input"
+    shape = Shapeless, claim = dropout_claim, declines = "the mask output before opset 12; a training_mode input"
 )]
 fn dropout(
     cx: &mut Lower,
     x: Array,
-    _ratio: Option<Array>,
-    _training: Option<Array>,
+    #[input(attr_until = 11, attr = f32, name = "ratio")] _ratio: Option<Array>,
+    #[input(since = 12)] _training: Option<Array>,
 ) -> Result<Vec<Array>> {
     inference_dropout(cx, x)
 }
 
-fn dropout_legacy_claim(node: &crate::Node) -> crate::Verdict {
-    if node.output_present(1) {
+fn dropout_claim(node: &crate::Node) -> crate::Verdict {
+    if node.since_version() < 12 && node.output_present(1) {
         return crate::Verdict::decline("the mask output of a pre-12 Dropout");
     }
-    crate::Verdict::Claim
-}
-
-fn dropout_claim(node: &crate::Node) -> crate::Verdict {
     if node.input_present(2) {
         return crate::Verdict::decline("a training_mode input (training-mode dropout is random)");
     }
@@ -635,5 +621,33 @@ mod tests {
         assert_eq!(reason(&layer_norm(1)), None);
         let why = reason(&layer_norm(0)).expect("declined");
         assert!(why.contains("stash_type 0"), "{why}");
+    }
+
+    #[test]
+    fn dropout_ratio_is_an_attribute_up_to_opset_11_and_training_mode_new_in_12() {
+        let dropout = |opset| {
+            Node::new("Dropout", opset)
+                .input(ElemType::Float)
+                .output(ElemType::Float)
+        };
+        assert_eq!(
+            reason(&dropout(7).attr("ratio", AttrValue::Float(0.3))),
+            None
+        );
+        let why = reason(&dropout(12).attr("ratio", AttrValue::Float(0.3))).expect("declined");
+        assert!(why.contains("not part of Dropout-12"), "{why}");
+        let with_ratio = |opset| {
+            Node::new("Dropout", opset)
+                .input(ElemType::Float)
+                .input(ElemType::Float)
+                .output(ElemType::Float)
+        };
+        assert_eq!(reason(&with_ratio(12)), None);
+        let why = reason(&with_ratio(11)).expect("declined");
+        assert!(why.contains("does not exist in Dropout-11"), "{why}");
+        // The mask output: all true from 12, declined before (ORT does not fill it there).
+        let masked = |opset, mask| dropout(opset).output(mask);
+        assert_eq!(reason(&masked(12, ElemType::Bool)), None);
+        assert!(reason(&masked(10, ElemType::Bool)).is_some());
     }
 }

@@ -499,31 +499,20 @@ fn slice_with(
     Ok(ops::slice(&source, &start, &stop, &stride, s)?)
 }
 
-/// `data[starts:ends]` on `axes` (attributes; steps of 1). Apart from Slice-10+: its optional
-/// `steps` input, new in opset 10, has no attribute form here.
-#[onnx_op(op = "Slice", opset = 1..=9, types(T = ANY), inputs(data: T), outputs(output: T), shape = ShapeKeyed)]
-fn slice_legacy(
-    cx: &mut Lower,
-    x: Array,
-    #[attr] starts: Vec<i64>,
-    #[attr] ends: Vec<i64>,
-    #[attr] axes: Option<Vec<i64>>,
-) -> Result<Array> {
-    slice_with(cx, &x, &starts, &ends, axes, None)
-}
-
 /// `data[starts:ends:steps]` on `axes`, clamped as ONNX says; negative steps walk backwards.
+/// Up to opset 9 `starts`, `ends` and `axes` are attributes and the step is 1; `steps` is new in
+/// opset 10.
 #[onnx_op(
-    op = "Slice", since = 10, types(T = ANY, I = I32 | I64),
+    op = "Slice", since = 1, types(T = ANY, I = I32 | I64),
     inputs(data: T, starts: I, ends: I, axes: I, steps: I), outputs(output: T), shape = ShapeKeyed
 )]
 fn slice(
     cx: &mut Lower,
     x: Array,
-    #[host] starts: Vec<i64>,
-    #[host] ends: Vec<i64>,
-    #[host] axes: Option<Vec<i64>>,
-    #[host] steps: Option<Vec<i64>>,
+    #[host(attr_until = 9)] starts: Vec<i64>,
+    #[host(attr_until = 9)] ends: Vec<i64>,
+    #[host(attr_until = 9)] axes: Option<Vec<i64>>,
+    #[host(since = 10)] steps: Option<Vec<i64>>,
 ) -> Result<Array> {
     slice_with(cx, &x, &starts, &ends, axes, steps)
 }
@@ -922,5 +911,23 @@ mod tests {
             Some(ints(&[0])),
         ];
         assert!(run(&n, &zero_step).is_err());
+    }
+
+    #[test]
+    fn slice_bounds_are_attributes_up_to_opset_9_and_steps_new_in_10() {
+        use crate::table::testing::declined;
+        let legacy = node("Slice", 1, &[F], F)
+            .attr("starts", AttrValue::Ints(vec![0]))
+            .attr("ends", AttrValue::Ints(vec![1]));
+        assert_eq!(declined(&legacy), None);
+        let with_inputs = node("Slice", 9, &[F, I, I], F)
+            .attr("starts", AttrValue::Ints(vec![0]))
+            .attr("ends", AttrValue::Ints(vec![1]));
+        let why = declined(&with_inputs).expect("declined");
+        assert!(why.contains("does not exist in Slice-9"), "{why}");
+        assert_eq!(declined(&node("Slice", 10, &[F, I, I, I, I], F)), None);
+        let why = declined(&node("Slice", 10, &[F], F).attr("starts", AttrValue::Ints(vec![0])))
+            .expect("declined");
+        assert!(why.contains("not part of Slice-10"), "{why}");
     }
 }

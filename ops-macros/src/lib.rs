@@ -21,9 +21,12 @@
 //! `Option<Array>` (optional), `Vec<Array>` (variadic, last), or `#[host] v: Vec<i64>` / `i64`
 //! (optionally in an `Option`) for an input whose value the lowering needs on the host (a
 //! constant, or computed from shapes; else the value is read back from MLX, which a compiled
-//! trace cannot do, so such plans fall back to eager). `#[host(attr_until = N)]` marks an
-//! input that was an attribute of the same name up to opset N (`name = "..."` if it differs),
-//! so one row covers both forms. `outputs(Name...: T)` declares a
+//! trace cannot do, so such plans fall back to eager). An input's opset history inside its row:
+//! `#[host(attr_until = N)]` an integer input that was an attribute of the same name up to opset
+//! N (`name = "..."` if it differs); `#[input(attr_until = N, attr = f32)]` the same for an array
+//! input (the attribute becomes a scalar or 1-D array); `#[host(since = N)]` /
+//! `#[input(since = N)]` an optional slot new at opset N; `#[input(required_until = N)]` an
+//! optional input that was required up to opset N. One row then covers every form. `outputs(Name...: T)` declares a
 //! variadic output, `outputs(Name?: T)` an optional one. Parameters marked `#[attr]`,
 //! `#[attr(default = ...)]` or `#[attr(name = "onnx_name", ...)]` read node attributes; an
 //! `Option<T>` attribute may be absent; `since = N` / `until = N` in `#[attr(...)]` say in which
@@ -103,13 +106,15 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
             .enumerate()
             .map(|(i, port)| {
                 let param = params.get(i);
-                // An input that was an attribute up to opset N exists as a slot from N + 1.
-                let since = match param.and_then(|p| p.attr_until.as_ref()) {
-                    Some((until, _)) => {
-                        let first = until.base10_parse::<i64>().unwrap_or(0) + 1;
-                        quote!(#first)
-                    }
-                    None => quote!(0),
+                // A slot new at an opset (or that was an attribute before it) and one that was
+                // required before it turned optional.
+                let first = param
+                    .and_then(|p| p.gate.first_opset().ok().flatten())
+                    .unwrap_or(0);
+                let since = quote!(#first);
+                let required_until = match param.and_then(|p| p.gate.required_until.as_ref()) {
+                    Some(n) => quote!(::core::option::Option::Some(#n)),
+                    None => quote!(::core::option::Option::None),
                 };
                 let (port_name, var) = (port.name.to_string(), port.type_var.to_string());
                 let kind = match param.map(|p| p.kind) {
@@ -119,7 +124,10 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
                     Some(InputKind::Variadic) => quote!(Variadic),
                     Some(InputKind::Required) | None => quote!(Required),
                 };
-                quote!(#p::Port { name: #port_name, type_var: #var, kind: #p::PortKind::#kind, since: #since })
+                quote!(#p::Port {
+                    name: #port_name, type_var: #var, kind: #p::PortKind::#kind, since: #since,
+                    required_until: #required_until,
+                })
             })
             .collect()
     };
@@ -150,7 +158,8 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
         })
     });
     let input_attrs = signature.inputs.iter().filter_map(|input| {
-        let (ty, (until, attr_name)) = (input.host.as_ref()?, input.attr_until.as_ref()?);
+        let (until, attr_name) = input.gate.attr_until.as_ref()?;
+        let ty = input.host.as_ref().or(input.gate.attr_type.as_ref())?;
         let required = input.kind == InputKind::Required;
         Some(quote!(#p::AttrSpec {
             name: #attr_name, kind: <#ty as #p::FromAttr>::KIND, required: #required,
@@ -162,7 +171,26 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
     let input_bindings = signature.inputs.iter().enumerate().map(|(index, input)| {
         let binding = &input.binding;
         let port = args.inputs[index].name.to_string();
-        if let (Some(ty), Some((until, attr_name))) = (&input.host, &input.attr_until) {
+        if let (Some(ty), Some((until, attr_name))) = (&input.gate.attr_type, &input.gate.attr_until) {
+            // An array input that was an attribute up to opset `until`: the attribute as an array.
+            return match input.kind {
+                InputKind::Optional => quote! {
+                    let #binding = if cx.node().since_version() <= #until {
+                        cx.attr::<#ty>(#attr_name)?.map(#p::AttrArray::into_array).transpose()?
+                    } else {
+                        #p::optional_input(inputs, #index)
+                    };
+                },
+                _ => quote! {
+                    let #binding = if cx.node().since_version() <= #until {
+                        #p::AttrArray::into_array(cx.required_attr::<#ty>(#attr_name)?)?
+                    } else {
+                        #p::required_input(inputs, #index, #port)?
+                    };
+                },
+            };
+        }
+        if let (Some(ty), Some((until, attr_name))) = (&input.host, &input.gate.attr_until) {
             // The same value, an attribute before opset `until` + 1 and an input from then on.
             return match input.kind {
                 InputKind::Optional => quote! {
@@ -308,12 +336,25 @@ fn check_gates(args: &OpArgs, signature: &Signature) -> syn::Result<()> {
                 .flat_map(|t| t.gated.iter().map(|g| &g.gate)),
         );
     for input in &signature.inputs {
-        if let Some((until, _)) = &input.attr_until {
+        let last_opsets = [
+            input.gate.attr_until.as_ref().map(|(n, _)| n),
+            input.gate.required_until.as_ref(),
+        ];
+        for until in last_opsets.into_iter().flatten() {
             let n = until.base10_parse::<i64>()?;
             if n < row_since || row_until.is_some_and(|u| n >= u) {
                 return Err(syn::Error::new(
                     until.span(),
-                    format!("`attr_until = {n}` must fall within the row's opsets and before its last one"),
+                    format!("`{n}` must fall within the row's opsets and before its last one"),
+                ));
+            }
+        }
+        if let Some(since) = &input.gate.since {
+            let n = since.base10_parse::<i64>()?;
+            if n <= row_since || row_until.is_some_and(|u| n > u) {
+                return Err(syn::Error::new(
+                    since.span(),
+                    format!("`since = {n}` must fall after the row's first opset {row_since} and within its range"),
                 ));
             }
         }

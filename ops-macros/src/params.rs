@@ -15,9 +15,34 @@ pub struct Input {
     pub kind: InputKind,
     /// `#[host]`: the value is read on the host (`Vec<i64>`, `i64`, or an `Option` of those).
     pub host: Option<Type>,
-    /// `#[host(attr_until = N)]`: up to opset N the value is the attribute of the same name (or
-    /// `name = "..."`), which later opsets turned into this input (Squeeze's axes, TopK's k).
+    /// When the slot exists and what it was before (`#[host(...)]` / `#[input(...)]`).
+    pub gate: InputGate,
+}
+
+/// An input's opset history inside its row, from `#[host(...)]` or `#[input(...)]`:
+/// `since = N` (a slot new at opset N: absent before), `attr_until = N` (up to opset N the value
+/// is the attribute of the same name, or `name = "..."`, which later opsets turned into this
+/// input; an array input names the attribute's type with `attr = f32`), `required_until = N`
+/// (an optional input that was required up to opset N).
+#[derive(Default)]
+pub struct InputGate {
+    pub since: Option<syn::LitInt>,
     pub attr_until: Option<(syn::LitInt, String)>,
+    pub attr_type: Option<Type>,
+    pub required_until: Option<syn::LitInt>,
+}
+
+impl InputGate {
+    /// The first opset with the slot, when not the row's first.
+    pub fn first_opset(&self) -> syn::Result<Option<i64>> {
+        if let Some(n) = &self.since {
+            return Ok(Some(n.base10_parse()?));
+        }
+        match &self.attr_until {
+            Some((until, _)) => Ok(Some(until.base10_parse::<i64>()? + 1)),
+            None => Ok(None),
+        }
+    }
 }
 
 pub struct Attr {
@@ -75,23 +100,25 @@ impl Signature {
             let host_marker = param.attrs.iter().position(|a| a.path().is_ident("host"));
             if let Some(index) = host_marker {
                 let marker = param.attrs.remove(index);
-                let attr_until = parse_host(&marker, &binding)?;
                 let (value_type, kind) = match generic_inner(&param.ty, "Option") {
                     Some(inner) => (inner.clone(), InputKind::Optional),
                     None => ((*param.ty).clone(), InputKind::Required),
                 };
+                let gate = parse_input_gate(&marker, &binding, kind, true)?;
                 inputs.push(Input {
                     binding,
                     kind,
                     host: Some(value_type),
-                    attr_until,
+                    gate,
                 });
                 continue;
             }
+            let input_marker = param.attrs.iter().position(|a| a.path().is_ident("input"));
+            let input_marker = input_marker.map(|index| param.attrs.remove(index));
             if let Some(other) = param.attrs.first() {
                 return Err(syn::Error::new(
                     other.span(),
-                    "unknown parameter marker; expected `#[attr(...)]` or `#[host]`",
+                    "unknown parameter marker; expected `#[attr(...)]`, `#[host]` or `#[input(...)]`",
                 ));
             }
             let kind = input_kind(&param.ty).ok_or_else(|| {
@@ -109,44 +136,77 @@ impl Signature {
                     "only the last input may be variadic",
                 ));
             }
+            let gate = match &input_marker {
+                Some(marker) => parse_input_gate(marker, &binding, kind, false)?,
+                None => InputGate::default(),
+            };
             inputs.push(Input {
                 binding,
                 kind,
                 host: None,
-                attr_until: None,
+                gate,
             });
         }
         Ok(Signature { inputs, attrs })
     }
 }
 
-/// `#[host]` or `#[host(attr_until = N[, name = "onnx_name"])]`.
-fn parse_host(
+/// `#[host]`, `#[host(...)]` or `#[input(...)]`: see [`InputGate`].
+fn parse_input_gate(
     marker: &syn::Attribute,
     binding: &Ident,
-) -> syn::Result<Option<(syn::LitInt, String)>> {
+    kind: InputKind,
+    host: bool,
+) -> syn::Result<InputGate> {
+    let mut gate = InputGate::default();
     if matches!(marker.meta, syn::Meta::Path(_)) {
-        return Ok(None);
+        return if host {
+            Ok(gate)
+        } else {
+            Err(syn::Error::new(
+                marker.span(),
+                "`#[input(...)]` needs `since`, `attr_until` or `required_until`",
+            ))
+        };
     }
-    let mut until = None;
     let mut name = binding.to_string();
     marker.parse_nested_meta(|meta| {
         if meta.path.is_ident("attr_until") {
-            until = Some(meta.value()?.parse::<syn::LitInt>()?);
+            gate.attr_until = Some((meta.value()?.parse()?, String::new()));
         } else if meta.path.is_ident("name") {
             name = meta.value()?.parse::<LitStr>()?.value();
+        } else if meta.path.is_ident("since") {
+            gate.since = Some(meta.value()?.parse()?);
+        } else if meta.path.is_ident("required_until") && !host {
+            gate.required_until = Some(meta.value()?.parse()?);
+        } else if meta.path.is_ident("attr") && !host {
+            gate.attr_type = Some(meta.value()?.parse()?);
         } else {
-            return Err(meta.error("expected `attr_until = N` or `name = \"...\"`"));
+            return Err(meta.error(if host {
+                "expected `attr_until = N`, `name = \"...\"` or `since = N`"
+            } else {
+                "expected `since = N`, `attr_until = N`, `attr = Type`, `name = \"...\"` or `required_until = N`"
+            }));
         }
         Ok(())
     })?;
-    match until {
-        Some(until) => Ok(Some((until, name))),
-        None => Err(syn::Error::new(
-            marker.span(),
-            "`#[host(...)]` needs `attr_until = N` (the last opset where the value is an attribute)",
-        )),
+    if let Some((_, slot)) = &mut gate.attr_until {
+        *slot = name;
     }
+    let fail = |message: &str| Err(syn::Error::new(marker.span(), message));
+    if gate.attr_until.is_some() && gate.since.is_some() {
+        return fail("`attr_until = N` already says the slot exists from N + 1; drop `since`");
+    }
+    if !host && gate.attr_until.is_some() != gate.attr_type.is_some() {
+        return fail("an array input that was an attribute needs both `attr_until = N` and `attr = Type` (f32, Vec<f32>, i64, Vec<i64>)");
+    }
+    if gate.required_until.is_some() && kind != InputKind::Optional {
+        return fail("`required_until` is for an `Option<Array>` input that became optional");
+    }
+    if gate.since.is_some() && kind == InputKind::Required {
+        return fail("a slot new at an opset is absent before it: take it as `Option<...>`");
+    }
+    Ok(gate)
 }
 
 fn parse_attr(binding: Ident, marker: &syn::Attribute, ty: &Type) -> syn::Result<Attr> {

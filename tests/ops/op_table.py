@@ -167,13 +167,15 @@ def entries_from_json(rows: list[dict]) -> list[Entry]:
 
 
 def opset_segments(row: dict) -> list[dict]:
-    """One declaration row split where its interface changes: where an attribute became an
-    input (a port's ``since``) and where a dtype gate opens or closes. Each segment is tested as
+    """One declaration row split where its interface changes: where an input appears or an
+    attribute became one (a port's ``since``), where an input turns optional, and where a dtype
+    gate opens or closes. Each segment is tested as
     an entry of its own (keyed by its opsets, as the rows were before they merged), with the
     inputs and dtypes of its opsets; attribute gates need no split (a case's opset is the lowest
     whose schema takes its attributes)."""
     since, until = int(row["since"]), row.get("until")
     cuts = {int(p.get("since", 0)) for p in row["inputs"]}
+    cuts |= {int(p["required_until"]) + 1 for p in row["inputs"] if p.get("required_until") is not None}
     for gates in row.get("type_gates", {}).values():
         for g in gates:
             cuts.add(int(g["since"]))
@@ -186,6 +188,13 @@ def opset_segments(row: dict) -> list[dict]:
     return [_entry(row, lo, hi) for lo, hi in bounds]
 
 
+def _kind_at(port: dict, version: int) -> str:
+    """A port's kind at ``version``: an optional input that was required up to an opset is
+    required there."""
+    until = port.get("required_until")
+    return "required" if until is not None and version <= int(until) else port["kind"]
+
+
 def _gate_covers(gate: dict, version: int) -> bool:
     return int(gate["since"]) <= version and (gate.get("until") is None or version <= int(gate["until"]))
 
@@ -196,7 +205,12 @@ def _entry(row: dict, since: int, until: int | None) -> Entry:
         closed = {t for g in gates if not _gate_covers(g, since) for t in g["types"]}
         opened = {t for g in gates if _gate_covers(g, since) for t in g["types"]}
         types[var] = [t for t in types[var] if t not in closed or t in opened]
-    return _entry_of(row, since, until, types)
+    entry = _entry_of(row, since, until, types)
+    # A type variable of slots the segment does not have yet (Pad-2's axes type) would only
+    # multiply its cases.
+    used = {p.type_var for p in entry.inputs + entry.outputs}
+    entry.types = {k: v for k, v in entry.types.items() if k in used}
+    return entry
 
 
 def _entry_of(r: dict, since: int, until: int | None, types: dict[str, list[str]]) -> Entry:
@@ -212,7 +226,7 @@ def _entry_of(r: dict, since: int, until: int | None, types: dict[str, list[str]
             family=r.get("family", ""),
             doc=r.get("doc", ""),
             types=types,
-            inputs=[Port(p["name"], p["type_var"], p["kind"]) for p in r["inputs"]
+            inputs=[Port(p["name"], p["type_var"], _kind_at(p, since)) for p in r["inputs"]
                     if int(p.get("since", 0)) <= since],
             outputs=[Port(p["name"], p["type_var"], p["kind"]) for p in r["outputs"]],
             attributes=[

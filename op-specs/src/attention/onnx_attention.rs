@@ -50,61 +50,18 @@ struct Settings {
 /// Softmax attention over Q, K, V (3-D `[batch, seq, heads·head_size]` with `q_num_heads` and
 /// `kv_num_heads`, or 4-D `[batch, heads, seq, head_size]`), with a bool or additive mask,
 /// causal masking, a soft cap, a past key/value cache (returned extended as present_key and
-/// present_value) and the qk_matmul_output of any mode. A row of its own: opset 24 adds the
-/// optional input `nonpad_kv_seqlen`, which the table has no gate for yet.
+/// present_value) and the qk_matmul_output of any mode. From opset 24, `nonpad_kv_seqlen`
+/// (int64 `[batch]`): keys at or past `nonpad_kv_seqlen[b]` are masked for batch entry `b` (a
+/// value outside `[0, total_sequence_length]` fails the run, as in ORT).
 #[onnx_op(
-    op = "Attention", opset = 23..=23, types(T = FLOAT, U = BOOL | FLOAT), ignores(softmax_precision: i64),
-    inputs(Q: T, K: T, V: T, attn_mask: U, past_key: T, past_value: T),
-    outputs(Y: T, present_key?: T, present_value?: T, qk_matmul_output?: T),
-    shape = ShapeKeyed, claim = attention_claim,
-    declines = "a float attn_mask of another type than Q; scale <= 0; qk_matmul_output_mode outside 0..=3 with the qk output; only one of past_key/past_value, or a past without its present output; 3-D inputs without q_num_heads and kv_num_heads (ORT's kernel refuses or fails on each)"
-)]
-#[allow(clippy::too_many_arguments)] // six inputs and six attributes, as ONNX has them
-fn attention_23(
-    cx: &mut Lower,
-    q: Array,
-    k: Array,
-    v: Array,
-    attn_mask: Option<Array>,
-    past_key: Option<Array>,
-    past_value: Option<Array>,
-    #[attr(default = 0)] is_causal: i64,
-    #[attr(default = 0)] kv_num_heads: i64,
-    #[attr(default = 0)] q_num_heads: i64,
-    #[attr(default = 0)] qk_matmul_output_mode: i64,
-    #[attr] scale: Option<f32>,
-    #[attr(default = 0.0)] softcap: f32,
-) -> Result<Vec<Array>> {
-    attention_24(
-        cx,
-        q,
-        k,
-        v,
-        attn_mask,
-        past_key,
-        past_value,
-        None,
-        is_causal,
-        kv_num_heads,
-        q_num_heads,
-        qk_matmul_output_mode,
-        scale,
-        softcap,
-    )
-}
-
-/// Attention-23, plus `nonpad_kv_seqlen` (int64 `[batch]`): keys at or past `nonpad_kv_seqlen[b]`
-/// are masked for batch entry `b` (a value outside `[0, total_sequence_length]` fails the run,
-/// as in ORT).
-#[onnx_op(
-    op = "Attention", since = 24, types(T = FLOAT, U = BOOL | FLOAT, I = I64), ignores(softmax_precision: i64),
+    op = "Attention", since = 23, types(T = FLOAT, U = BOOL | FLOAT, I = I64), ignores(softmax_precision: i64),
     inputs(Q: T, K: T, V: T, attn_mask: U, past_key: T, past_value: T, nonpad_kv_seqlen: I),
     outputs(Y: T, present_key?: T, present_value?: T, qk_matmul_output?: T),
     shape = ShapeKeyed, claim = attention_claim,
     declines = "a float attn_mask of another type than Q; scale <= 0; qk_matmul_output_mode outside 0..=3 with the qk output; only one of past_key/past_value, or a past without its present output; nonpad_kv_seqlen with a past; 3-D inputs without q_num_heads and kv_num_heads (ORT's kernel refuses or fails on each)"
 )]
 #[allow(clippy::too_many_arguments)] // seven inputs and six attributes, as ONNX has them
-fn attention_24(
+fn attention(
     cx: &mut Lower,
     q: Array,
     k: Array,
@@ -112,7 +69,7 @@ fn attention_24(
     attn_mask: Option<Array>,
     past_key: Option<Array>,
     past_value: Option<Array>,
-    nonpad_kv_seqlen: Option<Array>,
+    #[input(since = 24)] nonpad_kv_seqlen: Option<Array>,
     #[attr(default = 0)] is_causal: i64,
     #[attr(default = 0)] kv_num_heads: i64,
     #[attr(default = 0)] q_num_heads: i64,
@@ -534,5 +491,26 @@ mod tests {
         };
         assert!(claimed(&mode(3)));
         assert!(!claimed(&mode(4)));
+    }
+
+    #[test]
+    fn nonpad_kv_seqlen_is_new_in_opset_24() {
+        let nonpad = |opset| {
+            attention(opset)
+                .absent_input()
+                .absent_input()
+                .absent_input()
+                .input(ElemType::Int64)
+        };
+        assert!(claimed(&nonpad(24)));
+        match crate::decide(&nonpad(23)) {
+            Decision::Decline { reason } => {
+                assert!(
+                    reason.contains("does not exist in Attention-23"),
+                    "{reason}"
+                )
+            }
+            Decision::Claim { .. } => panic!("claimed"),
+        }
     }
 }

@@ -52,61 +52,23 @@ fn resize_10(
     resample(cx, x, &Sampling::legacy(&mode)?, &req)
 }
 
-/// Resize-13's resampling with `roi` and `scales` required (empty when unused). A row of its
-/// own: those two inputs become optional at opset 13, and a port's kind holds for a whole row.
-#[allow(clippy::too_many_arguments)] // Resize's inputs and attributes, as ONNX has them
-#[onnx_op(
-    op = "Resize", opset = 11..=12, types(T1 = ANY, T2 = FLOAT, F = F32, I = I64),
-    inputs(X: T1, roi: T2, scales: F, sizes: I), outputs(Y: T1), shape = ShapeKeyed,
-    claim = resize_claim, declines = "unknown attribute values; linear/cubic on integer tensors; antialias with nearest; exclude_outside without cubic or antialiased linear; half_pixel_symmetric before opset 19"
-)]
-fn resize_11(
-    cx: &mut Lower,
-    x: Array,
-    roi: Array,
-    scales: Array,
-    #[host] sizes: Option<Vec<i64>>,
-    #[attr(default = "half_pixel")] coordinate_transformation_mode: String,
-    #[attr(default = -0.75)] cubic_coeff_a: f32,
-    #[attr(default = 0)] exclude_outside: i64,
-    #[attr(default = 0.0)] extrapolation_value: f32,
-    #[attr(default = "nearest")] mode: String,
-    #[attr(default = "round_prefer_floor")] nearest_mode: String,
-) -> Result<Array> {
-    resize(
-        cx,
-        x,
-        Some(roi),
-        Some(scales),
-        sizes,
-        0,
-        None,
-        coordinate_transformation_mode,
-        cubic_coeff_a,
-        exclude_outside,
-        extrapolation_value,
-        String::from("stretch"),
-        mode,
-        nearest_mode,
-    )
-}
-
 /// Nearest (four roundings), linear or cubic resampling by `scales` or `sizes`, with every
-/// coordinate transformation; `roi` and `extrapolation_value` for tf_crop_and_resize. From
+/// coordinate transformation; `roi` and `extrapolation_value` for tf_crop_and_resize (`roi` and
+/// `scales` are required inputs, empty when unused, up to opset 12). From
 /// opset 18, `antialias` (linear/cubic downsampling through a widened filter), `axes`
 /// (scales/sizes/roi for those axes only) and `keep_aspect_ratio_policy` (with sizes); from 19,
 /// the half_pixel_symmetric coordinate transformation.
 #[allow(clippy::too_many_arguments)] // Resize's inputs and attributes, as ONNX has them
 #[onnx_op(
-    op = "Resize", since = 13, types(T1 = ANY, T2 = FLOAT, F = F32, I = I64),
+    op = "Resize", since = 11, types(T1 = ANY, T2 = FLOAT, F = F32, I = I64),
     inputs(X: T1, roi: T2, scales: F, sizes: I), outputs(Y: T1), shape = ShapeKeyed,
     claim = resize_claim, declines = "unknown attribute values; linear/cubic on integer tensors; antialias with nearest; exclude_outside without cubic or antialiased linear; half_pixel_symmetric before opset 19"
 )]
 fn resize(
     cx: &mut Lower,
     x: Array,
-    roi: Option<Array>,
-    scales: Option<Array>,
+    #[input(required_until = 12)] roi: Option<Array>,
+    #[input(required_until = 12)] scales: Option<Array>,
     #[host] sizes: Option<Vec<i64>>,
     #[attr(default = 0, since = 18)] antialias: i64,
     #[attr(since = 18)] axes: Option<Vec<i64>>,
@@ -142,7 +104,7 @@ fn resize(
 }
 
 /// Upsample's scales must not shrink (ORT rejects a scale below 1).
-fn upsample(cx: &Lower, x: Array, scales: Vec<f32>, mode: &str) -> Result<Array> {
+fn upsample_by(cx: &Lower, x: Array, scales: Vec<f32>, mode: &str) -> Result<Array> {
     if let Some(s) = scales.iter().find(|&&s| s.is_nan() || s < 1.0) {
         return Err(OpError::new(format!("Upsample scale {s} is below 1")));
     }
@@ -153,35 +115,20 @@ fn upsample(cx: &Lower, x: Array, scales: Vec<f32>, mode: &str) -> Result<Array>
     resample(cx, x, &Sampling::legacy(mode)?, &req)
 }
 
-/// Nearest or linear upsampling by the `scales` attribute (Resize-10's arithmetic). A row of
-/// its own: `scales` is a float attribute here and an input from opset 9, and an attribute that
-/// became an input (`#[host(attr_until)]`) carries integers only.
+/// Upsampling by `scales` (nearest or linear, asymmetric coordinates, as Resize-10): a float
+/// attribute up to opset 8, an input (host-known) at 9.
 #[onnx_op(
-    op = "Upsample", opset = 7..=8, types(T = ANY), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
-    claim = legacy_claim, declines = "unknown modes; linear on integer tensors"
-)]
-fn upsample_7(
-    cx: &mut Lower,
-    x: Array,
-    #[attr(default = "nearest")] mode: String,
-    #[attr] scales: Vec<f32>,
-) -> Result<Array> {
-    upsample(cx, x, scales, &mode)
-}
-
-/// Upsample-7 with `scales` as a (host-known) input.
-#[onnx_op(
-    op = "Upsample", opset = 9..=9, types(T = ANY, F = F32), inputs(X: T, scales: F), outputs(Y: T),
+    op = "Upsample", opset = 7..=9, types(T = ANY, F = F32), inputs(X: T, scales: F), outputs(Y: T),
     shape = ShapeKeyed, claim = legacy_claim, declines = "unknown modes; linear on integer tensors"
 )]
-fn upsample_9(
+fn upsample(
     cx: &mut Lower,
     x: Array,
-    scales: Array,
+    #[input(attr_until = 8, attr = Vec<f32>)] scales: Array,
     #[attr(default = "nearest")] mode: String,
 ) -> Result<Array> {
     let scales = host_floats(cx, Some(&scales))?;
-    upsample(cx, x, scales, &mode)
+    upsample_by(cx, x, scales, &mode)
 }
 
 #[cfg(test)]
@@ -254,8 +201,8 @@ mod tests {
     }
 
     #[test]
-    fn resize_11_keeps_its_own_row_for_its_required_inputs() {
-        // roi is optional from opset 13 only.
+    fn roi_and_scales_are_required_up_to_resize_12() {
+        // One row from opset 11: roi is required there, optional from 13.
         assert!(claimed(&resize(13)));
         let reason = decline_reason(&resize(12));
         assert!(
@@ -271,6 +218,26 @@ mod tests {
         };
         assert!(claimed(&with_roi(11)));
         let reason = decline_reason(&with_roi(12).attr("antialias", AttrValue::Int(1)));
-        assert!(reason.contains("not supported"), "{reason}");
+        assert!(reason.contains("not part of Resize-12"), "{reason}");
+    }
+
+    #[test]
+    fn upsample_scales_are_an_attribute_up_to_opset_8() {
+        let upsample = |opset| {
+            Node::new("Upsample", opset)
+                .input(ElemType::Float)
+                .output(ElemType::Float)
+        };
+        let scales = AttrValue::Floats(vec![1.0, 1.0, 2.0, 2.0]);
+        assert!(claimed(&upsample(7).attr("scales", scales.clone())));
+        let reason = decline_reason(&upsample(7));
+        assert!(reason.contains("required attribute 'scales'"), "{reason}");
+        let reason = decline_reason(&upsample(9).attr("scales", scales));
+        assert!(reason.contains("not part of Upsample-9"), "{reason}");
+        let reason = decline_reason(&upsample(9));
+        assert!(
+            reason.contains("required input 'scales' is missing"),
+            "{reason}"
+        );
     }
 }

@@ -92,16 +92,16 @@ fn ports(spec: &OpSpec, node: &Node) -> Result<(), String> {
     for (index, port) in spec.inputs.iter().enumerate() {
         let present = index < node.input_count() && node.input_type(index).is_some();
         if version < port.since {
-            // Still an attribute at this opset: the slot must not be used.
+            // Not a slot yet at this opset (absent, or still an attribute): it must not be used.
             if node.input_present(index) {
                 return Err(format!(
-                    "input '{}' does not exist in {}-{version} (it is an attribute there)",
-                    port.name, spec.op
+                    "input '{}' does not exist in {}-{version} (it is new in opset {})",
+                    port.name, spec.op, port.since
                 ));
             }
             continue;
         }
-        if port.kind == PortKind::Required && !present {
+        if port.required_at(version) && !present {
             return Err(format!("required input '{}' is missing", port.name));
         }
     }

@@ -170,6 +170,36 @@ macro_rules! from_attr {
 from_attr!(i64 => Int, f32 => Float, String => String, Vec<i64> => Ints, Vec<f32> => Floats, Vec<String> => Strings);
 from_attr!(super::node::TensorValue => Tensor);
 
+/// An attribute value as the array input that later opsets turned it into (Clip's `min`,
+/// Pad's `value`, Upsample's `scales`): a scalar or a 1-D array.
+pub trait AttrArray {
+    fn into_array(self) -> Result<Array>;
+}
+
+impl AttrArray for f32 {
+    fn into_array(self) -> Result<Array> {
+        Ok(Array::scalar(self)?)
+    }
+}
+
+impl AttrArray for i64 {
+    fn into_array(self) -> Result<Array> {
+        Ok(Array::scalar(self)?)
+    }
+}
+
+impl AttrArray for Vec<f32> {
+    fn into_array(self) -> Result<Array> {
+        Ok(Array::from_slice(&self, &[self.len() as i64])?)
+    }
+}
+
+impl AttrArray for Vec<i64> {
+    fn into_array(self) -> Result<Array> {
+        Ok(Array::from_slice(&self, &[self.len() as i64])?)
+    }
+}
+
 /// What a lowering returns: one array or several.
 pub trait IntoOutputs {
     fn into_outputs(self) -> Result<Vec<Array>>;

@@ -97,9 +97,20 @@ pub struct Port {
     pub name: &'static str,
     pub type_var: &'static str,
     pub kind: PortKind,
-    /// The first opset with this slot (0: every opset of the row); before it the value was an
-    /// attribute of the same name.
+    /// The first opset with this slot (0: every opset of the row); before it the slot is absent
+    /// (or its value was an attribute of the same name).
     pub since: i64,
+    /// An optional input that was required up to this opset.
+    pub required_until: Option<i64>,
+}
+
+impl Port {
+    /// Whether a node at opset `version` must connect this slot.
+    pub fn required_at(&self, version: i64) -> bool {
+        version >= self.since
+            && (self.kind == PortKind::Required
+                || self.required_until.is_some_and(|u| version <= u))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,6 +21,14 @@ pub fn node(op: &str, since: i64, inputs: &[ElemType], output: ElemType) -> Node
         .output(output)
 }
 
+/// Why the table declines `node`, or `None` when it claims it.
+pub fn declined(node: &Node) -> Option<String> {
+    match decide(node) {
+        Decision::Claim { .. } => None,
+        Decision::Decline { reason } => Some(reason),
+    }
+}
+
 /// Claims `node` through the table (failing the test on a decline) and lowers it; a run-time
 /// check that does not hold is an error, as in the EP.
 pub fn run(node: &Node, inputs: &[Option<Array>]) -> Result<Vec<Array>, String> {
