@@ -477,7 +477,8 @@ fn padding_value(dtype: Dtype, s: &Stream) -> Result<Array> {
     scalar(lowest, dtype, s)
 }
 
-/// MaxPool before opset 8: no dilations, ceil_mode or Indices output.
+/// MaxPool before opset 8: no dilations, ceil_mode or Indices output. A row of its own: opset 8
+/// adds an output (`Indices`), and outputs have no opset gate in the table.
 #[onnx_op(
     op = "MaxPool", opset = 1..=7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
     claim = pool_attributes_claim, declines = "pads not smaller than the kernel (ORT refuses them)"
