@@ -1,20 +1,21 @@
 //! Type conversion and identity.
 
-use mlx_kernels::{ops, Array};
+use mlx_kernels::{ops, Array, Dtype, Stream};
 
+use crate::table::consts::scalar;
 use crate::{onnx_op, Lower, Result};
 
-/// Converts to the type named by `to`: floats to integers truncate toward zero, anything to
-/// bool is `!= 0`. The output's declared type is `to` (ONNX type inference guarantees it), so
-/// `to` itself is not read. `saturate` and `round_mode` only concern float8/float4 targets, which
-/// are not claimed.
+/// Converts to the type named by `to`: floats to integers truncate toward zero, saturating at
+/// the integer type's range (NaN gives 0), anything to bool is `!= 0`. The output's declared type
+/// is `to` (ONNX type inference guarantees it), so `to` itself is not read. `saturate` and
+/// `round_mode` only concern float8/float4 targets, which are not claimed.
 #[onnx_op(
     op = "Cast", since = 6, types(T1 = ANY, T2 = ANY), ignores(to: i64, saturate: i64, round_mode: String),
     inputs(input: T1), outputs(output: T2), shape = Shapeless
 )]
 fn cast(cx: &mut Lower, x: Array) -> Result<Array> {
     let target = cx.output_dtype(0)?;
-    Ok(ops::astype(&x, target, cx.stream())?)
+    convert(&x, target, cx.stream())
 }
 
 /// Converts `input` to the element type of `target_type`.
@@ -23,7 +24,50 @@ fn cast(cx: &mut Lower, x: Array) -> Result<Array> {
     inputs(input: T1, target_type: T2), outputs(output: T2), shape = Shapeless
 )]
 fn cast_like(cx: &mut Lower, x: Array, target: Array) -> Result<Array> {
-    Ok(ops::astype(&x, target.dtype(), cx.stream())?)
+    convert(&x, target.dtype(), cx.stream())
+}
+
+/// `x` as `target`. A float out of an integer type's range (NaN, ±inf, 3e9 to int32) has no
+/// defined conversion in ONNX or C++, and MLX's answer for it differed between an eager run and
+/// a compiled one of the same session; the EP saturates, as Rust's `as` and ORT on ARM64 do:
+/// NaN → 0, below the range → its minimum, above → its maximum.
+fn convert(x: &Array, target: Dtype, s: &Stream) -> Result<Array> {
+    let Some((min, max)) = integer_range(target).filter(|_| x.dtype().is_float()) else {
+        return Ok(ops::astype(x, target, s)?);
+    };
+    // Compared in float32 (exact for the 16-bit floats); float64 stays float64.
+    let wide = if x.dtype() == Dtype::F64 {
+        Dtype::F64
+    } else {
+        Dtype::F32
+    };
+    let v = ops::astype(x, wide, s)?;
+    // `max + 1` and `min` are powers of two (or 0), so exact in any float type.
+    let below = ops::less(&v, &scalar(min, wide, s)?, s)?;
+    let above = ops::greater_equal(&v, &scalar(max + 1.0, wide, s)?, s)?;
+    let nan = ops::isnan(&v, s)?;
+    let outside = ops::logical_or(&ops::logical_or(&below, &above, s)?, &nan, s)?;
+    let inside = ops::where_(&outside, &scalar(0.0, wide, s)?, &v, s)?;
+    let converted = ops::astype(&inside, target, s)?;
+    let saturated = ops::where_(&below, &scalar(min, target, s)?, &converted, s)?;
+    Ok(ops::where_(
+        &above,
+        &scalar(max, target, s)?,
+        &saturated,
+        s,
+    )?)
+}
+
+/// An integer type's range, as floats (`max` rounded: only `max + 1` is used exactly).
+fn integer_range(dtype: Dtype) -> Option<(f64, f64)> {
+    let bits = (dtype.size_in_bytes() * 8) as i32;
+    match dtype {
+        Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64 => {
+            Some((-(2f64.powi(bits - 1)), 2f64.powi(bits - 1) - 1.0))
+        }
+        Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64 => Some((0.0, 2f64.powi(bits) - 1.0)),
+        _ => None,
+    }
 }
 
 /// The input, unchanged.
@@ -76,6 +120,50 @@ mod tests {
         assert_eq!(
             values_f32(&run1(&like, &[Some(ints), Some(target)])),
             vec![3.0, -4.0]
+        );
+    }
+
+    #[test]
+    fn floats_outside_an_integer_range_saturate_and_nan_is_zero() {
+        let s = stream();
+        let x = f32s(
+            &[
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                3e9,
+                -3e9,
+                -2147483648.0,
+                2.9,
+            ],
+            &[7],
+        );
+        let to = |elem| node("Cast", 13, &[ElemType::Float], elem);
+        assert_eq!(
+            run1(&to(ElemType::Int32), &[Some(x.clone())])
+                .to_vec::<i32>(&s)
+                .unwrap(),
+            vec![0, i32::MAX, i32::MIN, i32::MAX, i32::MIN, i32::MIN, 2]
+        );
+        assert_eq!(
+            run1(&to(ElemType::Uint8), &[Some(x.clone())])
+                .to_vec::<u8>(&s)
+                .unwrap(),
+            vec![0, 255, 0, 255, 0, 0, 2]
+        );
+        assert_eq!(
+            run1(&to(ElemType::Int64), &[Some(x)])
+                .to_vec::<i64>(&s)
+                .unwrap(),
+            vec![
+                0,
+                i64::MAX,
+                i64::MIN,
+                3_000_000_000,
+                -3_000_000_000,
+                -2147483648,
+                2
+            ]
         );
     }
 }

@@ -43,7 +43,9 @@ pub use table::lower::{
 };
 pub use table::node::{AttrValue, Node, TensorValue, ValueInfo};
 pub use table::registry::{all, decide, lookup, overlaps, Decision};
-pub use table::spec::{AttrKind, AttrSpec, DtypeGate, OpSpec, Port, PortKind, ShapeSafety, TypeVar, Verdict};
+pub use table::spec::{
+    AttrKind, AttrSpec, DtypeGate, OpSpec, Port, PortKind, ShapeSafety, TypeVar, Verdict,
+};
 
 /// What the `#[onnx_op]` expansion refers to. Not for hand-written code.
 #[doc(hidden)]
