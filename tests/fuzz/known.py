@@ -21,10 +21,10 @@ _F16_CHAIN = ("a float16 node chained into another float16 node or a Cast to flo
               "round trips between nodes, so its answer is not the model's float16 rounding (BatchNormalization "
               "then Cast: 157195, past float16's 65504, where the model's float16 output is inf); the EP rounds "
               "each node's output to float16 as the model says")
-_CAST_UB = ("NaN or +-inf cast from bfloat16 to uint32/uint64: undefined in ONNX (out-of-range float to integer) "
-            "and in C++; ORT's x86 answer depends on the type path (float->uint32 NaN is 2^31, bfloat16->uint32 "
-            "is 0) and MLX's on whether the kernel is compiled (bfloat16->uint64 NaN: 2^63 eager, 0 compiled); "
-            "open: a deterministic rule of the EP's own would need a where() per Cast")
+_CAST_UB = ("NaN or +-inf cast to an integer type: undefined in ONNX and in C++; ORT's x86 answer depends on "
+            "the type path (float->uint32 NaN is 2^31, bfloat16->uint32 0); the EP saturates (NaN -> 0, "
+            "out of range -> the type's min/max), as Rust's `as` and ORT on ARM64 do, the same eager and "
+            "compiled (op-specs/src/cast.rs)")
 _SKIP_GN = ("SkipGroupNorm over a group of near-equal float32 sums (variance ~1e-14, far below epsilon 1e-5): "
             "float32 statistics quantise x - mean to float32 steps (2.4e-7 at 2.58), which 1/sqrt(epsilon) = 316 "
             "scales to ~8e-5 of the output, twice float32's tolerance; the numpy reference takes the statistics "
