@@ -17,7 +17,10 @@ The rules, in order (``claimed``: the EP took at least one node of the model):
 
 A worker that dies after the MLX runs finished, while ORT's CPU EP runs the oracle (integer
 division by zero traps there), is ORT's crash, not ours: ``cpu_only_error`` when the MLX session
-returned values, ``both_failed`` when it raised too.
+returned values, ``both_failed`` when it raised too. A worker that dies while creating or running
+the MLX session is followed by a probe: the same model on ORT's CPU EP alone, in a fresh worker.
+If the probe dies too, the crash is ORT's (its shape inference or a CPU kernel the MLX session
+also ran): ``both_failed``; if it survives, the case is a ``death``.
 """
 
 from __future__ import annotations

@@ -120,6 +120,18 @@ def run_case(fc: FuzzCase, explain: Path, phase: Callable[..., None]) -> dict:
     }
 
 
+def cpu_probe(fc: FuzzCase, phase: Callable[..., None]) -> None:
+    """Loads and runs the case on ORT's CPU EP alone, errors ignored: after the case's worker
+    died with the MLX EP, whether this process survives says whose crash it was."""
+    phase("cpu_probe")
+    try:
+        cpu = _session(fc.model.SerializeToString(), [CPU])
+        for feeds in fc.feeds:
+            cpu.run(None, feeds)
+    except Exception:  # an error is not a crash: the probe survived
+        pass
+
+
 # ORT's CPU EP failing to build a model that ORT itself accepted (the MLX session was created
 # from the same bytes): no kernel for the type, a function body it cannot inline for it
 # (Clip-11 bfloat16), float16 Casts it inserts with a bad attribute. No oracle, not an answer.

@@ -35,13 +35,18 @@ class Task:
     key: str  # the op-table entry
     k: int  # its k-th case for this seed
     crash: str | None = None  # the fuzzer's own tests: make the worker die this way
+    # Set on a probe: the death of this case with the MLX EP, to report unless ORT's CPU EP
+    # alone dies on the model too.
+    death: dict | None = None
 
     @property
     def id(self) -> str:
         return f"s{self.seed}-{self.key}-{self.k}"
 
     def command(self) -> dict:
-        return {"crash": self.crash} if self.crash else {"seed": self.seed, "key": self.key, "k": self.k}
+        if self.crash:
+            return {"crash": self.crash}
+        return {"seed": self.seed, "key": self.key, "k": self.k, "cpu_probe": self.death is not None}
 
 
 class Worker:
@@ -152,11 +157,20 @@ def run_tasks(tasks: Iterable[Task], workers: int, timeout: float, on_result: Ca
             raise RuntimeError(f"fuzz worker {why} during start-up: {tail}")
         if kind == "death":
             why = _death_reason(w.proc.returncode)
-        if task is not None:
+        if task is not None and task.death is not None:
+            # The probe died too: ORT's CPU EP alone cannot load or run this model.
+            on_result({**task.death, "category": "both_failed",
+                       "detail": f"ORT's CPU EP alone {why} on this model too; with the MLX EP: {task.death['detail']}"})
+        elif task is not None:
             category, detail = classify_lost_worker(kind, w.phase, w.phase_info.get("claimed"),
                                                     w.phase_info.get("mlx_error"), why)
-            on_result({"id": task.id, "op": op_of(task), "category": category, "detail": detail,
-                       "claimed": w.phase_info.get("claimed"), "log_tail": w.log_tail()})
+            record = {"id": task.id, "op": op_of(task), "category": category, "detail": detail,
+                      "claimed": w.phase_info.get("claimed"), "log_tail": w.log_tail()}
+            if kind == "death" and w.phase in ("mlx_session", "mlx_run") and task.crash is None:
+                # Whose crash? The same model on ORT's CPU EP alone, in a fresh worker, decides.
+                pending.appendleft(Task(task.seed, task.key, task.k, death=record))
+            else:
+                on_result(record)
         w.close()
         pool[pool.index(w)] = spawn(w.slot)
 
@@ -180,8 +194,9 @@ def run_tasks(tasks: Iterable[Task], workers: int, timeout: float, on_result: Ca
                         w.phase_info.update({k: v for k, v in m.items() if k not in ("type", "phase")})
                     elif m["type"] == "result":
                         m.pop("type")
-                        w.task = None
-                        on_result(m)
+                        task, w.task = w.task, None
+                        # A probe that survived: the death was the MLX EP's.
+                        on_result(task.death if task is not None and task.death is not None else m)
             now = time.monotonic()
             for w in list(pool):
                 if not w.ready and now - w.started > STARTUP_TIMEOUT_S:

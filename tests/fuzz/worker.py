@@ -53,6 +53,12 @@ def main(fd: int) -> int:
         def phase(name, **info):
             send(type="phase", phase=name, **info)
 
+        if cmd.get("cpu_probe"):
+            from .execute import cpu_probe
+
+            cpu_probe(make_case(seed, key, k), phase)
+            send(type="result", id=case_id(seed, key, k), op=key, category="both_failed", detail="probe survived")
+            continue
         try:
             fc = make_case(seed, key, k)
             result = run_case(fc, explain, phase)
