@@ -173,7 +173,8 @@ fn gather_nd(
 }
 
 /// `data` with `updates` combined into it at `indices` along `axis` (`reduction`: none, add,
-/// mul, max, min). With duplicate indices and no reduction ONNX leaves the result undefined.
+/// mul, max, min). With duplicate indices and no reduction (undefined in ONNX) the last update
+/// wins, as on ORT's CPU EP, on every backend.
 #[onnx_op(
     op = "ScatterElements", since = 11, types(T = ANY, Tind = I32 | I64), inputs(data: T, indices: Tind, updates: T),
     outputs(output: T), shape = ShapeKeyed, claim = scatter_claim,
@@ -273,9 +274,12 @@ fn scatter_claim(node: &crate::Node) -> crate::Verdict {
     }
 }
 
-/// MLX's scatter, on every backend: MLX's GPU scatter has no 64-bit kernels, so a 64-bit
-/// assignment runs as two 32-bit ones over the high and low halves, bit for bit (the claim
-/// declines 64-bit reductions, which halves cannot do).
+/// `a` with `updates` (`[count, 1, rest..]`) combined into its rows `rows` (`[count]`). A
+/// reduction is MLX's scatter (the claim declines 64-bit ones: MLX's GPU scatter has no 64-bit
+/// kernels). An assignment is resolved as ORT's CPU EP does it, the last update of a row
+/// winning: MLX's GPU scatter writes duplicate rows in no fixed order (and the halves of a
+/// 64-bit value independently), so each row's last writer is found first (a 32-bit max
+/// scatter of update numbers) and its update gathered.
 fn scatter_rows(
     a: &Array,
     rows: &Array,
@@ -283,33 +287,32 @@ fn scatter_rows(
     mode: ops::ScatterMode,
     s: &mlx_kernels::Stream,
 ) -> Result<Array> {
-    use mlx_kernels::Dtype::{U32, U64};
-    if !matches!(a.dtype(), mlx_kernels::Dtype::I64 | U64) {
+    use mlx_kernels::Dtype::I32;
+    if !matches!(mode, ops::ScatterMode::Set) {
         return Ok(ops::scatter_rows(a, rows, updates, mode, s)?);
     }
-    if !matches!(mode, ops::ScatterMode::Set) {
-        return Err(crate::OpError::new("a 64-bit scatter reduction"));
-    }
-    let thirty_two = crate::table::consts::scalar(32.0, U64, s)?;
-    // Integer casts wrap: i64 -> u64 keeps the bits, u64 -> u32 keeps the low half.
-    let low = |x: &Array| -> Result<Array> { Ok(ops::astype(&ops::astype(x, U64, s)?, U32, s)?) };
-    let high = |x: &Array| -> Result<Array> {
-        let shifted = ops::right_shift(&ops::astype(x, U64, s)?, &thirty_two, s)?;
-        Ok(ops::astype(&shifted, U32, s)?)
-    };
-    let written_low = ops::scatter_rows(&low(a)?, rows, &low(updates)?, mode, s)?;
-    let written_high = ops::scatter_rows(&high(a)?, rows, &high(updates)?, mode, s)?;
-    let joined = ops::bitwise_or(
-        &ops::left_shift(&ops::astype(&written_high, U64, s)?, &thirty_two, s)?,
-        &ops::astype(&written_low, U64, s)?,
+    let dims = a.shape();
+    let count = rows.size() as i64;
+    let nobody = ops::broadcast_to(&crate::table::consts::scalar(-1.0, I32, s)?, &[dims[0]], s)?;
+    let numbers = ops::reshape(
+        &ops::arange(0.0, count as f64, 1.0, I32, s)?,
+        &[count, 1],
         s,
     )?;
-    Ok(ops::astype(&joined, a.dtype(), s)?)
+    let writer = ops::scatter_rows(&nobody, rows, &numbers, ops::ScatterMode::Max, s)?;
+    let written = ops::greater_equal(&writer, &crate::table::consts::scalar(0.0, I32, s)?, s)?;
+    let picked = ops::maximum(&writer, &crate::table::consts::scalar(0.0, I32, s)?, s)?;
+    let by_update = ops::reshape(updates, &[[count].as_slice(), &dims[1..]].concat(), s)?;
+    let gathered = ops::take(&by_update, &picked, 0, s)?;
+    let mut mask_shape = vec![dims[0]];
+    mask_shape.extend(std::iter::repeat_n(1, dims.len() - 1));
+    let written = ops::reshape(&written, &mask_shape, s)?;
+    Ok(ops::where_(&written, &gathered, a, s)?)
 }
 
 /// `data` with the slices addressed by the last axis of `indices` combined with `updates`
-/// (`reduction`: none, add, mul, max, min). Duplicate indices without a reduction are
-/// undefined in ONNX.
+/// (`reduction`: none, add, mul, max, min). Duplicate indices without a reduction (undefined in
+/// ONNX): the last update wins, as on ORT's CPU EP, on every backend.
 #[onnx_op(
     op = "ScatterND", since = 11, types(T = ANY, I = I64), inputs(data: T, indices: I, updates: T), outputs(output: T),
     shape = ShapeKeyed, claim = scatter_claim,
@@ -403,5 +406,27 @@ mod tests {
             );
             assert!(error.unwrap_err().contains("out of range"));
         }
+    }
+
+    #[test]
+    fn an_assignment_to_a_row_written_twice_keeps_the_last_update() {
+        use crate::table::testing::stream;
+        let s = stream();
+        let i64s = |v: &[i64], shape: &[i64]| Array::from_slice(v, shape).unwrap();
+        // Rows 2 and 0 written twice, 64-bit values whose halves both differ.
+        let data = i64s(&[0, 0, 0, 0], &[4]);
+        let indices = i64s(&[2, 0, 2, 0, 3], &[5]);
+        let updates = i64s(&[1 << 40, -1, (7 << 40) | 5, i64::MIN, 9], &[5]);
+        let scatter = node(
+            "ScatterElements",
+            11,
+            &[ElemType::Int64, ElemType::Int64, ElemType::Int64],
+            ElemType::Int64,
+        );
+        let out = run1(&scatter, &[Some(data), Some(indices), Some(updates)]);
+        assert_eq!(
+            out.to_vec::<i64>(&s).unwrap(),
+            vec![i64::MIN, 0, (7 << 40) | 5, 9]
+        );
     }
 }
