@@ -221,7 +221,7 @@ fn convolve(
 #[allow(clippy::too_many_arguments)] // three inputs and six attributes, as ONNX has them
 #[onnx_op(
     op = "Conv", since = 1, types(T = FLOAT), inputs(X: T, W: T, B: T), outputs(Y: T), shape = ShapeKeyed,
-    claim = conv_claim, declines = "auto_pad values other than ONNX's four, or one besides NOTSET together with pads (ORT refuses both); grouped convolutions beyond 2-D (MLX has none)"
+    claim = conv_claim, declines = "auto_pad values other than ONNX's four, or one besides NOTSET together with pads (ORT refuses both); grouped convolutions beyond 2-D (MLX has none); strides or dilations beyond 65535 (MLX's GPU convolution)"
 )]
 fn conv(
     cx: &mut Lower,
@@ -327,7 +327,7 @@ fn fused_conv_claim(node: &crate::Node) -> crate::Verdict {
 #[allow(clippy::too_many_arguments)] // three inputs and eight attributes, as ONNX has them
 #[onnx_op(
     op = "ConvTranspose", since = 1, types(T = FLOAT), inputs(X: T, W: T, B: T), outputs(Y: T), shape = ShapeKeyed,
-    claim = conv_claim, declines = "auto_pad values other than ONNX's four, or one besides NOTSET together with pads (ORT refuses both); grouped convolutions beyond 2-D (MLX has none)"
+    claim = conv_claim, declines = "auto_pad values other than ONNX's four, or one besides NOTSET together with pads (ORT refuses both); grouped convolutions beyond 2-D (MLX has none); strides or dilations beyond 65535 (MLX's GPU convolution)"
 )]
 fn conv_transpose(
     cx: &mut Lower,
@@ -599,6 +599,9 @@ fn crop_negative_padding(
     Ok(ops::slice(y, &start, &stop, &vec![1; shape.len()], s)?)
 }
 
+/// The largest stride or dilation claimed (a 16-bit bound, far above any real model's).
+const MAX_STRIDE: i64 = 65535;
+
 fn conv_claim(node: &crate::Node) -> crate::Verdict {
     // MLX divides by the group count unchecked (group 0 raised SIGFPE on its CUDA backend).
     let group = node.attr_or("group", 1i64);
@@ -609,6 +612,17 @@ fn conv_claim(node: &crate::Node) -> crate::Verdict {
         return crate::Verdict::decline(
             "grouped convolution of more (or unknown) than 2 spatial axes: MLX has none",
         );
+    }
+    // MLX's CUDA convolution cannot build a graph for strides or dilations of 2^31 - 1 (seen on
+    // an H200: "encode_capturing" failed at run time), while ORT's CPU EP answers; no real model
+    // comes near this bound.
+    for name in ["strides", "dilations"] {
+        let values = node.attr_as::<Vec<i64>>(name).unwrap_or_default();
+        if let Some(v) = values.iter().find(|&&v| v > MAX_STRIDE) {
+            return crate::Verdict::decline(format!(
+                "{name} {v}: beyond {MAX_STRIDE}, which MLX's GPU convolution takes"
+            ));
+        }
     }
     match node.attr_as::<String>("auto_pad") {
         None => crate::Verdict::Claim,

@@ -10,7 +10,7 @@
 //! affine packing (lowest bits first in each `uint32`), so `B` reaches MLX's
 //! `quantized_matmul` through a view; only the `[N, K/block]` scales become MLX's scales and
 //! biases (`-scale * zero_point`), O(N·K/block) work per run. MLX groups 32, 64 or 128 values:
-//! larger blocks repeat their scale per group of 128. Blocks of 16 and `g_idx` dequantise
+//! larger blocks repeat their scale per group of 64 (see `MLX_MAX_GROUP`). Blocks of 16 and `g_idx` dequantise
 //! in the graph (O(N·K) per run) and multiply in float32.
 
 use mlx_kernels::ops::{self, Quantized};
@@ -20,8 +20,11 @@ use crate::table::consts::{scalar, scalar_like};
 use crate::table::dtypes::ElemType;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
-/// MLX's largest affine group.
-const MLX_MAX_GROUP: i64 = 128;
+/// The largest affine group handed to MLX. MLX takes 128 too, but its CUDA `quantized_matmul`
+/// at group 128 (0.32.4, H200) spreads a NaN or inf in one row of `x` to every row of the
+/// product (a NaN in row 0 of an 8-row `x` made all 8 rows NaN; groups 32 and 64 are exact).
+/// A block of 128 is two groups of 64 with the same scale and bias, so nothing is lost.
+const MLX_MAX_GROUP: i64 = 64;
 
 fn power_of_two_block(block: i64) -> bool {
     block >= 16 && block & (block - 1) == 0
