@@ -470,4 +470,29 @@ mod tests {
         assert_eq!(declined(&node("Clip", 12, &[i], i)), None);
         assert!(declined(&node("Clip", 10, &[i], i)).is_some());
     }
+
+    #[test]
+    fn swish_is_x_times_the_sigmoid_of_alpha_x() {
+        let x = f32s(&[-2.0, 0.0, 1.5], &[3]);
+        let swish = |alpha: f32| {
+            let n = node("Swish", 24, &[ElemType::Float], ElemType::Float)
+                .attr("alpha", AttrValue::Float(alpha));
+            values_f32(&run1(&n, &[Some(x.clone())]))
+        };
+        let expected = |alpha: f32| -> Vec<f32> {
+            [-2.0f32, 0.0, 1.5]
+                .iter()
+                .map(|&v| v / (1.0 + (-alpha * v).exp()))
+                .collect()
+        };
+        for alpha in [1.0, 1.702, -0.5] {
+            let (got, want) = (swish(alpha), expected(alpha));
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                    "{alpha}: {got:?} vs {want:?}"
+                );
+            }
+        }
+    }
 }
