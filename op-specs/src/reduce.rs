@@ -378,28 +378,10 @@ fn arg_extreme(
         // ORT's CPU EP ignores the axis of a scalar: its one element is at index 0.
         return crate::table::consts::scalar(0.0, Dtype::I64, s);
     }
-    let axis = normalise_axis(axis, x.ndim())?;
     if x.size() == 0 {
-        // ORT's CPU EP fails on an empty reduced axis and returns an empty result when only
-        // another axis is empty.
-        if x.shape()[axis] == 0 {
-            return Err(OpError::new(
-                "ArgMax/ArgMin over an empty axis has no index to return (ORT's CPU EP fails too)",
-            ));
-        }
-        let shape: Vec<i64> = x
-            .shape()
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &d)| match (i == axis, keep_of(keepdims)) {
-                (false, _) => Some(d),
-                (true, true) => Some(1),
-                (true, false) => None,
-            })
-            .collect();
-        let none = crate::table::consts::scalar(0.0, Dtype::I64, s)?;
-        return Ok(ops::broadcast_to(&none, &shape, s)?);
+        return empty_arg_extreme(cx, x, axis, keep_of(keepdims));
     }
+    let axis = normalise_axis(axis, x.ndim())?;
     let pick = |v: &Array| -> mlx_kernels::Result<Array> {
         if max {
             ops::argmax(v, axis as i32, keep_of(keepdims), s)
@@ -416,6 +398,34 @@ fn arg_extreme(
         pick(x)?
     };
     Ok(ops::astype(&index, Dtype::I64, s)?)
+}
+
+/// ArgMax/ArgMin of an empty tensor as ORT's CPU EP gives it (every opset, either
+/// `select_last_index`): its empty-input path drops (or, with keepdims, sets to 1) only the axis
+/// in `[0, rank)` as written, so a negative or too large axis leaves the input's shape unreduced,
+/// and it has no index to fill a non-empty result with, so it fails there.
+fn empty_arg_extreme(cx: &Lower, x: &Array, axis: i64, keep: bool) -> Result<Array> {
+    let shape: Vec<i64> = x
+        .shape()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &d)| match (i as i64 == axis, keep) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect();
+    if shape.iter().all(|&d| d > 0) {
+        return Err(OpError::new(format!(
+            "{} of the empty tensor {:?} along axis {axis} gives a non-empty result of shape \
+             {shape:?} with no index to fill it with (ORT's CPU EP fails too); feed a tensor with \
+             a non-empty reduced axis",
+            cx.node().op_type(),
+            x.shape(),
+        )));
+    }
+    let none = crate::table::consts::scalar(0.0, Dtype::I64, cx.stream())?;
+    Ok(ops::broadcast_to(&none, &shape, cx.stream())?)
 }
 
 /// Index of the maximum along `axis` (ties: the first, or the last with `select_last_index`).
@@ -699,6 +709,40 @@ mod tests {
         assert_eq!(
             (out.shape(), out.to_vec::<i64>(&s).unwrap()),
             (vec![2], vec![0, 1])
+        );
+    }
+
+    #[test]
+    fn arg_extremes_of_empty_tensors_follow_orts_empty_path() {
+        // ORT 1.31.1's CPU EP, every opset: the axis as written, a negative one ignored, and a
+        // failure where the result would not be empty.
+        let shape_of = |op: &str, opset: i64, dims: &[i64], axis: i64, keep: i64, last: i64| {
+            let n = node(op, opset, &[F], I)
+                .attr("axis", AttrValue::Int(axis))
+                .attr("keepdims", AttrValue::Int(keep));
+            let n = if opset >= 12 {
+                n.attr("select_last_index", AttrValue::Int(last))
+            } else {
+                n
+            };
+            let x = Array::from_slice::<f32>(&[], dims).unwrap();
+            run(&n, &[Some(x)]).map(|mut o| o.remove(0).shape())
+        };
+        for (op, opset, last) in [("ArgMin", 11, 0), ("ArgMax", 1, 0), ("ArgMax", 13, 1)] {
+            let s = |dims: &[i64], axis, keep| shape_of(op, opset, dims, axis, keep, last);
+            assert_eq!(s(&[0, 3, 4], -1, 1).unwrap(), vec![0, 3, 4]);
+            assert_eq!(s(&[0, 3, 4], -1, 0).unwrap(), vec![0, 3, 4]);
+            assert_eq!(s(&[0, 3, 4], 1, 0).unwrap(), vec![0, 4]);
+            assert_eq!(s(&[0, 3, 4], 2, 1).unwrap(), vec![0, 3, 1]);
+            assert_eq!(s(&[2, 0, 3], 0, 1).unwrap(), vec![1, 0, 3]);
+            assert_eq!(s(&[2, 3, 0], 1, 1).unwrap(), vec![2, 1, 0]);
+            assert!(s(&[0, 3, 4], 0, 1).is_err());
+            assert!(s(&[2, 0, 3], 1, 0).is_err());
+        }
+        // Opsets before 11 take an axis past the rank; the empty path ignores it too.
+        assert_eq!(
+            shape_of("ArgMin", 1, &[2, 0, 3], 3, 1, 0).unwrap(),
+            vec![2, 0, 3]
         );
     }
 

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 from conftest import MLX, Run, cpu_outputs, make_model, tensor
@@ -174,3 +175,27 @@ def test_unidirectional_mha_adds_the_causal_mask_as_ort_does():
     want = cpu_outputs(model, feeds)
     assert np.isnan(want[0][0, 0]).any()
     assert_runs_match(model, feeds, want, rtol=1e-5, atol=1e-6)
+
+
+def test_arg_extremes_of_empty_tensors_keep_orts_shapes():
+    # s3-ArgMin-1-8: ORT's CPU EP reduces an empty input along the axis as written (a negative
+    # one is ignored: ArgMin axis=-1 of (0, 3, 4) is (0, 3, 4)) and fails where the result would
+    # not be empty; the EP normalised the axis and gave (0, 3, 1).
+    for op, opset, attrs in [("ArgMin", 11, {}), ("ArgMax", 13, {"select_last_index": 1})]:
+        for axis, keepdims in [(-1, 1), (-1, 0), (1, 0), (2, 1)]:
+            node = helper.make_node(op, ["data"], ["out"], axis=axis, keepdims=keepdims, **attrs)
+            model = make_model([node], [tensor("data", shape=["a", "b", "c"])],
+                               [tensor("out", TensorProto.INT64)], opset=opset)
+            for shape in [(0, 3, 4), (0, 1, 4), (0, 4, 4), (2, 3, 0)]:
+                feeds = {"data": np.zeros(shape, np.float32)}
+                try:
+                    want = cpu_outputs(model, feeds)
+                except Exception:  # noqa: BLE001 - ORT fails: so must the EP
+                    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+                    session.disable_fallback()
+                    with pytest.raises(Exception, match=op):
+                        session.run(None, feeds)
+                    continue
+                for (got,) in mlx_runs(model, feeds):
+                    assert got.shape == want[0].shape, (op, axis, keepdims, shape)
+                    assert got.dtype == np.int64
