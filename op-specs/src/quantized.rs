@@ -26,6 +26,9 @@ use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 /// A block of 128 is two groups of 64 with the same scale and bias, so nothing is lost.
 const MLX_MAX_GROUP: i64 = 64;
 
+/// The smallest K handed to MLX's `quantized_matmul` (see `matmul_n_bits`).
+const MIN_AFFINE_K: i64 = 128;
+
 fn power_of_two_block(block: i64) -> bool {
     block >= 16 && block & (block - 1) == 0
 }
@@ -218,7 +221,10 @@ fn matmul_n_bits(
     // A as rows of K, in float32.
     let rows = a_shape[..a_shape.len() - 1].iter().product::<i64>();
     let x = ops::reshape(&ops::astype(&a, Dtype::F32, s)?, &[rows, k], s)?;
-    let mut y = if block_size >= 32 && g_idx.is_none() {
+    // MLX's CUDA quantized_matmul returned uninitialised values for K = 64 (H200, op suite
+    // b4_bs64 and fuzz s1-MatMulNBits-1-39); K from 128 up matched the CPU backend. Smaller K
+    // dequantises, whose O(N·K) cost is small there.
+    let mut y = if block_size >= 32 && g_idx.is_none() && k >= MIN_AFFINE_K {
         affine_product(&x, &b, &scales, &zero_points, &layout, s)?
     } else {
         dequantised_product(&x, &b, &scales, &zero_points, g_idx.as_ref(), &layout, s)?

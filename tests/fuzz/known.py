@@ -103,10 +103,6 @@ KNOWN_FULL_RUN: dict[str, tuple[str, str]] = {
     "s1-ScatterElements-11-41": ("wrong", "H200 only: ScatterElements reduction max with NaN updates: MLX's CUDA "
                                           "atomic float max keeps the other operand, ORT's CPU EP (and MLX's CPU "
                                           "backend) keep the NaN"),
-    "s1-com.microsoft.MatMulNBits-1-39": ("wrong", "H200 only, open: 8-bit MatMulNBits (bfloat16, block 64) over rows "
-                                                   "of NaN/inf activations gives finite values on MLX's CUDA "
-                                                   "quantized_matmul where the CPU backend and ORT give NaN; not "
-                                                   "isolated in MLX yet (the 4-bit group-128 row spread is guarded)"),
     "s1-TopK-1..9-9": ("wrong", _TOPK_NAN),
     "s1-TopK-1..9-34": ("wrong", _TOPK_NAN),
     "s1-com.microsoft.BiasSplitGelu-1-0": ("wrong", _GELU_TAIL),
