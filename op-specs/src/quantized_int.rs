@@ -332,29 +332,44 @@ fn exact_conv(op: &str, x: &Array, w: &Array, attrs: &ConvAttrs, s: &Stream) -> 
     let mut out_shape = vec![x_shape[0], w_shape[0]];
     for i in 0..spatial {
         let span = x_shape[2 + i] + lo[i] + hi[i] - (dilations[i] * (kernel[i] - 1) + 1);
-        if span < 0 {
+        let length = match (same, span < 0) {
+            (true, _) => (x_shape[2 + i] + strides[i] - 1) / strides[i],
+            (false, true) => 0,
+            (false, false) => span / strides[i] + 1,
+        };
+        // ORT checks every output extent before it looks at the batch.
+        if length <= 0 {
             return fail(format!(
                 "x has shape {x_shape:?}: spatial axis {i} leaves no output (invalid input shape)"
             ));
         }
-        out_shape.push(if same {
-            (x_shape[2 + i] + strides[i] - 1) / strides[i]
-        } else {
-            span / strides[i] + 1
-        });
+        out_shape.push(length);
     }
-    if x_shape[0] == 0 || w_shape[0] == 0 {
-        // No images or no output channels: an empty output, as ORT's.
-        return Ok(ops::broadcast_to(
+    let zeros = || -> Result<Array> {
+        Ok(ops::broadcast_to(
             &scalar(0.0, Dtype::I32, s)?,
             &out_shape,
             s,
-        )?);
+        )?)
+    };
+    if x_shape[0] == 0 || w_shape[0] == 0 {
+        // No images or no output channels: an empty output, as ORT's.
+        return zeros();
     }
-    if x_shape.contains(&0) || w_shape.contains(&0) {
+    // ORT's GEMM of depth 0 (no input channels, or an empty kernel) writes nothing: its
+    // answer is uninitialised memory (ORT 1.31.1 returns different values run to run).
+    if channels == 0 || kernel.contains(&0) {
         return fail(format!(
-            "x {x_shape:?} or w {w_shape:?} is empty (not taken by the EP)"
+            "x {x_shape:?} with w {w_shape:?} sums no products (no input channels or an empty \
+             kernel): ORT's CPU EP answers with uninitialised memory, so there is no answer to \
+             match (give the node input channels and a kernel)"
         ));
+    }
+    if x_shape[2..].contains(&0) {
+        // An empty spatial axis whose padding alone covers the kernel: ORT pads x with its zero
+        // point, so every product is 0 once centred and each sum is 0 (QLinearConv then adds
+        // the bias and requantises).
+        return zeros();
     }
     let last: Vec<i32> = std::iter::once(0)
         .chain(2..rank as i32)
