@@ -301,6 +301,146 @@ fn embed(cx: &mut Lower, table: &Array, ids: &Array, what: &str) -> Result<Array
     Ok(ops::take(table, &safe, 0, s)?)
 }
 
+/// What is known of one input's shape: `None` when absent or unknown, `None` dims symbolic.
+type Dims = Option<Vec<Option<i64>>>;
+
+/// Why ORT's EmbedLayerNormalization kernel refuses its inputs; `aborts` where it does not
+/// refuse but reads a dimension that is not there (ORT 1.31.1 terminates the process).
+#[derive(Debug, PartialEq)]
+struct EmbedRefusal {
+    message: String,
+    aborts: bool,
+}
+
+/// `[2, ?]` for a shape with a symbolic second dim, `?` for an unknown one.
+fn shown(dims: &Dims) -> String {
+    match dims {
+        None => "?".into(),
+        Some(dims) => {
+            let each: Vec<String> = dims
+                .iter()
+                .map(|d| d.map_or("?".into(), |d| d.to_string()))
+                .collect();
+            format!("[{}]", each.join(", "))
+        }
+    }
+}
+
+/// ORT's shape checks of EmbedLayerNormalization (`CheckInputs` in
+/// contrib_ops/cpu/bert/embed_layer_norm_helper.cc), in its order and words, over what is known
+/// of the nine inputs' shapes: the first check that certainly fails.
+fn embed_shape_refusal(shapes: &[Dims; 9]) -> Option<EmbedRefusal> {
+    let refuse = |message: String| {
+        Some(EmbedRefusal {
+            message,
+            aborts: false,
+        })
+    };
+    let rank = |i: usize| shapes[i].as_ref().map(Vec::len);
+    let dim = |i: usize, d: usize| shapes[i].as_ref().and_then(|s| s.get(d).copied().flatten());
+    let differ = |a: Option<i64>, b: Option<i64>| matches!((a, b), (Some(a), Some(b)) if a != b);
+    let unlike = |i: usize, j: usize| match (&shapes[i], &shapes[j]) {
+        (Some(a), Some(b)) => a.len() != b.len() || a.iter().zip(b).any(|(x, y)| differ(*x, *y)),
+        _ => false,
+    };
+    let (ids, segment_ids, word, position, segment, gamma, beta, mask, position_ids) =
+        (0, 1, 2, 3, 4, 5, 6, 7, 8);
+    if shapes[position_ids].is_some() {
+        if rank(ids).is_some_and(|r| r < 2) || rank(position_ids).is_some_and(|r| r < 2) {
+            return Some(EmbedRefusal {
+                message: format!(
+                    "position_ids of shape {} with input_ids {}: both need a sequence axis (ORT's \
+                     CPU EP aborts the process reading it)",
+                    shown(&shapes[position_ids]),
+                    shown(&shapes[ids])
+                ),
+                aborts: true,
+            });
+        }
+        if differ(dim(ids, 1), dim(position_ids, 1)) {
+            return refuse("input_ids and position_ids shall have same sequence_length".into());
+        }
+        let first = dim(position_ids, 0);
+        if first.is_some_and(|p| p != 1) && differ(first, dim(ids, 0)) {
+            return refuse("position_ids's first dimension shall be 1 or batch_size".into());
+        }
+    }
+    if unlike(ids, segment_ids) {
+        return refuse("Input 0 and 1 shall have same shape".into());
+    }
+    if unlike(ids, mask) {
+        return refuse("Input 0 and 7 (mask) shall have same shape".into());
+    }
+    for (i, name) in [
+        (ids, "input_ids"),
+        (word, "word_embedding"),
+        (position, "position_embedding"),
+    ] {
+        if let Some(r) = rank(i).filter(|&r| r != 2) {
+            return refuse(format!("{name} is expected to have 2 dimensions, got {r}"));
+        }
+    }
+    let hidden = dim(word, 1);
+    if let Some(r) = rank(segment).filter(|&r| r != 2) {
+        return refuse(format!(
+            "segment_embedding is expected to have 2 dimensions, got {r}"
+        ));
+    }
+    if differ(dim(segment, 1), hidden) {
+        return refuse("word_embedding and segment_embedding shall have same dimension 1".into());
+    }
+    if differ(dim(position, 1), hidden) {
+        return refuse("word_embedding and position_embedding shall have same dimension 1".into());
+    }
+    for (i, name) in [(gamma, "gamma"), (beta, "beta")] {
+        if let Some(r) = rank(i).filter(|&r| r != 1) {
+            return refuse(format!("{name} is expected to have 1 dimensions, got {r}"));
+        }
+        if differ(dim(i, 0), hidden) {
+            return refuse(format!(
+                "{name} is expected to have size of {}, got {}",
+                hidden.unwrap_or_default(),
+                dim(i, 0).unwrap_or_default()
+            ));
+        }
+    }
+    None
+}
+
+/// Declared shapes ORT's kernel refuses are declined, so that ORT's CPU EP reports them in its
+/// words. Rank 0 is also how ORT's API describes a value of unknown shape, so it counts as
+/// unknown here; the run-time check sees the real shapes. A shape on which ORT's kernel aborts
+/// the process is kept, to fail at run time instead.
+fn embed_layer_norm_claim(node: &crate::Node) -> crate::Verdict {
+    let shapes: [Dims; 9] = std::array::from_fn(|i| {
+        node.input_shape(i)
+            .filter(|dims| !dims.is_empty() && node.input_present(i))
+    });
+    match embed_shape_refusal(&shapes) {
+        Some(refusal) if !refusal.aborts => crate::Verdict::decline(format!(
+            "{} (declared shapes; ORT's kernel refuses them)",
+            refusal.message
+        )),
+        _ => non_negative_epsilon(node),
+    }
+}
+
+/// position_ids `[1 or B, S, ..]` as ORT's kernel reads them: its first `P·S` values, row by
+/// row (`P` its first dimension), whatever the axes after the second.
+fn position_rows(ids: &Array, sequence: i64, s: &Stream) -> Result<Array> {
+    let rows = ids.shape()[0];
+    let (needed, held) = (rows * sequence, ids.size() as i64);
+    if held < needed {
+        return Err(OpError::new(format!(
+            "position_ids of shape {:?} holds fewer than the {needed} ids ORT's kernel reads",
+            ids.shape()
+        )));
+    }
+    let flat = ops::reshape(ids, &[held], s)?;
+    let head = ops::slice(&flat, &[0], &[needed as i32], &[1], s)?;
+    Ok(ops::reshape(&head, &[rows, sequence], s)?)
+}
+
 /// BERT's embedding layer: `LayerNorm(word[input_ids] + position[position_ids or 0..S] +
 /// segment[segment_ids])` with `gamma`/`beta`; `mask_index` counts each row's mask entries
 /// equal to 1 (zeros without a mask), and `embedding_sum` is the sum before normalising.
@@ -310,7 +450,8 @@ fn embed(cx: &mut Lower, table: &Array, ids: &Array, what: &str) -> Result<Array
     inputs(input_ids: T1, segment_ids: T1, word_embedding: T, position_embedding: T, segment_embedding: T,
            gamma: T, beta: T, mask: T1, position_ids: T1),
     outputs(output: T, mask_index?: T1, embedding_sum?: T), shape = ShapeKeyed,
-    ignores(mask_index_type: i64), claim = non_negative_epsilon, declines = "a negative epsilon (ORT's kernel refuses it)"
+    ignores(mask_index_type: i64), claim = embed_layer_norm_claim,
+    declines = "a negative epsilon (ORT's kernel refuses it); declared shapes ORT's kernel refuses (its CheckInputs: ids, mask and position_ids against input_ids, embedding tables 2-D of one hidden size, gamma/beta [hidden])"
 )]
 fn embed_layer_normalization(
     cx: &mut Lower,
@@ -326,15 +467,36 @@ fn embed_layer_normalization(
     #[attr(default = 1e-12)] epsilon: f32,
 ) -> Result<Vec<Array>> {
     let s = cx.stream();
-    let shape = input_ids.shape();
-    if shape.len() != 2 {
-        return Err(OpError::new("input_ids must be [batch, sequence]"));
+    let known =
+        |a: Option<&Array>| -> Dims { a.map(|a| a.shape().into_iter().map(Some).collect()) };
+    let shapes = [
+        known(Some(&input_ids)),
+        known(segment_ids.as_ref()),
+        known(Some(&word_embedding)),
+        known(Some(&position_embedding)),
+        known(segment_embedding.as_ref()),
+        known(Some(&gamma)),
+        known(Some(&beta)),
+        known(mask.as_ref()),
+        known(position_ids.as_ref()),
+    ];
+    if let Some(refusal) = embed_shape_refusal(&shapes) {
+        let also = if refusal.aborts {
+            ""
+        } else {
+            " (ORT's kernel refuses them too)"
+        };
+        return Err(OpError::new(format!("{}{also}", refusal.message)));
     }
+    let shape = input_ids.shape();
     let (batch, sequence) = (shape[0], shape[1]);
     let wide = |a: Array| ops::astype(&a, Dtype::F32, s);
     let mut sum = wide(embed(cx, &word_embedding, &input_ids, "word")?)?;
     let positions = match position_ids {
-        Some(ids) => embed(cx, &position_embedding, &ids, "position")?,
+        Some(ids) => {
+            let ids = position_rows(&ids, sequence, s)?;
+            embed(cx, &position_embedding, &ids, "position")?
+        }
         None if position_embedding
             .shape()
             .first()
@@ -354,8 +516,22 @@ fn embed_layer_normalization(
         }
     };
     sum = ops::add(&sum, &wide(positions)?, s)?;
-    if let (Some(ids), Some(table)) = (segment_ids, segment_embedding) {
-        sum = ops::add(&sum, &wide(embed(cx, &table, &ids, "segment")?)?, s)?;
+    // Without segment_ids ORT's kernel adds the segment table's row 0 to every token.
+    match (segment_ids, segment_embedding) {
+        (Some(ids), Some(table)) => {
+            sum = ops::add(&sum, &wide(embed(cx, &table, &ids, "segment")?)?, s)?;
+        }
+        (None, Some(table)) => {
+            let zero = Array::from_slice(&[0i32], &[1])?;
+            sum = ops::add(&sum, &wide(embed(cx, &table, &zero, "segment")?)?, s)?;
+        }
+        (Some(_), None) => {
+            return Err(OpError::new(
+                "input index out of range: segment_ids without a segment embedding (ORT's kernel \
+                 fails the same way)",
+            ))
+        }
+        (None, None) => {}
     }
     // MLX's fused layer norm: float32 statistics over the hidden axis, as ORT's kernel.
     let y = ops::layer_norm(&sum, Some(&wide(gamma)?), Some(&wide(beta)?), epsilon, s)?;
@@ -433,5 +609,137 @@ fn skip_group_norm_claim(node: &crate::Node) -> crate::Verdict {
     match node.attr_or("activation", -1i64) {
         0 | 1 => crate::Verdict::Claim,
         other => crate::Verdict::decline(format!("activation {other}: only 0 (none) and 1 (SiLU)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::testing::{declined, run, values_f32};
+    use crate::{ElemType, Node};
+
+    const I: ElemType = ElemType::Int32;
+    const F: ElemType = ElemType::Float;
+
+    /// EmbedLayerNormalization with all nine inputs but those in `absent`, shapes declared
+    /// where `dims` gives them.
+    fn embed_node(absent: &[usize], dims: &[(usize, &[Option<i64>])]) -> Node {
+        let types = [I, I, F, F, F, F, F, I, I];
+        let mut n = Node::new("EmbedLayerNormalization", 1).in_domain("com.microsoft");
+        for (i, t) in types.into_iter().enumerate() {
+            n = if absent.contains(&i) {
+                n.absent_input()
+            } else {
+                n.input(t)
+            };
+        }
+        let mut n = n.output(F).output(I).output(F);
+        for (i, d) in dims {
+            n = n.input_dims(*i, d);
+        }
+        n
+    }
+
+    fn ints(values: &[i32], shape: &[i64]) -> Option<Array> {
+        Some(Array::from_slice(values, shape).unwrap())
+    }
+
+    fn floats(shape: &[i64], seed: f32) -> Option<Array> {
+        let n: i64 = shape.iter().product();
+        let values: Vec<f32> = (0..n).map(|i| ((i as f32 + seed) * 0.37).sin()).collect();
+        Some(Array::from_slice(&values, shape).unwrap())
+    }
+
+    #[test]
+    fn embed_layer_norm_declines_declared_shapes_ort_refuses() {
+        // s3-com.microsoft.EmbedLayerNormalization-1-5: segment_ids (1, 4) with input_ids (2, 4).
+        let k = |d: &[i64]| d.iter().map(|&v| Some(v)).collect::<Vec<_>>();
+        let trigger = embed_node(&[8], &[(0, &k(&[2, 4])), (1, &k(&[1, 4]))]);
+        assert!(
+            declined(&trigger).is_some_and(|r| r.contains("Input 0 and 1 shall have same shape"))
+        );
+        let mask = embed_node(&[8], &[(0, &k(&[2, 4])), (7, &k(&[2]))]);
+        assert!(declined(&mask).is_some_and(|r| r.contains("Input 0 and 7 (mask)")));
+        let gamma = embed_node(&[8], &[(2, &k(&[5, 8])), (5, &k(&[7]))]);
+        assert!(declined(&gamma)
+            .is_some_and(|r| r.contains("gamma is expected to have size of 8, got 7")));
+        let position = embed_node(&[], &[(0, &k(&[2, 4])), (8, &k(&[3, 4]))]);
+        assert!(declined(&position).is_some_and(|r| r.contains("1 or batch_size")));
+        // What the declared shapes cannot settle is left to the run-time check: a symbolic
+        // batch, rank 0 (ORT's word for an unknown shape), and a rank ORT aborts on.
+        let symbolic = embed_node(&[8], &[(0, &[None, Some(4)]), (1, &k(&[1, 4]))]);
+        assert_eq!(declined(&symbolic), None);
+        let unknown = embed_node(&[8], &[(0, &k(&[2, 4])), (1, &[])]);
+        assert_eq!(declined(&unknown), None);
+        let aborts = embed_node(&[], &[(0, &k(&[2, 4])), (8, &k(&[4]))]);
+        assert_eq!(declined(&aborts), None);
+    }
+
+    #[test]
+    fn embed_layer_norm_checks_undeclared_shapes_at_run_time() {
+        let node = embed_node(&[8], &[]);
+        let inputs = |segment_ids: Option<Array>, mask: Option<Array>| {
+            vec![
+                ints(&[0, 1, 2, 3, 4, 0, 1, 2], &[2, 4]),
+                segment_ids,
+                floats(&[5, 8], 0.0),
+                floats(&[6, 8], 1.0),
+                floats(&[3, 8], 2.0),
+                floats(&[8], 3.0),
+                floats(&[8], 4.0),
+                mask,
+                None,
+            ]
+        };
+        let ok = run(
+            &node,
+            &inputs(ints(&[0; 8], &[2, 4]), ints(&[1; 8], &[2, 4])),
+        );
+        assert_eq!(ok.unwrap()[0].shape(), vec![2, 4, 8]);
+        let err = run(&node, &inputs(ints(&[0; 4], &[1, 4]), None)).unwrap_err();
+        assert!(err.contains("Input 0 and 1 shall have same shape"), "{err}");
+        let err = run(&node, &inputs(None, ints(&[1; 4], &[1, 4]))).unwrap_err();
+        assert!(
+            err.contains("Input 0 and 7 (mask) shall have same shape"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn embed_layer_norm_reads_position_ids_and_segments_as_ort() {
+        let ids = ints(&[0, 1, 2, 3, 4, 0, 1, 2], &[2, 4]);
+        let tables = [
+            floats(&[5, 8], 0.0),
+            floats(&[6, 8], 1.0),
+            floats(&[3, 8], 2.0),
+        ];
+        let (gamma, beta) = (floats(&[8], 3.0), floats(&[8], 4.0));
+        let with = |segment_ids: Option<Array>, position_ids: Option<Array>| {
+            let absent: Vec<usize> = [(1, segment_ids.is_none()), (8, position_ids.is_none())]
+                .into_iter()
+                .filter_map(|(i, none)| none.then_some(i))
+                .collect();
+            let node = embed_node(&absent, &[]);
+            let inputs = vec![
+                ids.clone(),
+                segment_ids,
+                tables[0].clone(),
+                tables[1].clone(),
+                tables[2].clone(),
+                gamma.clone(),
+                beta.clone(),
+                None,
+                position_ids,
+            ];
+            values_f32(&run(&node, &inputs).unwrap()[0])
+        };
+        // No segment_ids: ORT's kernel adds the segment table's row 0 to every token.
+        assert_eq!(with(None, None), with(ints(&[0; 8], &[2, 4]), None));
+        // position_ids [1, S] serve every row; extra trailing axes are read flat.
+        let positions = [3, 0, 5, 1];
+        let both: Vec<i32> = positions.iter().chain(&positions).copied().collect();
+        let shared = with(None, ints(&positions, &[1, 4]));
+        assert_eq!(shared, with(None, ints(&both, &[2, 4])));
+        assert_eq!(shared, with(None, ints(&both, &[2, 4, 1])));
     }
 }

@@ -434,3 +434,77 @@ def test_quantised_conv_with_no_input_channels_fails_naming_why(op):
     model = quantised_conv(op, (4, 0, 3, 2), False, pads=[1, 0, 2, 1])
     with pytest.raises(Exception, match="uninitialised memory"):
         mlx_session(model).run(None, {"x": np.zeros((1, 0, 6, 6), np.uint8)})
+
+
+# --- EmbedLayerNormalization: ORT's CheckInputs (s3-com.microsoft.EmbedLayerNormalization-1-5) --
+
+
+EMBED_INPUTS = ["input_ids", "segment_ids", "word_embedding", "position_embedding", "segment_embedding",
+                "gamma", "beta", "mask", "position_ids"]
+EMBED_TABLES = {"word_embedding": (5, 8), "position_embedding": (6, 8), "segment_embedding": (3, 8),
+                "gamma": (8,), "beta": (8,)}
+
+
+def embed_layer_norm(shapes, declared=True):
+    """EmbedLayerNormalization over the inputs `shapes` names (the ids declared symbolic unless
+    `declared`: ORT's shape inference needs the tables' shapes), and feeds for them."""
+    names = [n if n in shapes else "" for n in EMBED_INPUTS]
+    while names[-1] == "":
+        names.pop()
+    ints = {"input_ids", "segment_ids", "mask", "position_ids"}
+    inputs = [tensor(n, TensorProto.INT32 if n in ints else TensorProto.FLOAT,
+                     shapes[n] if declared or n not in ints else [f"{n}_{i}" for i in range(len(shapes[n]))])
+              for n in EMBED_INPUTS if n in shapes]
+    node = helper.make_node("EmbedLayerNormalization", names, ["y", "mask_index", "sum"], name="eln",
+                            domain="com.microsoft", epsilon=1e-5)
+    model = make_model([node], inputs, [tensor("y"), tensor("mask_index", TensorProto.INT32), tensor("sum")],
+                       domains=[("com.microsoft", 1)])
+    rng = np.random.default_rng(5)
+    feeds = {}
+    for n, shape in shapes.items():
+        if n == "mask":
+            feeds[n] = (np.arange(np.prod(shape)) % 3 != 0).astype(np.int32).reshape(shape)
+        elif n in ints:
+            feeds[n] = (np.arange(np.prod(shape)) % 3).astype(np.int32).reshape(shape)
+        else:
+            feeds[n] = rng.standard_normal(shape).astype(np.float32)
+    return model, feeds
+
+
+EMBED_REFUSED = [
+    # (input shapes besides the tables, ORT's words)
+    ({"input_ids": (2, 4), "segment_ids": (1, 4), "mask": (2, 4)}, "Input 0 and 1 shall have same shape"),  # the trigger
+    ({"input_ids": (2, 4), "segment_ids": (2, 4), "mask": (1, 4)}, r"Input 0 and 7 \(mask\) shall have same shape"),
+    ({"input_ids": (2, 4), "position_ids": (3, 4)}, "position_ids's first dimension shall be 1 or batch_size"),
+    ({"input_ids": (2, 4), "position_ids": (2, 3)}, "input_ids and position_ids shall have same sequence_length"),
+]
+
+
+@pytest.mark.parametrize("declared", [True, False])
+@pytest.mark.parametrize("ids,words", EMBED_REFUSED)
+def test_embed_layer_norm_shapes_ort_refuses_fail_here_too(ids, words, declared):
+    # Declared shapes are declined (ORT's CPU EP reports them); undeclared ones fail at run time
+    # naming the node. The EP broadcast segment_ids and mask.
+    model, feeds = embed_layer_norm({**EMBED_TABLES, **ids}, declared)
+    assert_both_fail(model, feeds, words, words if declared else f"node 'eln'.*{words}")
+
+
+def test_embed_layer_norm_declared_ranks_settle_a_symbolic_shape():
+    # A mask of another rank than input_ids differs whatever its symbolic dims: declined.
+    model, feeds = embed_layer_norm({**EMBED_TABLES, "input_ids": (2, 4), "mask": (2,)}, declared=False)
+    assert_both_fail(model, feeds, "Input 0 and 7", "Name:'eln' Status Message: Input 0 and 7")
+
+
+@pytest.mark.parametrize("ids", [
+    {"input_ids": (2, 4), "segment_ids": (2, 4), "mask": (2, 4)},
+    {"input_ids": (2, 4)},  # no segment_ids: ORT adds the segment table's row 0
+    {"input_ids": (2, 4), "position_ids": (1, 4)},
+    {"input_ids": (2, 4), "segment_ids": (2, 4), "position_ids": (2, 4, 1)},  # read flat
+])
+def test_embed_layer_norm_inputs_ort_takes_match(ids):
+    model, feeds = embed_layer_norm({**EMBED_TABLES, **ids}, declared=False)
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    for got, want in zip(run.outputs, cpu_outputs(model, feeds)):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
