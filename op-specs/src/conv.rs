@@ -778,7 +778,8 @@ fn global_max_pool(cx: &mut Lower, x: Array) -> Result<Array> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{AttrValue, Decision, ElemType, Node};
+    use crate::table::testing::declined;
+    use crate::{AttrValue, ElemType, Node};
 
     fn batch_norm(opset: i64, types: [ElemType; 3]) -> Node {
         let [t, t1, t2] = types;
@@ -791,33 +792,26 @@ mod tests {
             .output(t)
     }
 
-    fn reason(node: &Node) -> Option<String> {
-        match crate::decide(node) {
-            Decision::Claim { .. } => None,
-            Decision::Decline { reason } => Some(reason),
-        }
-    }
-
     #[test]
     fn one_declaration_serves_batch_normalization_9_to_15_by_its_gates() {
         use ElemType::{Float, Float16};
         let momentum =
             |opset| batch_norm(opset, [Float; 3]).attr("momentum", AttrValue::Float(0.5));
         for opset in [9, 13, 14, 15] {
-            assert_eq!(reason(&momentum(opset)), None, "opset {opset}");
+            assert_eq!(declined(&momentum(opset)), None, "opset {opset}");
         }
         // training_mode exists from opset 14; 1 is declined.
         let training =
             |opset, on| batch_norm(opset, [Float; 3]).attr("training_mode", AttrValue::Int(on));
-        assert_eq!(reason(&training(14, 0)), None);
-        let why = reason(&training(13, 0)).expect("declined");
+        assert_eq!(declined(&training(14, 0)), None);
+        let why = declined(&training(13, 0)).expect("declined");
         assert!(why.contains("not part of BatchNormalization-13"), "{why}");
-        let why = reason(&training(14, 1)).expect("declined");
+        let why = declined(&training(14, 1)).expect("declined");
         assert!(why.contains("training mode"), "{why}");
         // Opset 15's scale/B and mean/var types (ORT's schema binds them to T before).
-        assert_eq!(reason(&batch_norm(15, [Float16, Float, Float16])), None);
+        assert_eq!(declined(&batch_norm(15, [Float16, Float, Float16])), None);
         // The statistics outputs of 9-13 and of 14+ are training outputs either way.
         let saved = batch_norm(9, [Float; 3]).output(Float).output(Float);
-        assert!(reason(&saved).is_some_and(|why| why.contains("training mode")));
+        assert!(declined(&saved).is_some_and(|why| why.contains("training mode")));
     }
 }

@@ -600,14 +600,8 @@ fn dropout_claim(node: &crate::Node) -> crate::Verdict {
 
 #[cfg(test)]
 mod tests {
-    use crate::{AttrValue, Decision, ElemType, Node};
-
-    fn reason(node: &Node) -> Option<String> {
-        match crate::decide(node) {
-            Decision::Claim { .. } => None,
-            Decision::Decline { reason } => Some(reason),
-        }
-    }
+    use crate::table::testing::declined;
+    use crate::{AttrValue, ElemType, Node};
 
     #[test]
     fn stash_type_is_accepted_and_only_float32_statistics_are_claimed() {
@@ -618,8 +612,8 @@ mod tests {
                 .output(ElemType::Float)
                 .attr("stash_type", AttrValue::Int(stash))
         };
-        assert_eq!(reason(&layer_norm(1)), None);
-        let why = reason(&layer_norm(0)).expect("declined");
+        assert_eq!(declined(&layer_norm(1)), None);
+        let why = declined(&layer_norm(0)).expect("declined");
         assert!(why.contains("stash_type 0"), "{why}");
     }
 
@@ -631,10 +625,10 @@ mod tests {
                 .output(ElemType::Float)
         };
         assert_eq!(
-            reason(&dropout(7).attr("ratio", AttrValue::Float(0.3))),
+            declined(&dropout(7).attr("ratio", AttrValue::Float(0.3))),
             None
         );
-        let why = reason(&dropout(12).attr("ratio", AttrValue::Float(0.3))).expect("declined");
+        let why = declined(&dropout(12).attr("ratio", AttrValue::Float(0.3))).expect("declined");
         assert!(why.contains("not part of Dropout-12"), "{why}");
         let with_ratio = |opset| {
             Node::new("Dropout", opset)
@@ -642,12 +636,12 @@ mod tests {
                 .input(ElemType::Float)
                 .output(ElemType::Float)
         };
-        assert_eq!(reason(&with_ratio(12)), None);
-        let why = reason(&with_ratio(11)).expect("declined");
+        assert_eq!(declined(&with_ratio(12)), None);
+        let why = declined(&with_ratio(11)).expect("declined");
         assert!(why.contains("does not exist in Dropout-11"), "{why}");
         // The mask output: all true from 12, declined before (ORT does not fill it there).
         let masked = |opset, mask| dropout(opset).output(mask);
-        assert_eq!(reason(&masked(12, ElemType::Bool)), None);
-        assert!(reason(&masked(10, ElemType::Bool)).is_some());
+        assert_eq!(declined(&masked(12, ElemType::Bool)), None);
+        assert!(declined(&masked(10, ElemType::Bool)).is_some());
     }
 }

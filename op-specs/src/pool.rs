@@ -638,6 +638,7 @@ fn global_lp_pool(cx: &mut Lower, x: Array, #[attr(default = 2)] p: i64) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::table::testing::decline_reason;
 
     #[test]
     fn window_counts_follow_ort_truncation_and_ceil_rules() {
@@ -700,13 +701,6 @@ mod tests {
             .input(x)
             .output(x)
             .attr("kernel_shape", crate::AttrValue::Ints(vec![2, 2]))
-    }
-
-    fn decline_reason(node: &crate::Node) -> String {
-        match crate::decide(node) {
-            crate::Decision::Decline { reason } => reason,
-            crate::Decision::Claim { .. } => panic!("claimed {node:?}"),
-        }
     }
 
     #[test]

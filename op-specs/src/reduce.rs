@@ -461,6 +461,7 @@ fn arg_min(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::table::testing::{claimed, decline_reason};
     use crate::table::testing::{node, run, stream};
     use crate::{AttrValue, ElemType, Node};
 
@@ -487,17 +488,6 @@ mod tests {
             assert!(claims(op, ElemType::Int32), "{op}");
         }
         assert!(claims("ReduceMax", ElemType::Int64));
-    }
-
-    fn decline_reason(node: &Node) -> String {
-        match crate::decide(node) {
-            crate::Decision::Decline { reason } => reason,
-            crate::Decision::Claim { .. } => panic!("claimed {node:?}"),
-        }
-    }
-
-    fn claimed(node: &Node) -> bool {
-        matches!(crate::decide(node), crate::Decision::Claim { .. })
     }
 
     #[test]

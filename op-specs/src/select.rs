@@ -260,6 +260,7 @@ fn center_crop_pad(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::table::testing::{claimed, decline_reason};
 
     #[test]
     fn k_keeps_its_low_32_bits_as_in_ort() {
@@ -281,17 +282,6 @@ mod tests {
             node
         };
         node.output(t).output(crate::ElemType::Int64)
-    }
-
-    fn decline_reason(node: &crate::Node) -> String {
-        match crate::decide(node) {
-            crate::Decision::Decline { reason } => reason,
-            crate::Decision::Claim { .. } => panic!("claimed {node:?}"),
-        }
-    }
-
-    fn claimed(node: &crate::Node) -> bool {
-        matches!(crate::decide(node), crate::Decision::Claim { .. })
     }
 
     #[test]

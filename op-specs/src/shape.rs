@@ -520,6 +520,7 @@ fn slice(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::table::testing::{claimed, decline_reason, declined};
     use crate::table::testing::{node, run, stream};
     use crate::{AttrValue, ElemType};
     use proptest::prelude::*;
@@ -546,17 +547,6 @@ mod tests {
         );
         assert!(reshape_target(&[0, 6], &[0, 4, -1], true).is_err());
         assert!(reshape_target(&[0, 3], &[0, -1], false).is_err()); // a copied 0, as in ORT
-    }
-
-    fn decline_reason(node: &crate::Node) -> String {
-        match crate::decide(node) {
-            crate::Decision::Decline { reason } => reason,
-            crate::Decision::Claim { .. } => panic!("claimed {node:?}"),
-        }
-    }
-
-    fn claimed(node: &crate::Node) -> bool {
-        matches!(crate::decide(node), crate::Decision::Claim { .. })
     }
 
     #[test]
@@ -915,7 +905,6 @@ mod tests {
 
     #[test]
     fn slice_bounds_are_attributes_up_to_opset_9_and_steps_new_in_10() {
-        use crate::table::testing::declined;
         let legacy = node("Slice", 1, &[F], F)
             .attr("starts", AttrValue::Ints(vec![0]))
             .attr("ends", AttrValue::Ints(vec![1]));

@@ -457,6 +457,7 @@ fn merge_heads(y: &Array, rank: usize, s: &Stream) -> Result<Array> {
 
 #[cfg(test)]
 mod tests {
+    use crate::table::testing::claimed;
     use crate::{AttrValue, Decision, ElemType, Node};
 
     fn attention(opset: i64) -> Node {
@@ -465,10 +466,6 @@ mod tests {
             .input(ElemType::Float)
             .input(ElemType::Float)
             .output(ElemType::Float)
-    }
-
-    fn claimed(node: &Node) -> bool {
-        matches!(crate::decide(node), Decision::Claim { .. })
     }
 
     #[test]

@@ -108,14 +108,14 @@ pub(super) fn step(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{claims, decline_reason, layout_gate, node};
+    use super::super::tests::{claimed, decline_reason, layout_gate, node};
     use crate::AttrValue;
 
     #[test]
     fn one_declaration_serves_gru_7_to_13_and_14_on_by_the_layout_gate() {
         layout_gate("GRU");
         let lbr = |opset| node("GRU", opset).attr("linear_before_reset", AttrValue::Int(1));
-        assert!(claims(&lbr(7)) && claims(&lbr(14)));
+        assert!(claimed(&lbr(7)) && claimed(&lbr(14)));
     }
 
     #[test]
@@ -123,7 +123,7 @@ mod tests {
         let names = |v: &[&str]| AttrValue::Strings(v.iter().map(|n| n.to_string()).collect());
         let one = node("GRU", 14).attr("activations", names(&["Sigmoid"]));
         assert!(decline_reason(&one).contains("2 expected"));
-        assert!(claims(
+        assert!(claimed(
             &node("GRU", 14).attr("activations", names(&["sigmoid", "TANH"]))
         ));
     }

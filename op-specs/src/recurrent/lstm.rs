@@ -103,14 +103,14 @@ pub(super) fn step(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{claims, decline_reason, layout_gate, node};
+    use super::super::tests::{claimed, decline_reason, layout_gate, node};
     use crate::AttrValue;
 
     #[test]
     fn one_declaration_serves_lstm_7_to_13_and_14_on_by_the_layout_gate() {
         layout_gate("LSTM");
         let coupled = |opset| node("LSTM", opset).attr("input_forget", AttrValue::Int(1));
-        assert!(claims(&coupled(7)) && claims(&coupled(14)));
+        assert!(claimed(&coupled(7)) && claimed(&coupled(14)));
     }
 
     #[test]
@@ -123,6 +123,6 @@ mod tests {
             "{reason}"
         );
         let given = affine.attr("activation_alpha", AttrValue::Floats(vec![0.5]));
-        assert!(claims(&given));
+        assert!(claimed(&given));
     }
 }

@@ -227,7 +227,8 @@ fn clip(x: Array, bound: Option<f32>, s: &Stream) -> Result<Array> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{AttrValue, Decision, ElemType, Node};
+    pub(super) use crate::table::testing::{claimed, decline_reason};
+    use crate::{AttrValue, ElemType, Node};
 
     /// A float node of `op` at `opset` with X, W, R, the outputs its cell has and no attributes.
     fn bare(op: &str, opset: i64) -> Node {
@@ -247,24 +248,13 @@ mod tests {
         bare(op, opset).attr("hidden_size", AttrValue::Int(5))
     }
 
-    pub(super) fn decline_reason(node: &Node) -> String {
-        match crate::decide(node) {
-            Decision::Decline { reason } => reason,
-            Decision::Claim { .. } => panic!("claimed {node:?}"),
-        }
-    }
-
-    pub(super) fn claims(node: &Node) -> bool {
-        matches!(crate::decide(node), Decision::Claim { .. })
-    }
-
     /// `layout` exists from opset 14 (one declaration serves 7-13 and 14+); 0 and 1 only.
     pub(super) fn layout_gate(op: &str) {
         let layout = |opset, value| node(op, opset).attr("layout", AttrValue::Int(value));
-        assert!(claims(&node(op, 7)));
-        assert!(claims(&node(op, 13)));
-        assert!(claims(&layout(14, 1)));
-        assert!(claims(&layout(22, 0)));
+        assert!(claimed(&node(op, 7)));
+        assert!(claimed(&node(op, 13)));
+        assert!(claimed(&layout(14, 1)));
+        assert!(claimed(&layout(22, 0)));
         let reason = decline_reason(&layout(13, 0));
         assert!(reason.contains(&format!("not part of {op}-13")), "{reason}");
         let reason = decline_reason(&layout(7, 1));
@@ -292,6 +282,6 @@ mod tests {
         assert!(decline_reason(&hidden).contains("hidden_size 0"));
         let clip = node("LSTM", 14).attr("clip", AttrValue::Float(0.0));
         assert!(decline_reason(&clip).contains("clip 0"));
-        assert!(claims(&node("RNN", 7).attr("clip", AttrValue::Float(0.5))));
+        assert!(claimed(&node("RNN", 7).attr("clip", AttrValue::Float(0.5))));
     }
 }

@@ -75,7 +75,7 @@ pub(super) fn step(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{claims, decline_reason, layout_gate, node};
+    use super::super::tests::{claimed, decline_reason, layout_gate, node};
     use crate::AttrValue;
 
     #[test]
@@ -86,7 +86,7 @@ mod tests {
     #[test]
     fn rnn_names_are_case_sensitive_as_in_ort() {
         let names = |v: &[&str]| AttrValue::Strings(v.iter().map(|n| n.to_string()).collect());
-        assert!(claims(
+        assert!(claimed(
             &node("RNN", 14).attr("activations", names(&["Relu"]))
         ));
         let reason = decline_reason(&node("RNN", 14).attr("activations", names(&["relu"])));

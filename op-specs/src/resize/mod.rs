@@ -133,7 +133,8 @@ fn upsample(
 
 #[cfg(test)]
 mod tests {
-    use crate::{decide, AttrValue, Decision, ElemType, Node};
+    use crate::table::testing::{claimed, decline_reason};
+    use crate::{AttrValue, ElemType, Node};
 
     /// Resize by `scales` (input 2) with no `roi`, float32.
     fn resize(opset: i64) -> Node {
@@ -142,17 +143,6 @@ mod tests {
             .absent_input()
             .input(ElemType::Float)
             .output(ElemType::Float)
-    }
-
-    fn claimed(node: &Node) -> bool {
-        matches!(decide(node), Decision::Claim { .. })
-    }
-
-    fn decline_reason(node: &Node) -> String {
-        match decide(node) {
-            Decision::Decline { reason } => reason,
-            Decision::Claim { .. } => panic!("claimed {node:?}"),
-        }
     }
 
     fn text(v: &str) -> AttrValue {

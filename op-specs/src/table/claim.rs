@@ -202,7 +202,7 @@ fn dims_fit(spec: &OpSpec, node: &Node) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use crate::table::registry::{decide, Decision};
+    use crate::table::testing::declined;
     use crate::{ElemType, Node};
 
     fn relu() -> Node {
@@ -211,24 +211,17 @@ mod tests {
             .output(ElemType::Float)
     }
 
-    fn reason(node: &Node) -> Option<String> {
-        match decide(node) {
-            Decision::Claim { .. } => None,
-            Decision::Decline { reason } => Some(reason),
-        }
-    }
-
     #[test]
     fn a_dim_beyond_i32_is_declined_even_on_an_empty_tensor() {
         let big = Some(1i64 << 31);
         let on_input = relu().input_dims(0, &[Some(0), big]);
-        let why = reason(&on_input).expect("declined");
+        let why = declined(&on_input).expect("declined");
         assert!(
             why.contains("input 'X' has a dim of 2147483648 (shape [0, 2147483648])"),
             "{why}"
         );
         let on_output = relu().output_dims(0, &[None, big]);
-        let why = reason(&on_output).expect("declined");
+        let why = declined(&on_output).expect("declined");
         assert!(
             why.contains("output 'Y'") && why.contains("[?, 2147483648]"),
             "{why}"
@@ -240,6 +233,6 @@ mod tests {
         let node = relu()
             .input_dims(0, &[Some(0), Some(i64::from(i32::MAX)), None])
             .output_dims(0, &[None, None, None]);
-        assert_eq!(reason(&node), None);
+        assert_eq!(declined(&node), None);
     }
 }

@@ -29,6 +29,16 @@ pub fn declined(node: &Node) -> Option<String> {
     }
 }
 
+/// Whether the table claims `node`.
+pub fn claimed(node: &Node) -> bool {
+    declined(node).is_none()
+}
+
+/// Why the table declines `node`; fails the test when it claims it.
+pub fn decline_reason(node: &Node) -> String {
+    declined(node).unwrap_or_else(|| panic!("claimed {node:?}"))
+}
+
 /// Claims `node` through the table (failing the test on a decline) and lowers it; a run-time
 /// check that does not hold is an error, as in the EP.
 pub fn run(node: &Node, inputs: &[Option<Array>]) -> Result<Vec<Array>, String> {
