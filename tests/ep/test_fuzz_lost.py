@@ -210,6 +210,27 @@ def test_skip_norm_skip_batches_as_ort_reads_them(op, x_shape, skip_shape):
 # --- ConvTranspose with a stride or padding of billions (s1-ConvTranspose-1-9) ----------------
 
 
+def conv_transpose_run(attrs, x_len):
+    """A 1-D ConvTranspose (2 -> 3 channels, kernel 3) with `attrs` over x [1, 2, x_len]: the
+    MLX-first run and ORT's CPU answer."""
+    rng = np.random.default_rng(3)
+    model = make_model(
+        [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="ct", **attrs)],
+        [tensor("x", shape=[1, 2, x_len]), tensor("w", shape=[2, 3, 3]), tensor("b", shape=[3])],
+        [tensor("y")],
+        opset=11,
+    )
+    feeds = {
+        "x": rng.standard_normal((1, 2, x_len)).astype(np.float32),
+        "w": rng.standard_normal((2, 3, 3)).astype(np.float32),
+        "b": rng.standard_normal(3).astype(np.float32),
+    }
+    want = cpu_outputs(model, feeds)[0]
+    if want.size > 1 << 20:
+        pytest.skip("an output too large to compare here")
+    return Run(model, feeds), want
+
+
 HUGE_STRIDES = [
     ({"auto_pad": "SAME_UPPER", "output_shape": [10], "strides": [2**31 - 1]}, 5),  # the trigger
     ({"auto_pad": "SAME_LOWER", "output_shape": [10], "strides": [2**31 - 1]}, 5),
@@ -224,22 +245,7 @@ def test_conv_transpose_with_huge_strides_is_left_to_ort(attrs, x_len):
     # MLX's CPU convolution takes them (the lowering keeps only the inputs whose taps land in
     # the output), but its CUDA one cannot build the graph (H200 fuzz): a claim holds on every
     # backend, so strides past 65535 stay on ORT's CPU EP, which gives its own answer.
-    rng = np.random.default_rng(3)
-    model = make_model(
-        [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="ct", **attrs)],
-        [tensor("x", shape=[1, 2, x_len]), tensor("w", shape=[2, 3, 3]), tensor("b", shape=[3])],
-        [tensor("y")],
-        opset=11,
-    )
-    feeds = {
-        "x": rng.standard_normal((1, 2, x_len)).astype(np.float32),
-        "w": rng.standard_normal((2, 3, 3)).astype(np.float32),
-        "b": rng.standard_normal(3).astype(np.float32),
-    }
-    want = cpu_outputs(model, feeds)[0]
-    if want.size > 1 << 20:
-        pytest.skip("an output too large to compare here")
-    run = Run(model, feeds)
+    run, want = conv_transpose_run(attrs, x_len)
     assert run.providers_of_kernels() == {"CPUExecutionProvider"}, run.kernels
     np.testing.assert_array_equal(run.outputs[0], want)
 
@@ -252,22 +258,7 @@ def test_conv_transpose_with_huge_strides_is_left_to_ort(attrs, x_len):
     ],
 )
 def test_conv_transpose_with_huge_pads_keeps_only_the_inputs_that_reach_the_output(attrs, x_len):
-    rng = np.random.default_rng(3)
-    model = make_model(
-        [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="ct", **attrs)],
-        [tensor("x", shape=[1, 2, x_len]), tensor("w", shape=[2, 3, 3]), tensor("b", shape=[3])],
-        [tensor("y")],
-        opset=11,
-    )
-    feeds = {
-        "x": rng.standard_normal((1, 2, x_len)).astype(np.float32),
-        "w": rng.standard_normal((2, 3, 3)).astype(np.float32),
-        "b": rng.standard_normal(3).astype(np.float32),
-    }
-    want = cpu_outputs(model, feeds)[0]
-    if want.size > 1 << 20:
-        pytest.skip("an output too large to compare here")
-    run = Run(model, feeds)
+    run, want = conv_transpose_run(attrs, x_len)
     run.assert_all_on_mlx()
     np.testing.assert_allclose(run.outputs[0], want, rtol=1e-5, atol=1e-5)
 
