@@ -103,18 +103,6 @@ fn resize(
     resample(cx, x, &s, &req)
 }
 
-/// Upsample's scales must not shrink (ORT rejects a scale below 1).
-fn upsample_by(cx: &Lower, x: Array, scales: Vec<f32>, mode: &str) -> Result<Array> {
-    if let Some(s) = scales.iter().find(|&&s| s.is_nan() || s < 1.0) {
-        return Err(OpError::new(format!("Upsample scale {s} is below 1")));
-    }
-    let req = Request {
-        scales,
-        ..Request::default()
-    };
-    resample(cx, x, &Sampling::legacy(mode)?, &req)
-}
-
 /// Upsampling by `scales` (nearest or linear, asymmetric coordinates, as Resize-10): a float
 /// attribute up to opset 8, an input (host-known) at 9.
 #[onnx_op(
@@ -128,7 +116,15 @@ fn upsample(
     #[attr(default = "nearest")] mode: String,
 ) -> Result<Array> {
     let scales = host_floats(cx, Some(&scales))?;
-    upsample_by(cx, x, scales, &mode)
+    // Upsample's scales must not shrink (ORT rejects a scale below 1).
+    if let Some(s) = scales.iter().find(|&&s| s.is_nan() || s < 1.0) {
+        return Err(OpError::new(format!("Upsample scale {s} is below 1")));
+    }
+    let req = Request {
+        scales,
+        ..Request::default()
+    };
+    resample(cx, x, &Sampling::legacy(&mode)?, &req)
 }
 
 #[cfg(test)]
