@@ -325,7 +325,21 @@ fn check_gates(args: &OpArgs, signature: &Signature) -> syn::Result<()> {
         Some(u) => Some(u.base10_parse::<i64>()?),
         None => None,
     };
-    let gates = signature
+    // An input's history is gates too: a first opset, and last opsets as an attribute or as a
+    // required input.
+    let input_gates = signature.inputs.iter().flat_map(|input| {
+        let g = &input.gate;
+        let at = |since: Option<&syn::LitInt>, until: Option<&syn::LitInt>| args::Gate {
+            since: since.cloned(),
+            until: until.cloned(),
+        };
+        [
+            at(g.since.as_ref(), None),
+            at(None, g.attr_until.as_ref().map(|(n, _)| n)),
+            at(None, g.required_until.as_ref()),
+        ]
+    });
+    let declared = signature
         .attrs
         .iter()
         .map(|a| &a.gate)
@@ -334,32 +348,9 @@ fn check_gates(args: &OpArgs, signature: &Signature) -> syn::Result<()> {
             args.types
                 .iter()
                 .flat_map(|t| t.gated.iter().map(|g| &g.gate)),
-        );
-    for input in &signature.inputs {
-        let last_opsets = [
-            input.gate.attr_until.as_ref().map(|(n, _)| n),
-            input.gate.required_until.as_ref(),
-        ];
-        for until in last_opsets.into_iter().flatten() {
-            let n = until.base10_parse::<i64>()?;
-            if n < row_since || row_until.is_some_and(|u| n >= u) {
-                return Err(syn::Error::new(
-                    until.span(),
-                    format!("`{n}` must fall within the row's opsets and before its last one"),
-                ));
-            }
-        }
-        if let Some(since) = &input.gate.since {
-            let n = since.base10_parse::<i64>()?;
-            if n <= row_since || row_until.is_some_and(|u| n > u) {
-                return Err(syn::Error::new(
-                    since.span(),
-                    format!("`since = {n}` must fall after the row's first opset {row_since} and within its range"),
-                ));
-            }
-        }
-    }
-    for gate in gates {
+        )
+        .cloned();
+    for gate in declared.chain(input_gates) {
         if let Some(since) = &gate.since {
             let n = since.base10_parse::<i64>()?;
             if n <= row_since || row_until.is_some_and(|u| n > u) {
