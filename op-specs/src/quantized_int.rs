@@ -82,6 +82,31 @@ fn halves(v: &Array, s: &Stream) -> Result<(Array, Array)> {
     Ok((hi, lo))
 }
 
+/// The exact int32 `product(a, b)` of a bilinear float32 product (matmul, convolution) over
+/// int32 operands, from four products of their 4-bit halves, each exact in float32:
+/// `256·(ah·bh) + 16·(ah·bl + al·bh) + al·bl`.
+fn product_of_halves(
+    a: &Array,
+    b: &Array,
+    s: &Stream,
+    product: impl Fn(&Array, &Array) -> Result<Array>,
+) -> Result<Array> {
+    let (ah, al) = halves(a, s)?;
+    let (bh, bl) = halves(b, s)?;
+    let hh = product(&ah, &bh)?;
+    let mixed = ops::add(&product(&ah, &bl)?, &product(&al, &bh)?, s)?;
+    let ll = product(&al, &bl)?;
+    Ok(ops::add(
+        &ops::add(
+            &ops::multiply(&hh, &scalar(256.0, Dtype::I32, s)?, s)?,
+            &ops::multiply(&mixed, &scalar(16.0, Dtype::I32, s)?, s)?,
+            s,
+        )?,
+        &ll,
+        s,
+    )?)
+}
+
 /// `x[..., start..stop]` along `axis`.
 fn cut(x: &Array, axis: usize, start: i64, stop: i64, s: &Stream) -> Result<Array> {
     let shape = x.shape();
@@ -130,24 +155,9 @@ pub(crate) fn exact_matmul(a: &Array, b: &Array, s: &Stream) -> Result<Array> {
                 cut(b, b_k_axis, start, stop, s)?,
             )
         };
-        let (ah, al) = halves(&a_part, s)?;
-        let (bh, bl) = halves(&b_part, s)?;
-        let hh = i32s(&ops::matmul(&ah, &bh, s)?)?;
-        let mixed = ops::add(
-            &i32s(&ops::matmul(&ah, &bl, s)?)?,
-            &i32s(&ops::matmul(&al, &bh, s)?)?,
-            s,
-        )?;
-        let ll = i32s(&ops::matmul(&al, &bl, s)?)?;
-        let part = ops::add(
-            &ops::add(
-                &ops::multiply(&hh, &scalar(256.0, Dtype::I32, s)?, s)?,
-                &ops::multiply(&mixed, &scalar(16.0, Dtype::I32, s)?, s)?,
-                s,
-            )?,
-            &ll,
-            s,
-        )?;
+        let part = product_of_halves(&a_part, &b_part, s, |a, b| {
+            Ok(i32s(&ops::matmul(a, b, s)?)?)
+        })?;
         total = Some(match total {
             Some(t) => ops::add(&t, &part, s)?,
             None => part,
@@ -379,8 +389,6 @@ fn exact_conv(op: &str, x: &Array, w: &Array, attrs: &ConvAttrs, s: &Stream) -> 
         .chain(std::iter::once(rank as i32 - 1))
         .chain(1..rank as i32 - 1)
         .collect();
-    let (xh, xl) = halves(&ops::transpose(x, &last, s)?, s)?;
-    let (wh, wl) = halves(&ops::transpose(w, &last, s)?, s)?;
     let conv = |a: &Array, b: &Array| -> Result<Array> {
         let y = ops::conv(
             a,
@@ -395,17 +403,11 @@ fn exact_conv(op: &str, x: &Array, w: &Array, attrs: &ConvAttrs, s: &Stream) -> 
         )?;
         Ok(ops::astype(&y, Dtype::I32, s)?)
     };
-    let hh = conv(&xh, &wh)?;
-    let mixed = ops::add(&conv(&xh, &wl)?, &conv(&xl, &wh)?, s)?;
-    let ll = conv(&xl, &wl)?;
-    let y = ops::add(
-        &ops::add(
-            &ops::multiply(&hh, &scalar(256.0, Dtype::I32, s)?, s)?,
-            &ops::multiply(&mixed, &scalar(16.0, Dtype::I32, s)?, s)?,
-            s,
-        )?,
-        &ll,
+    let y = product_of_halves(
+        &ops::transpose(x, &last, s)?,
+        &ops::transpose(w, &last, s)?,
         s,
+        conv,
     )?;
     Ok(ops::transpose(&y, &first, s)?)
 }
