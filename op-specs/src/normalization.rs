@@ -32,14 +32,14 @@ fn layer_normalization(
     let last = x.shape().last().copied();
     let per_element = |p: &Array| p.ndim() == 1 && p.shape().first().copied() == last;
     if only_y && axis + 1 == rank && per_element(&scale) && bias.as_ref().is_none_or(per_element) {
-        // MLX's fused kernel normalises the last axis and accumulates in float32.
-        return Ok(vec![ops::layer_norm(
-            &x,
-            Some(&scale),
-            bias.as_ref(),
-            epsilon,
-            s,
-        )?]);
+        // MLX's fused kernel normalises the last axis in float32 but rounds the normalised x
+        // to x's type before the weight and bias; ORT rounds once at the end (a float16
+        // x / std that underflows there, times a scale of 65504, must not give 0). So the
+        // kernel runs on float32 and the result is rounded once.
+        let wide = |a: &Array| ops::astype(a, Dtype::F32, s);
+        let bias = bias.as_ref().map(wide).transpose()?;
+        let y = ops::layer_norm(&wide(&x)?, Some(&wide(&scale)?), bias.as_ref(), epsilon, s)?;
+        return Ok(vec![ops::astype(&y, x.dtype(), s)?]);
     }
     layer_norm_general(&x, &scale, bias.as_ref(), axis, epsilon, s)
 }
@@ -96,14 +96,14 @@ pub(crate) fn rms_norm_over(
     let rank = x.ndim();
     let axis = normalise_axis(axis, rank)?;
     let last = x.shape().last().copied();
-    if only_y
-        && axis + 1 == rank
-        && x.dtype() == scale.dtype()
-        && scale.ndim() == 1
-        && Some(scale.shape()[0]) == last
-    {
-        // MLX's fused kernel normalises the last axis by a per-element weight, in float32.
-        return Ok(vec![ops::rms_norm(x, Some(scale), epsilon, s)?]);
+    if only_y && axis + 1 == rank && scale.ndim() == 1 && Some(scale.shape()[0]) == last {
+        // MLX's fused kernel normalises the last axis in float32 but rounds x / rms to x's
+        // type before the weight: a float16 element that underflows there came out 0 where
+        // ORT, which rounds once after the scale, keeps 65504 * 6e-8 / rms (found by the
+        // fuzzer). So the kernel runs on float32 and the result is rounded once.
+        let wide = |a: &Array| ops::astype(a, Dtype::F32, s);
+        let y = ops::rms_norm(&wide(x)?, Some(&wide(scale)?), epsilon, s)?;
+        return Ok(vec![ops::astype(&y, scale.dtype(), s)?]);
     }
     let axes: Vec<i32> = (axis as i32..rank as i32).collect();
     let Standardised {

@@ -69,6 +69,39 @@ def test_mean_variance_normalization_divides_the_sum_by_the_count():
     assert_runs_match(model, {"X": x}, want)
 
 
+def test_float16_mean_variance_normalization_follows_orts_float32_kernel():
+    # s20261201-MeanVarianceNormalization-9-8: float16 over axis 0 of signed zeros, denormals and
+    # 65504. ORT runs float16 MVN only from opset 22 (its float32 kernel between Casts; below 22 the
+    # function body fails to build), and a constant block is 0 / 0 = NaN there, as for float32;
+    # the numpy reference added an epsilon instead. Every opset follows ORT's float32 kernel.
+    tiny, big = np.float16(2**-24), np.float16(65504)
+    x = np.array([[-0.0, -0.0, tiny, big, tiny, -0.0],
+                  [-0.0, 0.0, tiny, -big, -tiny, tiny]], np.float16).reshape(2, 6, 1, 1)
+    node = helper.make_node("MeanVarianceNormalization", ["X"], ["Y"], axes=[0])
+    io = ([tensor("X", TensorProto.FLOAT16)], [tensor("Y", TensorProto.FLOAT16)])
+    want = cpu_outputs(make_model([node], *io, opset=22), {"X": x})
+    assert np.isnan(want[0][:, :3]).all() and not np.isnan(want[0][:, 3:]).any()
+    for opset in (9, 13, 22):
+        assert_runs_match(make_model([node], *io, opset=opset), {"X": x}, want)
+
+
+@pytest.mark.parametrize("op, opset, domains", [("RMSNormalization", 23, ()), ("SimplifiedLayerNormalization", 17, ()),
+                                                ("LayerNormalization", 17, ())])
+def test_float16_norms_round_once_after_the_scale(op, opset, domains):
+    # s20261201-RMSNormalization-23-1: MLX's fused kernels round x / rms (x - mean) / std to
+    # float16 before the weight, so 6e-8 / 70 underflowed to 0 there; ORT multiplies by the scale
+    # (65504) in float32 and rounds once, keeping ~5.6e-5.
+    x = np.array([[2**-24, 100, -100, 50, -50, 25, -25, 0]], np.float16)
+    scale = np.array([65504, 1, 1, 1, 1, 1, 1, 1], np.float16)
+    node = helper.make_node(op, ["X", "scale"], ["Y"])
+    half = TensorProto.FLOAT16
+    model = make_model([node], [tensor("X", half), tensor("scale", half)], [tensor("Y", half)], opset=opset,
+                       domains=domains)
+    want = cpu_outputs(model, {"X": x, "scale": scale})
+    assert 1e-5 < abs(float(want[0][0, 0])) < 1e-4
+    assert_runs_match(model, {"X": x, "scale": scale}, want, rtol=2**-10)
+
+
 def reduce_log_sum_exp(opset, dtype=TensorProto.FLOAT16):
     if opset >= 18:
         node = helper.make_node("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=0)

@@ -74,12 +74,6 @@ KNOWN: dict[str, tuple[str, str]] = {
     "s20261201-Add-7-2": ("wrong", _F16_ADD_CAST),
     "s20261201-OneHot-9-10": ("wrong", "OneHot with NaN/fractional float indices on a dtype ORT has no kernel for: "
                                        "the numpy reference differs from what ORT's kernels do, which the EP follows"),
-    "s20261201-MeanVarianceNormalization-9-8": ("wrong", "float16 MVN over axis 0 of signed zeros, denormals and 65504 "
-                                                         "(no ORT kernel): variance 0 or overflow in float16 gives "
-                                                         "NaN where the float64 reference gives -0.0; open"),
-    "s20261201-RMSNormalization-23-1": ("wrong", "float16 RMSNormalization chained into itself over denormals and "
-                                                 "65504 scales: one element underflows to 0 on the EP where ORT "
-                                                 "keeps 0.004; open, not root-caused"),
     "s20261201-com.microsoft.BiasSplitGelu-1-0": ("wrong", _GELU_TAIL),
     "s20261201-com.microsoft.BiasSplitGelu-1-3": ("wrong", _GELU_TAIL),
     "s20261201-com.microsoft.BiasSplitGelu-1-5": ("wrong", _GELU_TAIL),

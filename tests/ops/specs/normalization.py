@@ -113,10 +113,14 @@ def _instance_norm(xs, a):
 
 
 def _mvn(xs, a):
-    x, axes = xs[0], tuple(a.get("axes", [0, 2, 3]))
-    mean = x.mean(axis=axes, keepdims=True)
-    std = np.sqrt((x * x).mean(axis=axes, keepdims=True) - mean * mean)
-    return (x - mean) / (std + 1e-9)
+    """ORT's float32 kernel, which float16 and bfloat16 (no ORT kernel) follow: two passes in float32, sums
+    over the count, no epsilon, so a constant block is 0 / 0 = NaN (the spec's function body takes
+    E[x^2] - E[x]^2, which loses every digit far from zero); rounded once to the input's type."""
+    x, axes = xs[0].astype(np.float32), tuple(a.get("axes", [0, 2, 3]))
+    count = np.float32(np.prod([x.shape[i] for i in axes]))
+    centred = x - x.sum(axis=axes, keepdims=True, dtype=np.float32) / count
+    variance = (centred * centred).sum(axis=axes, keepdims=True, dtype=np.float32) / count
+    return centred / np.sqrt(variance)
 
 
 SPECS[("", "InstanceNormalization")] = OpSpec(
