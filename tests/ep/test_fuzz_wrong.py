@@ -192,6 +192,35 @@ def test_group_query_attention_ignores_value_rows_past_each_total_length():
     assert_runs_match(model, feeds, want, rtol=1e-5, atol=1e-6)
 
 
+def gqa_with_probabilities(elem):
+    """A causal GQA prompt (3 tokens) with output_qk = 2, fed float32 through Casts to ``elem``."""
+    names = ["query", "key", "value", "", "", "seqlens_k", "total_sequence_length"]
+    cast_in = [helper.make_node("Cast", [f"{n}_f32"], [n], to=elem) for n in names[:3]]
+    node = helper.make_node("GroupQueryAttention", names, ["out", "present_key", "present_value", "qk"],
+                            domain="com.microsoft", num_heads=2, kv_num_heads=1, qk_output=2)
+    cast_out = helper.make_node("Cast", ["qk"], ["qk_f32"], to=TensorProto.FLOAT)
+    total = helper.make_tensor("total_sequence_length", TensorProto.INT32, [], [3])
+    inputs = [tensor(f"{n}_f32") for n in names[:3]] + [tensor("seqlens_k", TensorProto.INT32)]
+    return make_model(cast_in + [node, cast_out], inputs, [tensor("qk_f32")], opset=17, domains=MS,
+                      initializers=[total])
+
+
+def test_bfloat16_gqa_probabilities_outside_a_rows_window_are_zero():
+    # s1-com.microsoft.GroupQueryAttention-1-6: a NaN in key 0 makes every row's visible
+    # probabilities NaN; ORT's kernels (float32, float16) never score the keys outside a row's
+    # causal window and leave 0 there. bfloat16, which ORT has no kernel for, follows the same rule
+    # (the numpy reference had spread the NaN over the whole row).
+    rng = np.random.default_rng(6)
+    as_bf16 = lambda x: (x.view(np.uint32) & 0xFFFF0000).view(np.float32)  # exact in bfloat16
+    q, k, v = (as_bf16(rng.standard_normal((1, 3, d)).astype(np.float32)) for d in (16, 8, 8))
+    k[0, 0, 3] = np.nan
+    feeds = {"query_f32": q, "key_f32": k, "value_f32": v, "seqlens_k": np.array([2], np.int32)}
+    want = cpu_outputs(gqa_with_probabilities(TensorProto.FLOAT), feeds)
+    causal = np.tril(np.ones((3, 3), bool))
+    assert np.isnan(want[0][0, :, causal]).all() and (want[0][0, :, ~causal] == 0).all()
+    assert_runs_match(gqa_with_probabilities(TensorProto.BFLOAT16), feeds, want)
+
+
 def test_unidirectional_mha_adds_the_causal_mask_as_ort_does():
     # s1-MultiHeadAttention-1-40: ORT adds its causal mask to the scores, so a hidden key whose
     # score is infinite still turns its row to NaN; MLX's causal kernel skipped the key instead.

@@ -119,11 +119,6 @@ KNOWN_FULL_RUN: dict[str, tuple[str, str]] = {
                               "bias on a rerun; the EP returns the bias, the spec's answer"),
     "s1-com.microsoft.MultiHeadAttention-1-9": ("wrong", _OVERFLOW_ORDER),
     "s1-com.microsoft.MultiHeadAttention-1-37": ("wrong", _OVERFLOW_ORDER),
-    "s1-com.microsoft.GroupQueryAttention-1-6": ("wrong", "bfloat16 GQA output_qk (no ORT kernel: the numpy "
-                                                          "reference decides) at keys outside a row's window "
-                                                          "holding special floats: the reference scores them (NaN), "
-                                                          "the EP reports 0 there, as ORT's float32 kernel leaves "
-                                                          "scores it never computes; open: which is ORT's rule"),
     "s1-ReduceSum-13-1": ("lost_fallback", _INT64_SUM),
     "s1-ReduceSum-13-11": ("lost_fallback", _INT64_SUM),
     "s1-ReduceSum-13-43": ("lost_fallback", _INT64_SUM),

@@ -22,8 +22,10 @@
 //!   (with a zero sink for `smooth_softmax`, or `head_sink[h]`), mixed with V.
 //!
 //! `output_qk` holds the scores before (1) or the probabilities after (2) the softmax over
-//! `[B, Hq, S, total_sequence_length]`, zero outside each row's visible keys; ORT leaves the
-//! columns past a shorter row's `total_b` uninitialised, we write zeros there.
+//! `[B, Hq, S, total_sequence_length]`, zero outside each row's visible keys, even where a NaN
+//! score turns the visible ones NaN (ORT's float32 and float16 kernels never score the others;
+//! bfloat16, which ORT has no kernel for, follows the same rule); ORT leaves the columns past a
+//! shorter row's `total_b` uninitialised, we write zeros there.
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 

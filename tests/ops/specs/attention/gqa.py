@@ -109,7 +109,9 @@ def _gqa(xs, a):
         m = np.maximum(m, sinks)
     e = np.where(keep, np.exp(scores - m), 0.0)
     den = e.sum(-1, keepdims=True) + (np.exp(sinks - m) if sinks is not None else 0.0)
-    probs = np.where(seen, e / np.where(den == 0, 1.0, den), 0.0)
+    # ORT's kernels (float32 and float16; bfloat16 has none) never compute the scores outside a
+    # row's window: its probabilities stay 0 there even when a NaN score makes the window's NaN.
+    probs = np.where(keep, e / np.where(den == 0, 1.0, den), 0.0)
     out = (probs @ np.repeat(pv, g, axis=1)).transpose(0, 2, 1, 3).reshape(b_, s_, hq * d)
     res = [out, pk, pv]
     if a.get("qk_output", 0):
