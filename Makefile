@@ -9,7 +9,7 @@ export ORT_MLX_EP_LIBRARY := $(LIBRARY)
 # Prints each phase's wall time ("[time] build: 312.4 s"), so a CI log shows where time goes.
 TIMED = bash scripts/timed.sh
 
-.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul bench-attention bench-llm real-models leaks stress fuzz docs conformance conformance-update clean
+.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul bench-quantized bench-attention bench-llm real-models leaks stress fuzz docs conformance conformance-update clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
@@ -83,6 +83,12 @@ bench-llm: build
 ## f32 matmul 256x768x3072: MLX through our library vs ORT's CPU EP.
 bench-matmul: build
 	$(PYTHON) scripts/bench_matmul.py
+
+## MatMulNBits int4 (block 32/128, accuracy_level 4/0, fp16/fp32) at 1x4096x4096 and 512x4096x4096:
+## MLX EP vs direct mlx.core.quantized_matmul vs ORT's CPU EP; GB/s, max diff vs float64, memory.
+## ARGS="--small" for a quick run, "--json out.json" for the figures.
+bench-quantized: build
+	$(PYTHON) scripts/bench_quantized.py $(ARGS)
 
 clean:
 	cargo clean
