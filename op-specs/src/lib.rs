@@ -23,6 +23,7 @@ mod layout;
 mod linalg;
 mod logic;
 mod math;
+mod moe;
 mod normalization;
 mod pool;
 mod qdq;

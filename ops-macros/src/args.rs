@@ -118,6 +118,7 @@ pub struct OpArgs {
     pub shape: Shape,
     pub claim: Option<Path>,
     pub declines: Option<LitStr>,
+    pub numerics: Option<LitStr>,
 }
 
 const SHAPE_KINDS: [&str; 3] = ["Shapeless", "ShapeKeyed", "Eager"];
@@ -134,6 +135,7 @@ impl OpArgs {
         let mut shape = None;
         let mut claim = None;
         let mut declines = None;
+        let mut numerics = None;
 
         let parser = syn::meta::parser(|meta| {
             let key = meta
@@ -145,6 +147,7 @@ impl OpArgs {
                 "op" => op = Some(meta.value()?.parse::<LitStr>()?),
                 "domain" => domain = Some(meta.value()?.parse::<LitStr>()?),
                 "declines" => declines = Some(meta.value()?.parse::<LitStr>()?),
+                "numerics" => numerics = Some(meta.value()?.parse::<LitStr>()?),
                 "since" => {
                     reject_duplicate(&range, &meta.path, "an opset (`since` or `opset`)")?;
                     range = Some((meta.value()?.parse()?, None));
@@ -205,7 +208,7 @@ impl OpArgs {
                 "claim" => claim = Some(meta.value()?.parse::<Path>()?),
                 _ => return Err(meta.error(
                     "unknown onnx_op argument; expected one of: op, domain, since, opset, types, \
-                         ignores, inputs, outputs, shape, claim, declines",
+                         ignores, inputs, outputs, shape, claim, declines, numerics",
                 )),
             }
             Ok(())
@@ -228,6 +231,7 @@ impl OpArgs {
                 .ok_or_else(|| missing("shape = Shapeless | ShapeKeyed | Eager | function"))?,
             claim,
             declines,
+            numerics,
         };
         args.check_type_vars()?;
         Ok(args)

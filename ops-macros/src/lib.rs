@@ -16,6 +16,8 @@
 //! `outputs(Name: T, ...)`, `shape = Shapeless | ShapeKeyed | Eager | function_of_node`,
 //! optionally `claim = function_of_node` (extra checks, each decline with a reason) and
 //! `declines = "..."` (what the custom claim declines, for the coverage doc).
+//! `numerics = "..."` (how the answer's rounding compares with ORT's CPU EP, where it differs
+//! from computing in the node's type: for the coverage doc).
 //!
 //! Parameters after the context bind, in order, to the declared inputs: `Array` (required),
 //! `Option<Array>` (optional), `Vec<Array>` (variadic, last), or `#[host] v: Vec<i64>` / `i64`
@@ -248,11 +250,8 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
         Some(f) => quote!(::core::option::Option::Some(#f)),
         None => quote!(::core::option::Option::None),
     };
-    let declines = args
-        .declines
-        .as_ref()
-        .map(LitStr::value)
-        .unwrap_or_default();
+    let text = |lit: &Option<LitStr>| lit.as_ref().map(LitStr::value).unwrap_or_default();
+    let (declines, numerics) = (text(&args.declines), text(&args.numerics));
 
     Ok(quote! {
         #function
@@ -286,6 +285,7 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
                 shape: #shape,
                 custom_claim: #claim,
                 declines: #declines,
+                numerics: #numerics,
                 lower: #lower,
             }
         }

@@ -76,3 +76,31 @@ pub fn einsum(
         unsafe { crate::sys::mlx_einsum(out, equation.as_ptr(), vector.raw(), stream.raw()) }
     })
 }
+
+/// `a[lhs] · b[rhs]` over the batch dims: each index picks the matrix of `a`'s (or `b`'s)
+/// flattened batch dims that its product uses, so a mixture of experts multiplies each row by
+/// only its own experts' weights without copying them. An absent index set broadcasts that
+/// operand's batch dims against the other's.
+pub fn gather_mm(
+    a: &crate::Array,
+    b: &crate::Array,
+    lhs_indices: Option<&crate::Array>,
+    rhs_indices: Option<&crate::Array>,
+    stream: &crate::Stream,
+) -> crate::Result<crate::Array> {
+    crate::Array::from_op(|out| {
+        // SAFETY: all handles are live (an absent index set is MLX's empty handle, which
+        // mlx_gather_mm reads as "not given"); MLX validates shapes and index dtypes.
+        unsafe {
+            crate::sys::mlx_gather_mm(
+                out,
+                a.raw(),
+                b.raw(),
+                super::optional(lhs_indices),
+                super::optional(rhs_indices),
+                false,
+                stream.raw(),
+            )
+        }
+    })
+}

@@ -64,8 +64,28 @@ pub fn markdown() -> String {
                 },
             );
         }
+        numerics(&mut out, list);
     }
     out
+}
+
+/// The family's notes on how its answers round compared with ORT's CPU EP, one per entry
+/// that has one.
+fn numerics(out: &mut String, list: &[&OpSpec]) {
+    let noted: Vec<_> = list.iter().filter(|s| !s.numerics.is_empty()).collect();
+    if noted.is_empty() {
+        return;
+    }
+    out.push_str("\nNumerics against ORT's CPU EP:\n\n");
+    for spec in noted {
+        let _ = writeln!(
+            out,
+            "- **{}** {}: {}",
+            spec.op,
+            spec.opsets(),
+            spec.numerics
+        );
+    }
 }
 
 fn types(spec: &OpSpec) -> String {

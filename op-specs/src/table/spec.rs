@@ -170,6 +170,9 @@ pub struct OpSpec {
     pub custom_claim: Option<fn(&Node) -> Verdict>,
     /// What the custom claim declines, in words (for the coverage doc).
     pub declines: &'static str,
+    /// How the answer's rounding compares with ORT's CPU EP where the two compute differently
+    /// (for the coverage doc); empty when they compute alike.
+    pub numerics: &'static str,
     pub lower: LowerFn,
 }
 

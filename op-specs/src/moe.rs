@@ -1,0 +1,761 @@
+//! Mixture of experts: com.microsoft MoE (float experts) and QMoE (2/4/8-bit integer experts).
+//!
+//! Semantics of ORT 1.31.1's CPU kernels, found by running them:
+//! - Weights are `[experts, N, K]` per projection (fc1 `[E, fusion·inter, hidden]`, fc2 `[E,
+//!   hidden, inter]`), QMoE's packed `8 / bits` values per byte, low bits first, along K.
+//! - Each row picks the `k` largest `router_probs` (logits); an equal logit goes to the larger
+//!   expert index.
+//! - MoE mixes with `softmax(router_probs)` at the picked experts, renormalised over them when
+//!   `normalize_routing_weights` is 1. QMoE mixes with the softmax over the picked logits
+//!   whatever `normalize_routing_weights` says; with `router_weights` it mixes with those
+//!   values at the picked experts, renormalised only when the flag is 1.
+//! - Activations: relu, gelu (the tanh approximation), silu, identity, and SwiGLU with fc1's
+//!   rows interleaved (`swiglu_fusion` 1; the CPU kernels refuse 0 and 2):
+//!   `min(g, limit)·sigmoid(alpha·min(g, limit))·(clip(l, ±limit) + beta)`.
+//! - Everything is float32 (16-bit inputs widened, the output rounded once). At
+//!   `accuracy_level` 4 with blocks, and for 8-bit blocks at every level, ORT's QMoE quantises
+//!   the activations to int8; the EP's product is the exact one of the dequantised weights.
+//!
+//! Only the picked experts are computed: MLX's `gather_mm` multiplies each row by its own
+//! experts' weights without copying them, so a NaN in an expert a row did not pick never
+//! reaches that row. QMoE dequantises its weights in the graph (`(q - zero_point)·scale` in
+//! float32, one rounding, as ORT) before the same products.
+
+use mlx_kernels::{ops, Array, Dtype, Stream};
+
+use crate::table::consts::scalar;
+use crate::table::lower::float32;
+use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Activation {
+    Relu,
+    Gelu,
+    Silu,
+    Identity,
+    SwiGlu,
+}
+
+impl Activation {
+    fn parse(name: &str) -> Option<Activation> {
+        Some(match name {
+            "relu" => Activation::Relu,
+            "gelu" => Activation::Gelu,
+            "silu" => Activation::Silu,
+            "identity" => Activation::Identity,
+            "swiglu" => Activation::SwiGlu,
+            _ => return None,
+        })
+    }
+}
+
+/// The expert MLP between fc1 and fc2.
+struct Mlp {
+    activation: Activation,
+    alpha: f32,
+    beta: f32,
+    limit: Option<f32>,
+}
+
+impl Mlp {
+    fn new(activation_type: &str, alpha: f32, beta: f32, limit: Option<f32>) -> Result<Mlp> {
+        let activation = Activation::parse(activation_type).ok_or_else(|| {
+            OpError::new(format!(
+                "activation_type '{activation_type}' is not supported"
+            ))
+        })?;
+        Ok(Mlp {
+            activation,
+            alpha,
+            beta,
+            limit,
+        })
+    }
+
+    /// fc1's rows per expert for `inter` hidden units: SwiGLU's gate and linear parts share fc1.
+    fn fc1_rows(&self, inter: i64) -> i64 {
+        if self.activation == Activation::SwiGlu {
+            2 * inter
+        } else {
+            inter
+        }
+    }
+
+    /// fc1's float32 output `[..., fc1_rows]` -> the hidden units `[..., inter]`.
+    fn apply(&self, h: &Array, s: &Stream) -> Result<Array> {
+        match self.activation {
+            Activation::Relu => Ok(ops::maximum(h, &scalar(0.0, Dtype::F32, s)?, s)?),
+            Activation::Gelu => crate::activation::gelu_tanh(h, s),
+            Activation::Silu => crate::activation::silu_of(h, s),
+            Activation::Identity => Ok(h.clone()),
+            Activation::SwiGlu => self.swiglu(h, s),
+        }
+    }
+
+    fn swiglu(&self, h: &Array, s: &Stream) -> Result<Array> {
+        let mut pairs = h.shape();
+        let rows = pairs.pop().unwrap_or(0);
+        pairs.extend([rows / 2, 2]);
+        let pairs = ops::reshape(h, &pairs, s)?;
+        let part = |i: i32| -> Result<Array> { Ok(ops::take(&pairs, &Array::scalar(i)?, -1, s)?) };
+        let (mut gate, mut linear) = (part(0)?, part(1)?);
+        if let Some(limit) = self.limit {
+            let high = scalar(f64::from(limit), Dtype::F32, s)?;
+            let low = scalar(-f64::from(limit), Dtype::F32, s)?;
+            gate = ops::minimum(&gate, &high, s)?;
+            linear = ops::maximum(&ops::minimum(&linear, &high, s)?, &low, s)?;
+        }
+        let alpha = scalar(f64::from(self.alpha), Dtype::F32, s)?;
+        let beta = scalar(f64::from(self.beta), Dtype::F32, s)?;
+        let swish = ops::multiply(
+            &gate,
+            &ops::sigmoid(&ops::multiply(&gate, &alpha, s)?, s)?,
+            s,
+        )?;
+        Ok(ops::multiply(&swish, &ops::add(&linear, &beta, s)?, s)?)
+    }
+}
+
+/// Each row's `k` experts, best first: `logits [T, E]` -> `[T, k]`. An expert's rank is the
+/// number of experts that beat it (a larger logit, or an equal one at a larger index, as ORT
+/// orders them); ranks are distinct, so sorting them orders the experts on every backend,
+/// whether or not its sort is stable.
+fn top_k(logits: &Array, k: i64, s: &Stream) -> Result<Array> {
+    let experts = logits.shape()[1];
+    let other = ops::expand_dims(logits, &[2], s)?; // [T, E', 1]
+    let mine = ops::expand_dims(logits, &[1], s)?; // [T, 1, E]
+    let index = ops::arange(0.0, experts as f64, 1.0, Dtype::I32, s)?;
+    let later = ops::greater(
+        &ops::reshape(&index, &[experts, 1], s)?,
+        &ops::reshape(&index, &[1, experts], s)?,
+        s,
+    )?;
+    let beats = ops::logical_or(
+        &ops::greater(&other, &mine, s)?,
+        &ops::logical_and(&ops::equal(&other, &mine, s)?, &later, s)?,
+        s,
+    )?;
+    let rank = ops::sum(&ops::astype(&beats, Dtype::I32, s)?, &[1], false, s)?;
+    let order = ops::argsort(&rank, -1, s)?;
+    slice_last(&order, k, s)
+}
+
+/// The first `len` entries of the last axis of `x [T, n]`.
+fn slice_last(x: &Array, len: i64, s: &Stream) -> Result<Array> {
+    let rows = x.shape()[0] as i32;
+    Ok(ops::slice(x, &[0, 0], &[rows, len as i32], &[1, 1], s)?)
+}
+
+/// `values [T, k]` divided by their row sums.
+fn renormalise(values: &Array, s: &Stream) -> Result<Array> {
+    Ok(ops::divide(values, &ops::sum(values, &[1], true, s)?, s)?)
+}
+
+/// The weights that mix each row's experts, `[T, k]` float32.
+enum Mixing {
+    /// MoE: `softmax(logits)` at the picked experts, renormalised or not.
+    Softmax { normalise: bool },
+    /// QMoE without router_weights: the softmax over the picked logits.
+    SoftmaxOfPicked,
+    /// QMoE with router_weights: their values at the picked experts, renormalised or not.
+    Given { weights: Array, normalise: bool },
+}
+
+impl Mixing {
+    fn weights(&self, logits: &Array, picked: &Array, s: &Stream) -> Result<Array> {
+        let at_picked = |v: &Array| -> Result<Array> { Ok(ops::take_along_axis(v, picked, 1, s)?) };
+        match self {
+            Mixing::Softmax { normalise } => {
+                let p = at_picked(&ops::softmax(logits, -1, true, s)?)?;
+                if *normalise {
+                    renormalise(&p, s)
+                } else {
+                    Ok(p)
+                }
+            }
+            Mixing::SoftmaxOfPicked => Ok(ops::softmax(&at_picked(logits)?, -1, true, s)?),
+            Mixing::Given { weights, normalise } => {
+                let w = at_picked(&float32(weights, s)?)?;
+                if *normalise {
+                    renormalise(&w, s)
+                } else {
+                    Ok(w)
+                }
+            }
+        }
+    }
+}
+
+/// One projection of every expert, float32: `weight [E, N, K]`, `bias [E, N]`.
+struct Projection {
+    weight: Array,
+    bias: Option<Array>,
+}
+
+impl Projection {
+    /// `x [T, k|1, 1, K]` through each row's picked experts (`picked [T, k]`): `[T, k, 1, N]`.
+    fn apply(&self, x: &Array, picked: &Array, s: &Stream) -> Result<Array> {
+        let transposed = ops::transpose(&self.weight, &[0, 2, 1], s)?;
+        let y = ops::gather_mm(x, &transposed, None, Some(picked), s)?;
+        match &self.bias {
+            None => Ok(y),
+            Some(bias) => {
+                let b = ops::expand_dims(&ops::take(bias, picked, 0, s)?, &[2], s)?;
+                Ok(ops::add(&y, &float32(&b, s)?, s)?)
+            }
+        }
+    }
+}
+
+/// The shape of `input`'s rows: `[T, H]` or `[B, S, H]` -> (T, H).
+fn rows_of(input: &Array) -> Result<(i64, i64)> {
+    let shape = input.shape();
+    match shape.as_slice() {
+        [t, h] => Ok((*t, *h)),
+        [b, t, h] => Ok((b * t, *h)),
+        _ => Err(OpError::new(format!(
+            "input has shape {shape:?}; ORT's kernel takes [tokens, hidden] or [batch, sequence, hidden]"
+        ))),
+    }
+}
+
+/// `array` must have `shape`; `what` names it in the error.
+fn expect_shape(array: &Array, shape: &[i64], what: &str) -> Result<()> {
+    if array.shape() == shape {
+        return Ok(());
+    }
+    Err(OpError::new(format!(
+        "{what} has shape {:?}; ORT's kernel takes {shape:?}",
+        array.shape()
+    )))
+}
+
+/// The dims a node's weights agree on.
+struct Dims {
+    tokens: i64,
+    hidden: i64,
+    experts: i64,
+    inter: i64,
+}
+
+/// Routes `input` through its experts: the shared body of MoE and QMoE once the weights are
+/// float32 `[E, N, K]`.
+fn mixture(
+    input: &Array,
+    router: &Array,
+    fc1: &Projection,
+    fc2: &Projection,
+    mlp: &Mlp,
+    mixing: &Mixing,
+    k: i64,
+    dims: &Dims,
+    s: &Stream,
+) -> Result<Array> {
+    let out_dtype = input.dtype();
+    let Dims {
+        tokens,
+        hidden,
+        experts,
+        ..
+    } = *dims;
+    if k > experts {
+        return Err(OpError::new(format!(
+            "k = {k} is more than the {experts} experts (ORT's kernel fails too)"
+        )));
+    }
+    if tokens == 0 {
+        return Ok(ops::astype(
+            &ops::broadcast_to(&scalar(0.0, Dtype::F32, s)?, &input.shape(), s)?,
+            out_dtype,
+            s,
+        )?);
+    }
+    let logits = float32(router, s)?;
+    let picked = top_k(&logits, k, s)?;
+    let weights = mixing.weights(&logits, &picked, s)?;
+    let x = ops::reshape(&float32(input, s)?, &[tokens, 1, 1, hidden], s)?;
+    let h = mlp.apply(&fc1.apply(&x, &picked, s)?, s)?;
+    let y = fc2.apply(&h, &picked, s)?; // [T, k, 1, H]
+    let weighted = ops::multiply(&y, &ops::reshape(&weights, &[tokens, k, 1, 1], s)?, s)?;
+    let mixed = ops::sum(&weighted, &[1], false, s)?;
+    Ok(ops::astype(
+        &ops::reshape(&mixed, &input.shape(), s)?,
+        out_dtype,
+        s,
+    )?)
+}
+
+/// Claim checks MoE and QMoE share: k, the activation, SwiGLU's layout, the sparse mixer and
+/// fc3.
+fn common_claim(node: &Node, fc3_slot: usize) -> Option<Verdict> {
+    let k = node.attr_or("k", 1i64);
+    if k < 1 {
+        return Some(Verdict::decline(format!(
+            "k = {k}: ORT's kernel takes k >= 1"
+        )));
+    }
+    let name = node.attr_or("activation_type", String::from("relu"));
+    let Some(activation) = Activation::parse(&name) else {
+        return Some(Verdict::decline(format!(
+            "activation_type '{name}': ORT takes relu, gelu, silu, identity or swiglu"
+        )));
+    };
+    let fusion = node.attr_or("swiglu_fusion", 0i64);
+    match (activation, fusion) {
+        (Activation::SwiGlu, 1)
+        | (Activation::Relu | Activation::Gelu | Activation::Silu | Activation::Identity, 0) => {}
+        (Activation::SwiGlu, _) => {
+            return Some(Verdict::decline(format!(
+                "swiglu_fusion {fusion}: ORT's CPU kernel takes only interleaved SwiGLU (1)"
+            )))
+        }
+        _ => {
+            return Some(Verdict::decline(format!(
+                "swiglu_fusion {fusion} with activation_type '{name}' (it applies only to swiglu)"
+            )))
+        }
+    }
+    if node.attr_or("use_sparse_mixer", 0i64) != 0 {
+        return Some(Verdict::decline(
+            "use_sparse_mixer: ORT's CPU kernel ignores it (plain top-k) while its CUDA kernel \
+             applies Phi-3.5's sparse mixer; the two disagree",
+        ));
+    }
+    if (fc3_slot..fc3_slot + 3).any(|i| node.input_present(i)) {
+        return Some(Verdict::decline(
+            "fc3 (a separate SwiGLU linear projection): ORT's CPU kernel does not implement it",
+        ));
+    }
+    None
+}
+
+/// Mixture of experts with float weights: each row runs through its `k` experts (largest
+/// `router_probs`, ties to the larger index), mixed by `softmax(router_probs)` at them
+/// (renormalised when `normalize_routing_weights`), in float32. Float16 follows the float32
+/// definition: ORT 1.31.1's CPU kernel drops `x · fc1` for float16 (only fc1's bias reaches
+/// the activation), so float16 is tested against a float64 reference (tests/ep/test_moe.py).
+#[allow(clippy::too_many_arguments)] // eight inputs and eight attributes, as ORT has them
+#[onnx_op(
+    domain = "com.microsoft", op = "MoE", since = 1,
+    types(T = FLOAT),
+    inputs(
+        input: T, router_probs: T, fc1_experts_weights: T, fc1_experts_bias: T,
+        fc2_experts_weights: T, fc2_experts_bias: T, fc3_experts_weights: T, fc3_experts_bias: T
+    ),
+    outputs(output: T),
+    // Checked by the claim (declined when set, or when SwiGLU is not interleaved).
+    ignores(use_sparse_mixer: i64, swiglu_fusion: i64),
+    shape = ShapeKeyed, claim = moe_claim,
+    declines = "use_sparse_mixer (ORT's CPU and CUDA kernels disagree); fc3 and SwiGLU other than interleaved (swiglu_fusion 1), which ORT's CPU kernel does not implement; k < 1; unknown activation types"
+)]
+fn moe(
+    cx: &mut Lower,
+    input: Array,
+    router_probs: Array,
+    fc1_experts_weights: Array,
+    fc1_experts_bias: Option<Array>,
+    fc2_experts_weights: Array,
+    fc2_experts_bias: Option<Array>,
+    _fc3_experts_weights: Option<Array>,
+    _fc3_experts_bias: Option<Array>,
+    #[attr(default = 1)] k: i64,
+    #[attr(default = "relu")] activation_type: String,
+    #[attr(default = 0)] normalize_routing_weights: i64,
+    #[attr(default = 1.0)] activation_alpha: f32,
+    #[attr(default = 0.0)] activation_beta: f32,
+    #[attr] swiglu_limit: Option<f32>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let mlp = Mlp::new(
+        &activation_type,
+        activation_alpha,
+        activation_beta,
+        swiglu_limit,
+    )?;
+    let dims = float_dims(&input, &router_probs, &fc2_experts_weights)?;
+    let (e, h, i) = (dims.experts, dims.hidden, dims.inter);
+    expect_shape(
+        &fc1_experts_weights,
+        &[e, mlp.fc1_rows(i), h],
+        "fc1_experts_weights",
+    )?;
+    let fc1 = float_projection(fc1_experts_weights, fc1_experts_bias, mlp.fc1_rows(i), s)?;
+    let fc2 = float_projection(fc2_experts_weights, fc2_experts_bias, h, s)?;
+    let mixing = Mixing::Softmax {
+        normalise: normalize_routing_weights != 0,
+    };
+    mixture(
+        &input,
+        &router_probs,
+        &fc1,
+        &fc2,
+        &mlp,
+        &mixing,
+        k,
+        &dims,
+        s,
+    )
+}
+
+/// Tokens, hidden, experts and inter from `input`, `router_probs [T, E]` and fc2 `[E, H, I]`.
+fn float_dims(input: &Array, router: &Array, fc2: &Array) -> Result<Dims> {
+    let (tokens, hidden) = rows_of(input)?;
+    let experts = router.shape().get(1).copied().unwrap_or(0);
+    expect_shape(router, &[tokens, experts], "router_probs")?;
+    let inter = fc2.shape().get(2).copied().unwrap_or(0);
+    expect_shape(fc2, &[experts, hidden, inter], "fc2_experts_weights")?;
+    Ok(Dims {
+        tokens,
+        hidden,
+        experts,
+        inter,
+    })
+}
+
+fn float_projection(
+    weight: Array,
+    bias: Option<Array>,
+    rows: i64,
+    s: &Stream,
+) -> Result<Projection> {
+    let experts = weight.shape()[0];
+    if let Some(b) = &bias {
+        expect_shape(b, &[experts, rows], "an experts_bias")?;
+    }
+    Ok(Projection {
+        weight: float32(&weight, s)?,
+        bias,
+    })
+}
+
+fn moe_claim(node: &Node) -> Verdict {
+    common_claim(node, 6).unwrap_or(Verdict::Claim)
+}
+
+/// Mixture of experts with 2/4/8-bit integer expert weights, `(q - zero_point)·scale` per
+/// column (`block_size` absent) or per block of `block_size` along K; zero points packed like
+/// the weights, `2^(bits-1)` when absent. Routing as MoE, except that without
+/// `router_weights` the picked experts are always mixed by the softmax over their logits (ORT's
+/// CPU kernel ignores `normalize_routing_weights` there); with `router_weights` their values at
+/// the picked experts mix, renormalised when the flag is 1. The answer is the exact float32
+/// product of the dequantised weights at every `accuracy_level`: where ORT quantises the
+/// activations to int8 (blocks at level 4, 8-bit blocks always) ORT is the less accurate side.
+#[allow(clippy::too_many_arguments)] // 21 inputs and 16 attributes, as ORT has them
+#[onnx_op(
+    domain = "com.microsoft", op = "QMoE", since = 1,
+    types(T = FLOAT, T1 = U8, T4 = F32),
+    inputs(
+        input: T, router_probs: T, fc1_experts_weights: T1, fc1_scales: T, fc1_experts_bias: T,
+        fc2_experts_weights: T1, fc2_scales: T, fc2_experts_bias: T,
+        fc3_experts_weights: T1, fc3_scales: T, fc3_experts_bias: T,
+        fc1_zero_points: T1, fc2_zero_points: T1, fc3_zero_points: T1, router_weights: T,
+        fc1_global_scale: T4, fc2_global_scale: T4, fc1_act_scale: T4, fc2_act_scale: T4,
+        fc1_act_block_scale: T, fc2_act_block_scale: T
+    ),
+    outputs(output: T),
+    // The answer is exact at every accuracy level; the rest are checked by the claim.
+    ignores(
+        accuracy_level: i64, use_sparse_mixer: i64, weights_prepacked: i64,
+        fc1_expert_weight_bits: i64, fc2_expert_weight_bits: i64, fc3_expert_weight_bits: i64,
+        swiglu_fusion: i64, quant_type: String
+    ),
+    shape = ShapeKeyed, claim = qmoe_claim,
+    declines = "quant_type other than 'int' (the FP4/FP8 modes and their global and activation scales); expert_weight_bits other than 2, 4, 8 and per-projection widths that differ (ORT's CPU kernel does not mix them); block sizes that are not a power of two >= 16; weights_prepacked = 1 (another EP's layout); fc1_scales missing; and as MoE: use_sparse_mixer, fc3, SwiGLU other than interleaved, k < 1, unknown activation types"
+)]
+fn qmoe(
+    cx: &mut Lower,
+    input: Array,
+    router_probs: Array,
+    fc1_experts_weights: Array,
+    fc1_scales: Option<Array>,
+    fc1_experts_bias: Option<Array>,
+    fc2_experts_weights: Array,
+    fc2_scales: Option<Array>,
+    fc2_experts_bias: Option<Array>,
+    _fc3_experts_weights: Option<Array>,
+    _fc3_scales: Option<Array>,
+    _fc3_experts_bias: Option<Array>,
+    fc1_zero_points: Option<Array>,
+    fc2_zero_points: Option<Array>,
+    _fc3_zero_points: Option<Array>,
+    router_weights: Option<Array>,
+    _fc1_global_scale: Option<Array>,
+    _fc2_global_scale: Option<Array>,
+    _fc1_act_scale: Option<Array>,
+    _fc2_act_scale: Option<Array>,
+    _fc1_act_block_scale: Option<Array>,
+    _fc2_act_block_scale: Option<Array>,
+    #[attr(default = 1)] k: i64,
+    #[attr(default = "relu")] activation_type: String,
+    #[attr(default = 0)] normalize_routing_weights: i64,
+    #[attr(default = 1.0)] activation_alpha: f32,
+    #[attr(default = 0.0)] activation_beta: f32,
+    #[attr] swiglu_limit: Option<f32>,
+    #[attr(default = 4)] expert_weight_bits: i64,
+    #[attr] block_size: Option<i64>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let mlp = Mlp::new(
+        &activation_type,
+        activation_alpha,
+        activation_beta,
+        swiglu_limit,
+    )?;
+    let bits = expert_weight_bits;
+    let (tokens, hidden) = rows_of(&input)?;
+    let experts = router_probs.shape().get(1).copied().unwrap_or(0);
+    expect_shape(&router_probs, &[tokens, experts], "router_probs")?;
+    let inter = fc2_experts_weights.shape().get(2).copied().unwrap_or(0) * 8 / bits;
+    let dims = Dims {
+        tokens,
+        hidden,
+        experts,
+        inter,
+    };
+    let layout = |rows: i64, cols: i64| QuantLayout {
+        experts,
+        rows,
+        cols,
+        bits,
+        block: block_size,
+    };
+    let required = |scales: Option<Array>, name: &str| {
+        scales.ok_or_else(|| OpError::new(format!("{name} is missing (ORT's kernel needs it)")))
+    };
+    let fc1 = quantized_projection(
+        &fc1_experts_weights,
+        &required(fc1_scales, "fc1_scales")?,
+        fc1_zero_points.as_ref(),
+        fc1_experts_bias,
+        &layout(mlp.fc1_rows(inter), hidden),
+        "fc1",
+        s,
+    )?;
+    let fc2 = quantized_projection(
+        &fc2_experts_weights,
+        &required(fc2_scales, "fc2_scales")?,
+        fc2_zero_points.as_ref(),
+        fc2_experts_bias,
+        &layout(hidden, inter),
+        "fc2",
+        s,
+    )?;
+    let mixing = match router_weights {
+        Some(weights) => {
+            expect_shape(&weights, &[tokens, experts], "router_weights")?;
+            Mixing::Given {
+                weights,
+                normalise: normalize_routing_weights != 0,
+            }
+        }
+        None => Mixing::SoftmaxOfPicked,
+    };
+    mixture(
+        &input,
+        &router_probs,
+        &fc1,
+        &fc2,
+        &mlp,
+        &mixing,
+        k,
+        &dims,
+        s,
+    )
+}
+
+/// How one QMoE projection's `[E, rows, cols]` weight is quantised.
+struct QuantLayout {
+    experts: i64,
+    rows: i64,
+    cols: i64,
+    bits: i64,
+    /// `None`: one scale per row (column-wise quantisation).
+    block: Option<i64>,
+}
+
+impl QuantLayout {
+    /// Scales per row: one, or one per block along the columns.
+    fn groups(&self) -> i64 {
+        self.block.map_or(1, |b| self.cols / b)
+    }
+
+    /// The width of a group along the columns.
+    fn group_width(&self) -> i64 {
+        self.block.unwrap_or(self.cols)
+    }
+}
+
+/// A QMoE projection dequantised to float32 `[E, rows, cols]`, with its bias.
+fn quantized_projection(
+    weight: &Array,
+    scales: &Array,
+    zero_points: Option<&Array>,
+    bias: Option<Array>,
+    layout: &QuantLayout,
+    name: &str,
+    s: &Stream,
+) -> Result<Projection> {
+    let QuantLayout {
+        experts,
+        rows,
+        cols,
+        bits,
+        block,
+    } = *layout;
+    if let Some(b) = block {
+        if cols % b != 0 {
+            return Err(OpError::new(format!(
+                "{name}: K = {cols} is not a multiple of block_size {b} (ORT's kernel requires it)"
+            )));
+        }
+    }
+    let what = |part: &str| format!("{name}_{part}");
+    expect_shape(
+        weight,
+        &[experts, rows, cols * bits / 8],
+        &what("experts_weights"),
+    )?;
+    let groups = layout.groups();
+    let scale_shape: Vec<i64> = match block {
+        Some(_) => vec![experts, rows, groups],
+        None => vec![experts, rows],
+    };
+    expect_shape(scales, &scale_shape, &what("scales"))?;
+    let zero = zero_points_f32(zero_points, layout, &what("zero_points"), s)?;
+    let q = ops::astype(&unpack(weight, bits, s)?, Dtype::F32, s)?; // [E, rows, cols]
+    let grouped = ops::reshape(&q, &[experts, rows, groups, layout.group_width()], s)?;
+    let per_group =
+        |v: &Array| -> Result<Array> { Ok(ops::reshape(v, &[experts, rows, groups, 1], s)?) };
+    let scale = per_group(&float32(scales, s)?)?;
+    let centred = match &zero {
+        Some(z) => ops::subtract(&grouped, &per_group(z)?, s)?,
+        None => ops::subtract(
+            &grouped,
+            &scalar((1 << (bits - 1)) as f64, Dtype::F32, s)?,
+            s,
+        )?,
+    };
+    let dequantised = ops::multiply(&centred, &scale, s)?;
+    if let Some(b) = &bias {
+        expect_shape(b, &[experts, rows], &what("experts_bias"))?;
+    }
+    Ok(Projection {
+        weight: ops::reshape(&dequantised, &[experts, rows, cols], s)?,
+        bias,
+    })
+}
+
+/// Packed zero points -> float32 `[E, rows, groups]` (`[E, rows]` column-wise: packed along the
+/// rows there), or `None` when absent.
+fn zero_points_f32(
+    zero_points: Option<&Array>,
+    layout: &QuantLayout,
+    what: &str,
+    s: &Stream,
+) -> Result<Option<Array>> {
+    let Some(zp) = zero_points else {
+        return Ok(None);
+    };
+    let QuantLayout {
+        experts,
+        rows,
+        bits,
+        block,
+        ..
+    } = *layout;
+    let packed_len = |n: i64| (n * bits + 7) / 8;
+    let values = match block {
+        Some(_) => {
+            let groups = layout.groups();
+            expect_shape(zp, &[experts, rows, packed_len(groups)], what)?;
+            first(&unpack(zp, bits, s)?, groups, s)?
+        }
+        None => {
+            expect_shape(zp, &[experts, packed_len(rows)], what)?;
+            first(&unpack(zp, bits, s)?, rows, s)?
+        }
+    };
+    Ok(Some(ops::astype(&values, Dtype::F32, s)?))
+}
+
+/// uint8 `[..., L]` holding `8 / bits` values per byte, low bits first -> `[..., L·8/bits]`.
+fn unpack(x: &Array, bits: i64, s: &Stream) -> Result<Array> {
+    if bits == 8 {
+        return Ok(x.clone());
+    }
+    let per = 8 / bits;
+    let mask = scalar(((1 << bits) - 1) as f64, Dtype::U8, s)?;
+    let parts = (0..per)
+        .map(|j| {
+            let shift = scalar((j * bits) as f64, Dtype::U8, s)?;
+            Ok(ops::bitwise_and(
+                &ops::right_shift(x, &shift, s)?,
+                &mask,
+                s,
+            )?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut shape = x.shape();
+    if let Some(last) = shape.last_mut() {
+        *last *= per;
+    }
+    Ok(ops::reshape(&ops::stack(&parts, -1, s)?, &shape, s)?)
+}
+
+/// The first `len` entries of the last axis.
+fn first(x: &Array, len: i64, s: &Stream) -> Result<Array> {
+    let shape = x.shape();
+    let start = vec![0; shape.len()];
+    let mut stop: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
+    if let Some(last) = stop.last_mut() {
+        *last = len as i32;
+    }
+    Ok(ops::slice(x, &start, &stop, &vec![1; shape.len()], s)?)
+}
+
+fn qmoe_claim(node: &Node) -> Verdict {
+    if let Some(verdict) = common_claim(node, 8) {
+        return verdict;
+    }
+    let quant_type = node.attr_or("quant_type", String::from("int"));
+    if quant_type != "int" {
+        return Verdict::decline(format!(
+            "quant_type '{quant_type}': only integer experts ('int') are supported"
+        ));
+    }
+    if (15..21).any(|i| node.input_present(i)) {
+        return Verdict::decline(
+            "global or activation scales (inputs 15-20) belong to the FP4/FP8 modes",
+        );
+    }
+    let bits = node.attr_or("expert_weight_bits", 4i64);
+    if !matches!(bits, 2 | 4 | 8) {
+        return Verdict::decline(format!("expert_weight_bits {bits}: ORT takes 2, 4 or 8"));
+    }
+    for name in [
+        "fc1_expert_weight_bits",
+        "fc2_expert_weight_bits",
+        "fc3_expert_weight_bits",
+    ] {
+        if let Some(own) = node.attr_as::<i64>(name).filter(|&own| own != bits) {
+            return Verdict::decline(format!(
+                "{name} {own} differs from expert_weight_bits {bits}: ORT's CPU kernel does not \
+                 implement mixed widths"
+            ));
+        }
+    }
+    if let Some(block) = node.attr_as::<i64>("block_size") {
+        if block < 16 || block & (block - 1) != 0 {
+            return Verdict::decline(format!(
+                "block_size {block}: ORT takes a power of two >= 16"
+            ));
+        }
+    }
+    if node.attr_or("weights_prepacked", -1i64) == 1 {
+        return Verdict::decline("weights_prepacked = 1: the weights are in another EP's layout");
+    }
+    if !node.input_present(3) || !node.input_present(6) {
+        return Verdict::decline("fc1_scales or fc2_scales missing: integer experts need them");
+    }
+    Verdict::Claim
+}
