@@ -4,7 +4,7 @@ every linear layer: MLX EP vs the same product called directly through `mlx.core
 
 Cases: block 32 and 128; accuracy_level 4 (what the builder writes: ORT's CPU EP then quantizes
 activations to int8) and 0; fp16 and fp32 activations (scales of the same type); a 1-row decode
-and a 512-row prefill, K = N = 4096 (--small: 512, and 32 prefill rows, for the CPU backend).
+and a 512-row prefill, K = N = 4096 (--small: K = N = 512 and a 32-row prefill, for the CPU backend).
 Weights are random 4-bit codes and scales without zero points (ORT's default 8), as the builder
 writes them for `-p int4`.
 
@@ -24,7 +24,7 @@ writes them for `-p int4`.
   decode run, next to the int4 weight bytes. The EP and Python's `mlx` share one libmlx, so
   `mx.get_active_memory()` counts the EP's arrays; "n/a" where two libmlx copies are loaded.
 
-Usage: bench_quantized.py [--small] [--runs R] [--cpu-runs R] [--ep-eager] [--json PATH]
+Usage: bench_quantized.py [--small] [--runs R] [--cpu-runs R] [--ep-eager] [--skip-memory] [--json PATH]
 """
 
 from __future__ import annotations
@@ -280,7 +280,8 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="K = N = 512, 32 prefill rows (a quick run on the CPU backend)")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--cpu-runs", type=int, default=10)
-    parser.add_argument("--ep-eager", action="store_true", help="ONNXRUNTIME_EP_MLX_NO_COMPILE=1 (default: the EP compiles a shape at its second run)")
+    parser.add_argument("--ep-eager", action="store_true",
+                        help="ONNXRUNTIME_EP_MLX_NO_COMPILE=1 (default: the EP compiles a shape at its second run)")
     parser.add_argument("--skip-memory", action="store_true", help="no memory probes (each is a fresh process)")
     parser.add_argument("--json", type=Path, help="also write every figure here")
     parser.add_argument("--probe", help=argparse.SUPPRESS)
