@@ -572,20 +572,57 @@ fn inference_dropout(cx: &Lower, x: Array) -> Result<Vec<Array>> {
 
 /// Inference-mode dropout: the input unchanged (and, from opset 12, an all-true mask). Before
 /// opset 12 the mask output is declined (ORT's CPU EP does not fill it with ones there); a
-/// `training_mode` input is declined: its value is not known when claiming. `ratio` (an
-/// attribute before opset 12) does not change an inference result.
+/// `training_mode` input is declined: its value is not known when claiming. `ratio` does not
+/// change an inference result, but from opset 12 (an input) ORT's kernel fails a run whose ratio
+/// is not a single value in `[0, 1)`, and so does the node; the attribute before 12 is not checked
+/// there (a ratio of 1.5 runs), nor here.
 #[onnx_op(
     op = "Dropout", since = 7, types(T = FLOAT, T1 = FLOAT, T2 = BOOL | until(9, FLOAT)), ignores(seed: i64 since 12),
     inputs(data: T, ratio: T1, training_mode: T2), outputs(output: T, mask?: T2),
-    shape = Shapeless, claim = dropout_claim, declines = "the mask output before opset 12; a training_mode input"
+    shape = dropout_shape, claim = dropout_claim, declines = "the mask output before opset 12; a training_mode input"
 )]
 fn dropout(
     cx: &mut Lower,
     x: Array,
-    #[input(attr_until = 11, attr = f32, name = "ratio")] _ratio: Option<Array>,
+    #[input(attr_until = 11, attr = f32, name = "ratio")] ratio: Option<Array>,
     #[input(since = 12)] _training: Option<Array>,
 ) -> Result<Vec<Array>> {
+    if let Some(ratio) = ratio.filter(|_| cx.node().since_version() >= 12) {
+        require_ratio(cx, &ratio)?;
+    }
     inference_dropout(cx, x)
+}
+
+/// ORT's Dropout kernel (opset 12 on) takes one ratio value in `[0, 1)`, compared in float32 (a
+/// NaN, 1, or a double that rounds to 1 fail the run).
+fn require_ratio(cx: &mut Lower, ratio: &Array) -> Result<()> {
+    if ratio.size() != 1 {
+        return Err(crate::OpError::new(format!(
+            "ratio has shape {:?}: it must hold a single value (ORT's kernel refuses others)",
+            ratio.shape()
+        )));
+    }
+    let s = cx.stream();
+    let ratio = ops::astype(ratio, Dtype::F32, s)?;
+    let holds = ops::logical_and(
+        &ops::greater_equal(&ratio, &scalar(0.0, Dtype::F32, s)?, s)?,
+        &ops::less(&ratio, &scalar(1.0, Dtype::F32, s)?, s)?,
+        s,
+    )?;
+    cx.require(
+        &holds,
+        "Dropout: ratio must be in the range [0, 1) (ORT's CPU kernel fails the run otherwise)",
+    )
+}
+
+/// The ratio input's size is read when lowering, so a node with one retraces per shape.
+fn dropout_shape(node: &crate::Node) -> crate::table::spec::ShapeSafety {
+    use crate::table::spec::ShapeSafety;
+    if node.since_version() >= 12 && node.input_present(1) {
+        ShapeSafety::ShapeKeyed
+    } else {
+        ShapeSafety::Shapeless
+    }
 }
 
 fn dropout_claim(node: &crate::Node) -> crate::Verdict {

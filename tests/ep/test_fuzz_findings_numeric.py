@@ -155,6 +155,48 @@ def test_lrn_input_of_rank_other_than_4_fails(shape):
     assert_both_fail(lrn_model(size=3), feeds, node_name="lrn")
 
 
+# --- Dropout: ratio -----------------------------------------------------------------------------
+
+
+def dropout_model(opset, ratio=None, initializer=False):
+    """Dropout with its ratio as an input (opset 12+: fed, or an initializer) or an attribute."""
+    if ratio is None or opset < 12:
+        attrs = {} if ratio is None else {"ratio": float(ratio)}
+        node = helper.make_node("Dropout", ["x"], ["y"], name="drop", **attrs)
+        return make_model([node], [tensor("x")], [tensor("y")], opset=opset)
+    node = helper.make_node("Dropout", ["x", "ratio"], ["y"], name="drop")
+    value = np.asarray(ratio, np.float32)
+    inits = [helper.make_tensor("ratio", TensorProto.FLOAT, value.shape, value.ravel())] if initializer else []
+    inputs = [tensor("x")] + ([] if initializer else [tensor("ratio")])
+    return make_model([node], inputs, [tensor("y")], opset=opset, initializers=inits)
+
+
+@pytest.mark.parametrize("ratio", [1.0, -0.1, 1.5, np.nan, np.inf])
+@pytest.mark.parametrize("opset, initializer", [(12, False), (13, True), (22, False)])
+def test_dropout_ratio_input_outside_0_1_fails_the_run(ratio, opset, initializer):
+    model = dropout_model(opset, ratio, initializer)
+    feeds = {"x": np.ones((2, 3), np.float32)} | ({} if initializer else {"ratio": np.array(ratio, np.float32)})
+    assert_both_fail(model, feeds, "ratio must be in the range [0, 1)", "drop")
+
+
+@pytest.mark.parametrize("shape", [(2,), (0,)])
+def test_dropout_ratio_input_of_other_than_one_value_fails(shape):
+    feeds = {"x": np.ones((2, 3), np.float32), "ratio": np.full(shape, 0.5, np.float32)}
+    assert_both_fail(dropout_model(13, 0.5), feeds, "single value", "drop")
+
+
+@pytest.mark.parametrize("ratio", [0.0, -0.0, 0.99999994, [0.5], [[0.25]]])
+def test_dropout_ratio_input_in_0_1_runs_on_mlx(ratio):
+    feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3), "ratio": np.asarray(ratio, np.float32)}
+    assert_matches_cpu_on_mlx(dropout_model(13, 0.5), feeds, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("opset", [7, 10])
+def test_dropout_ratio_attribute_is_not_checked_as_on_cpu(opset):
+    # Before opset 12 ORT's kernel does not look at the ratio attribute: 1.5 runs there too.
+    assert_matches_cpu_on_mlx(dropout_model(opset, 1.5), {"x": np.ones((2, 3), np.float32)}, rtol=0, atol=0)
+
+
 # --- Clip-6 ------------------------------------------------------------------------------------
 
 
