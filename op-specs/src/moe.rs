@@ -238,29 +238,48 @@ struct Dims {
     inter: i64,
 }
 
+/// A node's experts, float32: fc1, the activation, fc2.
+struct Experts {
+    fc1: Projection,
+    mlp: Mlp,
+    fc2: Projection,
+}
+
+impl Experts {
+    /// `x [T, 1, 1, H]` through each row's picked experts (`picked [T, k]`): `[T, k, 1, H]`.
+    fn apply(&self, x: &Array, picked: &Array, s: &Stream) -> Result<Array> {
+        let h = self.mlp.apply(&self.fc1.apply(x, picked, s)?, s)?;
+        self.fc2.apply(&h, picked, s)
+    }
+}
+
+/// How many experts each row takes, and how they mix.
+struct Routing {
+    k: i64,
+    mixing: Mixing,
+}
+
 /// Routes `input` through its experts: the shared body of MoE and QMoE once the weights are
 /// float32 `[E, N, K]`.
 fn mixture(
     input: &Array,
     router: &Array,
-    fc1: &Projection,
-    fc2: &Projection,
-    mlp: &Mlp,
-    mixing: &Mixing,
-    k: i64,
+    experts: &Experts,
+    routing: &Routing,
     dims: &Dims,
     s: &Stream,
 ) -> Result<Array> {
+    let k = routing.k;
     let out_dtype = input.dtype();
     let Dims {
         tokens,
         hidden,
-        experts,
+        experts: count,
         ..
     } = *dims;
-    if k > experts {
+    if k > count {
         return Err(OpError::new(format!(
-            "k = {k} is more than the {experts} experts (ORT's kernel fails too)"
+            "k = {k} is more than the {count} experts (ORT's kernel fails too)"
         )));
     }
     if tokens == 0 {
@@ -272,10 +291,9 @@ fn mixture(
     }
     let logits = float32(router, s)?;
     let picked = top_k(&logits, k, s)?;
-    let weights = mixing.weights(&logits, &picked, s)?;
+    let weights = routing.mixing.weights(&logits, &picked, s)?;
     let x = ops::reshape(&float32(input, s)?, &[tokens, 1, 1, hidden], s)?;
-    let h = mlp.apply(&fc1.apply(&x, &picked, s)?, s)?;
-    let y = fc2.apply(&h, &picked, s)?; // [T, k, 1, H]
+    let y = experts.apply(&x, &picked, s)?;
     let weighted = ops::multiply(&y, &ops::reshape(&weights, &[tokens, k, 1, 1], s)?, s)?;
     let mixed = ops::sum(&weighted, &[1], false, s)?;
     Ok(ops::astype(
@@ -346,7 +364,8 @@ fn common_claim(node: &Node, fc3_slot: usize) -> Option<Verdict> {
     // Checked by the claim (declined when set, or when SwiGLU is not interleaved).
     ignores(use_sparse_mixer: i64, swiglu_fusion: i64),
     shape = ShapeKeyed, claim = moe_claim,
-    declines = "use_sparse_mixer (ORT's CPU and CUDA kernels disagree); fc3 and SwiGLU other than interleaved (swiglu_fusion 1), which ORT's CPU kernel does not implement; k < 1; unknown activation types"
+    declines = "use_sparse_mixer (ORT's CPU and CUDA kernels disagree); fc3 and SwiGLU other than interleaved (swiglu_fusion 1), which ORT's CPU kernel does not implement; k < 1; unknown activation types",
+    numerics = "float32 throughout, rounded once to the input's type, as ORT's float32 kernel. ORT 1.31.1's float16 kernel answers as if the input were zeros when normalize_routing_weights is 0 (it agrees with the EP when it is 1): float16 is held to a float64 reference there, within 2e-3 of the output's largest magnitude (tests/ep/test_moe.py)"
 )]
 fn moe(
     cx: &mut Lower,
@@ -384,17 +403,9 @@ fn moe(
     let mixing = Mixing::Softmax {
         normalise: normalize_routing_weights != 0,
     };
-    mixture(
-        &input,
-        &router_probs,
-        &fc1,
-        &fc2,
-        &mlp,
-        &mixing,
-        k,
-        &dims,
-        s,
-    )
+    let experts = Experts { fc1, mlp, fc2 };
+    let routing = Routing { k, mixing };
+    mixture(&input, &router_probs, &experts, &routing, &dims, s)
 }
 
 /// Tokens, hidden, experts and inter from `input`, `router_probs [T, E]` and fc2 `[E, H, I]`.
@@ -460,7 +471,8 @@ fn moe_claim(node: &Node) -> Verdict {
         swiglu_fusion: i64, quant_type: String
     ),
     shape = ShapeKeyed, claim = qmoe_claim,
-    declines = "quant_type other than 'int' (the FP4/FP8 modes and their global and activation scales); expert_weight_bits other than 2, 4, 8 and per-projection widths that differ (ORT's CPU kernel does not mix them); block sizes that are not a power of two >= 16; weights_prepacked = 1 (another EP's layout); fc1_scales missing; and as MoE: use_sparse_mixer, fc3, SwiGLU other than interleaved, k < 1, unknown activation types"
+    declines = "quant_type other than 'int' (the FP4/FP8 modes and their global and activation scales); expert_weight_bits other than 2, 4, 8 and per-projection widths that differ (ORT's CPU kernel does not mix them); block sizes that are not a power of two >= 16; weights_prepacked = 1 (another EP's layout); fc1_scales missing; and as MoE: use_sparse_mixer, fc3, SwiGLU other than interleaved, k < 1, unknown activation types",
+    numerics = "the exact float32 mixture of the dequantised experts, rounded once to the input's type, at every accuracy_level. ORT's CPU kernel computes the same column-wise and for 2/4-bit blocks at levels 0-3; for blocks at level 4, and 8-bit blocks at every level, it quantises the activations to int8 per block, so ORT is the less accurate side there: against a float64 reference ORT's error is 0.3-2% of the output's largest magnitude, ours below 1e-6 in float32 (tests/ep/test_moe.py)"
 )]
 fn qmoe(
     cx: &mut Lower,
@@ -550,17 +562,9 @@ fn qmoe(
         }
         None => Mixing::SoftmaxOfPicked,
     };
-    mixture(
-        &input,
-        &router_probs,
-        &fc1,
-        &fc2,
-        &mlp,
-        &mixing,
-        k,
-        &dims,
-        s,
-    )
+    let experts = Experts { fc1, mlp, fc2 };
+    let routing = Routing { k, mixing };
+    mixture(&input, &router_probs, &experts, &routing, &dims, s)
 }
 
 /// How one QMoE projection's `[E, rows, cols]` weight is quantised.
@@ -758,4 +762,152 @@ fn qmoe_claim(node: &Node) -> Verdict {
         return Verdict::decline("fc1_scales or fc2_scales missing: integer experts need them");
     }
     Verdict::Claim
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::table::testing::{claimed, decline_reason, f32s, run1, values_f32};
+    use crate::{AttrValue, ElemType, Node};
+
+    const F: ElemType = ElemType::Float;
+    const U8: ElemType = ElemType::Uint8;
+
+    /// A MoE node: input, router_probs, fc1 weights, fc1 bias, fc2 weights, fc2 bias.
+    fn moe() -> Node {
+        [F, F, F, F, F, F]
+            .iter()
+            .fold(Node::new("MoE", 1).in_domain("com.microsoft"), |n, t| {
+                n.input(*t)
+            })
+            .output(F)
+    }
+
+    /// A QMoE node: input, router_probs, fc1 weights and scales, no fc1 bias, fc2 weights and
+    /// scales.
+    fn qmoe() -> Node {
+        Node::new("QMoE", 1)
+            .in_domain("com.microsoft")
+            .input(F)
+            .input(F)
+            .input(U8)
+            .input(F)
+            .absent_input()
+            .input(U8)
+            .input(F)
+            .output(F)
+    }
+
+    fn int(name: &str, v: i64) -> (String, AttrValue) {
+        (name.into(), AttrValue::Int(v))
+    }
+
+    fn with(node: Node, attrs: &[(String, AttrValue)]) -> Node {
+        attrs
+            .iter()
+            .fold(node, |n, (name, v)| n.attr(name, v.clone()))
+    }
+
+    fn text(name: &str, v: &str) -> (String, AttrValue) {
+        (name.into(), AttrValue::String(v.into()))
+    }
+
+    #[test]
+    fn plain_forms_are_claimed() {
+        assert!(claimed(&moe()));
+        assert!(claimed(&with(
+            moe(),
+            &[int("k", 2), text("activation_type", "gelu")]
+        )));
+        let swiglu = [text("activation_type", "swiglu"), int("swiglu_fusion", 1)];
+        assert!(claimed(&with(moe(), &swiglu)));
+        assert!(claimed(&qmoe()));
+        let qmoe_forms = [
+            int("expert_weight_bits", 8),
+            int("fc2_expert_weight_bits", 8),
+            int("block_size", 32),
+            int("weights_prepacked", 0),
+            int("accuracy_level", 4),
+            text("quant_type", "int"),
+        ];
+        assert!(claimed(&with(qmoe(), &qmoe_forms)));
+    }
+
+    #[test]
+    fn what_ort_cpu_does_not_implement_is_declined() {
+        let why = |node: Node, attrs: &[(String, AttrValue)]| decline_reason(&with(node, attrs));
+        assert!(why(moe(), &[int("use_sparse_mixer", 1)]).contains("use_sparse_mixer"));
+        for fusion in [0, 2] {
+            let attrs = [
+                text("activation_type", "swiglu"),
+                int("swiglu_fusion", fusion),
+            ];
+            assert!(why(moe(), &attrs).contains("interleaved"));
+        }
+        assert!(why(moe(), &[int("swiglu_fusion", 1)]).contains("only to swiglu"));
+        assert!(why(moe(), &[int("k", 0)]).contains("k >= 1"));
+        assert!(why(moe(), &[text("activation_type", "tanh")]).contains("tanh"));
+        let with_fc3 = moe().input(F);
+        assert!(decline_reason(&with_fc3).contains("fc3"));
+        assert!(why(qmoe(), &[text("quant_type", "fp4")]).contains("fp4"));
+        assert!(why(qmoe(), &[int("expert_weight_bits", 3)]).contains("2, 4 or 8"));
+        assert!(why(qmoe(), &[int("fc1_expert_weight_bits", 8)]).contains("mixed widths"));
+        assert!(why(qmoe(), &[int("block_size", 24)]).contains("power of two"));
+        assert!(why(qmoe(), &[int("weights_prepacked", 1)]).contains("another EP"));
+        assert!(why(qmoe(), &[int("use_sparse_mixer", 1)]).contains("use_sparse_mixer"));
+    }
+
+    #[test]
+    fn qmoe_scale_and_fp_inputs_are_checked() {
+        let no_fc2_scales = Node::new("QMoE", 1)
+            .in_domain("com.microsoft")
+            .input(F)
+            .input(F)
+            .input(U8)
+            .input(F)
+            .absent_input()
+            .input(U8)
+            .output(F);
+        assert!(decline_reason(&no_fc2_scales).contains("fc2_scales"));
+        // Inputs 7..=14 absent, then fc1_global_scale.
+        let global = (7..15).fold(qmoe(), |n, _| n.absent_input()).input(F);
+        assert!(decline_reason(&global).contains("FP4/FP8"));
+    }
+
+    /// Router logits `[1, 0, 1, 0]` with k = 1: experts 0 and 2 tie, and ORT picks 2. With zero
+    /// fc1 weights and fc2 biases of one-hot rows, the output is each expert's mixing weight.
+    #[test]
+    fn a_tie_goes_to_the_larger_expert_index() {
+        let experts = 4;
+        let x = f32s(&[0.5; 4], &[1, 4]);
+        let logits = f32s(&[1.0, 0.0, 1.0, 0.0], &[1, 4]);
+        let fc1 = f32s(&[0.0; 16], &[4, 1, 4]);
+        let fc2 = f32s(&[0.0; 16], &[4, 4, 1]);
+        let one_hot: Vec<f32> = (0..16)
+            .map(|i| if i / experts == i % experts { 1.0 } else { 0.0 })
+            .collect();
+        let fc2_bias = f32s(&one_hot, &[4, 4]);
+        let inputs = [
+            Some(x),
+            Some(logits),
+            Some(fc1),
+            None,
+            Some(fc2),
+            Some(fc2_bias),
+        ];
+        let node = Node::new("MoE", 1)
+            .in_domain("com.microsoft")
+            .input(F)
+            .input(F)
+            .input(F)
+            .absent_input()
+            .input(F)
+            .input(F)
+            .output(F);
+        let y = values_f32(&run1(&node, &inputs));
+        let e = std::f32::consts::E;
+        let p = e / (2.0 * e + 2.0);
+        assert_eq!(y[0], 0.0, "{y:?}");
+        assert!((y[2] - p).abs() < 1e-6, "{y:?}");
+        assert_eq!((y[1], y[3]), (0.0, 0.0), "{y:?}");
+    }
 }
