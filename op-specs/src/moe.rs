@@ -18,10 +18,14 @@
 //!
 //! Only the picked experts are computed: MLX's `gather_mm` multiplies each row by its own
 //! experts' weights without copying them, so a NaN in an expert a row did not pick never
-//! reaches that row. QMoE dequantises its weights in the graph (`(q - zero_point)·scale` in
-//! float32, one rounding, as ORT) before the same products.
+//! reaches that row. QMoE's packed bytes are MLX's affine packing viewed as uint32 (as for
+//! MatMulNBits), multiplied by `gather_qmm` with MLX's `scale·q - scale·zero_point` per group
+//! of 32 or 64 (O(E·N·K/group) work per run for the scales); blocks of 16, and widths or K
+//! that MLX's kernels do not take, dequantise in the graph (`(q - zero_point)·scale` in
+//! float32, one rounding, as ORT; O(E·N·K) per run) before `gather_mm`.
 
-use mlx_kernels::{ops, Array, Dtype, Stream};
+use mlx_kernels::ops::{self, Quantized};
+use mlx_kernels::{Array, Dtype, Stream};
 
 use crate::table::consts::scalar;
 use crate::table::lower::float32;
@@ -186,17 +190,30 @@ impl Mixing {
     }
 }
 
-/// One projection of every expert, float32: `weight [E, N, K]`, `bias [E, N]`.
+/// One projection's weights, stacked over the experts.
+enum Weights {
+    /// float32 `[E, N, K]`.
+    Float(Array),
+    /// MLX's affine packing of the `[E, N, K]` integers (float32 scales and biases).
+    Affine(Quantized),
+}
+
+/// One projection of every expert: its weights and its `[E, N]` bias.
 struct Projection {
-    weight: Array,
+    weights: Weights,
     bias: Option<Array>,
 }
 
 impl Projection {
     /// `x [T, k|1, 1, K]` through each row's picked experts (`picked [T, k]`): `[T, k, 1, N]`.
     fn apply(&self, x: &Array, picked: &Array, s: &Stream) -> Result<Array> {
-        let transposed = ops::transpose(&self.weight, &[0, 2, 1], s)?;
-        let y = ops::gather_mm(x, &transposed, None, Some(picked), s)?;
+        let y = match &self.weights {
+            Weights::Float(w) => {
+                let transposed = ops::transpose(w, &[0, 2, 1], s)?;
+                ops::gather_mm(x, &transposed, None, Some(picked), s)?
+            }
+            Weights::Affine(q) => ops::gather_qmm(x, q, None, Some(picked), true, s)?,
+        };
         match &self.bias {
             None => Ok(y),
             Some(bias) => {
@@ -434,7 +451,7 @@ fn float_projection(
         expect_shape(b, &[experts, rows], "an experts_bias")?;
     }
     Ok(Projection {
-        weight: float32(&weight, s)?,
+        weights: Weights::Float(float32(&weight, s)?),
         bias,
     })
 }
@@ -625,28 +642,109 @@ fn quantized_projection(
         None => vec![experts, rows],
     };
     expect_shape(scales, &scale_shape, &what("scales"))?;
-    let zero = zero_points_f32(zero_points, layout, &what("zero_points"), s)?;
-    let q = ops::astype(&unpack(weight, bits, s)?, Dtype::F32, s)?; // [E, rows, cols]
-    let grouped = ops::reshape(&q, &[experts, rows, groups, layout.group_width()], s)?;
-    let per_group =
-        |v: &Array| -> Result<Array> { Ok(ops::reshape(v, &[experts, rows, groups, 1], s)?) };
-    let scale = per_group(&float32(scales, s)?)?;
-    let centred = match &zero {
-        Some(z) => ops::subtract(&grouped, &per_group(z)?, s)?,
-        None => ops::subtract(
-            &grouped,
-            &scalar((1 << (bits - 1)) as f64, Dtype::F32, s)?,
-            s,
-        )?,
+    let scale = ops::reshape(&float32(scales, s)?, &[experts, rows, groups], s)?;
+    let zero = match zero_points_f32(zero_points, layout, &what("zero_points"), s)? {
+        Some(z) => ops::reshape(&z, &[experts, rows, groups], s)?,
+        None => scalar((1 << (bits - 1)) as f64, Dtype::F32, s)?,
     };
-    let dequantised = ops::multiply(&centred, &scale, s)?;
     if let Some(b) = &bias {
         expect_shape(b, &[experts, rows], &what("experts_bias"))?;
     }
-    Ok(Projection {
-        weight: ops::reshape(&dequantised, &[experts, rows, cols], s)?,
-        bias,
+    let weights = match mlx_group(layout) {
+        Some(group) => Weights::Affine(affine(weight, &scale, &zero, layout, group, s)?),
+        None => Weights::Float(dequantised(weight, &scale, &zero, layout, s)?),
+    };
+    Ok(Projection { weights, bias })
+}
+
+/// MLX's group size for `layout`'s quantisation groups, when `gather_qmm` can take them: 32 or
+/// 64 values (a group of 128 or more repeats its scale per 64, as MatMulNBits does: MLX's CUDA
+/// kernels at group 128 mix rows), K from 128 up (MLX's CUDA `quantized_matmul` gave wrong
+/// values at K = 64). Blocks of 16 and other widths dequantise.
+fn mlx_group(layout: &QuantLayout) -> Option<i64> {
+    if layout.cols < MIN_AFFINE_K {
+        return None;
+    }
+    let width = layout.group_width();
+    [64, 32].into_iter().find(|g| width % g == 0)
+}
+
+/// The smallest K handed to MLX's quantized products (see `mlx_group`).
+const MIN_AFFINE_K: i64 = 128;
+
+/// ORT's packed bytes `[E, rows, cols·bits/8]` read as MLX's affine packing (low bits first in
+/// each uint32 on a little-endian host: a view, no copy), with MLX's `scale·q + bias` form of
+/// `(q - zero)·scale` per MLX group.
+fn affine(
+    weight: &Array,
+    scale: &Array,
+    zero: &Array,
+    layout: &QuantLayout,
+    group: i64,
+    s: &Stream,
+) -> Result<Quantized> {
+    let QuantLayout {
+        experts,
+        rows,
+        cols,
+        bits,
+        ..
+    } = *layout;
+    let words = ops::view(&ops::contiguous(weight, s)?, Dtype::U32, s)?;
+    let per_group = layout.group_width() / group;
+    let biases = ops::negative(&ops::multiply(scale, zero, s)?, s)?;
+    // Row-contiguous scales and biases: MLX's CUDA kernels refuse the strides a repeat leaves.
+    Ok(Quantized {
+        weight: ops::reshape(&words, &[experts, rows, cols * bits / 32], s)?,
+        scales: ops::contiguous(&repeat_last(scale, per_group, s)?, s)?,
+        biases: ops::contiguous(&repeat_last(&biases, per_group, s)?, s)?,
+        group_size: group as i32,
+        bits: bits as i32,
     })
+}
+
+/// `x [..., L]` with each element repeated `times` along the last axis: `[..., L·times]`.
+fn repeat_last(x: &Array, times: i64, s: &Stream) -> Result<Array> {
+    if times == 1 {
+        return Ok(x.clone());
+    }
+    let mut wide = x.shape();
+    wide.push(times);
+    let expanded = ops::broadcast_to(&ops::expand_dims(x, &[-1], s)?, &wide, s)?;
+    wide.pop();
+    if let Some(last) = wide.last_mut() {
+        *last *= times;
+    }
+    Ok(ops::reshape(&expanded, &wide, s)?)
+}
+
+/// `(q - zero)·scale` in float32 `[E, rows, cols]`: one rounding per weight, as ORT.
+fn dequantised(
+    weight: &Array,
+    scale: &Array,
+    zero: &Array,
+    layout: &QuantLayout,
+    s: &Stream,
+) -> Result<Array> {
+    let QuantLayout {
+        experts,
+        rows,
+        cols,
+        bits,
+        ..
+    } = *layout;
+    let groups = layout.groups();
+    let q = ops::astype(&unpack(weight, bits, s)?, Dtype::F32, s)?;
+    let grouped = ops::reshape(&q, &[experts, rows, groups, layout.group_width()], s)?;
+    let per_group = |v: &Array| -> Result<Array> {
+        if v.ndim() == 0 {
+            return Ok(v.clone());
+        }
+        Ok(ops::expand_dims(v, &[-1], s)?)
+    };
+    let centred = ops::subtract(&grouped, &per_group(zero)?, s)?;
+    let values = ops::multiply(&centred, &per_group(scale)?, s)?;
+    Ok(ops::reshape(&values, &[experts, rows, cols], s)?)
 }
 
 /// Packed zero points -> float32 `[E, rows, groups]` (`[E, rows]` column-wise: packed along the
@@ -871,6 +969,24 @@ mod tests {
         // Inputs 7..=14 absent, then fc1_global_scale.
         let global = (7..15).fold(qmoe(), |n, _| n.absent_input()).input(F);
         assert!(decline_reason(&global).contains("FP4/FP8"));
+    }
+
+    #[test]
+    fn mlx_groups_are_those_its_kernels_take() {
+        let layout = |cols, block| super::QuantLayout {
+            experts: 1,
+            rows: 1,
+            cols,
+            bits: 4,
+            block,
+        };
+        let group = |cols, block| super::mlx_group(&layout(cols, block));
+        assert_eq!(group(128, Some(32)), Some(32));
+        assert_eq!(group(256, Some(128)), Some(64)); // a block of 128 is two groups of 64
+        assert_eq!(group(160, None), Some(32)); // a whole column of 160: five groups of 32
+        assert_eq!(group(128, Some(16)), None);
+        assert_eq!(group(136, None), None);
+        assert_eq!(group(64, Some(32)), None); // K < 128
     }
 
     /// Router logits `[1, 0, 1, 0]` with k = 1: experts 0 and 2 tie, and ORT picks 2. With zero

@@ -132,11 +132,17 @@ INT8_ACTIVATIONS = [
     dict(bits=4, block=32, accuracy_level=4),
     dict(bits=4, block=16, zp=True, accuracy_level=4),
     dict(bits=4, block=64, accuracy_level=4, activation_type="swiglu", swiglu_fusion=1),
+    # K >= 128: MLX's gather_qmm
+    dict(bits=8, block=128, x_shape=(5, 256), inter=128),
+    dict(bits=4, block=32, accuracy_level=4, x_shape=(1, 256), inter=256, activation_type="swiglu",
+         swiglu_fusion=1),
+    dict(bits=4, block=64, zp=True, accuracy_level=4, x_shape=(2, 9, 128), inter=256),
 ]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float", "float16"])
-@pytest.mark.parametrize("layout", INT8_ACTIVATIONS, ids=lambda d: "_".join(f"{k}{v}" for k, v in d.items()))
+@pytest.mark.parametrize("layout", INT8_ACTIVATIONS,
+                         ids=lambda d: "_".join(f"{k}{v}" for k, v in d.items()).replace(" ", ""))
 def test_int8_activation_layouts_are_the_exact_product(layout, dtype):
     model, feeds, ref = qmoe_model(dtype=dtype, k=2, **layout)
     run = Run(model, feeds)

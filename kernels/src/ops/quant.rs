@@ -106,3 +106,38 @@ pub fn dequantize(w: &Quantized, stream: &Stream) -> Result<Array> {
         }
     })
 }
+
+/// `x[lhs] · w[rhs]ᵀ` (or `· w[rhs]` when `transpose` is false) with `w` quantised and stacked
+/// along its leading dims: [`gather_mm`](super::gather_mm) for quantised weights, so each row
+/// reads only the matrices its indices pick.
+pub fn gather_qmm(
+    x: &Array,
+    w: &Quantized,
+    lhs_indices: Option<&Array>,
+    rhs_indices: Option<&Array>,
+    transpose: bool,
+    stream: &Stream,
+) -> Result<Array> {
+    let mode = affine();
+    Array::from_op(|out| {
+        // SAFETY: all handles are live (an absent index set is MLX's empty handle, read as
+        // "not given"); `mode` outlives the call; MLX validates shapes and index dtypes.
+        unsafe {
+            sys::mlx_gather_qmm(
+                out,
+                x.raw(),
+                w.weight.raw(),
+                w.scales.raw(),
+                w.biases.raw(),
+                optional(lhs_indices),
+                optional(rhs_indices),
+                transpose,
+                optional_int(Some(w.group_size)),
+                optional_int(Some(w.bits)),
+                mode.as_ptr(),
+                false,
+                stream.raw(),
+            )
+        }
+    })
+}

@@ -215,7 +215,9 @@ def _scales(what, rows_of, cols, bits, block):
     def make(case):
         rows = rows_of(case.attrs)
         shape = (case_experts(case), rows) + ((cols // block,) if block else ())
-        s = _rng(case, what).uniform(0.02, 0.1, shape) * 2.0 ** (4 - bits)
+        # Sums of `cols` products keep the same size whatever cols is (float32 tolerances are
+        # relative to the output, cancellation errors to the terms).
+        s = _rng(case, what).uniform(0.02, 0.1, shape) * 2.0 ** (4 - bits) * np.sqrt(32 / cols)
         return s.astype(_np(case.dtypes["T"]))
 
     return make
@@ -289,6 +291,21 @@ _QMOE_VARIANTS += [
     _qmoe("many_rows", k=4, t=40, e=8, block=32, zp=True, **_SWIGLU),
     _qmoe("input_3d", k=2, shapes=[[2, 3, 32], [6, E]]),
     _qmoe("no_rows", k=2, shapes=[[0, 32], [0, E]]),
+]
+# K >= 128 reaches MLX's gather_qmm (groups of 32 or 64; wider groups repeat their scale per 64).
+_QMOE_VARIANTS += [
+    _qmoe("affine_b4_columns", h=128, i=128, k=2, activation_type="silu"),
+    _qmoe("affine_b8_columns_zp", h=128, i=128, bits=8, zp=True, k=2),
+    _qmoe("affine_b2_columns_zp", h=128, i=128, bits=2, zp=True, k=2, activation_type="gelu"),
+    _qmoe("affine_b4_columns_group32", h=160, i=160, k=2),  # 160 = 5 groups of 32
+    _qmoe("affine_b4_columns_dequantised", h=136, i=136, k=2),  # 136: no MLX group, dequantised
+    _qmoe("affine_b4_bs32", h=128, i=128, block=32, k=2, **_SWIGLU),
+    _qmoe("affine_b4_bs64_zp", h=128, i=256, block=64, zp=True, k=2, **_SWIGLU),
+    _qmoe("affine_b2_bs128_zp", h=256, i=128, block=128, zp=True, k=2),
+    _qmoe("affine_b4_bs256", h=256, i=256, block=256, k=2, **_SWIGLU_OSS),
+    _qmoe("affine_b4_bs16", h=128, i=128, block=16, zp=True, k=2),  # blocks of 16: dequantised
+    _qmoe("affine_many_rows", h=128, i=128, e=8, t=33, block=32, k=4, normalize_routing_weights=1, **_SWIGLU),
+    _qmoe("affine_router_weights", h=128, i=128, block=64, k=2, router_weights=True, **_SWIGLU),
 ]
 for _k in (1, 2):
     _v = _qmoe(f"ties_k{_k}", k=_k, t=12)
