@@ -9,11 +9,18 @@ total_sequence_length = Shape(mask)[1]), SiLU as Sigmoid * Mul, and the LM head.
 MatMul (float) or com.microsoft MatMulNBits (int4, block 32, no zero points, accuracy_level 4:
 what the builder emits for `-p int4 -e cpu`).
 
+With --tied (int4 only) the embedding and the LM head share one quantized table, as the
+builder writes tied embeddings: the LM head's MatMulNBits weight [vocab, hidden/32, 16] and
+scales also feed the embedding's GatherBlockQuantized, through a Reshape of the weight to
+[vocab, hidden/2] (ORT's constant folding turns that Reshape into a second initializer with the
+same bytes, which the EP holds once).
+
 The folder: model.onnx (+ model.onnx.data when large), genai_config.json, and a byte-level
 tokenizer (tokenizer.json, tokenizer_config.json): any text encodes, one token per byte.
 
 Usage: make_decoder.py OUT_DIR [--hidden 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128
-                                --vocab 320 --context 128 --dtype fp32|fp16 --quant none|int4]
+                                --vocab 320 --context 128 --dtype fp32|fp16 --quant none|int4
+                                --tied]
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ from onnx import TensorProto, helper, numpy_helper
 IR_VERSION = 10  # ORT 1.31.1 refuses newer IR
 OPSET = 21
 BLOCK = 32  # MatMulNBits / GatherBlockQuantized block size the builder uses for int4
+# The builder's names for the LM head's int4 weight and scales, which tied embeddings share.
+TIED_WEIGHT = f"lm_head.MatMul.weight_Q4G{BLOCK}"
+TIED_SCALES = "lm_head.MatMul.weight_scale"
 ROPE_THETA = 10000.0
 EPSILON = 1e-5
 
@@ -68,8 +78,10 @@ def quantize_int4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Builder:
-    def __init__(self, shape: Shape, dtype: str, quant: str, seed: int) -> None:
-        self.s, self.quant = shape, quant
+    def __init__(self, shape: Shape, dtype: str, quant: str, seed: int, tied: bool = False) -> None:
+        if tied and quant != "int4":
+            raise SystemExit("--tied shares the int4 LM head with the embedding: it needs --quant int4")
+        self.s, self.quant, self.tied = shape, quant, tied
         self.np_dtype = np.float16 if dtype == "fp16" else np.float32
         self.onnx_dtype = TensorProto.FLOAT16 if dtype == "fp16" else TensorProto.FLOAT
         self.rng = np.random.default_rng(seed)
@@ -93,13 +105,13 @@ class Builder:
         w = self.random(k, n, scale=1.0 / math.sqrt(k))
         if self.quant == "int4":
             packed, scales = quantize_int4(w.T)
-            return self.node(
-                "MatMulNBits",
-                [x, self.init(f"{name}.qweight", packed), self.init(f"{name}.scales", scales.astype(self.np_dtype))],
-                [f"{name}/output_0"], name, domain="com.microsoft",
-                K=k, N=n, bits=4, block_size=BLOCK, accuracy_level=4,
-            )
+            return self.matmul_nbits(name, x, self.init(f"{name}.qweight", packed),
+                                     self.init(f"{name}.scales", scales.astype(self.np_dtype)), k, n)
         return self.node("MatMul", [x, self.init(f"{name}.weight", w.astype(self.np_dtype))], [f"{name}/output_0"], name)
+
+    def matmul_nbits(self, name: str, x: str, qweight: str, scales: str, k: int, n: int) -> str:
+        return self.node("MatMulNBits", [x, qweight, scales], [f"{name}/output_0"], name, domain="com.microsoft",
+                         K=k, N=n, bits=4, block_size=BLOCK, accuracy_level=4)
 
     def norm_weight(self, name: str) -> str:
         return self.init(name, (1.0 + 0.1 * self.random(self.s.hidden, scale=1.0)).astype(self.np_dtype))
@@ -155,7 +167,10 @@ class Builder:
         outs = ["/model/norm/output_0", "", "", ""]
         self.node("SkipSimplifiedLayerNormalization", [x, residual, self.norm_weight("model.norm.weight")],
                   outs, "/model/norm/SkipLayerNorm", domain="com.microsoft", epsilon=EPSILON)
-        logits = self.linear("/lm_head/MatMul", outs[0], s.hidden, s.vocab)
+        if self.tied:
+            logits = self.matmul_nbits("/lm_head/MatMul", outs[0], TIED_WEIGHT, TIED_SCALES, s.hidden, s.vocab)
+        else:
+            logits = self.linear("/lm_head/MatMul", outs[0], s.hidden, s.vocab)
         if self.np_dtype != np.float32:
             logits = self.node("Cast", [logits], ["logits_float"], "/lm_head/Cast", to=TensorProto.FLOAT)
         self.node("Identity", [logits], ["logits"], "/logits/Identity")
@@ -164,7 +179,18 @@ class Builder:
     def embedding(self) -> None:
         s = self.s
         table = self.random(s.vocab, s.hidden, scale=1.0)
-        if self.quant == "int4":
+        if self.tied:
+            packed, scales = quantize_int4(table)
+            self.init(TIED_WEIGHT, packed)
+            self.init(TIED_SCALES, scales.astype(self.np_dtype))
+            rows = self.init(f"/model/constants/INT64/[{s.vocab}, {s.hidden // 2}]",
+                             np.array([s.vocab, s.hidden // 2], dtype=np.int64))
+            table_2d = self.node("Reshape", [TIED_WEIGHT, rows], ["/model/embed_tokens/Reshape/output_0"],
+                                 "/model/embed_tokens/Reshape")
+            self.node("GatherBlockQuantized", [table_2d, "input_ids", TIED_SCALES],
+                      ["embeddings"], "/model/embed_tokens/GatherBlockQuantized", domain="com.microsoft",
+                      gather_axis=0, quantize_axis=1, block_size=BLOCK, bits=4)
+        elif self.quant == "int4":
             packed, scales = quantize_int4(table)
             self.node("GatherBlockQuantized",
                       [self.init("model.embed_tokens.qweight", packed.reshape(s.vocab, s.hidden // 2)), "input_ids",
@@ -255,10 +281,11 @@ def tokenizer(s: Shape) -> tuple[dict, dict]:
     return tok, config
 
 
-def write(out: Path, shape: Shape, dtype: str = "fp32", quant: str = "none", seed: int = 0) -> Path:
+def write(out: Path, shape: Shape, dtype: str = "fp32", quant: str = "none", seed: int = 0,
+          tied: bool = False) -> Path:
     shape.check()
     out.mkdir(parents=True, exist_ok=True)
-    model = Builder(shape, dtype, quant, seed).build()
+    model = Builder(shape, dtype, quant, seed, tied).build()
     large = model.ByteSize() > 1 << 30
     onnx.save_model(model, out / "model.onnx", save_as_external_data=large, location="model.onnx.data")
     (out / "genai_config.json").write_text(json.dumps(genai_config(shape), indent=2) + "\n")
@@ -276,9 +303,10 @@ def main() -> None:
     p.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32")
     p.add_argument("--quant", choices=["none", "int4"], default="none")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tied", action="store_true", help="int4 embedding and LM head share one table")
     a = p.parse_args()
     shape = Shape(a.hidden, a.layers, a.heads, a.kv_heads, a.ffn, a.vocab, a.context)
-    print(write(a.out, shape, a.dtype, a.quant, a.seed))
+    print(write(a.out, shape, a.dtype, a.quant, a.seed, a.tied))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ use mlx_kernels::{Array, Closure, Dtype};
 use op_specs::ShapeSafety;
 
 use crate::device;
-use crate::plan::{EvalError, Evaluated, Lowering, NodeCheck, Plan, RunTimes, Runtime};
+use crate::plan::{Constants, EvalError, Evaluated, Lowering, NodeCheck, Plan, RunTimes, Runtime};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
@@ -214,7 +214,8 @@ impl Capture {
         times: &mut RunTimes,
     ) -> Result<Option<Lowering>, String> {
         let started = Instant::now();
-        let key = ShapeKey::of(inputs, &runtime.constants, self.path);
+        let prepared_before = runtime.constants.prepare_time();
+        let key = ShapeKey::of(inputs, &runtime.constants.arrays, self.path);
         let index = match self.cache.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
             None => {
@@ -278,7 +279,10 @@ impl Capture {
             .zip(messages)
             .map(|(holds, message)| NodeCheck { holds, message })
             .collect();
-        times.translate += started.elapsed();
+        // A trace lowers the plan, and may be the first to prepare arrays from constants.
+        let prepare = runtime.constants.prepare_time() - prepared_before;
+        times.prepare += prepare;
+        times.translate += started.elapsed().saturating_sub(prepare);
         Ok(Some(Lowering {
             outputs,
             checks,
@@ -291,7 +295,7 @@ impl Capture {
 /// the outputs followed by the run-time checks, whose messages it records for the replays.
 fn trace_body(
     plan: Arc<Plan>,
-    constants: Vec<(usize, Array)>,
+    constants: Constants,
     messages: CheckMessages,
 ) -> impl Fn(&[Array]) -> mlx_kernels::Result<Vec<Array>> {
     move |inputs: &[Array]| {

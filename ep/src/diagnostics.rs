@@ -10,6 +10,7 @@ use std::time::Duration;
 use op_specs::Node;
 
 use crate::capability::Capability;
+use crate::plan::ConstantsReport;
 
 #[derive(Debug, Clone, Default)]
 pub struct Flags {
@@ -43,6 +44,24 @@ pub struct PlanReport {
     pub shared_rows_written: u64,
     pub shared_rows: u64,
     pub mirror_hits: u64,
+    pub constants: ConstantsReport,
+}
+
+/// MLX's memory after the latest run: held by live arrays (the plans' constants, what was
+/// prepared from them, device mirrors) and the most ever held.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MemoryReport {
+    pub active: usize,
+    pub peak: usize,
+}
+
+impl MemoryReport {
+    pub fn now() -> MemoryReport {
+        MemoryReport {
+            active: mlx_kernels::memory::active_memory().unwrap_or(0),
+            peak: mlx_kernels::memory::peak_memory().unwrap_or(0),
+        }
+    }
 }
 
 /// Counters of one EP instance (one session).
@@ -57,6 +76,8 @@ pub struct Stats {
     pub translate: Duration,
     pub eval: Duration,
     pub copies: Duration,
+    pub prepare: Duration,
+    pub memory: MemoryReport,
     pub device: &'static str,
 }
 
@@ -66,7 +87,8 @@ impl Stats {
         let _ = write!(
             out,
             "[MLX EP] session summary: {}/{} nodes claimed in {} subgraph(s) ({} compiled), device {}; {} run(s): \
-             translation {:.3} ms, MLX eval {:.3} ms, copies {:.3} ms",
+             translation {:.3} ms, MLX eval {:.3} ms, copies {:.3} ms, preparing constants {:.3} ms; \
+             MLX memory {:.2} MiB active, {:.2} MiB peak",
             self.nodes_claimed,
             self.nodes_total,
             self.clusters,
@@ -76,6 +98,9 @@ impl Stats {
             self.translate.as_secs_f64() * 1e3,
             self.eval.as_secs_f64() * 1e3,
             self.copies.as_secs_f64() * 1e3,
+            self.prepare.as_secs_f64() * 1e3,
+            mib(self.memory.active),
+            mib(self.memory.peak),
         );
         for (name, report) in &self.plan_reports {
             let _ = write!(
@@ -90,12 +115,30 @@ impl Stats {
                     report.shared_rows_written, report.shared_rows, report.mirror_hits
                 );
             }
+            let c = &report.constants;
+            if c.bytes > 0 || c.prepared > 0 {
+                let _ = write!(
+                    out,
+                    "; constants {:.2} MiB ({} twin(s) shared), {} prepared from them in {} \
+                     computation(s), {:.3} ms, +{:.2} MiB",
+                    mib(c.bytes),
+                    c.twins,
+                    c.prepared,
+                    c.prepare_runs,
+                    c.prepare_time.as_secs_f64() * 1e3,
+                    mib(c.prepared_bytes)
+                );
+            }
             if let Some(reason) = &report.fallback {
                 let _ = write!(out, "; fell back to eager: {reason}");
             }
         }
         out
     }
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / f64::from(1 << 20)
 }
 
 /// Reports one GetCapability pass as the flags ask.

@@ -62,7 +62,7 @@ pub fn output_shapes(
             huge.len()
         )));
     }
-    check_stand_ins_are_apart(plan, inputs)?;
+    check_stand_ins_are_apart(plan, runtime, inputs)?;
 
     let base: Vec<i64> = (0..huge.len())
         .map(|i| BASE + 7 + SPACING * i as i64)
@@ -163,15 +163,21 @@ fn refusal(why: &str) -> String {
 /// The stand-ins must compare with every other number that could meet them as the real
 /// dimensions do: every other input or constant dimension, and every integer value (a Slice
 /// end, a Reshape target, a Pad), must lie below them, or far beyond any dimension.
-fn check_stand_ins_are_apart(plan: &Plan, inputs: &[Option<HostTensor>]) -> Result<(), String> {
+fn check_stand_ins_are_apart(
+    plan: &Plan,
+    runtime: &Runtime,
+    inputs: &[Option<HostTensor>],
+) -> Result<(), String> {
     let near = |v: i64| (BASE.unsigned_abs()..1 << 62).contains(&v.unsigned_abs());
+    let constants = plan.integer_constants(runtime)?;
     let tensors = inputs
         .iter()
         .flatten()
         .map(|t| (t.elem, t.shape.as_slice(), t.bytes))
         .chain(
-            plan.constants()
-                .map(|c| (c.elem, c.shape.as_slice(), c.bytes.as_slice())),
+            constants
+                .iter()
+                .map(|(elem, shape, bytes)| (*elem, shape.as_slice(), bytes.as_slice())),
         );
     for (elem, shape, bytes) in tensors {
         if shape.iter().any(|&d| (BASE..=I32_MAX).contains(&d)) {

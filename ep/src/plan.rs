@@ -1,15 +1,21 @@
 //! A fused subgraph, copied out of ORT at compile time, and its execution on MLX.
 //!
-//! Values are numbered slots. Constant initializers are copied once at compile time and become
-//! MLX arrays at the first run (on the thread that will own them); every run then builds one
-//! lazy MLX graph from the table's lowerings and evaluates it once, at the boundary.
+//! Values are numbered slots. Constant initializers are copied once at compile time and handed
+//! to MLX at the first run (on the thread that will own them), which leaves the plan without a
+//! host copy; initializers with identical bytes share one buffer. Every run then builds one lazy
+//! MLX graph from the table's lowerings and evaluates it once, at the boundary; what lowerings
+//! derive from constants alone is prepared once and kept (`op_specs::Prepared`).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mlx_kernels::{Array, Stream};
-use op_specs::{decide, Decision, ElemType, Node, OpSpec, ShapeSafety};
+use mlx_kernels::{ops, Array, Stream};
+use op_specs::{
+    decide, ConstantInputs, Decision, ElemType, Lower, Node, OpSpec, Prepared, ShapeSafety,
+};
 
 use crate::device;
 
@@ -22,11 +28,68 @@ pub struct HostConstant {
     pub bytes: Vec<u8>,
 }
 
+/// Initializers smaller than this are never compared for twins: shape vectors and scalars
+/// cost nothing to hold twice.
+const TWIN_MIN_BYTES: usize = 1024;
+
+/// A constant of the plan: its bytes until the first run hands them to MLX, or the earlier
+/// constant it is a byte-for-byte twin of (ORT's constant folding turns a Reshape of a weight,
+/// as in tied embeddings, into a second initializer with the same bytes).
+#[derive(Debug)]
+struct PlanConstant {
+    slot: usize,
+    name: String,
+    elem: ElemType,
+    shape: Vec<i64>,
+    len: usize,
+    source: Source,
+}
+
+impl PlanConstant {
+    /// The bytes, moved out of the plan (they go to MLX, which then owns the only copy).
+    fn take(&self, bytes: &Mutex<Option<Vec<u8>>>) -> Result<Vec<u8>, String> {
+        bytes.lock().ok().and_then(|mut b| b.take()).ok_or_else(|| {
+            format!(
+                "initializer '{}' was handed to MLX by an earlier start of this plan that \
+                 failed; create the session again",
+                self.name
+            )
+        })
+    }
+}
+
+#[derive(Debug)]
+enum Source {
+    /// Taken at the first run, when MLX becomes their owner.
+    Bytes(Mutex<Option<Vec<u8>>>),
+    /// A reshape of the constant at this index of the plan's constants (an earlier one).
+    TwinOf(usize),
+}
+
+/// A constant's element type, shape, and host bytes (integer constants only; empty otherwise).
+pub type ConstantValues = (ElemType, Vec<i64>, Vec<u8>);
+
+/// What the plan's constants are, for the session summary.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ConstantsReport {
+    /// Bytes of the initializers MLX holds (twins once), and how many initializers are twins.
+    pub bytes: usize,
+    pub twins: usize,
+    /// Arrays prepared from constants (each a key of `Prepared`), how many times a
+    /// preparation ran, in how long, and the memory it added.
+    pub prepared: usize,
+    pub prepare_runs: u64,
+    pub prepare_time: Duration,
+    pub prepared_bytes: usize,
+}
+
 #[derive(Debug)]
 struct PlanNode {
     node: Node,
     spec: &'static OpSpec,
     inputs: Vec<Option<usize>>,
+    /// Per input: whether it is a constant of the plan (an absent input counts as one).
+    constant_inputs: Vec<bool>,
     outputs: Vec<Option<usize>>,
 }
 
@@ -49,20 +112,37 @@ pub struct Plan {
     slot_count: usize,
     inputs: Vec<usize>,
     pub outputs: Vec<PlanOutput>,
-    constants: Vec<(usize, HostConstant)>,
+    constants: Vec<PlanConstant>,
 }
 
 /// The MLX side of a plan, created on (and owned by) the thread that first runs it.
 pub struct Runtime {
     pub stream: Stream,
-    pub constants: Vec<(usize, Array)>,
+    pub constants: Constants,
 }
 
-/// Time spent per phase of one run.
+/// What a lowering reads besides the run's inputs: the constants as arrays, by slot, and what
+/// lowerings prepared from them. Cloning shares both (a compiled closure holds a clone).
+#[derive(Clone)]
+pub struct Constants {
+    pub arrays: Vec<(usize, Array)>,
+    pub prepared: Rc<RefCell<Prepared>>,
+}
+
+impl Constants {
+    /// Time spent preparing arrays from constants so far.
+    pub fn prepare_time(&self) -> Duration {
+        self.prepared.borrow().time
+    }
+}
+
+/// Time spent per phase of one run. `prepare` (arrays derived from constants, once per plan)
+/// is not part of `translate`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RunTimes {
     pub translate: Duration,
     pub eval: Duration,
+    pub prepare: Duration,
 }
 
 /// A run-time check of one node (see `op_specs::RuntimeCheck`), its message naming the node.
@@ -118,10 +198,7 @@ impl Plan {
         constants: Vec<HostConstant>,
     ) -> Result<Plan, String> {
         let mut slots = Slots::default();
-        let constants: Vec<(usize, HostConstant)> = constants
-            .into_iter()
-            .map(|c| (slots.of(&c.name), c))
-            .collect();
+        let constants = plan_constants(constants, &mut slots);
         let inputs: Vec<usize> = input_names.iter().map(|n| slots.of(n)).collect();
         let mut available: Vec<bool> = vec![true; slots.len()];
 
@@ -168,10 +245,15 @@ impl Plan {
             for s in outputs.iter().flatten() {
                 available[*s] = true;
             }
+            let constant_inputs = inputs
+                .iter()
+                .map(|s| s.is_none_or(|s| constants.iter().any(|c| c.slot == s)))
+                .collect();
             plan_nodes.push(PlanNode {
                 node,
                 spec,
                 inputs,
+                constant_inputs,
                 outputs,
             });
         }
@@ -197,28 +279,77 @@ impl Plan {
         })
     }
 
-    /// The MLX state of this plan: its stream and its constants as arrays.
+    /// The MLX state of this plan: its stream and its constants as arrays. The constants' bytes
+    /// move into MLX here (the plan keeps no copy), so a plan starts once.
     pub fn start(&self) -> Result<Runtime, String> {
-        let stream = device::stream().map_err(|e| e.to_string())?;
-        let constants = self
+        let dtypes = self
             .constants
             .iter()
-            .map(|(slot, c)| {
-                let dtype = c
-                    .elem
+            .map(|c| {
+                c.elem
                     .to_mlx()
-                    .ok_or_else(|| format!("initializer '{}' has no MLX type", c.name))?;
-                Array::from_bytes(&c.bytes, &c.shape, dtype)
-                    .map(|a| (*slot, a))
-                    .map_err(|e| format!("initializer '{}': {e}", c.name))
+                    .ok_or_else(|| format!("initializer '{}' has no MLX type", c.name))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(Runtime { stream, constants })
+        let stream = device::stream().map_err(|e| e.to_string())?;
+        let mut arrays: Vec<Array> = Vec::with_capacity(self.constants.len());
+        for (c, dtype) in self.constants.iter().zip(dtypes) {
+            let array = match &c.source {
+                Source::Bytes(bytes) => Array::from_owned_bytes(c.take(bytes)?, &c.shape, dtype),
+                Source::TwinOf(first) => ops::reshape(&arrays[*first], &c.shape, &stream),
+            };
+            arrays.push(array.map_err(|e| format!("initializer '{}': {e}", c.name))?);
+        }
+        // Evaluated now: a twin becomes a view of its first's buffer, not a copy.
+        Array::eval_all(&arrays).map_err(|e| format!("loading the initializers: {e}"))?;
+        let arrays = self.constants.iter().map(|c| c.slot).zip(arrays).collect();
+        Ok(Runtime {
+            stream,
+            constants: Constants {
+                arrays,
+                prepared: Rc::default(),
+            },
+        })
     }
 
-    /// The constant initializers the plan copied out of ORT.
-    pub fn constants(&self) -> impl Iterator<Item = &HostConstant> {
-        self.constants.iter().map(|(_, c)| c)
+    /// The constants' element types and shapes, and the host bytes of the integer ones (read
+    /// back from MLX: the plan keeps no copy), which are what host-side shape reasoning needs.
+    pub fn integer_constants(&self, runtime: &Runtime) -> Result<Vec<ConstantValues>, String> {
+        self.constants
+            .iter()
+            .zip(&runtime.constants.arrays)
+            .map(|(c, (_, array))| {
+                let bytes = match c.elem {
+                    ElemType::Int64 | ElemType::Int32 => array
+                        .to_bytes(&runtime.stream)
+                        .map_err(|e| format!("reading initializer '{}': {e}", c.name))?,
+                    _ => Vec::new(),
+                };
+                Ok((c.elem, c.shape.clone(), bytes))
+            })
+            .collect()
+    }
+
+    /// The constants' sizes and what was prepared from them so far.
+    pub fn constants_report(&self, runtime: &Runtime) -> ConstantsReport {
+        let prepared = runtime.constants.prepared.borrow();
+        ConstantsReport {
+            bytes: self
+                .constants
+                .iter()
+                .filter(|c| matches!(c.source, Source::Bytes(_)))
+                .map(|c| c.len)
+                .sum(),
+            twins: self
+                .constants
+                .iter()
+                .filter(|c| matches!(c.source, Source::TwinOf(_)))
+                .count(),
+            prepared: prepared.len(),
+            prepare_runs: prepared.computed,
+            prepare_time: prepared.time,
+            prepared_bytes: prepared.bytes,
+        }
     }
 
     /// The least flexible shape safety of the plan's nodes: `Shapeless` only if every node is.
@@ -238,8 +369,11 @@ impl Plan {
         times: &mut RunTimes,
     ) -> Result<Evaluated, String> {
         let started = Instant::now();
+        let prepared_before = runtime.constants.prepare_time();
         let lowering = self.lower(&runtime.stream, &runtime.constants, inputs)?;
-        times.translate += started.elapsed();
+        let prepare = runtime.constants.prepare_time() - prepared_before;
+        times.prepare += prepare;
+        times.translate += started.elapsed().saturating_sub(prepare);
         Ok(self.evaluate(lowering, &runtime.stream, times)?)
     }
 
@@ -294,11 +428,11 @@ impl Plan {
     pub fn lower(
         &self,
         stream: &Stream,
-        constants: &[(usize, Array)],
+        constants: &Constants,
         inputs: Vec<Option<Array>>,
     ) -> Result<Lowering, String> {
         let mut env: Vec<Option<Array>> = vec![None; self.slot_count];
-        for (slot, array) in constants {
+        for (slot, array) in &constants.arrays {
             env[*slot] = Some(array.clone());
         }
         if inputs.len() != self.inputs.len() {
@@ -312,15 +446,20 @@ impl Plan {
             env[*slot] = array;
         }
         let mut checks = Vec::new();
-        for planned in &self.nodes {
+        for (index, planned) in self.nodes.iter().enumerate() {
             let args: Vec<Option<Array>> = planned
                 .inputs
                 .iter()
                 .map(|s| s.and_then(|s| env[s].clone()))
                 .collect();
+            let cx = Lower::new(stream, &planned.node).with_constants(ConstantInputs {
+                node: index,
+                constant: &planned.constant_inputs,
+                prepared: &constants.prepared,
+            });
             let lowered = planned
                 .spec
-                .lower_node(stream, &planned.node, &args)
+                .lower_in(cx, &args)
                 .map_err(|e| node_error(&planned.node, &e.message))?;
             checks.extend(lowered.checks.into_iter().map(|c| NodeCheck {
                 holds: c.holds,
@@ -356,6 +495,62 @@ fn without_kernel_if_empty(array: Array) -> Result<Array, String> {
         return Ok(array);
     }
     Array::from_bytes(&[], &array.shape(), array.dtype()).map_err(|e| e.to_string())
+}
+
+/// The plan's constants, each given its slot; an initializer whose bytes equal an earlier one's
+/// (same type, at least `TWIN_MIN_BYTES`) keeps no bytes of its own and becomes its twin.
+/// Candidates are found by length and a fingerprint of their ends, so distinct weights of one
+/// size cost a hash of 512 bytes each, and only true twins a full comparison.
+fn plan_constants(constants: Vec<HostConstant>, slots: &mut Slots) -> Vec<PlanConstant> {
+    let mut seen: HashMap<(usize, u64), Vec<usize>> = HashMap::new();
+    let mut kept: Vec<(PlanConstant, Option<Vec<u8>>)> = Vec::with_capacity(constants.len());
+    for c in constants {
+        let len = c.bytes.len();
+        let twin = (len >= TWIN_MIN_BYTES)
+            .then(|| {
+                let candidates = seen.entry((len, fingerprint(&c.bytes))).or_default();
+                let twin = candidates.iter().copied().find(|&i| {
+                    let (first, bytes) = &kept[i];
+                    first.elem == c.elem && bytes.as_deref() == Some(c.bytes.as_slice())
+                });
+                if twin.is_none() {
+                    candidates.push(kept.len());
+                }
+                twin
+            })
+            .flatten();
+        let (source, bytes) = match twin {
+            Some(first) => (Source::TwinOf(first), None),
+            None => (Source::Bytes(Mutex::new(None)), Some(c.bytes)),
+        };
+        let constant = PlanConstant {
+            slot: slots.of(&c.name),
+            name: c.name,
+            elem: c.elem,
+            shape: c.shape,
+            len,
+            source,
+        };
+        kept.push((constant, bytes));
+    }
+    kept.into_iter()
+        .map(|(mut c, bytes)| {
+            if let (Source::Bytes(slot), Some(bytes)) = (&mut c.source, bytes) {
+                *slot = Mutex::new(Some(bytes));
+            }
+            c
+        })
+        .collect()
+}
+
+/// A hash of the first and last 256 bytes.
+fn fingerprint(bytes: &[u8]) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let edge = bytes.len().min(256);
+    let mut hasher = DefaultHasher::new();
+    bytes[..edge].hash(&mut hasher);
+    bytes[bytes.len() - edge..].hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Value names numbered in order of first appearance.

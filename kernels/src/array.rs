@@ -78,6 +78,41 @@ impl Array {
         })
     }
 
+    /// Hands host bytes to MLX: the array owns them from here on and frees them with itself.
+    /// Where MLX's allocator can adopt the buffer (the CPU backend) nothing is copied; where it
+    /// cannot (CUDA), MLX copies into its own memory and frees the bytes at once. Either way
+    /// the bytes exist once. A buffer not aligned for the element type is copied instead.
+    pub fn from_owned_bytes(bytes: Vec<u8>, shape: &[i64], dtype: Dtype) -> Result<Array> {
+        let (dims, ndim) = host_layout(&bytes, shape, dtype)?;
+        let align = dtype.size_in_bytes().max(1);
+        if bytes.is_empty() || !(bytes.as_ptr() as usize).is_multiple_of(align) {
+            return Array::from_bytes(&bytes, shape, dtype);
+        }
+        extern "C" fn free_owned(payload: *mut std::ffi::c_void) {
+            // SAFETY: `payload` is the Box made below, handed to MLX once and freed once here.
+            drop(unsafe { Box::from_raw(payload.cast::<Vec<u8>>()) });
+        }
+        let owned = Box::new(bytes);
+        let data = owned.as_ptr().cast_mut().cast();
+        let payload = Box::into_raw(owned).cast();
+        capture(|| {
+            // SAFETY: `data` addresses exactly the described elements and stays valid until MLX
+            // calls `free_owned(payload)`, which it does once, when the array's data is released
+            // (or right after copying, where it cannot adopt the buffer). Should mlx-c fail
+            // before the array exists the bytes leak, which is safe: they are never freed twice.
+            Array::from_raw(unsafe {
+                sys::mlx_array_new_data_managed_payload(
+                    data,
+                    dims.as_ptr(),
+                    ndim,
+                    dtype.to_sys(),
+                    payload,
+                    Some(free_owned),
+                )
+            })
+        })
+    }
+
     /// Evaluates several arrays in one pass over their shared graph.
     pub fn eval_all(arrays: &[Array]) -> Result<()> {
         let vector = crate::VectorArray::from_arrays(arrays)?;

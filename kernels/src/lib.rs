@@ -12,6 +12,7 @@ pub mod blas;
 mod closure;
 mod dtype;
 mod error;
+pub mod memory;
 pub mod ops;
 mod runtime;
 mod shape;

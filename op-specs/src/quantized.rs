@@ -118,7 +118,27 @@ impl Layout {
     }
 }
 
-/// `[N, k_blocks]` float32 zero points, or the midpoint `2^(bits-1)` as a scalar.
+/// Zero points must be `[N, k_blocks]` (or flat): packed bytes when uint8, else floats.
+fn check_zero_points(zp: &Array, layout: &Layout) -> Result<()> {
+    let Layout { n, k_blocks, .. } = *layout;
+    if zp.dtype() == Dtype::U8 {
+        let bytes = zero_point_bytes(layout);
+        return expect_shape(
+            zp,
+            &[vec![n * bytes], vec![n, bytes]],
+            "zero_points (uint8)",
+        );
+    }
+    expect_shape(zp, &[vec![n * k_blocks], vec![n, k_blocks]], "zero_points")
+}
+
+/// Bytes per row of packed uint8 zero points.
+fn zero_point_bytes(layout: &Layout) -> i64 {
+    (layout.k_blocks * layout.bits + 7) / 8
+}
+
+/// `[N, k_blocks]` float32 zero points (shape checked), or the midpoint `2^(bits-1)` as a
+/// scalar.
 fn zero_points_f32(zero_points: Option<&Array>, layout: &Layout, s: &Stream) -> Result<Array> {
     let Layout {
         n, bits, k_blocks, ..
@@ -127,19 +147,21 @@ fn zero_points_f32(zero_points: Option<&Array>, layout: &Layout, s: &Stream) -> 
         return scalar((1 << (bits - 1)) as f64, Dtype::F32, s);
     };
     if zp.dtype() == Dtype::U8 {
-        let bytes = (k_blocks * bits + 7) / 8;
-        expect_shape(
-            zp,
-            &[vec![n * bytes], vec![n, bytes]],
-            "zero_points (uint8)",
-        )?;
-        let packed = ops::reshape(zp, &[n, bytes], s)?;
+        let packed = ops::reshape(zp, &[n, zero_point_bytes(layout)], s)?;
         let values = take_first(&unpack(&packed, bits, s)?, k_blocks, s)?;
         return Ok(ops::astype(&values, Dtype::F32, s)?);
     }
-    expect_shape(zp, &[vec![n * k_blocks], vec![n, k_blocks]], "zero_points")?;
     Ok(ops::astype(
         &ops::reshape(zp, &[n, k_blocks], s)?,
+        Dtype::F32,
+        s,
+    )?)
+}
+
+/// `[N, k_blocks]` float32 scales.
+fn scales_f32(scales: &Array, layout: &Layout, s: &Stream) -> Result<Array> {
+    Ok(ops::astype(
+        &ops::reshape(scales, &[layout.n, layout.k_blocks], s)?,
         Dtype::F32,
         s,
     )?)
@@ -198,11 +220,12 @@ fn matmul_n_bits(
             "A has shape {a_shape:?}: its last axis must be K = {k}"
         )));
     }
+    if let Some(zp) = &zero_points {
+        check_zero_points(zp, &layout)?;
+    }
     let out_dtype = a.dtype();
     let mut out_shape = a_shape[..a_shape.len() - 1].to_vec();
     out_shape.push(n);
-    let zero_points = zero_points_f32(zero_points.as_ref(), &layout, s)?;
-    let scales = ops::astype(&ops::reshape(&scales, &[n, k_blocks], s)?, Dtype::F32, s)?;
     let g_idx = match g_idx {
         Some(g) => {
             expect_shape(&g, &[vec![k], vec![layout.padded_k()]], "g_idx")?;
@@ -226,8 +249,16 @@ fn matmul_n_bits(
     // b4_bs64 and fuzz s1-MatMulNBits-1-39); K from 128 up matched the CPU backend. Smaller K
     // dequantises, whose O(N·K) cost is small there.
     let mut y = if block_size >= 32 && g_idx.is_none() && k >= MIN_AFFINE_K {
-        affine_product(&x, &b, &scales, &zero_points, &layout, s)?
+        // Inputs 1-3 (B, scales, zero_points): with constant weights, repacked once per plan.
+        let weights = cx.prepared("affine", &[1, 2, 3], || {
+            affine_weights(&b, &scales, zero_points.as_ref(), &layout, s)
+        })?;
+        affine_product(&x, weights, &layout, s)?
     } else {
+        // Lazy on purpose: the dequantised weights are float32, 8x a 4-bit B; a plan that
+        // kept them would hold the float copy the packed weights exist to avoid.
+        let zero_points = zero_points_f32(zero_points.as_ref(), &layout, s)?;
+        let scales = scales_f32(&scales, &layout, s)?;
         dequantised_product(&x, &b, &scales, &zero_points, g_idx.as_ref(), &layout, s)?
     };
     if let Some(bias) = bias {
@@ -240,32 +271,45 @@ fn matmul_n_bits(
     )?)
 }
 
-/// `x [M, K] · wᵀ` through MLX's `quantized_matmul`: `B`'s bytes viewed as MLX's `uint32`
-/// packing, its scales and `-scale * zero_point` biases repeated per MLX group.
-fn affine_product(
-    x: &Array,
+/// MLX's affine form of `B`: `[weight, scales, biases]`, the weight `B`'s bytes viewed as
+/// MLX's `uint32` packing (no copy), scales and `-scale * zero_point` biases repeated per MLX
+/// group, float32. No larger than B's scales times two (for groups of 32 and 64): what a plan
+/// keeps when B is constant.
+fn affine_weights(
     b: &Array,
     scales: &Array,
-    zero_points: &Array,
+    zero_points: Option<&Array>,
     layout: &Layout,
     s: &Stream,
-) -> Result<Array> {
-    let Layout {
-        k, n, block, bits, ..
-    } = *layout;
-    let padded = layout.padded_k();
-    let group = block.min(MLX_MAX_GROUP);
-    let per_block = block / group;
+) -> Result<Vec<Array>> {
+    let Layout { n, block, bits, .. } = *layout;
+    let per_block = block / block.min(MLX_MAX_GROUP);
     let words = ops::view(&ops::contiguous(b, s)?, Dtype::U32, s)?;
-    let weight = ops::reshape(&words, &[n, padded * bits / 32], s)?;
-    let biases = ops::negative(&ops::multiply(scales, zero_points, s)?, s)?;
+    let weight = ops::reshape(&words, &[n, layout.padded_k() * bits / 32], s)?;
+    let scales = scales_f32(scales, layout, s)?;
+    let zero_points = zero_points_f32(zero_points, layout, s)?;
+    let biases = ops::negative(&ops::multiply(&scales, &zero_points, s)?, s)?;
     // Row-contiguous scales and biases: MLX's CUDA kernels have no implementation for the
     // strides a repeat leaves (seen on an H200: "No implementation for problem shape").
+    Ok(vec![
+        weight,
+        ops::contiguous(&repeat_last(&scales, per_block, s)?, s)?,
+        ops::contiguous(&repeat_last(&biases, per_block, s)?, s)?,
+    ])
+}
+
+/// `x [M, K] · wᵀ` through MLX's `quantized_matmul` over [`affine_weights`].
+fn affine_product(x: &Array, weights: Vec<Array>, layout: &Layout, s: &Stream) -> Result<Array> {
+    let Layout { k, block, bits, .. } = *layout;
+    let padded = layout.padded_k();
+    let [weight, scales, biases]: [Array; 3] = weights
+        .try_into()
+        .map_err(|_| OpError::new("affine weights: three arrays expected (table bug)"))?;
     let quantized = Quantized {
         weight,
-        scales: ops::contiguous(&repeat_last(scales, per_block, s)?, s)?,
-        biases: ops::contiguous(&repeat_last(&biases, per_block, s)?, s)?,
-        group_size: group as i32,
+        scales,
+        biases,
+        group_size: block.min(MLX_MAX_GROUP) as i32,
         bits: bits as i32,
     };
     // The padding of the last block meets zeros.

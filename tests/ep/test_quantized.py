@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import MLX, Run, cpu_outputs, make_model, tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+import op_specs  # noqa: E402,F401  (loads every spec in order: specs.moe imports specs.quantized)
 from specs.quantized import matmul_nbits_ref, pack, pack_padded  # noqa: E402
 
 CPU = "CPUExecutionProvider"

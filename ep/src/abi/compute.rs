@@ -7,7 +7,7 @@ use std::time::Instant;
 use mlx_kernels::Array;
 
 use crate::capture::{Capture, Settings};
-use crate::diagnostics::{PlanReport, Stats};
+use crate::diagnostics::{MemoryReport, PlanReport, Stats};
 use crate::huge_empty;
 use crate::ort::api::guard;
 use crate::ort::kernel;
@@ -183,6 +183,8 @@ fn run(
         stats.translate += times.translate;
         stats.eval += times.eval;
         stats.copies += copies;
+        stats.prepare += times.prepare;
+        stats.memory = MemoryReport::now();
         stats.plan_reports.insert(
             info.plan.name.clone(),
             PlanReport {
@@ -193,6 +195,7 @@ fn run(
                 shared_rows_written: residency.rows_written,
                 shared_rows: residency.rows_aliased,
                 mirror_hits: residency.mirror_hits,
+                constants: info.plan.constants_report(runtime),
             },
         );
     }

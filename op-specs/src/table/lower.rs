@@ -1,7 +1,10 @@
 //! What a lowering function gets: the MLX stream, the node's attributes, and typed helpers the
 //! generated adapters call.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use mlx_kernels::{Array, Dtype, Stream};
 
@@ -58,11 +61,45 @@ pub struct Lowered {
     pub checks: Vec<RuntimeCheck>,
 }
 
+/// Arrays derived from a plan's constants alone (a weight's repacked scales), computed and
+/// evaluated at the first run that needs them and reused by every later run of the plan,
+/// compiled or eager. Keyed by the node's position in the plan and a tag of the lowering's.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    entries: HashMap<(usize, &'static str), Vec<Array>>,
+    /// How many times a preparation ran (once per key, unless it failed), how long they took
+    /// in all, and the memory MLX held more after them.
+    pub computed: u64,
+    pub time: Duration,
+    pub bytes: usize,
+}
+
+impl Prepared {
+    /// How many preparations are kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// What a plan tells a node's lowering about its inputs: which are the plan's constants
+/// (absent optional inputs count as constant), and where arrays prepared from them are kept.
+#[derive(Debug, Clone, Copy)]
+pub struct ConstantInputs<'a> {
+    pub node: usize,
+    pub constant: &'a [bool],
+    pub prepared: &'a RefCell<Prepared>,
+}
+
 /// The lowering context of one node.
 pub struct Lower<'a> {
     stream: &'a Stream,
     node: &'a Node,
     checks: Vec<RuntimeCheck>,
+    constants: Option<ConstantInputs<'a>>,
 }
 
 impl fmt::Debug for Lower<'_> {
@@ -77,7 +114,60 @@ impl<'a> Lower<'a> {
             stream,
             node,
             checks: Vec::new(),
+            constants: None,
         }
+    }
+
+    /// The context inside a plan, which knows its constants and keeps what is prepared from
+    /// them. Without it (unit tests) nothing is constant and nothing is kept.
+    pub fn with_constants(mut self, constants: ConstantInputs<'a>) -> Lower<'a> {
+        self.constants = Some(constants);
+        self
+    }
+
+    /// Whether input `index` is one of the plan's constants (an initializer): the same
+    /// values on every run. An absent input (past the node's last) counts as constant.
+    pub fn input_is_constant(&self, index: usize) -> bool {
+        self.constants
+            .is_some_and(|c| c.constant.get(index).copied().unwrap_or(true))
+    }
+
+    /// Arrays computed by `compute` from the inputs `reads` (their indices) only. When all of
+    /// them are constants the arrays are computed and evaluated once, at the first run, and
+    /// the same arrays are returned on every later run: per-run work on weights (repacking
+    /// scales) then happens once per session. Otherwise `compute`'s lazy arrays are returned,
+    /// part of this run's graph. `compute` must read nothing that varies between runs besides
+    /// the inputs it names (the node's attributes are fixed). Keep what is prepared no larger
+    /// than the weight it comes from: it lives as long as the plan.
+    pub fn prepared(
+        &mut self,
+        tag: &'static str,
+        reads: &[usize],
+        compute: impl FnOnce() -> Result<Vec<Array>>,
+    ) -> Result<Vec<Array>> {
+        let Some(constants) = self
+            .constants
+            .filter(|_| reads.iter().all(|&index| self.input_is_constant(index)))
+        else {
+            return compute();
+        };
+        let key = (constants.node, tag);
+        if let Some(arrays) = constants.prepared.borrow().entries.get(&key) {
+            return Ok(arrays.clone());
+        }
+        let started = Instant::now();
+        let before = mlx_kernels::memory::active_memory().unwrap_or(0);
+        let arrays = compute()?;
+        // Evaluated now, so later runs (and compiled traces, which may evaluate arrays that do
+        // not depend on their inputs) find them ready.
+        Array::eval_all(&arrays)?;
+        let after = mlx_kernels::memory::active_memory().unwrap_or(0);
+        let mut prepared = constants.prepared.borrow_mut();
+        prepared.computed += 1;
+        prepared.time += started.elapsed();
+        prepared.bytes += after.saturating_sub(before);
+        prepared.entries.insert(key, arrays.clone());
+        Ok(arrays)
     }
 
     /// Makes the run fail with `message` unless every element of `holds` (bool, any shape) is

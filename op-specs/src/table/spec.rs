@@ -201,7 +201,13 @@ impl OpSpec {
         node: &Node,
         inputs: &[Option<Array>],
     ) -> Result<Lowered> {
-        let mut cx = Lower::new(stream, node);
+        self.lower_in(Lower::new(stream, node), inputs)
+    }
+
+    /// [`OpSpec::lower_node`] in a context the caller made (a plan's, which knows its
+    /// constants).
+    pub fn lower_in(&self, mut cx: Lower, inputs: &[Option<Array>]) -> Result<Lowered> {
+        let node = cx.node();
         let outputs = (self.lower)(&mut cx, inputs)?;
         // Trailing slots left unnamed (`["y", "", "", ""]`, as exporters write them) need no array.
         let needed = (0..node.output_count())
