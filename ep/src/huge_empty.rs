@@ -226,9 +226,10 @@ fn lowered_shapes(
         .iter()
         .map(|tensor| {
             let Some(t) = tensor else { return Ok(None) };
-            let dtype = t.elem.to_mlx().ok_or("an input type MLX cannot hold")?;
             let shape: Vec<i64> = t.shape.iter().map(|&d| stand_in(d)).collect();
-            Array::from_bytes(t.bytes, &shape, dtype)
+            let count = shape.iter().product::<i64>() as usize;
+            let (dtype, bytes) = crate::narrow::carried(t.elem, count, t.bytes)?;
+            Array::from_bytes(&bytes, &shape, dtype)
                 .map(Some)
                 .map_err(|e| e.to_string())
         })

@@ -11,6 +11,7 @@ mod capture;
 mod device;
 mod diagnostics;
 mod huge_empty;
+mod narrow;
 mod ort;
 mod partition;
 mod plan;

@@ -393,7 +393,8 @@ impl Plan {
         } = lowering;
         for (array, expected) in outputs.iter().zip(&self.outputs) {
             let produced = ElemType::from_mlx(array.dtype());
-            if produced != expected.elem {
+            // A narrow type (int4, float8...) is produced in its carrier (int8, float16...).
+            if expected.elem.carrier() != Some(array.dtype()) {
                 return Err(EvalError::Mlx(format!(
                     "a lowering produced {} where the graph declares {} (table bug; set \
                      ONNXRUNTIME_EP_MLX_CLAIM_DEBUG=1 to see which node)",
@@ -598,6 +599,17 @@ fn node_label(node: &Node) -> String {
         node.domain(),
         node.op_type()
     )
+}
+
+impl Plan {
+    /// `node 'name' (domain.Op)` of the node producing fused output `index`, for messages.
+    pub fn output_producer(&self, index: usize) -> String {
+        let slot = self.outputs.get(index).map(|o| o.slot);
+        self.nodes
+            .iter()
+            .find(|n| slot.is_some() && n.outputs.contains(&slot))
+            .map_or_else(|| format!("fused output {index}"), |n| node_label(&n.node))
+    }
 }
 
 /// Orders nodes so that every value is produced before it is consumed.

@@ -402,18 +402,18 @@ fn matmul_n_bits_claim(node: &Node) -> Verdict {
     Verdict::Claim
 }
 
-/// Rows of a uint8 block-quantised table at `indices` (gather_axis 0), dequantised along the
-/// last axis (quantize_axis): `(q - zero_point) * scale` in float32, rounded once to the
-/// scales' type. `bits` of 2 or 4 pack values low bits first; zero points are packed the same
-/// way, `2^(bits-1)` when absent. An index outside `[-rows, rows)` gives a row of zeros, as
-/// ORT's CPU kernel does (it does not fail). int4/uint4 and float8/float4 tables are not
-/// claimed: those element types have no MLX dtype to cross the EP in.
+/// Slices of a block-quantised table at `indices`, dequantised: `(q - zero_point) * scale` in
+/// float32, rounded once to the scales' type. uint8 tables: rows (gather_axis 0), blocks along
+/// the last axis (quantize_axis), `bits` of 2 or 4 packed low bits first, zero points packed
+/// the same way and `2^(bits-1)` when absent. int4 and uint4 tables (`bits` 4): any rank,
+/// gather_axis and quantize_axis, zero points of the table's type, 0 when absent. An index
+/// outside `[-n, n)` gives a slice of zeros, as ORT's CPU kernel does (it does not fail).
 #[onnx_op(
     domain = "com.microsoft", op = "GatherBlockQuantized", since = 1,
-    types(T1 = U8, T2 = F32 | F16, Tind = I32 | I64),
+    types(T1 = U8 | I4 | U4, T2 = F32 | F16, Tind = I32 | I64),
     inputs(data: T1, indices: Tind, scales: T2, zero_points: T1), outputs(output: T2),
     shape = ShapeKeyed, claim = gather_block_quantized_claim,
-    declines = "bits other than 2, 4, 8 and block sizes that are not a power of two >= 16 (ORT's kernel refuses them)"
+    declines = "bits other than 2, 4, 8 (uint8 data) or 4 (int4, uint4 data) and block sizes that are not a power of two >= 16 (ORT's kernel refuses them)"
 )]
 #[allow(clippy::too_many_arguments)] // four inputs and four attributes, as ORT has them
 fn gather_block_quantized(
@@ -428,6 +428,17 @@ fn gather_block_quantized(
     #[attr(default = 0)] gather_axis: i64,
 ) -> Result<Array> {
     let s = cx.stream();
+    if matches!(
+        cx.node().input_type(0),
+        Some(ElemType::Int4 | ElemType::Uint4)
+    ) {
+        let axes = GatherAxes {
+            gather: gather_axis,
+            quantize: quantize_axis,
+            block: block_size,
+        };
+        return gather_four_bit(&data, &indices, &scales, zero_points.as_ref(), &axes, s);
+    }
     let shape = data.shape();
     let rank = shape.len();
     let normal = |axis: i64| if axis < 0 { axis + rank as i64 } else { axis };
@@ -500,8 +511,91 @@ fn gather_block_quantized(
     )?)
 }
 
+/// The axes of an int4/uint4 GatherBlockQuantized, as the node gives them.
+struct GatherAxes {
+    gather: i64,
+    quantize: i64,
+    block: i64,
+}
+
+/// GatherBlockQuantized of an int4 or uint4 table (in its int8/uint8 carrier, one value per
+/// element): slices along `gather` at `indices`, each value dequantised with the scale and zero
+/// point of its block along `quantize`.
+fn gather_four_bit(
+    data: &Array,
+    indices: &Array,
+    scales: &Array,
+    zero_points: Option<&Array>,
+    axes: &GatherAxes,
+    s: &Stream,
+) -> Result<Array> {
+    let shape = data.shape();
+    let rank = shape.len();
+    let axis = |a: i64, what: &str| {
+        crate::shape::normalise_axis(a, rank)
+            .map_err(|e| OpError::new(format!("{what}: {}", e.message)))
+    };
+    let (g, qa) = (
+        axis(axes.gather, "gather_axis")?,
+        axis(axes.quantize, "quantize_axis")?,
+    );
+    let dim = shape[qa];
+    let mut blocked = shape.clone();
+    blocked[qa] = (dim + axes.block - 1) / axes.block;
+    expect_shape(scales, std::slice::from_ref(&blocked), "scales")?;
+    if let Some(zp) = zero_points {
+        expect_shape(zp, std::slice::from_ref(&blocked), "zero_points")?;
+    }
+    let out_dtype = scales.dtype();
+    let mut out_shape = shape[..g].to_vec();
+    out_shape.extend(indices.shape());
+    out_shape.extend_from_slice(&shape[g + 1..]);
+    let n = shape[g];
+    if out_shape.contains(&0) || n == 0 {
+        return zeros(&out_shape, out_dtype, s);
+    }
+    let flat = ops::reshape(indices, &[-1], s)?;
+    let inside = ops::logical_and(
+        &ops::greater_equal(&flat, &scalar_like(-n as f64, &flat, s)?, s)?,
+        &ops::less(&flat, &scalar_like(n as f64, &flat, s)?, s)?,
+        s,
+    )?;
+    let safe = crate::indexing::in_bounds(&flat, n, s)?;
+    // Each block parameter of the gathered values, laid out like them.
+    let per_value = |params: &Array| -> Result<Array> {
+        let params = ops::astype(params, Dtype::F32, s)?;
+        if g == qa {
+            let block = ops::floor_divide(&safe, &scalar_like(axes.block as f64, &safe, s)?, s)?;
+            return Ok(ops::take(&params, &block, g as i32, s)?);
+        }
+        let picked = ops::take(&params, &safe, g as i32, s)?;
+        crate::qdq::expand_blocks(&picked, qa, dim, axes.block, s)
+    };
+    let q = ops::astype(&ops::take(data, &safe, g as i32, s)?, Dtype::F32, s)?;
+    let centred = match zero_points {
+        Some(zp) => ops::subtract(&q, &per_value(zp)?, s)?,
+        None => q,
+    };
+    let values = ops::multiply(&centred, &per_value(scales)?, s)?;
+    // Slices picked by an index out of range are zeros.
+    let mut keep_shape = vec![1; rank];
+    keep_shape[g] = flat.shape()[0];
+    let keep = ops::reshape(&inside, &keep_shape, s)?;
+    let values = ops::where_(&keep, &values, &scalar(0.0, Dtype::F32, s)?, s)?;
+    Ok(ops::astype(
+        &ops::reshape(&values, &out_shape, s)?,
+        out_dtype,
+        s,
+    )?)
+}
+
 fn gather_block_quantized_claim(node: &Node) -> Verdict {
     let bits = node.attr_or("bits", 4i64);
+    if matches!(node.input_type(0), Some(ElemType::Int4 | ElemType::Uint4)) && bits != 4 {
+        return Verdict::decline(format!(
+            "bits {bits}: ORT's CPU kernel takes 4 for int4 and uint4 data"
+        ));
+    }
     if !matches!(bits, 2 | 4 | 8) {
         return Verdict::decline(format!(
             "bits {bits}: ORT's CPU kernel takes 2, 4 or 8 for uint8 data"
@@ -514,4 +608,29 @@ fn gather_block_quantized_claim(node: &Node) -> Verdict {
         ));
     }
     Verdict::Claim
+}
+
+#[cfg(test)]
+mod gather_tests {
+    use crate::table::testing::{claimed, decline_reason};
+    use crate::{AttrValue, ElemType as E, Node};
+
+    fn gather(data: E, bits: i64) -> Node {
+        Node::new("GatherBlockQuantized", 1)
+            .in_domain("com.microsoft")
+            .input(data)
+            .input(E::Int64)
+            .input(E::Float)
+            .output(E::Float)
+            .attr("bits", AttrValue::Int(bits))
+            .attr("block_size", AttrValue::Int(16))
+    }
+
+    #[test]
+    fn four_bit_tables_take_bits_4_only() {
+        assert!(claimed(&gather(E::Int4, 4)));
+        assert!(claimed(&gather(E::Uint4, 4)));
+        assert!(claimed(&gather(E::Uint8, 8)));
+        assert!(decline_reason(&gather(E::Int4, 8)).contains("takes 4 for int4"));
+    }
 }

@@ -3,7 +3,9 @@
 
 A case is (entry, dtype per type variable, attribute/input variant, layout). Its model is the
 node under test (``op_under_test``) plus helpers: ``Cast`` float32 <-> bfloat16 around bfloat16
-ports (Python cannot feed or fetch bfloat16; the EP claims these Casts too) and, for the
+ports (Python cannot feed or fetch bfloat16; the EP claims these Casts too), ``QuantizeLinear``
+(scale 1, saturate 0) before and ``DequantizeLinear`` (scale 1) after int4/uint4/float8 ports
+(exact for values of the type; the EP claims them too) and, for the
 ``transposed`` layout, ``cpu_transpose_in``/``cpu_transpose_out``: the op reads a transposed
 (strided, once the EP claims Transpose) input and its output is transposed back. These helpers
 may run on either EP; every other node must run on MLX.
@@ -28,7 +30,7 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from op_specs import OpSpec, Variant, gen, round_to, spec_for
-from op_table import FLOATS, INTS, Entry, np_dtype, tensor_type, type_str
+from op_table import FLOAT8S, FLOATS, INTS, NARROW, Entry, np_dtype, tensor_type, type_str
 
 EP = "MLXExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -451,9 +453,23 @@ def make_inputs(case: Case, set_index: int = 0) -> dict[str, np.ndarray]:
 
 
 def fetch_form(x: np.ndarray, dtype: str) -> np.ndarray:
-    """How a ``dtype`` tensor crosses the Python boundary (bfloat16 as float32)."""
+    """How a ``dtype`` tensor crosses the Python boundary (bfloat16 and the narrow types as
+    float32)."""
     x = np.asarray(x)
-    return x.astype(np.float32) if dtype == "bfloat16" else x
+    return x.astype(np.float32) if dtype == "bfloat16" or dtype in NARROW else x
+
+
+def _wire(dtype: str) -> str:
+    """The type a ``dtype`` port is fed or fetched as."""
+    return "float" if dtype == "bfloat16" or dtype in NARROW else dtype
+
+
+def _unit_params(name: str, dtype: str | None = None) -> list:
+    """Scale 1 (and a zero point 0 of ``dtype``, which sets QuantizeLinear's output type)."""
+    params = [numpy_helper.from_array(np.array(1.0, np.float32), f"{name}_one")]
+    if dtype is not None:
+        params.append(numpy_helper.from_array(np.zeros((), np_dtype(dtype)), f"{name}_zero"))
+    return params
 
 
 def build_model(case: Case, inputs: dict[str, np.ndarray]):
@@ -475,9 +491,15 @@ def build_model(case: Case, inputs: dict[str, np.ndarray]):
             continue
         data = inputs[name]
         cur = name
-        wire_dtype = "float" if dtype == "bfloat16" else dtype
+        wire_dtype = _wire(dtype)
         if dtype == "bfloat16":
             nodes.append(helper.make_node("Cast", [f"{name}_f32"], [cur], to=tensor_type("bfloat16"), name=f"mlx_cast_in_{name}"))
+            cur = f"{name}_f32"
+        elif dtype in NARROW:
+            saturate = {"saturate": 0} if dtype in FLOAT8S else {}
+            nodes.append(helper.make_node("QuantizeLinear", [f"{name}_f32", f"{name}_one", f"{name}_zero"], [cur],
+                                          name=f"mlx_q_in_{name}", **saturate))
+            initializers += _unit_params(name, dtype)
             cur = f"{name}_f32"
         feed = fetch_form(data, dtype)
         if transposed and not first_done:
@@ -501,10 +523,14 @@ def build_model(case: Case, inputs: dict[str, np.ndarray]):
         if dtype == "bfloat16":
             nodes.append(helper.make_node("Cast", [cur], [f"{cur}_f32"], to=tensor_type("float"), name=f"mlx_cast_out_{oname}"))
             cur = f"{cur}_f32"
+        elif dtype in NARROW:
+            nodes.append(helper.make_node("DequantizeLinear", [cur, f"{cur}_one"], [f"{cur}_f32"], name=f"mlx_dq_out_{oname}"))
+            initializers += _unit_params(cur)
+            cur = f"{cur}_f32"
         if transposed and i == 0:
             nodes.append(helper.make_node("Transpose", [cur], [f"{cur}_t"], name=f"{CPU_HELPER_PREFIX}transpose_out"))
             cur = f"{cur}_t"
-        graph_outputs.append(helper.make_tensor_value_info(cur, tensor_type("float" if dtype == "bfloat16" else dtype), None))
+        graph_outputs.append(helper.make_tensor_value_info(cur, tensor_type(_wire(dtype)), None))
         outs.append((cur, dtype))
 
     op_node = helper.make_node(e.op, op_inputs, op_outputs, name=OP_NODE, domain=e.domain, **case.attrs)

@@ -39,17 +39,28 @@ DTYPES: dict[str, tuple[int, np.dtype]] = {
     "uint32": (TensorProto.UINT32, np.dtype(np.uint32)),
     "uint64": (TensorProto.UINT64, np.dtype(np.uint64)),
     "bfloat16": (TensorProto.BFLOAT16, np.dtype(ml_dtypes.bfloat16)),
+    # Narrow types: ORT's Python binding can neither feed nor fetch them; the harness crosses
+    # the boundary through QuantizeLinear/DequantizeLinear helpers (see op_harness).
+    "int4": (TensorProto.INT4, np.dtype(ml_dtypes.int4)),
+    "uint4": (TensorProto.UINT4, np.dtype(ml_dtypes.uint4)),
+    "float8e4m3fn": (TensorProto.FLOAT8E4M3FN, np.dtype(ml_dtypes.float8_e4m3fn)),
+    "float8e4m3fnuz": (TensorProto.FLOAT8E4M3FNUZ, np.dtype(ml_dtypes.float8_e4m3fnuz)),
+    "float8e5m2": (TensorProto.FLOAT8E5M2, np.dtype(ml_dtypes.float8_e5m2)),
+    "float8e5m2fnuz": (TensorProto.FLOAT8E5M2FNUZ, np.dtype(ml_dtypes.float8_e5m2fnuz)),
 }
 FLOATS = ("float", "float16", "bfloat16", "double")
 SIGNED_INTS = ("int8", "int16", "int32", "int64")
 UNSIGNED_INTS = ("uint8", "uint16", "uint32", "uint64")
 INTS = SIGNED_INTS + UNSIGNED_INTS
+FLOAT8S = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")
+NARROW = ("int4", "uint4") + FLOAT8S
 
 # COVERAGE.md short names -> ONNX type names.
 SHORT = {
     "f32": "float", "u8": "uint8", "i8": "int8", "u16": "uint16", "i16": "int16", "i32": "int32",
     "i64": "int64", "bool": "bool", "f16": "float16", "f64": "double", "u32": "uint32",
-    "u64": "uint64", "bf16": "bfloat16",
+    "u64": "uint64", "bf16": "bfloat16", "i4": "int4", "u4": "uint4", "f8e4m3fn": "float8e4m3fn",
+    "f8e4m3fnuz": "float8e4m3fnuz", "f8e5m2": "float8e5m2", "f8e5m2fnuz": "float8e5m2fnuz",
 }
 
 

@@ -9,6 +9,7 @@ use mlx_kernels::Array;
 use crate::capture::{Capture, Settings};
 use crate::diagnostics::{MemoryReport, PlanReport, Stats};
 use crate::huge_empty;
+use crate::narrow;
 use crate::ort::api::guard;
 use crate::ort::kernel;
 use crate::ort::sys;
@@ -120,9 +121,8 @@ fn run(
         residency.forget();
         let shapes = huge_empty::output_shapes(&info.plan, runtime, &tensors)?;
         for (index, (shape, output)) in shapes.iter().zip(&info.plan.outputs).enumerate() {
-            let item = output.elem.to_mlx().map_or(1, |d| d.size_in_bytes());
             // SAFETY: the live kernel context of this call; an empty output has no bytes.
-            unsafe { kernel::output(context, index, shape, item) }?;
+            unsafe { kernel::output(context, index, shape, output.elem) }?;
         }
         return Ok(());
     }
@@ -132,6 +132,14 @@ fn run(
     for (index, tensor) in tensors.into_iter().enumerate() {
         let array = match tensor {
             None => None,
+            Some(tensor) if tensor.elem.is_narrow() => {
+                buffers.push(Some((tensor.bytes.as_ptr() as usize, tensor.bytes.len())));
+                Some(narrow::input_array(
+                    tensor.elem,
+                    &tensor.shape,
+                    tensor.bytes,
+                )?)
+            }
             Some(tensor) => {
                 let dtype = tensor
                     .elem
@@ -166,6 +174,7 @@ fn run(
     let copying = Instant::now();
     let written = write_outputs(
         context,
+        &info.plan,
         &evaluated.outputs,
         &fed,
         &buffers,
@@ -207,6 +216,7 @@ fn run(
 /// still read that input's bytes (on the CPU backend arrays borrow ORT's memory).
 fn write_outputs(
     context: *mut sys::OrtKernelContext,
+    plan: &Plan,
     outputs: &[Array],
     inputs: &[Option<Array>],
     buffers: &[Option<(usize, usize)>],
@@ -214,12 +224,16 @@ fn write_outputs(
     runtime: &Runtime,
 ) -> Result<(), String> {
     let mut shared = Vec::new();
-    for (index, array) in outputs.iter().enumerate() {
+    for ((index, array), output) in outputs.iter().enumerate().zip(&plan.outputs) {
         let shape = array.shape();
         // SAFETY: the live kernel context of this call; ORT allocates the output (or hands the
         // buffer bound to it). No input slice is alive any more: inputs are known by address.
-        let bytes =
-            unsafe { kernel::output(context, index, &shape, array.dtype().size_in_bytes()) }?;
+        let bytes = unsafe { kernel::output(context, index, &shape, output.elem) }?;
+        if output.elem.is_narrow() {
+            narrow::write_output(array, output.elem, bytes, &runtime.stream)
+                .map_err(|e| format!("{}: {e}", plan.output_producer(index)))?;
+            continue;
+        }
         let address = (bytes.as_ptr() as usize, bytes.len());
         let same = buffers
             .iter()

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use super::compute::ComputeInfo;
 use crate::capability::analyse;
 use crate::diagnostics::{report_capability, Flags, Stats};
+use crate::narrow;
 use crate::ort::api::{call, check, guard};
 use crate::ort::graph;
 use crate::ort::kernel;
@@ -160,6 +161,18 @@ fn build_plan(
             // SAFETY: ORT keeps initializer values alive during Compile; we copy the bytes now.
             let tensor = unsafe { kernel::tensor(value) }
                 .map_err(|e| format!("initializer '{name}': {e}"))?;
+            if tensor.elem.is_narrow() {
+                // Decoded once, here: the plan keeps the carrier (int4 weights as int8).
+                let (elem, bytes) =
+                    narrow::constant_in_carrier(tensor.elem, &tensor.shape, tensor.bytes)
+                        .map_err(|e| format!("initializer '{name}': {e}"))?;
+                return Ok(HostConstant {
+                    name,
+                    elem,
+                    shape: tensor.shape,
+                    bytes,
+                });
+            }
             Ok(HostConstant {
                 name,
                 elem: tensor.elem,

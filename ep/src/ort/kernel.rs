@@ -33,15 +33,14 @@ pub unsafe fn tensor<'a>(value: *const sys::OrtValue) -> Result<HostTensor<'a>, 
         .into_iter()
         .map(|d| d.ok_or("a tensor with a negative dimension"))
         .collect::<Result<_, _>>()?;
-    let item = elem
-        .to_mlx()
-        .ok_or_else(|| format!("a {} tensor, which MLX cannot hold", elem.short_name()))?
-        .size_in_bytes();
     let count = shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
         .ok_or("tensor too large")?;
-    let len = count.checked_mul(item).ok_or("tensor too large")?;
+    // Narrow types are packed (two 4-bit values a byte): their length is not count × size.
+    let len = elem
+        .bytes_for(count)
+        .ok_or_else(|| format!("a {} tensor, which MLX cannot hold", elem.short_name()))?;
     let bytes: &'a [u8] = if len == 0 {
         &[]
     } else {
@@ -79,7 +78,7 @@ pub unsafe fn input<'a>(
     unsafe { tensor(value) }.map(Some)
 }
 
-/// Allocates output `index` with `shape` and returns its bytes to fill.
+/// Allocates output `index` with `shape` and returns its bytes (ORT's layout of `elem`) to fill.
 ///
 /// # Safety
 /// `context` must be the live kernel context; the bytes are valid for the compute call.
@@ -87,7 +86,7 @@ pub unsafe fn output<'a>(
     context: *mut sys::OrtKernelContext,
     index: usize,
     shape: &[i64],
-    item_size: usize,
+    elem: ElemType,
 ) -> Result<&'a mut [u8], String> {
     let mut value = ptr::null_mut();
     // SAFETY: per the contract; ORT allocates the output with the given shape.
@@ -95,7 +94,12 @@ pub unsafe fn output<'a>(
         call!(api.KernelContext_GetOutput(context, index, shape.as_ptr(), shape.len(), &mut value))
     })?;
     let count: i64 = shape.iter().product();
-    let len = (count as usize) * item_size;
+    let len = elem.bytes_for(count as usize).ok_or_else(|| {
+        format!(
+            "an output of type {}, which MLX cannot hold",
+            elem.short_name()
+        )
+    })?;
     if len == 0 {
         return Ok(&mut []);
     }

@@ -141,6 +141,25 @@ impl ElemType {
         })
     }
 
+    /// The MLX dtype values of this type live in inside the EP: [`ElemType::to_mlx`], or for
+    /// the types narrower than a byte the dtype that carries them exactly (see `narrow`).
+    pub fn carrier(self) -> Option<Dtype> {
+        self.to_mlx().or_else(|| super::narrow::carrier(self))
+    }
+
+    /// Whether ORT's bytes of this type differ from its carrier's (4-bit packing, float8 codes).
+    pub fn is_narrow(self) -> bool {
+        super::narrow::carrier(self).is_some()
+    }
+
+    /// Bytes ORT stores `count` values of this type in; `None` for types the EP cannot carry.
+    pub fn bytes_for(self, count: usize) -> Option<usize> {
+        if self.is_narrow() {
+            return Some(super::narrow::packed_len(self, count));
+        }
+        count.checked_mul(self.to_mlx()?.size_in_bytes())
+    }
+
     pub fn from_mlx(dtype: Dtype) -> ElemType {
         match dtype {
             Dtype::F32 => ElemType::Float,
@@ -218,6 +237,16 @@ pub mod sets {
     pub const U64: DtypeSet = DtypeSet::of(&[E::Uint64]);
     pub const UINT: DtypeSet = DtypeSet::of(&[E::Uint8, E::Uint16, E::Uint32, E::Uint64]);
     pub const BOOL: DtypeSet = DtypeSet::of(&[E::Bool]);
+    // Narrow types, carried in int8, uint8 and float16 (see `narrow`); in no general set.
+    pub const I4: DtypeSet = DtypeSet::of(&[E::Int4]);
+    pub const U4: DtypeSet = DtypeSet::of(&[E::Uint4]);
+    pub const FLOAT8: DtypeSet = DtypeSet::of(&[
+        E::Float8E4M3FN,
+        E::Float8E4M3FNUZ,
+        E::Float8E5M2,
+        E::Float8E5M2FNUZ,
+    ]);
+    pub const F4: DtypeSet = DtypeSet::of(&[E::Float4E2M1]);
     pub const SIGNED: DtypeSet = FLOAT.union(INT);
     pub const INTEGER: DtypeSet = INT.union(UINT);
     pub const NUMERIC: DtypeSet = FLOAT.union(INT).union(UINT);

@@ -229,11 +229,11 @@ impl<'a> Lower<'a> {
             .ok_or_else(|| OpError::new(format!("required attribute '{name}' is missing")))
     }
 
-    /// The MLX dtype of output `index`, as the graph declares it.
+    /// The MLX dtype of output `index`, as the graph declares it (a narrow type's carrier).
     pub fn output_dtype(&self, index: usize) -> Result<Dtype> {
         self.node
             .output_type(index)
-            .and_then(ElemType::to_mlx)
+            .and_then(ElemType::carrier)
             .ok_or_else(|| OpError::new(format!("output {index} has no MLX dtype")))
     }
 }

@@ -5,6 +5,7 @@ pub mod consts;
 pub mod coverage;
 pub mod dtypes;
 pub mod lower;
+pub mod narrow;
 pub mod node;
 pub mod registry;
 pub mod spec;

@@ -2,10 +2,16 @@
 initializers (per tensor, per axis, blocked), x fed, against ORT's CPU EP (numpy for bfloat16,
 which ORT has no kernel for). Every result is exact.
 
+int4, uint4 and float8 ports cross the Python boundary through the harness's Q/DQ helpers (scale
+1); DequantizeLinear also reads them as initializers (the ``weight`` variants, as QDQ models and
+int4 LLMs ship them). float8 QuantizeLinear follows ORT's conversion (``float8_ref``): round to
+nearest even on the grid, ``saturate`` clamping, and ORT's two non-saturating quirks.
+
 The references follow ORT's float32 loop (MLAS's QuantizeLinear: clamp in float32, NaN to the
 lowest value). ORT's int32 loops (float16 x; float32 blocked along an outer axis) saturate NaN,
 ±inf and quotients past int32 differently: those inputs are kept out of the cases the
-reference could meet there, and tests/ep/test_qdq.py holds them against ORT bit for bit."""
+reference could meet there, and tests/ep/test_qdq.py holds them against ORT bit for bit. For
+int4/uint4 the reference follows ORT's mix of the two loops (``_half_byte_ends``)."""
 
 from __future__ import annotations
 
@@ -13,10 +19,13 @@ import zlib
 
 import numpy as np
 
-from op_specs import SPECS, OpSpec, Variant, _sprinkle, round_to
+from op_specs import SPECS, OpSpec, Variant, _sprinkle, gen, round_to
 
 SHAPE = [3, 4, 5]
 QUANTISED = ("int8", "uint8", "int16", "uint16")
+NARROW_INTS = ("int4", "uint4")
+FLOAT8 = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")
+NARROW = NARROW_INTS + FLOAT8
 SCALE = 0.0625  # a power of two: exact ties in every float type
 
 
@@ -53,9 +62,18 @@ def _scale(port_type: str):
     return make
 
 
+def _iinfo(dtype):
+    """``np.iinfo``, which does not know int4/uint4 (ml_dtypes does)."""
+    import ml_dtypes
+
+    return ml_dtypes.iinfo(dtype) if np.dtype(dtype) in (_np("int4"), _np("uint4")) else np.iinfo(dtype)
+
+
 def _zero_point(port_type: str):
     def make(case):
-        info = np.iinfo(_np(case.dtypes[port_type]))
+        if case.dtypes[port_type] in FLOAT8:  # ORT: a float8 zero point is 0 (Q ignores it)
+            return np.zeros(_param_shape(case), _np(case.dtypes[port_type]))
+        info = _iinfo(_np(case.dtypes[port_type]))
         lo, hi = max(int(info.min), -100), min(int(info.max), 200)
         if case.dtypes[port_type] == "int32":
             lo = hi = 0
@@ -67,13 +85,27 @@ def _zero_point(port_type: str):
 
 def _q_input(specials: bool):
     def make(dtype, shape, rng, dtypes):
+        with_specials = specials
+        if dtypes["T2"] in FLOAT8:
+            return _float8_input(dtype, shape, rng, with_specials)
         x = rng.integers(-320, 320, size=shape) * (SCALE / 2)  # ties, and past int8's range
         x = x + rng.uniform(-0.01, 0.01, shape) * (rng.random(shape) < 0.5)
-        if specials and dtype != "float16":  # float16 takes ORT's int32 loop (see the module doc)
+        if with_specials and dtype != "float16":  # float16 takes ORT's int32 loop (see the module doc)
             x = _sprinkle(x, rng, [np.nan, np.inf, -np.inf, 1e30, -1e30, 0.0, -0.0], 0.2)
         return round_to(x, dtype)
 
     return make
+
+
+def _float8_input(dtype, shape, rng, specials: bool):
+    """Magnitudes from below float8's subnormals to past its largest values (2^-14..2^17, times
+    the scales' 2^-7..0.5), half of them exact halves of a float8 quantum (ties)."""
+    magnitude = np.exp2(rng.uniform(-20, 17, shape))
+    tie = np.exp2(np.floor(np.log2(magnitude)) - 3) * (rng.integers(16, 32, shape) + 0.5)
+    x = np.where(rng.random(shape) < 0.5, magnitude, tie) * rng.choice([-1.0, 1.0], shape)
+    if specials:
+        x = _sprinkle(x, rng, [np.nan, np.inf, -np.inf, 0.0, -0.0, 470.0, 485.0, 61500.0], 0.2)
+    return round_to(x, dtype)
 
 
 def _q_input_wide(dtype, shape, rng, dtypes):
@@ -83,8 +115,46 @@ def _q_input_wide(dtype, shape, rng, dtypes):
 
 
 def _range(dtype) -> tuple[float, float]:
-    info = np.iinfo(dtype)
+    info = _iinfo(dtype)
     return float(info.min), float(info.max)
+
+
+# Per float8 type: mantissa bits, smallest normal exponent, largest finite value, whether an
+# overflow without saturation is inf (else NaN), and whether it has -0.
+_FLOAT8 = {
+    "float8e4m3fn": (3, -6, 448.0, False, True),
+    "float8e4m3fnuz": (3, -7, 240.0, False, False),
+    "float8e5m2": (2, -14, 57344.0, True, True),
+    "float8e5m2fnuz": (2, -15, 57344.0, False, False),
+}
+
+
+def float8_ref(v, name: str, saturate: bool) -> np.ndarray:
+    """float32 ``v`` converted as ORT 1.31.1's CPU EP does (its bit-level code, checked against it
+    over every grid midpoint and 60,000 other values): round to nearest even on the grid
+    (subnormals included); beyond the largest finite value ``saturate`` clamps (±inf too), else
+    NaN (e5m2: ±inf), except e4m3fn |v| in [480, 496) -> ±448 and e5m2 |v| in [61440, 65536) ->
+    NaN; FNUZ types have no -0."""
+    mantissa, emin, top, inf, signed_zero = _FLOAT8[name]
+    v = np.asarray(v, np.float32)
+    e = ((v.view(np.uint32) >> 23) & 0xFF).astype(np.int32) - 127
+    quantum = ((np.maximum(e, emin) - mantissa + 127).astype(np.uint32) << 23).view(np.float32)
+    with np.errstate(all="ignore"):
+        r = (np.rint(v / quantum) * quantum).astype(np.float32)
+        over = np.abs(r) > top
+        a = np.abs(v)
+        if saturate:
+            r = np.where(over, np.copysign(np.float32(top), v), r)
+        else:
+            r = np.where(over, np.copysign(np.float32(np.inf if inf else np.nan), v), r)
+            if name == "float8e4m3fn":
+                r = np.where((a >= 480) & (a < 496), np.copysign(np.float32(top), v), r)
+            if name == "float8e5m2":
+                r = np.where(over & (a < 65536), np.float32(np.nan), r)
+    r = np.where(np.isnan(v), v, r)
+    if not signed_zero:
+        r = np.where(r == 0, np.float32(0), r)
+    return r.astype(_np(name))
 
 
 def _broadcast(param, x, attrs):
@@ -107,17 +177,52 @@ def quantize_ref(xs, a):
     if zp is not None:
         out = np.asarray(zp).dtype
     elif "output_dtype" in a:
-        from onnx import helper
+        from op_table import DTYPES
 
-        out = helper.tensor_dtype_to_np_dtype(a["output_dtype"])
+        out = next(np_t for code, np_t in DTYPES.values() if code == a["output_dtype"])
     else:
         out = np.dtype(np.uint8)
+    float8 = [n for n in FLOAT8 if _np(n) == out]
+    if float8:
+        quotient = x.astype(np.float32) / _broadcast(scale, x, a).astype(np.float32)
+        return float8_ref(quotient, float8[0], a.get("saturate", 1) != 0)
     low, high = _range(out)
     q = np.rint(x.astype(np.float32) / _broadcast(scale, x, a).astype(np.float32))
-    if zp is not None:
-        q = q + _broadcast(zp, x, a).astype(np.float32)
-    q = np.where(np.isnan(q), low, np.clip(q, low, high))
-    return q.astype(out)
+    float_loop = q + _broadcast(zp, x, a).astype(np.float32) if zp is not None else q
+    float_loop = np.where(np.isnan(float_loop), low, np.clip(float_loop, low, high))
+    if out in (_np("int4"), _np("uint4")):
+        zp32 = _broadcast(zp, x, a).astype(np.int64) if zp is not None else 0
+        with np.errstate(invalid="ignore"):
+            # int32(q) on x86: INT32_MIN for NaN and anything outside int32; the sum wraps.
+            i = np.where(np.isnan(q) | (q >= 2.0**31) | (q < -(2.0**31)), -(2**31), np.nan_to_num(q)).astype(np.int64)
+        wrapped = (i + zp32 + 2**31) % 2**32 - 2**31
+        int32_loop = np.clip(wrapped, low, high)
+        float_loop = np.where(_half_byte_ends(x.shape, np.asarray(scale), a), int32_loop, float_loop)
+    return float_loop.astype(out)
+
+
+def _half_byte_ends(shape, scale, a):
+    """Where ORT's 4-bit QuantizeLinear (float32 x) takes its int32 loop: the first element of a
+    run of one scale at an odd flat index, and its last before an odd end; blocked along an
+    outer axis, everywhere. Elsewhere MLAS packs whole bytes with the float32 loop."""
+    n = int(np.prod(shape))
+    i = np.arange(n)
+    if scale.size == 1 and scale.ndim <= 1:
+        start, end = np.zeros(n, np.int64), np.full(n, n)
+    else:
+        axis = a.get("axis", 1) % len(shape)
+        inner = int(np.prod(shape[axis + 1:]))
+        if a.get("block_size", 0) and inner > 1:
+            return np.ones(shape, bool)
+        if a.get("block_size", 0):
+            row, block = shape[axis], a["block_size"]
+            row_start = i // row * row
+            start = row_start + (i - row_start) // block * block
+            end = np.minimum(start + block, row_start + row)
+        else:
+            start = i // inner * inner
+            end = start + inner
+    return (((i == start) & (start % 2 == 1)) | ((i + 1 == end) & (end % 2 == 1))).reshape(shape)
 
 
 def dequantize_ref(xs, a):
@@ -125,6 +230,8 @@ def dequantize_ref(xs, a):
     (the harness rounds float32 to it)."""
     x, scale = np.asarray(xs[0]), np.asarray(xs[1])
     zp = xs[2] if len(xs) > 2 and xs[2] is not None else None
+    if x.dtype in [_np(n) for n in FLOAT8]:  # float8: ORT requires the zero point to be 0
+        return x.astype(np.float32) * _broadcast(scale, x, a).astype(np.float32)
     q = x.astype(np.int32)
     if zp is not None:
         with np.errstate(over="ignore"):
@@ -179,7 +286,7 @@ SPECS[("", "QuantizeLinear")] = OpSpec(
     exact=True,
     scheme={"basic": [SHAPE], "scalar": [[]], "empty": [[0, 3]], "transposed": [[4, 6]],
             "dynamic": [[SHAPE], [[2, 7, 1]], [[1, 1, 5]]]},
-    combos=lambda d: d["T2"] in QUANTISED,
+    combos=lambda d: d["T2"] in QUANTISED + NARROW,
     variants=_Q_VARIANTS,
     note="scale and zero point are initializers; NaN/inf/int32 loops also in tests/ep/test_qdq.py",
 )
@@ -190,13 +297,36 @@ def _dv(name, attrs=None, zp=True, **kw):
     return Variant(name, attrs or {}, constants=constants, **kw)
 
 
+def _dq_input(dtype, shape, rng, dtypes):
+    """Every value of a narrow type (float8: every finite one, NaN and, for e5m2, ±inf);
+    the full range of the others."""
+    if dtype in NARROW_INTS:
+        info = _iinfo(_np(dtype))
+        return rng.integers(int(info.min), int(info.max), size=shape, endpoint=True).astype(_np(dtype))
+    if dtype in FLOAT8:
+        codes = rng.integers(0, 256, size=shape).astype(np.uint8)
+        return codes.view(_np(dtype)).reshape(shape)
+    return gen("full", dtype, shape, rng, dtypes)
+
+
+def _dq_weight(case):
+    """x as an initializer (an int4 weight, a float8 activation table): SHAPE of every value."""
+    return _dq_input(case.dtypes["T1"], SHAPE, _rng(case, "x"), case.dtypes)
+
+
+def _weight(name, attrs=None, **kw):
+    """A variant with x an initializer, for the narrow types (the models that ship them)."""
+    constants = {"x": _dq_weight, "x_scale": _scale("T2"), "x_zero_point": _zero_point("T1")}
+    return Variant(name, attrs or {}, constants=constants, when=lambda d: d["T1"] in NARROW, **kw)
+
+
 SPECS[("", "DequantizeLinear")] = OpSpec(
     ref=dequantize_ref,
     exact=True,
-    domains={"x": "full"},
+    domains={"x": _dq_input},
     scheme={"basic": [SHAPE], "scalar": [[]], "empty": [[0, 3]], "transposed": [[4, 6]],
             "dynamic": [[SHAPE], [[2, 7, 1]], [[1, 1, 5]]]},
-    combos=lambda d: d["T1"] in QUANTISED + ("int32",),
+    combos=lambda d: d["T1"] in QUANTISED + ("int32",) + NARROW,
     variants=[
         _dv("default"),
         _dv("no_zero_point", zp=False),
@@ -205,8 +335,11 @@ SPECS[("", "DequantizeLinear")] = OpSpec(
         _dv("blocked", {"axis": 1, "block_size": 3}, shapes=[SHAPE], min_opset=21),
         _dv("blocked_last", {"axis": -1, "block_size": 2}, shapes=[SHAPE], min_opset=21),
         _dv("output_dtype", lambda d: {"output_dtype": _tensor_type(d["T2"])}, min_opset=23),
+        _weight("weight"),
+        _weight("weight_per_axis", {"axis": 0}),
+        _weight("weight_blocked", {"axis": -1, "block_size": 2}, min_opset=21),
     ],
-    note="scale and zero point are initializers",
+    note="scale and zero point are initializers; the weight variants make x one too",
 )
 
 

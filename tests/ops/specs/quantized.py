@@ -1,5 +1,6 @@
 """com.microsoft MatMulNBits and GatherBlockQuantized: block-quantised weights as initializers
-(packed uint8 values, scales, zero points), activations or indices fed, against ORT's CPU EP
+(packed uint8 values or int4/uint4 tables, scales, zero points), activations or indices fed,
+against ORT's CPU EP
 (accuracy_level unset or 1: ORT dequantises exactly) or, for bfloat16, a float64 reference.
 accuracy_level 4 (ORT quantises A to int8) is compared with the float64 reference in
 tests/ep/test_quantized.py."""
@@ -223,6 +224,8 @@ def _gbq_zp(case):
 def gather_block_quantized_ref(xs, a):
     data, indices, scales = xs[0], np.asarray(xs[1]), np.asarray(xs[2], np.float64)
     zp = xs[3] if len(xs) > 3 else None
+    if np.asarray(data).dtype in (_np("int4"), _np("uint4")):
+        return _gather_four_bit_ref(np.asarray(data), indices, scales, zp, a)
     bits, bs = a.get("bits", 4), a.get("block_size", 128)
     q = unpack(data, bits).astype(np.float64)
     width = q.shape[-1]
@@ -238,10 +241,60 @@ def gather_block_quantized_ref(xs, a):
     return np.where(inside.reshape(inside.shape + (1,) * (w.ndim - 1)), picked, 0.0)
 
 
+def _gather_four_bit_ref(data, indices, scales, zp, a):
+    """int4/uint4 tables: any gather and quantize axes, zero points 0 when absent."""
+    bs = a.get("block_size", 128)
+    g, qa = a.get("gather_axis", 0) % data.ndim, a.get("quantize_axis", 1) % data.ndim
+    dim = data.shape[qa]
+    per = lambda v: np.repeat(np.asarray(v).astype(np.float64), bs, axis=qa).take(range(dim), axis=qa)  # noqa: E731
+    w = data.astype(np.float64) * 1.0
+    if zp is not None:
+        w = w - per(zp)
+    w = w * per(scales)
+    n = data.shape[g]
+    inside = (indices >= -n) & (indices < n)
+    picked = np.take(w, np.where(inside, indices, 0), axis=g)
+    keep = inside.reshape((1,) * g + inside.shape + (1,) * (data.ndim - g - 1))
+    return np.where(keep, picked, 0.0)
+
+
 def _gbq(name, bits=4, bs=32, zp=False, **attrs):
     attrs = dict({"bits": bits, "block_size": bs}, **attrs)
     constants = {"data": _gbq_data, "scales": _gbq_scales, "zero_points": _gbq_zp if zp else None}
-    return Variant(name, attrs, constants=constants)
+    return Variant(name, attrs, constants=constants, when=lambda d: d["T1"] == "uint8")
+
+
+# int4/uint4 tables: (data shape, gather_axis, quantize_axis, block_size); the gathered axis has
+# _ROWS entries.
+_FOUR_BIT_LAYOUTS = {
+    "n4": ([_ROWS, 40], 0, 1, 16),
+    "n4_bs32": ([_ROWS, 64], 0, -1, 32),
+    "n4_qa0": ([40, _ROWS], 1, 0, 16),
+    "n4_same_axis": ([_ROWS, 5], 0, 0, 16),
+    "n4_3d": ([2, _ROWS, 33], 1, 2, 16),
+}
+
+
+def _four_bit(case, what: str):
+    shape, g, qa, bs = _FOUR_BIT_LAYOUTS[case.variant.name.removesuffix("_zp")]
+    t = case.dtypes["T1"]
+    low, high = (-8, 7) if t == "int4" else (0, 15)
+    blocked = list(shape)
+    blocked[qa] = -(-shape[qa] // bs)
+    rng = _rng(case, what)
+    if what == "data":
+        return rng.integers(low, high, shape, endpoint=True).astype(_np(t))
+    if what == "zp":
+        return rng.integers(low, high, blocked, endpoint=True).astype(_np(t))
+    return rng.uniform(0.05, 1.0, blocked).astype(_np(case.dtypes["T2"]))
+
+
+def _gbq_four_bit(name, zp):
+    shape, g, qa, bs = _FOUR_BIT_LAYOUTS[name]
+    constants = {"data": lambda c: _four_bit(c, "data"), "scales": lambda c: _four_bit(c, "scales"),
+                 "zero_points": (lambda c: _four_bit(c, "zp")) if zp else None}
+    return Variant(name + ("_zp" if zp else ""), {"bits": 4, "block_size": bs, "gather_axis": g, "quantize_axis": qa},
+                   constants=constants, when=lambda d: d["T1"] in ("int4", "uint4"))
 
 
 _GBQ_VARIANTS = [_gbq("default")]
@@ -258,8 +311,10 @@ _GBQ_VARIANTS += [
     _gbq("3d_b8", bits=8, bs=32, quantize_axis=-1),
     _gbq("negative_axes", bits=4, bs=16, gather_axis=-2, quantize_axis=-1),
     # bits 4, block_size 128, quantize_axis 1, gather_axis 0 by default
-    Variant("defaults_w128", {}, constants={"data": _gbq_data, "scales": _gbq_scales, "zero_points": None}),
+    Variant("defaults_w128", {}, constants={"data": _gbq_data, "scales": _gbq_scales, "zero_points": None},
+            when=lambda d: d["T1"] == "uint8"),
 ]
+_GBQ_VARIANTS += [_gbq_four_bit(name, zp) for name in _FOUR_BIT_LAYOUTS for zp in (False, True)]
 
 SPECS[("com.microsoft", "GatherBlockQuantized")] = OpSpec(
     ref=gather_block_quantized_ref,
