@@ -619,3 +619,47 @@ fn order_by_dependencies(nodes: Vec<Node>) -> Vec<Node> {
     let mut slots: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
     order.into_iter().filter_map(|i| slots[i].take()).collect()
 }
+
+#[cfg(test)]
+mod twin_tests {
+    use super::*;
+
+    fn initializer(name: &str, elem: ElemType, shape: &[i64], bytes: Vec<u8>) -> HostConstant {
+        HostConstant {
+            name: name.into(),
+            elem,
+            shape: shape.to_vec(),
+            bytes,
+        }
+    }
+
+    #[test]
+    fn initializers_with_the_same_type_and_bytes_are_held_once() {
+        let table: Vec<u8> = (0..4096u32).map(|i| (i * 31 % 251) as u8).collect();
+        let mut other = table.clone();
+        other[2000] ^= 1; // same ends, same fingerprint: only the full comparison tells
+        let u8 = ElemType::Uint8;
+        let constants = plan_constants(
+            vec![
+                initializer("B", u8, &[64, 4, 16], table.clone()),
+                initializer("folded", u8, &[64, 64], table.clone()),
+                initializer("other", u8, &[64, 64], other),
+                initializer("as_int8", ElemType::Int8, &[4096], table),
+                initializer("axes", ElemType::Int64, &[1], vec![0; 8]),
+                initializer("axes_again", ElemType::Int64, &[1], vec![0; 8]),
+            ],
+            &mut Slots::default(),
+        );
+        let sources: Vec<Option<usize>> = constants
+            .iter()
+            .map(|c| match c.source {
+                Source::TwinOf(first) => Some(first),
+                Source::Bytes(_) => None,
+            })
+            .collect();
+        // Small constants are never compared: they cost nothing to hold twice.
+        assert_eq!(sources, [None, Some(0), None, None, None, None]);
+        let slots: Vec<usize> = constants.iter().map(|c| c.slot).collect();
+        assert_eq!(slots, [0, 1, 2, 3, 4, 5]);
+    }
+}

@@ -394,3 +394,63 @@ pub fn optional_host_input<T: FromHost>(
 pub fn float32(a: &Array, s: &Stream) -> Result<Array> {
     Ok(mlx_kernels::ops::astype(a, Dtype::F32, s)?)
 }
+
+#[cfg(test)]
+mod prepared_tests {
+    use super::*;
+    use crate::table::testing::stream;
+
+    /// Runs `prepared` the way a plan's lowering does, with inputs 0 and 1 of which only the
+    /// ones in `constant` are constants; returns the array and how often `compute` ran.
+    fn prepare(store: &RefCell<Prepared>, constant: &[bool], reads: &[usize]) -> (Vec<f32>, u32) {
+        let s = stream();
+        let node = Node::new("Test", 1);
+        let mut cx = Lower::new(&s, &node).with_constants(ConstantInputs {
+            node: 0,
+            constant,
+            prepared: store,
+        });
+        let mut runs = 0;
+        let arrays = cx
+            .prepared("doubled", reads, || {
+                runs += 1;
+                let x = Array::from_slice(&[1.0f32, 2.0], &[2])?;
+                Ok(vec![mlx_kernels::ops::add(&x, &x, &s)?])
+            })
+            .unwrap();
+        (arrays[0].to_vec::<f32>(&s).unwrap(), runs)
+    }
+
+    #[test]
+    fn constant_inputs_are_prepared_once_and_kept() {
+        let store = RefCell::new(Prepared::default());
+        assert_eq!(prepare(&store, &[true, true], &[0, 1]), (vec![2.0, 4.0], 1));
+        assert_eq!(prepare(&store, &[true, true], &[0, 1]), (vec![2.0, 4.0], 0));
+        let kept = store.borrow();
+        assert_eq!((kept.len(), kept.computed), (1, 1));
+    }
+
+    #[test]
+    fn absent_inputs_count_as_constant() {
+        let store = RefCell::new(Prepared::default());
+        prepare(&store, &[true], &[0, 3]);
+        assert_eq!(store.borrow().computed, 1);
+    }
+
+    #[test]
+    fn a_varying_input_is_computed_every_run_and_nothing_kept() {
+        let store = RefCell::new(Prepared::default());
+        for _ in 0..2 {
+            assert_eq!(
+                prepare(&store, &[false, true], &[0, 1]),
+                (vec![2.0, 4.0], 1)
+            );
+        }
+        assert!(store.borrow().is_empty());
+        // Outside a plan (unit tests of lowerings) nothing is constant.
+        let s = stream();
+        let node = Node::new("Test", 1);
+        let cx = Lower::new(&s, &node);
+        assert!(!cx.input_is_constant(0));
+    }
+}
