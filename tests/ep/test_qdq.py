@@ -223,17 +223,85 @@ def test_dynamic_quantize_linear_random(shape, seed):
     _compare(_dql(x), {"x": x})
 
 
-def test_int4_declined():
-    """4-bit types have no MLX dtype: a Q -> DQ pair through int4 stays on ORT's CPU EP."""
-    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
-    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["q"]),
+def _q_dq(elem, zp_value, saturate=None):
+    """x -> QuantizeLinear to ``elem`` -> DequantizeLinear: the narrow tensor is an edge inside
+    the MLX cluster."""
+    attrs = {} if saturate is None else {"saturate": saturate}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["q"], **attrs),
              helper.make_node("DequantizeLinear", ["q", "scale", "zp"], ["y"])]
-    inits = [numpy_helper.from_array(np.array(0.2, np.float32), "scale"),
-             helper.make_tensor("zp", TensorProto.INT4, [], [1])]
-    model = make_model(nodes, [tensor("x", TensorProto.FLOAT, [2, 4])], [tensor("y")], inits, opset=21)
-    run = Run(model, {"x": x})
-    assert run.providers_of_kernels() == {CPU}, run.kernels
-    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, {"x": x})[0])
+    inits = [numpy_helper.from_array(np.array(0.25, np.float32), "scale"),
+             helper.make_tensor("zp", elem, [], [zp_value])]
+    return nodes, inits
+
+
+@pytest.mark.parametrize("elem,zp", [(TensorProto.INT4, 1), (TensorProto.UINT4, 3)], ids=["int4", "uint4"])
+def test_int4_edge_runs_on_mlx(elem, zp):
+    """A Q -> DQ pair through int4/uint4 (odd element count: the last byte half used) is one
+    MLX cluster, bit for bit with ORT, NaN/±inf/out of range included."""
+    x = np.linspace(-3, 3, 15, dtype=np.float32).reshape(3, 5)
+    x.flat[:4] = [np.nan, np.inf, -np.inf, 1e30]
+    nodes, inits = _q_dq(elem, zp)
+    model = make_model(nodes, [tensor("x", TensorProto.FLOAT, [3, 5])], [tensor("y")], inits, opset=21)
+    _compare(model, {"x": x})
+
+
+def test_int4_weight_dequantized_into_matmul():
+    """An int4 weight, blocked along K as ORT's quantiser writes it for MatMul, stays an
+    initializer (decoded once into int8) and the DQ -> MatMul runs as one MLX cluster."""
+    rng = np.random.default_rng(3)
+    k, n, block = 37, 6, 16  # K not a multiple of the block; an odd element count
+    w_q = rng.integers(-8, 8, (k, n))
+    scale = rng.uniform(0.01, 0.1, (-(-k // block), n)).astype(np.float32)
+    zp = rng.integers(-2, 3, scale.shape)
+    inits = [helper.make_tensor("w", TensorProto.INT4, [k, n], w_q.reshape(-1).tolist()),
+             numpy_helper.from_array(scale, "scale"),
+             helper.make_tensor("zp", TensorProto.INT4, list(scale.shape), zp.reshape(-1).tolist())]
+    nodes = [helper.make_node("DequantizeLinear", ["w", "scale", "zp"], ["w_dq"], axis=0, block_size=block),
+             helper.make_node("MatMul", ["x", "w_dq"], ["y"])]
+    model = make_model(nodes, [tensor("x", TensorProto.FLOAT, [4, k])], [tensor("y")], inits, opset=21)
+    x = rng.standard_normal((4, k)).astype(np.float32)
+    run = Run(model, {"x": x}, optimize=False)
+    run.assert_all_on_mlx()
+    assert len(run.kernels) == 1, run.kernels
+    w = (w_q - np.repeat(zp, block, axis=0)[:k]) * np.repeat(scale, block, axis=0)[:k]
+    np.testing.assert_allclose(run.outputs[0], x.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+    # ORT's default level fuses DQ -> MatMul into MatMulNBits with int8 activations (~1% off):
+    # its unoptimised graph is the exact one.
+    want = _cpu(model, {"x": x}, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)[0]
+    np.testing.assert_allclose(run.outputs[0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_float8_codes_leave_the_ep_bit_for_bit(saturate):
+    """QuantizeLinear to float8e4m3fn as a graph output: the EP encodes its float16 carrier into
+    ORT's codes (Python fetches them as uint8), NaN's sign and ORT's overflow rules included."""
+    x = np.array([0.0, -0.0, 1.0, 1.0625, 470.0, 485.0, 500.0, 1e-3, -1e-30, 2.0**-10, 3 * 2.0**-11,
+                  np.inf, -np.inf, np.nan, -np.nan, 1e30], np.float32)
+    node = helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["y"], saturate=saturate)
+    inits = [numpy_helper.from_array(np.array(1.0, np.float32), "scale"),
+             helper.make_tensor("zp", TensorProto.FLOAT8E4M3FN, [], [0])]
+    model = make_model([node], [tensor("x", TensorProto.FLOAT, [x.size])],
+                       [tensor("y", TensorProto.FLOAT8E4M3FN)], inits, opset=21)
+    _compare(model, {"x": x})
+
+
+def test_float8_dequantize_nonzero_zero_point_fails_as_ort():
+    """ORT's DequantizeLinear fails on a float8 zero point other than 0; so does the EP."""
+    inits = [helper.make_tensor("w", TensorProto.FLOAT8E4M3FN, [3], [1.0, 2.0, 3.0]),
+             numpy_helper.from_array(np.array(0.5, np.float32), "scale"),
+             helper.make_tensor("zp", TensorProto.FLOAT8E4M3FN, [], [2.0])]
+    nodes = [helper.make_node("DequantizeLinear", ["w", "scale", "zp"], ["w_dq"]),
+             helper.make_node("Add", ["x", "w_dq"], ["y"])]
+    model = make_model(nodes, [tensor("x", TensorProto.FLOAT, [3])], [tensor("y")], inits, opset=21)
+    feeds = {"x": np.zeros(3, np.float32)}
+    with pytest.raises(Exception, match="zero"):
+        cpu_outputs(model, feeds)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model, options, providers=[MLX, CPU])
+    session.disable_fallback()
+    with pytest.raises(Exception, match="float8 x_zero_point must be 0"):
+        session.run(None, feeds)
 
 
 # --------------------------------------------------------------------------------------------
