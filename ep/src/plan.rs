@@ -46,6 +46,14 @@ struct PlanConstant {
 }
 
 impl PlanConstant {
+    /// Whether the plan still holds exactly these bytes for this constant.
+    fn holds(&self, bytes: &[u8]) -> bool {
+        match &self.source {
+            Source::Bytes(own) => own.lock().is_ok_and(|own| own.as_deref() == Some(bytes)),
+            Source::TwinOf(_) => false,
+        }
+    }
+
     /// The bytes, moved out of the plan (they go to MLX, which then owns the only copy).
     fn take(&self, bytes: &Mutex<Option<Vec<u8>>>) -> Result<Vec<u8>, String> {
         bytes.lock().ok().and_then(|mut b| b.take()).ok_or_else(|| {
@@ -504,44 +512,33 @@ fn without_kernel_if_empty(array: Array) -> Result<Array, String> {
 /// size cost a hash of 512 bytes each, and only true twins a full comparison.
 fn plan_constants(constants: Vec<HostConstant>, slots: &mut Slots) -> Vec<PlanConstant> {
     let mut seen: HashMap<(usize, u64), Vec<usize>> = HashMap::new();
-    let mut kept: Vec<(PlanConstant, Option<Vec<u8>>)> = Vec::with_capacity(constants.len());
+    let mut kept: Vec<PlanConstant> = Vec::with_capacity(constants.len());
     for c in constants {
         let len = c.bytes.len();
-        let twin = (len >= TWIN_MIN_BYTES)
-            .then(|| {
-                let candidates = seen.entry((len, fingerprint(&c.bytes))).or_default();
-                let twin = candidates.iter().copied().find(|&i| {
-                    let (first, bytes) = &kept[i];
-                    first.elem == c.elem && bytes.as_deref() == Some(c.bytes.as_slice())
-                });
-                if twin.is_none() {
-                    candidates.push(kept.len());
-                }
-                twin
-            })
-            .flatten();
-        let (source, bytes) = match twin {
-            Some(first) => (Source::TwinOf(first), None),
-            None => (Source::Bytes(Mutex::new(None)), Some(c.bytes)),
-        };
-        let constant = PlanConstant {
+        let mut twin = None;
+        if len >= TWIN_MIN_BYTES {
+            let candidates = seen.entry((len, fingerprint(&c.bytes))).or_default();
+            twin = candidates
+                .iter()
+                .copied()
+                .find(|&i| kept[i].elem == c.elem && kept[i].holds(&c.bytes));
+            if twin.is_none() {
+                candidates.push(kept.len());
+            }
+        }
+        kept.push(PlanConstant {
             slot: slots.of(&c.name),
             name: c.name,
             elem: c.elem,
             shape: c.shape,
             len,
-            source,
-        };
-        kept.push((constant, bytes));
+            source: match twin {
+                Some(first) => Source::TwinOf(first),
+                None => Source::Bytes(Mutex::new(Some(c.bytes))),
+            },
+        });
     }
-    kept.into_iter()
-        .map(|(mut c, bytes)| {
-            if let (Source::Bytes(slot), Some(bytes)) = (&mut c.source, bytes) {
-                *slot = Mutex::new(Some(bytes));
-            }
-            c
-        })
-        .collect()
+    kept
 }
 
 /// A hash of the first and last 256 bytes.
