@@ -20,9 +20,9 @@
 //! experts' weights without copying them, so a NaN in an expert a row did not pick never
 //! reaches that row. QMoE's packed bytes are MLX's affine packing viewed as uint32 (as for
 //! MatMulNBits), multiplied by `gather_qmm` with MLX's `scale·q - scale·zero_point` per group
-//! of 32 or 64 (O(E·N·K/group) work per run for the scales); blocks of 16, and widths or K
-//! that MLX's kernels do not take, dequantise in the graph (`(q - zero_point)·scale` in
-//! float32, one rounding, as ORT; O(E·N·K) per run) before `gather_mm`.
+//! of 32 or 64 (made once per plan when the weights are initializers); blocks of 16, and
+//! widths or K that MLX's kernels do not take, dequantise in the graph (`(q - zero_point)·scale`
+//! in float32, one rounding, as ORT; O(E·N·K) per run) before `gather_mm`.
 
 use mlx_kernels::ops::{self, Quantized};
 use mlx_kernels::{Array, Dtype, Stream};
@@ -551,24 +551,28 @@ fn qmoe(
     let required = |scales: Option<Array>, name: &str| {
         scales.ok_or_else(|| OpError::new(format!("{name} is missing (ORT's kernel needs it)")))
     };
+    // Input slots of each projection's weights, scales and zero points.
+    let fc1 = QuantInputs {
+        name: "fc1",
+        weight: &fc1_experts_weights,
+        scales: &required(fc1_scales, "fc1_scales")?,
+        zero_points: fc1_zero_points.as_ref(),
+        slots: [2, 3, 11],
+    };
     let fc1 = quantized_projection(
-        &fc1_experts_weights,
-        &required(fc1_scales, "fc1_scales")?,
-        fc1_zero_points.as_ref(),
+        cx,
+        &fc1,
         fc1_experts_bias,
         &layout(mlp.fc1_rows(inter), hidden),
-        "fc1",
-        s,
     )?;
-    let fc2 = quantized_projection(
-        &fc2_experts_weights,
-        &required(fc2_scales, "fc2_scales")?,
-        fc2_zero_points.as_ref(),
-        fc2_experts_bias,
-        &layout(hidden, inter),
-        "fc2",
-        s,
-    )?;
+    let fc2 = QuantInputs {
+        name: "fc2",
+        weight: &fc2_experts_weights,
+        scales: &required(fc2_scales, "fc2_scales")?,
+        zero_points: fc2_zero_points.as_ref(),
+        slots: [5, 6, 12],
+    };
+    let fc2 = quantized_projection(cx, &fc2, fc2_experts_bias, &layout(hidden, inter))?;
     let mixing = match router_weights {
         Some(weights) => {
             expect_shape(&weights, &[tokens, experts], "router_weights")?;
@@ -608,14 +612,19 @@ impl QuantLayout {
 
 /// A QMoE projection dequantised to float32 `[E, rows, cols]`, with its bias.
 fn quantized_projection(
-    weight: &Array,
-    scales: &Array,
-    zero_points: Option<&Array>,
+    cx: &mut Lower,
+    inputs: &QuantInputs,
     bias: Option<Array>,
     layout: &QuantLayout,
-    name: &str,
-    s: &Stream,
 ) -> Result<Projection> {
+    let s = cx.stream();
+    let QuantInputs {
+        name,
+        weight,
+        scales,
+        zero_points,
+        slots,
+    } = *inputs;
     let QuantLayout {
         experts,
         rows,
@@ -651,10 +660,38 @@ fn quantized_projection(
         expect_shape(b, &[experts, rows], &what("experts_bias"))?;
     }
     let weights = match mlx_group(layout) {
-        Some(group) => Weights::Affine(affine(weight, &scale, &zero, layout, group, s)?),
+        Some(group) => {
+            // With constant weights, MLX's form is made once per plan (`scale` and `zero` stay
+            // lazy and unused on later runs).
+            let parts = cx.prepared(name, &slots, || {
+                let q = affine(weight, &scale, &zero, layout, group, s)?;
+                Ok(vec![q.weight, q.scales, q.biases])
+            })?;
+            let [weight, scales, biases] = <[Array; 3]>::try_from(parts)
+                .map_err(|_| OpError::new("a prepared affine weight lost its parts"))?;
+            Weights::Affine(Quantized {
+                weight,
+                scales,
+                biases,
+                group_size: group as i32,
+                bits: bits as i32,
+            })
+        }
+        // Lazy on purpose: float32 experts are 8x 4-bit ones; a plan that kept them would hold
+        // the float copy the packed weights exist to avoid.
         None => Weights::Float(dequantised(weight, &scale, &zero, layout, s)?),
     };
     Ok(Projection { weights, bias })
+}
+
+/// One QMoE projection's quantised inputs and their input slots (for `Lower::prepared`).
+#[derive(Clone, Copy)]
+struct QuantInputs<'a> {
+    name: &'static str,
+    weight: &'a Array,
+    scales: &'a Array,
+    zero_points: Option<&'a Array>,
+    slots: [usize; 3],
 }
 
 /// MLX's group size for `layout`'s quantisation groups, when `gather_qmm` can take them: 32 or

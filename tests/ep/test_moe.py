@@ -14,6 +14,8 @@ vs ORT's CPU EP) are in tests/ops/specs/moe.py."""
 
 from __future__ import annotations
 
+import gc
+import re
 import sys
 from pathlib import Path
 
@@ -37,15 +39,17 @@ QMOE_PORTS = ["input", "router_probs", "fc1_experts_weights", "fc1_scales", "fc1
               "fc3_experts_bias", "fc1_zero_points", "fc2_zero_points"]
 
 
-def node_model(op, ports, weights, x_shape, experts, dtype, attrs):
-    """A one-node model: ``input`` and ``router_probs`` fed, ``weights`` as initializers."""
+def node_model(op, ports, weights, x_shape, experts, dtype, attrs, symbolic=False):
+    """A one-node model: ``input`` and ``router_probs`` fed (with a symbolic token count when
+    ``symbolic``), ``weights`` as initializers."""
     names = [p if p in weights or p in ("input", "router_probs") else "" for p in ports]
     while names[-1] == "":
         names.pop()
     node = helper.make_node(op, names, ["output"], domain="com.microsoft", **attrs)
     elem = ELEM[dtype]
-    tokens = int(np.prod(x_shape[:-1]))
-    return make_model([node], [tensor("input", elem, list(x_shape)), tensor("router_probs", elem, [tokens, experts])],
+    tokens = "t" if symbolic else int(np.prod(x_shape[:-1]))
+    x_dims = ["t", x_shape[-1]] if symbolic else list(x_shape)
+    return make_model([node], [tensor("input", elem, x_dims), tensor("router_probs", elem, [tokens, experts])],
                       [tensor("output", elem)], [numpy_helper.from_array(v, n) for n, v in weights.items()],
                       domains=[("com.microsoft", 1)])
 
@@ -77,7 +81,7 @@ def moe_model(x_shape=(6, 32), experts=4, inter=16, dtype=np.float32, seed=0, na
 
 
 def qmoe_model(x_shape=(6, 64), experts=4, inter=64, bits=4, block=None, zp=False, dtype=np.float32, seed=0,
-               **attrs):
+               symbolic=False, **attrs):
     rng = np.random.default_rng(seed)
     hidden = x_shape[-1]
     rows = 2 * inter if attrs.get("activation_type") == "swiglu" else inter
@@ -95,12 +99,14 @@ def qmoe_model(x_shape=(6, 64), experts=4, inter=64, bits=4, block=None, zp=Fals
             zeros[name] = pack_padded(z, bits)
             w[f"{name}_zero_points"] = zeros[name]
     feeds = feeds_for(rng, x_shape, experts, dtype)
-    model = node_model("QMoE", QMOE_PORTS, w, x_shape, experts, dtype, attrs)
+    model = node_model("QMoE", QMOE_PORTS, w, x_shape, experts, dtype, attrs, symbolic)
     deq = {name: dequantise(w[f"{name}_experts_weights"], scales[name], zeros.get(name), bits, block)
            for name in ("fc1", "fc2")}
     f = lambda v: v.astype(np.float64)  # noqa: E731
     ref = mixture(f(feeds["input"]), f(feeds["router_probs"]), deq["fc1"], f(w["fc1_experts_bias"]), deq["fc2"],
                   f(w["fc2_experts_bias"]), attrs, quantized=True)
+    if symbolic:
+        return model, w, deq
     return model, feeds, ref
 
 
@@ -190,3 +196,36 @@ def test_declined_forms_run_on_cpu(op, attrs):
     run = Run(model, feeds)
     _ran_on_cpu(run)
     np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
+
+
+COMPILE = {
+    "eager_only": dict(ONNXRUNTIME_EP_MLX_NO_COMPILE="1"),
+    "eager_then_compiled": dict(ONNXRUNTIME_EP_MLX_COMPILE_AFTER="1"),
+    "traced_first": dict(ONNXRUNTIME_EP_MLX_COMPILE_AFTER="0"),
+}
+
+
+@pytest.mark.parametrize("env", COMPILE.values(), ids=COMPILE.keys())
+def test_constant_experts_are_repacked_once(monkeypatch, capfd, env):
+    """QMoE's MLX scales and biases (fc1 and fc2) are made at the first run and reused by decode
+    rows, a prefill block and decode rows again, eager, replayed and traced."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    attrs = dict(k=2, activation_type="swiglu", swiglu_fusion=1)
+    model, w, deq = qmoe_model(x_shape=(1, 128), inter=128, block=32, symbolic=True, **attrs)
+    session = ort.InferenceSession(model, providers=[MLX, CPU])
+    session.disable_fallback()
+    rng = np.random.default_rng(3)
+    f64 = lambda v: v.astype(np.float64)  # noqa: E731
+    attrs = dict(attrs, expert_weight_bits=4, block_size=32)
+    for rows in [1, 1, 1, 7, 7, 1]:
+        feeds = feeds_for(rng, (rows, 128), 4, np.float32)
+        ref = mixture(f64(feeds["input"]), f64(feeds["router_probs"]), deq["fc1"], f64(w["fc1_experts_bias"]),
+                      deq["fc2"], f64(w["fc2_experts_bias"]), attrs, quantized=True)
+        assert relative_error(session.run(None, feeds)[0], ref) <= 1e-5
+    del session
+    gc.collect()
+    summary = capfd.readouterr().err
+    found = re.findall(r"(\d+) prepared from them in (\d+) computation\(s\)", summary)
+    assert found == [("2", "2")], summary
