@@ -245,6 +245,32 @@ def test_int4_edge_runs_on_mlx(elem, zp):
     _compare(model, {"x": x})
 
 
+NARROW = {"int4": TensorProto.INT4, "uint4": TensorProto.UINT4, "e4m3fn": TensorProto.FLOAT8E4M3FN,
+          "e4m3fnuz": TensorProto.FLOAT8E4M3FNUZ, "e5m2": TensorProto.FLOAT8E5M2,
+          "e5m2fnuz": TensorProto.FLOAT8E5M2FNUZ}
+
+
+@pytest.mark.parametrize("elem", NARROW.values(), ids=NARROW.keys())
+def test_narrow_tensors_cross_to_ort_and_back(elem):
+    """Q -> Transpose -> DQ: the EP declines Transpose on a narrow type, so ORT's CPU EP runs it
+    between two MLX plans: the first encodes its output into ORT's packed bytes, the second
+    decodes them (an odd count: a half-used last byte for the 4-bit types)."""
+    x = np.linspace(-40, 40, 15, dtype=np.float32).reshape(3, 5)
+    x.flat[:3] = [np.nan, -0.0, 1e-6]
+    zp = 0 if elem not in (TensorProto.INT4, TensorProto.UINT4) else 2
+    nodes, inits = _q_dq(elem, zp)
+    nodes.insert(1, helper.make_node("Transpose", ["q"], ["q_cpu"]))
+    nodes[2].input[0] = "q_cpu"
+    model = make_model(nodes, [tensor("x", TensorProto.FLOAT, [3, 5])], [tensor("y")], inits, opset=21)
+    run = Run(model, {"x": x}, optimize=False)
+    assert run.providers_of_kernels() == {MLX, CPU}, run.kernels
+    expected = cpu_outputs(model, {"x": x})[0]
+    got = run.outputs[0]
+    # NaN payloads may differ (ORT's float8 NaN widens to 0x7FC00000, float16's keeps its bits).
+    np.testing.assert_array_equal(got, expected)
+    assert (np.signbit(got) == np.signbit(expected))[~np.isnan(expected)].all()
+
+
 def test_int4_weight_dequantized_into_matmul():
     """An int4 weight, blocked along K as ORT's quantiser writes it for MatMul, stays an
     initializer (decoded once into int8) and the DQ -> MatMul runs as one MLX cluster."""

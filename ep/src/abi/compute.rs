@@ -133,7 +133,8 @@ fn run(
         let array = match tensor {
             None => None,
             Some(tensor) if tensor.elem.is_narrow() => {
-                buffers.push(Some((tensor.bytes.as_ptr() as usize, tensor.bytes.len())));
+                // Decoded into a buffer of our own: no output can share ORT's packed bytes.
+                buffers.push(None);
                 Some(narrow::input_array(
                     tensor.elem,
                     &tensor.shape,
