@@ -20,6 +20,7 @@ use mlx_kernels::{Array, Closure, Dtype};
 use op_specs::ShapeSafety;
 
 use crate::device;
+use crate::op_profile;
 use crate::plan::{Constants, EvalError, Evaluated, Lowering, NodeCheck, Plan, RunTimes, Runtime};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +64,9 @@ impl Settings {
                 .unwrap_or(default)
         };
         Settings {
-            enabled: !std::env::var("ONNXRUNTIME_EP_MLX_NO_COMPILE").is_ok_and(|v| v == "1"),
+            // Per-op profiling evaluates node by node, which a trace cannot.
+            enabled: !std::env::var("ONNXRUNTIME_EP_MLX_NO_COMPILE").is_ok_and(|v| v == "1")
+                && !op_profile::enabled(),
             shapeless: !std::env::var("ONNXRUNTIME_EP_MLX_NO_SHAPELESS").is_ok_and(|v| v == "1"),
             fail_compile: std::env::var("ONNXRUNTIME_EP_MLX_FAULT").is_ok_and(|v| v == "compile"),
             capacity: number("ONNXRUNTIME_EP_MLX_COMPILE_CACHE", 16).max(1),

@@ -10,6 +10,7 @@ use std::time::Duration;
 use op_specs::Node;
 
 use crate::capability::Capability;
+use crate::op_profile::OpProfile;
 use crate::plan::ConstantsReport;
 
 #[derive(Debug, Clone, Default)]
@@ -79,6 +80,7 @@ pub struct Stats {
     pub prepare: Duration,
     pub memory: MemoryReport,
     pub device: &'static str,
+    pub op_profile: OpProfile,
 }
 
 impl Stats {
@@ -133,6 +135,9 @@ impl Stats {
                 let _ = write!(out, "; fell back to eager: {reason}");
             }
         }
+        if !self.op_profile.is_empty() {
+            let _ = write!(out, "\n{}", self.op_profile.summary());
+        }
         out
     }
 }
@@ -183,7 +188,7 @@ pub fn report_capability(flags: &Flags, nodes: &[Node], capability: &Capability)
     }
 }
 
-fn qualified_op(node: &Node) -> String {
+pub fn qualified_op(node: &Node) -> String {
     if node.domain().is_empty() {
         node.op_type().to_owned()
     } else {

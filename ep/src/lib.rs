@@ -12,6 +12,7 @@ mod device;
 mod diagnostics;
 mod huge_empty;
 mod narrow;
+mod op_profile;
 mod ort;
 mod partition;
 mod plan;

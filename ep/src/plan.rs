@@ -18,6 +18,8 @@ use op_specs::{
 };
 
 use crate::device;
+use crate::diagnostics;
+use crate::op_profile::{self, OpProfile};
 
 /// A tensor the plan owns: an initializer copied out of ORT.
 #[derive(Debug, Clone)]
@@ -146,11 +148,13 @@ impl Constants {
 
 /// Time spent per phase of one run. `prepare` (arrays derived from constants, once per plan)
 /// is not part of `translate`.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct RunTimes {
     pub translate: Duration,
     pub eval: Duration,
     pub prepare: Duration,
+    /// Per-op times, filled only when `ONNXRUNTIME_EP_MLX_PROFILE_OPS` is on.
+    pub ops: OpProfile,
 }
 
 /// A run-time check of one node (see `op_specs::RuntimeCheck`), its message naming the node.
@@ -378,7 +382,8 @@ impl Plan {
     ) -> Result<Evaluated, String> {
         let started = Instant::now();
         let prepared_before = runtime.constants.prepare_time();
-        let lowering = self.lower(&runtime.stream, &runtime.constants, inputs)?;
+        let profile = op_profile::enabled().then_some(&mut times.ops);
+        let lowering = self.lower_with(&runtime.stream, &runtime.constants, inputs, profile)?;
         let prepare = runtime.constants.prepare_time() - prepared_before;
         times.prepare += prepare;
         times.translate += started.elapsed().saturating_sub(prepare);
@@ -440,6 +445,18 @@ impl Plan {
         constants: &Constants,
         inputs: Vec<Option<Array>>,
     ) -> Result<Lowering, String> {
+        self.lower_with(stream, constants, inputs, None)
+    }
+
+    /// [`Plan::lower`], evaluating each node's outputs as soon as it is lowered and recording
+    /// both times in `profile` when one is given (eager runs only: a trace cannot evaluate).
+    fn lower_with(
+        &self,
+        stream: &Stream,
+        constants: &Constants,
+        inputs: Vec<Option<Array>>,
+        mut profile: Option<&mut OpProfile>,
+    ) -> Result<Lowering, String> {
         let mut env: Vec<Option<Array>> = vec![None; self.slot_count];
         for (slot, array) in &constants.arrays {
             env[*slot] = Some(array.clone());
@@ -466,10 +483,22 @@ impl Plan {
                 constant: &planned.constant_inputs,
                 prepared: &constants.prepared,
             });
+            let lowering_started = Instant::now();
             let lowered = planned
                 .spec
                 .lower_in(cx, &args)
                 .map_err(|e| node_error(&planned.node, &e.message))?;
+            if let Some(profile) = profile.as_deref_mut() {
+                let lowered_in = lowering_started.elapsed();
+                let evaluating = Instant::now();
+                Array::eval_all(&lowered.outputs)
+                    .map_err(|e| node_error(&planned.node, &e.to_string()))?;
+                profile.record(
+                    &diagnostics::qualified_op(&planned.node),
+                    lowered_in,
+                    evaluating.elapsed(),
+                );
+            }
             checks.extend(lowered.checks.into_iter().map(|c| NodeCheck {
                 holds: c.holds,
                 message: failed_check(&planned.node, &c.message).into(),

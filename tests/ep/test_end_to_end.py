@@ -1,5 +1,7 @@
 """The EP loaded by ORT: claims, fuses, runs on MLX, and answers like ORT's CPU EP."""
 
+import re
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -115,6 +117,28 @@ def test_verbose_summary_at_teardown(capfd, monkeypatch):
     gc.collect()
     err = capfd.readouterr().err
     assert "session summary: 1/1 nodes claimed in 1 subgraph(s)" in err and "1 run(s)" in err, err
+
+
+def test_per_op_profile_in_the_summary_counts_runs_after_the_first(capfd, monkeypatch):
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_PROFILE_OPS", "1")
+    nodes = [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Exp", ["n"], ["e"]),
+             helper.make_node("Neg", ["e"], ["y"])]
+    model = make_model(nodes, [tensor("x", shape=[4])], [tensor("y")])
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    x = np.linspace(-1, 1, 4).astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], -np.exp(-x), rtol=1e-6)
+    del session
+    import gc
+
+    gc.collect()
+    err = capfd.readouterr().err
+    assert "per-op profile" in err, err
+    # Three runs, the first left out: each Neg node twice, the Exp node twice; never compiled.
+    assert re.search(r"\] {3}Neg: 4 node run\(s\), lowering [\d.]+ ms, MLX [\d.]+ ms", err), err
+    assert re.search(r"\] {3}Exp: 2 node run\(s\)", err), err
+    assert "eager path, 0 trace(s)" in err, err
 
 
 def test_multi_output_nodes_feed_several_consumers_and_graph_outputs():
