@@ -221,15 +221,19 @@ def megabytes(value) -> str:
 
 
 def table_row(r: dict) -> str:
-    if "error" in r:
-        return f"| {r['case']} | failed: {r['error']} |||||||||"
-    ms = " / ".join(f"{r[f'{p}_ms']:.3f}" for p in PATHS)
-    gbs = " / ".join(f"{r[f'{p}_gbs']:.1f}" for p in PATHS)
-    diffs = " / ".join(f"{r[f'{p}_diff']:.1e}" for p in PATHS)
+    def cells(key: str, fmt: str, paths=PATHS) -> str:
+        return " / ".join("failed" if f"{p}_error" in r else format(r[f"{p}_{key}"], fmt) for p in paths)
+
+    def ratio(a: str, b: str) -> str:
+        return "—" if f"{a}_error" in r or f"{b}_error" in r else f"{r[f'{a}_ms'] / r[f'{b}_ms']:.3g}x"
+
+    failures = "; ".join(f"{p}: {r[f'{p}_error']}" for p in PATHS if f"{p}_error" in r)
     rss = " / ".join(megabytes(r.get(f"{p}_rss_growth")) for p in PATHS)
     active = " / ".join(megabytes(r.get(f"{p}_mlx_active_growth")) for p in ("ep", "direct"))
-    return (f"| {r['case']} | {ms} | {r['cpu_ms'] / r['ep_ms']:.3g}x | {r['ep_ms'] / r['direct_ms']:.3g}x | {gbs} | "
-            f"{r['ep_ms'] / r['floor_ms']:.0f}x | {diffs} | {megabytes(r['weight_bytes'])} | {rss} | {active} |")
+    floor = "—" if "ep_error" in r else f"{r['ep_ms'] / r['floor_ms']:.0f}x"
+    return (f"| {r['case']} | {cells('ms', '.3f')} | {ratio('cpu', 'ep')} | {ratio('ep', 'direct')} | {cells('gbs', '.1f')} | "
+            f"{floor} | {cells('diff', '.1e')} | {megabytes(r['weight_bytes'])} | {rss} | {active} |"
+            + (f" failed: {failures}" if failures else ""))
 
 
 HEADER = ("| case (M x K x N) | ms: ORT CPU / MLX EP / direct MLX | CPU / MLX EP | MLX EP / direct | "
@@ -242,6 +246,14 @@ LEVELS = (4, 0)  # the builder's accuracy_level, and none
 def sizes(small: bool) -> tuple[int, list[int]]:
     """K = N, and the rows of the decode and prefill cases."""
     return (512, [1, 32]) if small else (4096, [1, 512])
+
+
+def attempt(path: str, measure) -> dict:
+    """One path's figures, or why it failed: a path failing must not hide the others."""
+    try:
+        return measure()
+    except Exception as error:  # noqa: BLE001
+        return {f"{path}_error": str(error).splitlines()[0][:200]}
 
 
 def layout_rows(layout: Layout, rows_of_m: list[int], args) -> list[dict]:
@@ -262,13 +274,11 @@ def layout_rows(layout: Layout, rows_of_m: list[int], args) -> list[dict]:
             row = {"case": f"{m}x{layout.k}x{layout.n}, block {layout.block}, level {level}, {layout.dtype}",
                    "m": m, "level": level, **asdict(layout), "weight_bytes": weights.nbytes,
                    "floor_ms": weights.nbytes / H200_BYTES_PER_S * 1e3}
-            try:
-                for path in ("cpu", "ep"):
-                    row.update(timed(path, weights, level, x, want, args.cpu_runs if path == "cpu" else args.runs))
-                direct = direct or timed("direct", weights, level, x, want, args.runs)
-                row.update(direct, **memory_of[level])
-            except Exception as error:  # noqa: BLE001 - one case failing must not hide the rest
-                row["error"] = str(error).splitlines()[0][:200]
+            for path in ("cpu", "ep"):
+                row.update(attempt(path, lambda: timed(path, weights, level, x, want,
+                                                       args.cpu_runs if path == "cpu" else args.runs)))
+            direct = direct or attempt("direct", lambda: timed("direct", weights, level, x, want, args.runs))
+            row.update(direct, **memory_of[level])
             rows.append(row)
             print(table_row(row), flush=True)
             gc.collect()
