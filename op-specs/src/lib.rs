@@ -25,6 +25,7 @@ mod logic;
 mod math;
 mod moe;
 mod normalization;
+mod packing;
 mod pool;
 mod qdq;
 mod quantized;

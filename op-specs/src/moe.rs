@@ -3,13 +3,19 @@
 //! Semantics of ORT 1.31.1's CPU kernels, found by running them:
 //! - Weights are `[experts, N, K]` per projection (fc1 `[E, fusion·inter, hidden]`, fc2 `[E,
 //!   hidden, inter]`), QMoE's packed `8 / bits` values per byte, low bits first, along K.
-//! - Each row picks the `k` largest `router_probs` (logits); an equal logit goes to the larger
-//!   expert index.
+//! - Each row picks its `k` largest keys, an equal key going to the larger expert index: MoE's
+//!   keys are `softmax(router_probs)` (probabilities that round equal tie), QMoE's the logits.
 //! - MoE mixes with `softmax(router_probs)` at the picked experts, renormalised over them when
 //!   `normalize_routing_weights` is 1. QMoE mixes with the softmax over the picked logits
 //!   whatever `normalize_routing_weights` says; with `router_weights` it mixes with those
-//!   values at the picked experts, renormalised only when the flag is 1.
-//! - Activations: relu, gelu (the tanh approximation), silu, identity, and SwiGLU with fc1's
+//!   values at the picked experts, renormalised only when the flag is 1 (a zero sum gives 0).
+//! - An expert whose weight is not above 0 (MoE) or `1e-8` (QMoE) is dropped: it adds nothing,
+//!   even where its output is NaN or inf. NaN weights never count, so a MoE row with a NaN or
+//!   +inf logit, or only -inf ones, is 0, as is a QMoE row whose top pick is ±inf or that has a
+//!   NaN among its first `k` logits (ORT's `partial_sort` keeps those, and never takes a later
+//!   NaN). See `Mixing::route`.
+//! - Activations: relu (`std::max(0.0f, x)`: NaN gives 0), gelu (the tanh approximation),
+//!   silu, identity, and SwiGLU with fc1's
 //!   rows interleaved (`swiglu_fusion` 1; the CPU kernels refuse 0 and 2):
 //!   `min(g, limit)·sigmoid(alpha·min(g, limit))·(clip(l, ±limit) + beta)`.
 //! - Everything is float32 (16-bit inputs widened, the output rounded once). At
@@ -18,7 +24,8 @@
 //!
 //! Only the picked experts are computed: MLX's `gather_mm` multiplies each row by its own
 //! experts' weights without copying them, so a NaN in an expert a row did not pick never
-//! reaches that row. QMoE's packed bytes are MLX's affine packing viewed as uint32 (as for
+//! reaches that row. 16-bit MoE experts are widened per run, only the picked ones when the rows
+//! route to fewer experts than there are (see `float32_experts`). QMoE's packed bytes are MLX's affine packing viewed as uint32 (as for
 //! MatMulNBits), multiplied by `gather_qmm` with MLX's `scale·q - scale·zero_point` per group
 //! of 32 or 64 (made once per plan when the weights are initializers); blocks of 16, and
 //! widths or K that MLX's kernels do not take, dequantise in the graph (`(q - zero_point)·scale`
@@ -27,6 +34,7 @@
 use mlx_kernels::ops::{self, Quantized};
 use mlx_kernels::{Array, Dtype, Stream};
 
+use crate::packing::{repeat_last, take_first, unpack};
 use crate::table::consts::scalar;
 use crate::table::lower::float32;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
@@ -51,6 +59,13 @@ impl Activation {
             _ => return None,
         })
     }
+}
+
+/// ORT's `std::max(0.0f, x)`: `x` only where it is above 0, so NaN gives 0 (MLX's `maximum`
+/// keeps NaN).
+fn relu(h: &Array, s: &Stream) -> Result<Array> {
+    let zero = scalar(0.0, Dtype::F32, s)?;
+    Ok(ops::where_(&ops::greater(h, &zero, s)?, h, &zero, s)?)
 }
 
 /// The expert MLP between fc1 and fc2.
@@ -88,7 +103,7 @@ impl Mlp {
     /// fc1's float32 output `[..., fc1_rows]` -> the hidden units `[..., inter]`.
     fn apply(&self, h: &Array, s: &Stream) -> Result<Array> {
         match self.activation {
-            Activation::Relu => Ok(ops::maximum(h, &scalar(0.0, Dtype::F32, s)?, s)?),
+            Activation::Relu => relu(h, s),
             Activation::Gelu => crate::activation::gelu_tanh(h, s),
             Activation::Silu => crate::activation::silu_of(h, s),
             Activation::Identity => Ok(h.clone()),
@@ -120,79 +135,182 @@ impl Mlp {
     }
 }
 
-/// Each row's `k` experts, best first: `logits [T, E]` -> `[T, k]`. An expert's rank is the
-/// number of experts that beat it (a larger logit, or an equal one at a larger index, as ORT
-/// orders them); ranks are distinct, so sorting them orders the experts on every backend,
-/// whether or not its sort is stable.
-fn top_k(logits: &Array, k: i64, s: &Stream) -> Result<Array> {
-    let experts = logits.shape()[1];
-    let other = ops::expand_dims(logits, &[2], s)?; // [T, E', 1]
-    let mine = ops::expand_dims(logits, &[1], s)?; // [T, 1, E]
-    let index = ops::arange(0.0, experts as f64, 1.0, Dtype::I32, s)?;
-    let later = ops::greater(
-        &ops::reshape(&index, &[experts, 1], s)?,
-        &ops::reshape(&index, &[1, experts], s)?,
+/// Each row's `k` experts by `key [T, E]` (float32), best first: `[T, k]` int32. A larger key
+/// wins and an equal one (`-0 == 0`) goes to the larger expert index, as ORT's `partial_sort`
+/// of `(key, index)` pairs orders them; NaN ranks below every number. Each round takes the
+/// largest open key and the largest index holding it: exact reductions with one answer on every
+/// backend, whatever its reduction order; O(T·E) memory, O(T·E·k) work.
+fn top_k(key: &Array, k: i64, s: &Stream) -> Result<Array> {
+    let experts = key.shape()[1];
+    let index = ops::reshape(
+        &ops::arange(0.0, experts as f64, 1.0, Dtype::I32, s)?,
+        &[1, experts],
         s,
     )?;
-    let beats = ops::logical_or(
-        &ops::greater(&other, &mine, s)?,
-        &ops::logical_and(&ops::equal(&other, &mine, s)?, &later, s)?,
-        s,
-    )?;
-    let rank = ops::sum(&ops::astype(&beats, Dtype::I32, s)?, &[1], false, s)?;
-    let order = ops::argsort(&rank, -1, s)?;
-    slice_last(&order, k, s)
+    let lowest = scalar(f64::NEG_INFINITY, Dtype::F32, s)?;
+    let none = scalar(-1.0, Dtype::I32, s)?;
+    let largest_index = |among: &Array| -> Result<Array> {
+        Ok(ops::max(
+            &ops::where_(among, &index, &none, s)?,
+            &[1],
+            true,
+            s,
+        )?)
+    };
+    let number = ops::logical_not(&ops::isnan(key, s)?, s)?;
+    let mut open = ops::broadcast_to(&scalar(1.0, Dtype::Bool, s)?, &key.shape(), s)?;
+    let mut picks = Vec::with_capacity(k as usize);
+    for _ in 0..k {
+        let open_number = ops::logical_and(&open, &number, s)?;
+        let best = ops::max(&ops::where_(&open_number, key, &lowest, s)?, &[1], true, s)?;
+        let at_best = ops::logical_and(&open_number, &ops::equal(key, &best, s)?, s)?;
+        let by_value = largest_index(&at_best)?;
+        // No number left open: a NaN's expert.
+        let pick = ops::where_(
+            &ops::greater_equal(&by_value, &scalar(0.0, Dtype::I32, s)?, s)?,
+            &by_value,
+            &largest_index(&open)?,
+            s,
+        )?;
+        open = ops::logical_and(&open, &ops::not_equal(&index, &pick, s)?, s)?;
+        picks.push(pick);
+    }
+    Ok(ops::concatenate(&picks, 1, s)?)
 }
 
-/// The first `len` entries of the last axis of `x [T, n]`.
-fn slice_last(x: &Array, len: i64, s: &Stream) -> Result<Array> {
-    let rows = x.shape()[0] as i32;
-    Ok(ops::slice(x, &[0, 0], &[rows, len as i32], &[1, 1], s)?)
-}
-
-/// `values [T, k]` divided by their row sums.
+/// `values [T, n]` divided by their row sums.
 fn renormalise(values: &Array, s: &Stream) -> Result<Array> {
     Ok(ops::divide(values, &ops::sum(values, &[1], true, s)?, s)?)
 }
 
-/// The weights that mix each row's experts, `[T, k]` float32.
+/// Per row of `mask [T, n]`: whether any is set, `[T, 1]`.
+fn any_in_row(mask: &Array, s: &Stream) -> Result<Array> {
+    let count = ops::sum(&ops::astype(mask, Dtype::I32, s)?, &[1], true, s)?;
+    Ok(ops::greater(&count, &scalar(0.0, Dtype::I32, s)?, s)?)
+}
+
+/// The first `len` columns of `x [T, n]`.
+fn first_columns(x: &Array, len: i64, s: &Stream) -> Result<Array> {
+    let rows = x.shape()[0] as i32;
+    Ok(ops::slice(x, &[0, 0], &[rows, len as i32], &[1, 1], s)?)
+}
+
+/// ORT's QMoE drops an expert whose mixing weight is not above this (`1e-8f`).
+const QMOE_MIN_WEIGHT: f64 = 1e-8;
+
+/// Each row's experts, how much each counts, and which ORT's kernel keeps (`[T, k]` each): an
+/// expert whose weight is not above the kernel's threshold (0 for MoE, `1e-8` for QMoE; NaN
+/// never is) is dropped, so its output, even NaN or inf, never reaches the row.
+struct Route {
+    picked: Array,
+    weights: Array,
+    keep: Array,
+}
+
+/// How a node picks and mixes each row's experts.
 enum Mixing {
-    /// MoE: `softmax(logits)` at the picked experts, renormalised or not.
+    /// MoE: `softmax(logits)` ranks the experts and mixes them at the picked ones,
+    /// renormalised or not.
     Softmax { normalise: bool },
-    /// QMoE without router_weights: the softmax over the picked logits.
+    /// QMoE without router_weights: the logits rank, the softmax over the picked logits mixes.
     SoftmaxOfPicked,
-    /// QMoE with router_weights: their values at the picked experts, renormalised or not.
+    /// QMoE with router_weights: the logits rank, their values at the picked experts mix,
+    /// renormalised or not.
     Given { weights: Array, normalise: bool },
 }
 
 impl Mixing {
-    fn weights(&self, logits: &Array, picked: &Array, s: &Stream) -> Result<Array> {
-        let at_picked = |v: &Array| -> Result<Array> { Ok(ops::take_along_axis(v, picked, 1, s)?) };
+    /// `logits [T, E]` float32 -> each row's `k` experts and weights, as ORT's CPU kernels
+    /// route them, NaN and infinities included (found by running ORT 1.31.1).
+    fn route(&self, logits: &Array, k: i64, s: &Stream) -> Result<Route> {
         match self {
-            Mixing::Softmax { normalise } => {
-                let p = at_picked(&ops::softmax(logits, -1, true, s)?)?;
-                if *normalise {
-                    renormalise(&p, s)
-                } else {
-                    Ok(p)
-                }
-            }
-            Mixing::SoftmaxOfPicked => Ok(ops::softmax(&at_picked(logits)?, -1, true, s)?),
-            Mixing::Given { weights, normalise } => {
-                let w = at_picked(&float32(weights, s)?)?;
-                if *normalise {
-                    renormalise(&w, s)
-                } else {
-                    Ok(w)
-                }
-            }
+            Mixing::Softmax { normalise } => softmax_route(logits, k, *normalise, s),
+            Mixing::SoftmaxOfPicked => picked_softmax_route(logits, k, s),
+            Mixing::Given { weights, normalise } => given_route(logits, weights, k, *normalise, s),
         }
     }
 }
 
+/// MoE: ORT ranks the probabilities `exp(l - max) / sum` (so logits whose probabilities round
+/// equal tie, the larger index first). A NaN or +inf logit, or a row of -inf, makes every
+/// probability NaN, and the row's output 0.
+fn softmax_route(logits: &Array, k: i64, normalise: bool, s: &Stream) -> Result<Route> {
+    let nan = ops::isnan(logits, s)?;
+    let lowest = scalar(f64::NEG_INFINITY, Dtype::F32, s)?;
+    let max = ops::max(&ops::where_(&nan, &lowest, logits, s)?, &[1], true, s)?;
+    let poisoned = ops::logical_or(&any_in_row(&nan, s)?, &ops::isinf(&max, s)?, s)?;
+    let e = ops::exp(&ops::subtract(logits, &max, s)?, s)?;
+    let p = ops::divide(&e, &ops::sum(&e, &[1], true, s)?, s)?;
+    let picked = top_k(&p, k, s)?;
+    let mut weights = ops::take_along_axis(&p, &picked, 1, s)?;
+    if normalise {
+        weights = renormalise(&weights, s)?;
+    }
+    let above = ops::greater(&weights, &scalar(0.0, Dtype::F32, s)?, s)?;
+    let keep = ops::logical_and(&above, &ops::logical_not(&poisoned, s)?, s)?;
+    Ok(Route {
+        picked,
+        weights,
+        keep,
+    })
+}
+
+/// QMoE without router_weights: the softmax over the picked logits, `exp(l - top)·(1 / sum)`.
+/// ORT's `partial_sort` (a heap over the first `k` entries) never lets a NaN in a later column
+/// in, nor one in the first `k` columns out: such a row mixes NaN weights and gives 0, as does
+/// one whose top logit is ±inf.
+fn picked_softmax_route(logits: &Array, k: i64, s: &Stream) -> Result<Route> {
+    let picked = top_k(logits, k, s)?;
+    let at_picked = ops::take_along_axis(logits, &picked, 1, s)?;
+    let top = first_columns(&at_picked, 1, s)?;
+    let nan_in_heap = any_in_row(&ops::isnan(&first_columns(logits, k, s)?, s)?, s)?;
+    let poisoned = ops::logical_or(&nan_in_heap, &ops::isinf(&top, s)?, s)?;
+    let e = ops::exp(&ops::subtract(&at_picked, &top, s)?, s)?;
+    let weights = ops::multiply(&e, &ops::reciprocal(&ops::sum(&e, &[1], true, s)?, s)?, s)?;
+    let above = ops::greater(&weights, &scalar(QMOE_MIN_WEIGHT, Dtype::F32, s)?, s)?;
+    let keep = ops::logical_and(&above, &ops::logical_not(&poisoned, s)?, s)?;
+    Ok(Route {
+        picked,
+        weights,
+        keep,
+    })
+}
+
+/// QMoE with router_weights: the logits only rank. Renormalising divides by the picked
+/// weights' sum, a zero sum giving zero weights. With a NaN logit in the first `k` columns
+/// ORT's pick is undefined (a NaN breaks `partial_sort`'s strict weak order: which other
+/// experts join it depends on the heap's internals); the EP ranks NaN last.
+fn given_route(
+    logits: &Array,
+    router_weights: &Array,
+    k: i64,
+    normalise: bool,
+    s: &Stream,
+) -> Result<Route> {
+    let picked = top_k(logits, k, s)?;
+    let mut weights = ops::take_along_axis(&float32(router_weights, s)?, &picked, 1, s)?;
+    if normalise {
+        let sum = ops::sum(&weights, &[1], true, s)?;
+        let zero = scalar(0.0, Dtype::F32, s)?;
+        let scale = ops::where_(
+            &ops::equal(&sum, &zero, s)?,
+            &zero,
+            &ops::reciprocal(&sum, s)?,
+            s,
+        )?;
+        weights = ops::multiply(&weights, &scale, s)?;
+    }
+    let keep = ops::greater(&weights, &scalar(QMOE_MIN_WEIGHT, Dtype::F32, s)?, s)?;
+    Ok(Route {
+        picked,
+        weights,
+        keep,
+    })
+}
+
 /// One projection's weights, stacked over the experts.
 enum Weights {
-    /// float32 `[E, N, K]`.
+    /// `[E, N, K]` of a float type (see `float32_experts`).
     Float(Array),
     /// MLX's affine packing of the `[E, N, K]` integers (float32 scales and biases).
     Affine(Quantized),
@@ -205,12 +323,14 @@ struct Projection {
 }
 
 impl Projection {
-    /// `x [T, k|1, 1, K]` through each row's picked experts (`picked [T, k]`): `[T, k, 1, N]`.
+    /// `x [T, k|1, 1, K]` float32 through each row's picked experts (`picked [T, k]`):
+    /// `[T, k, 1, N]` float32.
     fn apply(&self, x: &Array, picked: &Array, s: &Stream) -> Result<Array> {
         let y = match &self.weights {
             Weights::Float(w) => {
-                let transposed = ops::transpose(w, &[0, 2, 1], s)?;
-                ops::gather_mm(x, &transposed, None, Some(picked), s)?
+                let (w, indices) = float32_experts(w, picked, s)?;
+                let transposed = ops::transpose(&w, &[0, 2, 1], s)?;
+                ops::gather_mm(x, &transposed, None, Some(&indices), s)?
             }
             Weights::Affine(q) => ops::gather_qmm(x, q, None, Some(picked), true, s)?,
         };
@@ -222,6 +342,29 @@ impl Projection {
             }
         }
     }
+}
+
+/// Float32 expert weights for `w [E, N, K]` and the indices that pick each row's experts from
+/// them. 16-bit weights are widened per run, but only as many experts as the rows route to:
+/// with fewer routes (`T·k`) than experts (decoding) only the picked experts' weights are
+/// gathered and widened, so a run widens `min(T·k, E)` experts, never more weights than its
+/// products read. No float32 copy is kept (it would double the experts' memory), and MLX's CPU
+/// `gather_mm` multiplies float32 only.
+fn float32_experts(w: &Array, picked: &Array, s: &Stream) -> Result<(Array, Array)> {
+    let experts = w.shape()[0];
+    let routes: i64 = picked.shape().iter().product();
+    if w.dtype() == Dtype::F32 {
+        return Ok((w.clone(), picked.clone()));
+    }
+    if routes >= experts {
+        return Ok((float32(w, s)?, picked.clone()));
+    }
+    let gathered = ops::take(w, &ops::reshape(picked, &[routes], s)?, 0, s)?;
+    let own = ops::arange(0.0, routes as f64, 1.0, Dtype::I32, s)?;
+    Ok((
+        float32(&gathered, s)?,
+        ops::reshape(&own, &picked.shape(), s)?,
+    ))
 }
 
 /// The shape of `input`'s rows: `[T, H]` or `[B, S, H]` -> (T, H).
@@ -307,12 +450,19 @@ fn mixture(
         )?);
     }
     let logits = float32(router, s)?;
-    let picked = top_k(&logits, k, s)?;
-    let weights = routing.mixing.weights(&logits, &picked, s)?;
+    let route = routing.mixing.route(&logits, k, s)?;
     let x = ops::reshape(&float32(input, s)?, &[tokens, 1, 1, hidden], s)?;
-    let y = experts.apply(&x, &picked, s)?;
-    let weighted = ops::multiply(&y, &ops::reshape(&weights, &[tokens, k, 1, 1], s)?, s)?;
-    let mixed = ops::sum(&weighted, &[1], false, s)?;
+    let y = experts.apply(&x, &route.picked, s)?;
+    let per_expert = |v: &Array| ops::reshape(v, &[tokens, k, 1, 1], s);
+    let weighted = ops::multiply(&y, &per_expert(&route.weights)?, s)?;
+    // A dropped expert adds nothing, not `0·y` (NaN where its output is NaN or inf).
+    let kept = ops::where_(
+        &per_expert(&route.keep)?,
+        &weighted,
+        &scalar(0.0, Dtype::F32, s)?,
+        s,
+    )?;
+    let mixed = ops::sum(&kept, &[1], false, s)?;
     Ok(ops::astype(
         &ops::reshape(&mixed, &input.shape(), s)?,
         out_dtype,
@@ -365,7 +515,7 @@ fn common_claim(node: &Node, fc3_slot: usize) -> Option<Verdict> {
 }
 
 /// Mixture of experts with float weights: each row runs through its `k` experts (largest
-/// `router_probs`, ties to the larger index), mixed by `softmax(router_probs)` at them
+/// `softmax(router_probs)`, ties to the larger index), mixed by those probabilities
 /// (renormalised when `normalize_routing_weights`), in float32. Float16 follows the float32
 /// definition: ORT 1.31.1's CPU kernel drops `x · fc1` for float16 (only fc1's bias reaches
 /// the activation), so float16 is tested against a float64 reference (tests/ep/test_moe.py).
@@ -415,8 +565,8 @@ fn moe(
         &[e, mlp.fc1_rows(i), h],
         "fc1_experts_weights",
     )?;
-    let fc1 = float_projection(fc1_experts_weights, fc1_experts_bias, mlp.fc1_rows(i), s)?;
-    let fc2 = float_projection(fc2_experts_weights, fc2_experts_bias, h, s)?;
+    let fc1 = float_projection(fc1_experts_weights, fc1_experts_bias, mlp.fc1_rows(i))?;
+    let fc2 = float_projection(fc2_experts_weights, fc2_experts_bias, h)?;
     let mixing = Mixing::Softmax {
         normalise: normalize_routing_weights != 0,
     };
@@ -440,18 +590,13 @@ fn float_dims(input: &Array, router: &Array, fc2: &Array) -> Result<Dims> {
     })
 }
 
-fn float_projection(
-    weight: Array,
-    bias: Option<Array>,
-    rows: i64,
-    s: &Stream,
-) -> Result<Projection> {
+fn float_projection(weight: Array, bias: Option<Array>, rows: i64) -> Result<Projection> {
     let experts = weight.shape()[0];
     if let Some(b) = &bias {
         expect_shape(b, &[experts, rows], "an experts_bias")?;
     }
     Ok(Projection {
-        weights: Weights::Float(float32(&weight, s)?),
+        weights: Weights::Float(weight),
         bias,
     })
 }
@@ -489,7 +634,7 @@ fn moe_claim(node: &Node) -> Verdict {
     ),
     shape = ShapeKeyed, claim = qmoe_claim,
     declines = "quant_type other than 'int' (the FP4/FP8 modes and their global and activation scales); expert_weight_bits other than 2, 4, 8 and per-projection widths that differ (ORT's CPU kernel does not mix them); block sizes that are not a power of two >= 16; weights_prepacked = 1 (another EP's layout); fc1_scales missing; and as MoE: use_sparse_mixer, fc3, SwiGLU other than interleaved, k < 1, unknown activation types",
-    numerics = "the exact float32 mixture of the dequantised experts, rounded once to the input's type, at every accuracy_level. ORT's CPU kernel computes the same column-wise and for 2/4-bit blocks at levels 0-3; for blocks at level 4, and 8-bit blocks at every level, it quantises the activations to int8 per block, so ORT is the less accurate side there: against a float64 reference ORT's error is 0.3-2% of the output's largest magnitude, ours below 1e-6 in float32 (tests/ep/test_moe.py)"
+    numerics = "the exact float32 mixture of the dequantised experts, rounded once to the input's type, at every accuracy_level. ORT's CPU kernel computes the same column-wise and for 2/4-bit blocks at levels 0-3; for blocks at level 4, and 8-bit blocks at every level, it quantises the activations to int8 per block, so ORT is the less accurate side there: against a float64 reference ORT's error is 0.3-2% of the output's largest magnitude, ours below 1e-6 in float32 (tests/ep/test_moe.py). With router_weights and a NaN among a row's first k logits ORT's pick is undefined (NaN breaks std::partial_sort's ordering, and which experts join the NaN's depends on the heap's internals): the EP ranks NaN last there"
 )]
 fn qmoe(
     cx: &mut Lower,
@@ -740,21 +885,6 @@ fn affine(
     })
 }
 
-/// `x [..., L]` with each element repeated `times` along the last axis: `[..., L·times]`.
-fn repeat_last(x: &Array, times: i64, s: &Stream) -> Result<Array> {
-    if times == 1 {
-        return Ok(x.clone());
-    }
-    let mut wide = x.shape();
-    wide.push(times);
-    let expanded = ops::broadcast_to(&ops::expand_dims(x, &[-1], s)?, &wide, s)?;
-    wide.pop();
-    if let Some(last) = wide.last_mut() {
-        *last *= times;
-    }
-    Ok(ops::reshape(&expanded, &wide, s)?)
-}
-
 /// `(q - zero)·scale` in float32 `[E, rows, cols]`: one rounding per weight, as ORT.
 fn dequantised(
     weight: &Array,
@@ -807,49 +937,14 @@ fn zero_points_f32(
         Some(_) => {
             let groups = layout.groups();
             expect_shape(zp, &[experts, rows, packed_len(groups)], what)?;
-            first(&unpack(zp, bits, s)?, groups, s)?
+            take_first(&unpack(zp, bits, s)?, groups, s)?
         }
         None => {
             expect_shape(zp, &[experts, packed_len(rows)], what)?;
-            first(&unpack(zp, bits, s)?, rows, s)?
+            take_first(&unpack(zp, bits, s)?, rows, s)?
         }
     };
     Ok(Some(ops::astype(&values, Dtype::F32, s)?))
-}
-
-/// uint8 `[..., L]` holding `8 / bits` values per byte, low bits first -> `[..., L·8/bits]`.
-fn unpack(x: &Array, bits: i64, s: &Stream) -> Result<Array> {
-    if bits == 8 {
-        return Ok(x.clone());
-    }
-    let per = 8 / bits;
-    let mask = scalar(((1 << bits) - 1) as f64, Dtype::U8, s)?;
-    let parts = (0..per)
-        .map(|j| {
-            let shift = scalar((j * bits) as f64, Dtype::U8, s)?;
-            Ok(ops::bitwise_and(
-                &ops::right_shift(x, &shift, s)?,
-                &mask,
-                s,
-            )?)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let mut shape = x.shape();
-    if let Some(last) = shape.last_mut() {
-        *last *= per;
-    }
-    Ok(ops::reshape(&ops::stack(&parts, -1, s)?, &shape, s)?)
-}
-
-/// The first `len` entries of the last axis.
-fn first(x: &Array, len: i64, s: &Stream) -> Result<Array> {
-    let shape = x.shape();
-    let start = vec![0; shape.len()];
-    let mut stop: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
-    if let Some(last) = stop.last_mut() {
-        *last = len as i32;
-    }
-    Ok(ops::slice(x, &start, &stop, &vec![1; shape.len()], s)?)
 }
 
 fn qmoe_claim(node: &Node) -> Verdict {
@@ -901,7 +996,7 @@ fn qmoe_claim(node: &Node) -> Verdict {
 
 #[cfg(test)]
 mod tests {
-    use crate::table::testing::{claimed, decline_reason, f32s, run1, values_f32};
+    use crate::table::testing::{claimed, decline_reason, f32s, run1, stream, values_f32};
     use crate::{AttrValue, ElemType, Node};
 
     const F: ElemType = ElemType::Float;
@@ -1024,6 +1119,54 @@ mod tests {
         assert_eq!(group(128, Some(16)), None);
         assert_eq!(group(136, None), None);
         assert_eq!(group(64, Some(32)), None); // K < 128
+    }
+
+    /// `top_k` against a sort of `(key, index)` pairs (larger key first, an equal key to the
+    /// larger index, NaN last) on rows drawn from a few values, so that most keys tie: every
+    /// `k`, signed zeros and infinities included.
+    #[test]
+    fn top_k_is_ort_order_with_ties_nan_and_signed_zeros() {
+        const VALUES: [f32; 7] = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
+        let (rows, experts) = (40usize, 13usize);
+        let mut state = 12345u32;
+        let keys: Vec<f32> = (0..rows * experts)
+            .map(|_| {
+                state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                VALUES[(state >> 16) as usize % VALUES.len()]
+            })
+            .collect();
+        let expected = |row: &[f32]| -> Vec<i32> {
+            let mut order: Vec<usize> = (0..row.len()).collect();
+            order.sort_by(|&a, &b| {
+                let rank =
+                    |i: usize| (!row[i].is_nan(), if row[i].is_nan() { 0.0 } else { row[i] });
+                let (ra, rb) = (rank(a), rank(b));
+                rb.0.cmp(&ra.0)
+                    .then(rb.1.partial_cmp(&ra.1).unwrap())
+                    .then(b.cmp(&a))
+            });
+            order.iter().map(|&i| i as i32).collect()
+        };
+        let s = stream();
+        let array = f32s(&keys, &[rows as i64, experts as i64]);
+        for k in 1..=experts {
+            let picked = super::top_k(&array, k as i64, &s)
+                .unwrap()
+                .to_vec::<i32>(&s)
+                .unwrap();
+            for (r, row) in keys.chunks(experts).enumerate() {
+                let want = &expected(row)[..k];
+                assert_eq!(&picked[r * k..(r + 1) * k], want, "row {row:?}, k {k}");
+            }
+        }
     }
 
     /// Router logits `[1, 0, 1, 0]` with k = 1: experts 0 and 2 tie, and ORT picks 2. With zero

@@ -16,6 +16,7 @@
 use mlx_kernels::ops::{self, Quantized};
 use mlx_kernels::{Array, Dtype, Stream};
 
+use crate::packing::{repeat_last, take_first, unpack};
 use crate::table::consts::{scalar, scalar_like};
 use crate::table::dtypes::ElemType;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
@@ -31,57 +32,6 @@ const MIN_AFFINE_K: i64 = 128;
 
 fn power_of_two_block(block: i64) -> bool {
     block >= 16 && block & (block - 1) == 0
-}
-
-/// `x [..., L]` (uint8, `8 / bits` values per byte, low bits first) -> `[..., L * 8 / bits]`.
-fn unpack(x: &Array, bits: i64, s: &Stream) -> Result<Array> {
-    if bits == 8 {
-        return Ok(x.clone());
-    }
-    let per = 8 / bits;
-    let mask = scalar(((1 << bits) - 1) as f64, Dtype::U8, s)?;
-    let parts = (0..per)
-        .map(|j| {
-            let shifted = ops::right_shift(x, &scalar((j * bits) as f64, Dtype::U8, s)?, s)?;
-            Ok(ops::bitwise_and(&shifted, &mask, s)?)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let stacked = ops::stack(&parts, -1, s)?;
-    let mut shape = x.shape();
-    if let Some(last) = shape.last_mut() {
-        *last *= per;
-    }
-    Ok(ops::reshape(&stacked, &shape, s)?)
-}
-
-/// `x [..., L]` with each element repeated `times` along the last axis: `[..., L * times]`.
-fn repeat_last(x: &Array, times: i64, s: &Stream) -> Result<Array> {
-    if times == 1 {
-        return Ok(x.clone());
-    }
-    let mut wide = x.shape();
-    wide.push(times);
-    let expanded = ops::broadcast_to(&ops::expand_dims(x, &[-1], s)?, &wide, s)?;
-    wide.pop();
-    if let Some(last) = wide.last_mut() {
-        *last *= times;
-    }
-    Ok(ops::reshape(&expanded, &wide, s)?)
-}
-
-/// The first `len` elements of the last axis.
-fn take_first(x: &Array, len: i64, s: &Stream) -> Result<Array> {
-    let shape = x.shape();
-    if shape.last() == Some(&len) {
-        return Ok(x.clone());
-    }
-    let start = vec![0; shape.len()];
-    let mut stop: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
-    if let Some(last) = stop.last_mut() {
-        *last = len as i32;
-    }
-    let step = vec![1; shape.len()];
-    Ok(ops::slice(x, &start, &stop, &step, s)?)
 }
 
 /// Zeros of `shape` in `dtype`.

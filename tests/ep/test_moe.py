@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -169,6 +170,140 @@ def test_nan_in_an_expert_no_row_picks_stays_out():
     run.assert_all_on_mlx()
     assert np.isfinite(run.outputs[0]).all()
     np.testing.assert_allclose(run.outputs[0], cpu_outputs(model, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# Routing with special floats: each expert writes `scale` into its own output column (fc1 gives 1
+# through relu, fc2 is one-hot), so a row's output is the weight ORT's kernel gives each expert,
+# 0 where it drops it.
+
+
+def routing_model(op, logits, k, dtype=np.float32, scale=1.0, x=None, router_weights=None, **attrs):
+    logits = np.asarray(logits, dtype)
+    tokens, experts = logits.shape
+    attrs = dict(attrs, k=k)
+    w = {}
+    if op == "MoE":
+        w["fc1_experts_weights"] = np.zeros((experts, 1, experts), dtype)
+        w["fc1_experts_bias"] = np.ones((experts, 1), dtype)
+        w["fc2_experts_weights"] = (np.eye(experts) * scale).astype(dtype).reshape(experts, experts, 1)
+        ports = MOE_PORTS
+    else:  # 8-bit columns, zero point 128: fc1's codes are all zeros, fc2's one-hot
+        attrs["expert_weight_bits"] = 8
+        fc2 = np.full((experts, experts, 1), 128, np.uint8)
+        fc2[np.arange(experts), np.arange(experts), 0] = 129
+        w.update({"fc1_experts_weights": np.full((experts, 1, experts), 128, np.uint8),
+                  "fc1_scales": np.ones((experts, 1), dtype), "fc1_experts_bias": np.ones((experts, 1), dtype),
+                  "fc2_experts_weights": fc2, "fc2_scales": np.full((experts, experts), scale, dtype)})
+        ports = QMOE_PORTS + ["fc3_zero_points", "router_weights"]
+    feeds = {"input": np.zeros((tokens, experts), dtype) if x is None else np.asarray(x, dtype),
+             "router_probs": logits}
+    inputs = [tensor("input", ELEM[dtype], [tokens, experts]), tensor("router_probs", ELEM[dtype], [tokens, experts])]
+    names = [p if p in w or p in feeds else "" for p in ports]
+    if router_weights is not None:
+        feeds["router_weights"] = np.asarray(router_weights, dtype)
+        inputs.append(tensor("router_weights", ELEM[dtype], [tokens, experts]))
+        names[-1] = "router_weights"
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node(op, names, ["output"], domain="com.microsoft", **attrs)
+    model = make_model([node], inputs, [tensor("output", ELEM[dtype])],
+                       [numpy_helper.from_array(v, n) for n, v in w.items()], domains=[("com.microsoft", 1)])
+    return model, feeds
+
+
+def assert_routes_as_on_cpu(model, feeds):
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    ours, theirs = run.outputs[0].astype(np.float64), cpu_outputs(model, feeds)[0].astype(np.float64)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=0)
+    return ours
+
+
+nan, inf = np.nan, np.inf
+SPECIAL_LOGITS = [
+    [1, 0, 1, 0], [nan, 0, 1, 2], [0, nan, 1, 2], [0, 1, 2, nan], [nan, nan, nan, nan], [1, nan, 3, nan],
+    [2, nan, nan, 1], [1, -inf, nan, 0.5], [1, -inf, nan, -inf], [inf, 0, 1, 2], [inf, inf, 0, 1], [-inf, 0, 1, 2],
+    [-inf, -inf, -inf, -inf], [inf, nan, inf, 0], [nan, nan, -0.0, 65504], [0, -0.0, 0, -0.0],
+    # Probabilities that round equal tie (MoE ranks them, not the logits); weights near QMoE's 1e-8
+    # threshold and ones that underflow to 0.
+    [1e-8, 0, -5, -5], [0, -19, -30, -30], [0, -17, -30, -30], [0, -200, -300, -300],
+]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("normalize", [0, 1], ids=["norm0", "norm1"])
+@pytest.mark.parametrize("dtype,scale", [(np.float32, 1.0), (np.float32, 1e30), (np.float16, 1.0)],
+                         ids=["float", "float_scale1e30", "float16"])
+@pytest.mark.parametrize("op", ["MoE", "QMoE"])
+def test_special_router_logits_route_as_on_cpu(op, dtype, scale, normalize, k):
+    """NaN and inf logits (fuzz s20261201 MoE-1-11, QMoE-1-1): MoE ranks softmax(logits), and a NaN,
+    a +inf or a row of -inf makes every weight NaN; QMoE ranks the logits, where ORT's partial_sort
+    keeps a NaN of the first k columns (the row gives 0) and never takes a later one. A weight not
+    above 0 (MoE) or 1e-8 (QMoE) drops its expert; scale 1e30 shows the tiny weights kept."""
+    model, feeds = routing_model(op, SPECIAL_LOGITS, k, dtype, scale, normalize_routing_weights=normalize)
+    assert_routes_as_on_cpu(model, feeds)
+
+
+SPECIAL_ROUTER_WEIGHTS = [
+    [0.5, 0.25, 0.125, 1.0], [nan, 0.25, 0.125, 1.0], [0.5, nan, 0.125, 1.0], [inf, 0.25, 0.125, 1.0],
+    [0.5, -0.25, 0.125, 1.0], [0.5, 0.0, 0.125, 1.0], [0, 0, 0, 0], [5e-9, 0.25, 0.125, 1.0], [-1, 1, 0, 0],
+    [1.5e-8, 0.25, 0.125, 1.0], [1e-8, 0.25, 0, 0],
+]
+# No NaN among the first k logits: there ORT's pick is undefined (see moe.rs, given_route).
+LOGITS_FOR_ROUTER_WEIGHTS = [[3, 2, 1, 0], [inf, 0, 1, 2], [inf, inf, 0, 1], [-inf, -inf, -inf, -inf],
+                             [0, 1, 2, nan], [1, -inf, 0, nan]]
+
+
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("normalize", [0, 1], ids=["norm0", "norm1"])
+@pytest.mark.parametrize("logits", LOGITS_FOR_ROUTER_WEIGHTS, ids=str)
+def test_special_router_weights_mix_as_on_cpu(logits, normalize, k):
+    """QMoE's router_weights: negative, zero, NaN and tiny weights (not above 1e-8) drop their
+    expert, inf mixes in; renormalising by a zero sum gives zero weights."""
+    rows = len(SPECIAL_ROUTER_WEIGHTS)
+    model, feeds = routing_model("QMoE", [logits] * rows, k, router_weights=SPECIAL_ROUTER_WEIGHTS, scale=1e20,
+                                 normalize_routing_weights=normalize)
+    assert_routes_as_on_cpu(model, feeds)
+
+
+@pytest.mark.parametrize("op", ["MoE", "QMoE"])
+def test_a_dropped_expert_adds_nothing_even_nan(op):
+    """Every row's input holds a NaN. Rows whose weights ORT drops are exactly 0, not NaN (no
+    `0·NaN`); the other is NaN on both sides."""
+    logits = [[inf, 0, 1, 2], [nan, 0, 1, 2], [0, 1, 2, 3], [-inf, -inf, -inf, -inf]]
+    x = np.ones((4, 4), np.float32)
+    x[:, 0] = nan
+    model, feeds = routing_model(op, logits, 2, x=x, activation_type="identity")
+    ours = assert_routes_as_on_cpu(*_with_fc1_ones(model, feeds))
+    assert (ours[[0, 1, 3]] == 0).all() and np.isnan(ours[2]).all()
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "silu", "identity"])
+@pytest.mark.parametrize("op", ["MoE", "QMoE"])
+def test_activations_of_special_values_as_on_cpu(op, activation):
+    """fc1's output is `x[0] + 1`: NaN, ±inf, huge and signed zeros through each activation (ORT's
+    relu is `std::max(0.0f, x)`: NaN gives 0)."""
+    first = [nan, inf, -inf, 1e30, -1e30, -1.0, -2.0, 3.0]
+    x = np.zeros((len(first), 4), np.float32)
+    x[:, 0] = first
+    model, feeds = routing_model(op, [[0, 1, 2, 3]] * len(first), 2, x=x, activation_type=activation)
+    assert_routes_as_on_cpu(*_with_fc1_ones(model, feeds, first_column_only=True))
+
+
+def _with_fc1_ones(model, feeds, first_column_only=False):
+    """The routing model with fc1's weights 1 (all, or only on the input's first column)."""
+    proto = onnx.load_from_string(model)
+    for init in proto.graph.initializer:
+        if init.name == "fc1_experts_weights":
+            w = numpy_helper.to_array(init).copy()
+            one = 129 if w.dtype == np.uint8 else 1
+            if first_column_only:
+                w[..., 0] = one
+            else:
+                w[...] = one
+            init.CopyFrom(numpy_helper.from_array(w, init.name))
+    return proto.SerializeToString(), feeds
 
 
 def test_k_above_the_expert_count_fails_as_on_cpu():

@@ -30,27 +30,49 @@ def _rng(case, what: str):
 # The reference, in float64
 
 
-def top_k(logits: np.ndarray, k: int) -> np.ndarray:
-    """``[T, E]`` -> ``[T, k]``: the largest logits, an equal one going to the larger index."""
-    index = np.broadcast_to(np.arange(logits.shape[-1]), logits.shape)
-    order = np.lexsort((-index, -logits), axis=-1)
+def top_k(keys: np.ndarray, k: int) -> np.ndarray:
+    """``[T, E]`` -> ``[T, k]``: the largest keys, an equal one going to the larger index, NaN
+    last."""
+    index = np.broadcast_to(np.arange(keys.shape[-1]), keys.shape)
+    order = np.lexsort((-index, -keys), axis=-1)
     return order[:, :k]
 
 
-def _softmax(x, axis=-1):
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+QMOE_MIN_WEIGHT = 1e-8  # ORT's QMoE drops an expert whose weight is not above this
 
 
-def mixing_weights(logits, picked, a, quantized, router_weights=None):
+def route(logits, a, quantized, router_weights=None):
+    """ORT's CPU routing, special floats included: ``(picked, weights, keep)``, each ``[T, k]``;
+    an expert not kept adds nothing to its row (not ``0·y``)."""
+    k = a.get("k", 1)
     normalise = a.get("normalize_routing_weights", 0)
-    if router_weights is not None:
-        w = np.take_along_axis(router_weights, picked, -1)
-    elif quantized:  # ORT's QMoE: the softmax over the picked logits, whatever the flag says
-        return _softmax(np.take_along_axis(logits, picked, -1))
-    else:
-        w = np.take_along_axis(_softmax(logits), picked, -1)
-    return w / w.sum(-1, keepdims=True) if normalise else w
+    take = lambda v, picked: np.take_along_axis(v, picked, -1)  # noqa: E731
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if not quantized:  # MoE ranks the probabilities; NaN, +inf or a row of -inf: all NaN
+            top = np.where(np.isnan(logits), -np.inf, logits).max(-1, keepdims=True)
+            poisoned = np.isnan(logits).any(-1, keepdims=True) | np.isinf(top)
+            e = np.exp(logits - top)
+            p = e / e.sum(-1, keepdims=True)
+            picked = top_k(p, k)
+            w = take(p, picked)
+            if normalise:
+                w = w / w.sum(-1, keepdims=True)
+            return picked, w, (w > 0) & ~poisoned
+        picked = top_k(logits, k)
+        if router_weights is not None:  # ORT's QMoE: the logits only rank
+            w = take(router_weights, picked)
+            if normalise:
+                total = w.sum(-1, keepdims=True)
+                w = np.where(total == 0, 0.0, w / np.where(total == 0, 1.0, total))
+            return picked, w, w > QMOE_MIN_WEIGHT
+        # The softmax over the picked logits, whatever the flag says. ORT's partial_sort keeps a
+        # NaN of the first k columns (and no later one): such a row, or one topped by ±inf, is 0.
+        chosen = take(logits, picked)
+        top = chosen[:, :1]
+        poisoned = np.isnan(logits[:, :k]).any(-1, keepdims=True) | np.isinf(top)
+        e = np.exp(chosen - top)
+        w = e / e.sum(-1, keepdims=True)
+        return picked, w, (w > QMOE_MIN_WEIGHT) & ~poisoned
 
 
 def activate(h, a):
@@ -75,12 +97,10 @@ def mixture(x, logits, w1, b1, w2, b2, a, quantized=False, router_weights=None):
     """``x [..., H]`` through float64 expert weights ``w1 [E, N1, H]``, ``w2 [E, H, I]``."""
     shape = x.shape
     x = x.reshape(-1, shape[-1])
-    k = a.get("k", 1)
-    picked = top_k(logits, k)
-    weights = mixing_weights(logits, picked, a, quantized, router_weights)
+    picked, weights, keep = route(logits, a, quantized, router_weights)
     out = np.zeros_like(x)
     for t in range(x.shape[0]):
-        for e, wt in zip(picked[t], weights[t]):
+        for e, wt in zip(picked[t][keep[t]], weights[t][keep[t]]):
             h = w1[e] @ x[t] + (b1[e] if b1 is not None else 0)
             y = w2[e] @ activate(h, a) + (b2[e] if b2 is not None else 0)
             out[t] += wt * y
