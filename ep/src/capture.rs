@@ -122,12 +122,20 @@ impl ShapeKey {
 enum Entry {
     /// Seen this many times, still below the compile threshold.
     Warming(u32),
-    /// The closure returns the plan's outputs, then one array per run-time check; the trace
-    /// records the checks' messages in that order.
-    Compiled(Closure, CheckMessages),
+    /// The closure returns the plan's outputs, then the written-rows masks of the outputs its
+    /// trace recorded, then one array per run-time check (their messages recorded too).
+    Compiled(Closure, TraceRecord),
 }
 
-type CheckMessages = Arc<Mutex<Vec<Arc<str>>>>;
+/// What a trace recorded besides its arrays, for its replays: which outputs have a
+/// written-rows mask, and the run-time checks' messages, in the order the closure returns them.
+#[derive(Debug, Default, Clone)]
+struct Recorded {
+    masked_outputs: Vec<usize>,
+    messages: Vec<Arc<str>>,
+}
+
+type TraceRecord = Arc<Mutex<Recorded>>;
 
 /// The compiled path of one plan (owned by the plan's thread, like its runtime).
 pub struct Capture {
@@ -241,11 +249,11 @@ impl Capture {
             }
             Entry::Warming(_) => {
                 self.traces += 1;
-                let messages = CheckMessages::default();
+                let record = TraceRecord::default();
                 let body = trace_body(
                     Arc::clone(plan),
                     runtime.constants.clone(),
-                    Arc::clone(&messages),
+                    Arc::clone(&record),
                 );
                 let closure = Closure::new(body)
                     .compile(self.path == Path::Shapeless)
@@ -253,35 +261,44 @@ impl Capture {
                 // MLX reads the fusion setting when the closure traces: at the apply below.
                 mlx_kernels::set_kernel_fusion(self.settings.fuse)
                     .map_err(|e| format!("compile failed: {e}"))?;
-                Entry::Compiled(closure, messages)
+                Entry::Compiled(closure, record)
             }
             compiled => {
                 self.hits += 1;
                 compiled
             }
         };
-        let Entry::Compiled(closure, messages) = &entry else {
+        let Entry::Compiled(closure, record) = &entry else {
             unreachable!("compiled above")
         };
         let applied = closure
             .apply(inputs)
             .map_err(|e| format!("compiled replay failed: {e}"));
-        let messages = messages.lock().map(|m| m.clone()).unwrap_or_default();
+        let record = record.lock().map(|r| r.clone()).unwrap_or_default();
         self.cache.push((key, entry));
         let mut outputs = applied?;
         let produced = outputs.len();
-        let expected = plan.outputs.len() + messages.len();
+        let masks = record.masked_outputs.len();
+        let expected = plan.outputs.len() + masks + record.messages.len();
         if produced != expected {
             return Err(format!(
-                "compiled replay returned {produced} arrays for {expected} outputs and checks"
+                "compiled replay returned {produced} arrays for {expected} outputs, masks and checks"
             ));
         }
         let checks = outputs
-            .split_off(plan.outputs.len())
+            .split_off(plan.outputs.len() + masks)
             .into_iter()
-            .zip(messages)
+            .zip(record.messages)
             .map(|(holds, message)| NodeCheck { holds, message })
             .collect();
+        let mut written_rows = vec![None; plan.outputs.len()];
+        for (output, mask) in record
+            .masked_outputs
+            .iter()
+            .zip(outputs.split_off(plan.outputs.len()))
+        {
+            written_rows[*output] = Some(mask);
+        }
         // A trace lowers the plan, and may be the first to prepare arrays from constants.
         let prepare = runtime.constants.prepare_time() - prepared_before;
         times.prepare += prepare;
@@ -289,17 +306,19 @@ impl Capture {
         Ok(Some(Lowering {
             outputs,
             checks,
+            written_rows,
             keep_alive: inputs.iter().cloned().map(Some).collect(),
         }))
     }
 }
 
 /// The closure MLX traces: the plan's lowering over its inputs, constants captured. It returns
-/// the outputs followed by the run-time checks, whose messages it records for the replays.
+/// the outputs, then the written-rows masks, then the run-time checks, and records which outputs
+/// the masks belong to and the checks' messages for the replays.
 fn trace_body(
     plan: Arc<Plan>,
     constants: Constants,
-    messages: CheckMessages,
+    record: TraceRecord,
 ) -> impl Fn(&[Array]) -> mlx_kernels::Result<Vec<Array>> {
     move |inputs: &[Array]| {
         let stream = device::stream()?;
@@ -311,12 +330,18 @@ fn trace_body(
             )
             .map_err(mlx_kernels::Error::Callback)?;
         let mut arrays = lowering.outputs;
-        let mut recorded = Vec::with_capacity(lowering.checks.len());
+        let mut recorded = Recorded::default();
+        for (output, mask) in lowering.written_rows.into_iter().enumerate() {
+            if let Some(mask) = mask {
+                arrays.push(mask);
+                recorded.masked_outputs.push(output);
+            }
+        }
         for check in lowering.checks {
             arrays.push(check.holds);
-            recorded.push(check.message);
+            recorded.messages.push(check.message);
         }
-        if let Ok(mut slot) = messages.lock() {
+        if let Ok(mut slot) = record.lock() {
             *slot = recorded;
         }
         Ok(arrays)

@@ -170,6 +170,9 @@ pub struct NodeCheck {
 pub struct Lowering {
     pub outputs: Vec<Array>,
     pub checks: Vec<NodeCheck>,
+    /// Per output: the rows it writes in a buffer shared with an input, when its node said
+    /// (`op_specs::WrittenRows`); `None`: every row.
+    pub written_rows: Vec<Option<Array>>,
     pub keep_alive: Vec<Option<Array>>,
 }
 
@@ -195,6 +198,7 @@ impl From<EvalError> for String {
 /// input that borrows ORT's memory (it could reuse the buffer).
 pub struct Evaluated {
     pub outputs: Vec<Array>,
+    pub written_rows: Vec<Option<Array>>,
     #[allow(dead_code)]
     keep_alive: Vec<Option<Array>>,
 }
@@ -402,6 +406,7 @@ impl Plan {
         let Lowering {
             outputs,
             checks,
+            written_rows,
             keep_alive,
         } = lowering;
         for (array, expected) in outputs.iter().zip(&self.outputs) {
@@ -419,6 +424,7 @@ impl Plan {
         let evaluating = Instant::now();
         let mut all = outputs.clone();
         all.extend(checks.iter().map(|c| c.holds.clone()));
+        all.extend(written_rows.iter().flatten().cloned());
         Array::eval_all(&all)
             .map_err(|e| EvalError::Mlx(format!("MLX evaluation of {} failed: {e}", self.name)))?;
         times.eval += evaluating.elapsed();
@@ -433,6 +439,7 @@ impl Plan {
         }
         Ok(Evaluated {
             outputs,
+            written_rows,
             keep_alive,
         })
     }
@@ -472,6 +479,7 @@ impl Plan {
             env[*slot] = array;
         }
         let mut checks = Vec::new();
+        let mut rows_of_slot: HashMap<usize, Array> = HashMap::new();
         for (index, planned) in self.nodes.iter().enumerate() {
             let args: Vec<Option<Array>> = planned
                 .inputs
@@ -503,6 +511,11 @@ impl Plan {
                 holds: c.holds,
                 message: failed_check(&planned.node, &c.message).into(),
             }));
+            for written in lowered.written_rows {
+                if let Some(Some(slot)) = planned.outputs.get(written.output) {
+                    rows_of_slot.insert(*slot, written.rows);
+                }
+            }
             for (slot, result) in planned.outputs.iter().zip(lowered.outputs) {
                 if let Some(slot) = slot {
                     env[*slot] = Some(without_kernel_if_empty(result)?);
@@ -518,9 +531,15 @@ impl Plan {
                     .ok_or_else(|| "a fused output was never computed".to_owned())
             })
             .collect::<Result<Vec<_>, String>>()?;
+        let written_rows = self
+            .outputs
+            .iter()
+            .map(|o| rows_of_slot.get(&o.slot).cloned())
+            .collect();
         Ok(Lowering {
             outputs,
             checks,
+            written_rows,
             keep_alive: env,
         })
     }

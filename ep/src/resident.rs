@@ -101,16 +101,26 @@ impl Residency {
     }
 
     /// Writes `output` into `buffer`, which is input `index`'s buffer and holds `input`'s bytes:
-    /// only the rows that differ. Keeps `output` as the input's mirror for the next run.
+    /// only the rows that differ, and of those only the rows in `written` when the node said
+    /// which rows it writes in place (the others keep the buffer's bytes, as ORT's kernels
+    /// leave them). Keeps what the buffer then holds as the input's mirror for the next run.
     pub fn write_back(
         &mut self,
         index: usize,
         input: &Array,
         output: &Array,
+        written: Option<&Array>,
         buffer: &mut [u8],
         stream: &Stream,
     ) -> Result<(), String> {
         let rows = Rows::of(output);
+        let in_place = |e: mlx_kernels::Error| e.to_string();
+        // What the buffer holds after this write: the output's rows where the node writes,
+        // the input's elsewhere.
+        let output = &match written {
+            Some(mask) => in_place_result(input, output, mask, &rows, stream).map_err(in_place)?,
+            None => output.clone(),
+        };
         let changed = changed_rows(input, output, &rows, stream).map_err(|e| e.to_string())?;
         let row_bytes = rows.width * output.dtype().size_in_bytes();
         if changed.len() * 2 > rows.count {
@@ -158,6 +168,27 @@ fn bits_type(dtype: Dtype) -> Dtype {
 fn as_rows(a: &Array, rows: &Rows, s: &Stream) -> mlx_kernels::Result<Array> {
     let bits = ops::view(&ops::contiguous(a, s)?, bits_type(a.dtype()), s)?;
     ops::reshape(&bits, &[rows.count as i64, rows.width as i64], s)
+}
+
+/// `output` where `mask` (broadcast over the rows, i.e. the shape without the last axis) is
+/// true, `input` elsewhere, shaped as `output`.
+fn in_place_result(
+    input: &Array,
+    output: &Array,
+    mask: &Array,
+    rows: &Rows,
+    s: &Stream,
+) -> mlx_kernels::Result<Array> {
+    let shape = output.shape();
+    let row_dims = &shape[..shape.len().saturating_sub(1)];
+    let mask = ops::reshape(
+        &ops::broadcast_to(mask, row_dims, s)?,
+        &[rows.count as i64, 1],
+        s,
+    )?;
+    let as_2d = |a: &Array| ops::reshape(a, &[rows.count as i64, rows.width as i64], s);
+    let merged = ops::where_(&mask, &as_2d(output)?, &as_2d(input)?, s)?;
+    ops::reshape(&merged, &shape, s)
 }
 
 /// Indices of the rows where `a` and `b` differ.

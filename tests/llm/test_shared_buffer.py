@@ -107,6 +107,50 @@ def test_only_new_rows_are_written_back_and_steps_read_the_device_mirror(decoder
     assert mirrored == BUFFERS * DECODE  # every step after the prompt
 
 
+def test_rows_the_step_does_not_write_keep_what_the_buffer_held(decoder, monkeypatch, capfd):
+    """A buffer pre-filled with a sentinel: ORT's kernel writes only each step's new rows into a
+    shared buffer, so every row past the sequence keeps the sentinel (a present of its own would
+    have zeros there); the EP must write the same rows and no others."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    sentinel = 7.25
+
+    def fill(loop, step):
+        if step == 0:
+            for array in loop.arrays.values():
+                array[...] = sentinel
+
+    loops = generate_both(decoder, fill)  # logits and whole buffers equal to ORT's CPU EP's
+    used = PROMPT + DECODE
+    for name, array in loops[0].arrays.items():
+        assert (array[:, :, used:] == sentinel).all(), f"{name}: rows past the sequence were written"
+        assert (array[:, :, :used] != sentinel).all(), f"{name}: a new row was not written"
+    written, _, mirrored = summary_counts(teardown_summary(loops, capfd))
+    assert written == BUFFERS * SHAPE.kv_heads * used
+    assert mirrored == BUFFERS * DECODE
+
+
+def test_a_compiled_step_writes_only_its_rows_too(decoder, monkeypatch, capfd):
+    """The same step three times (a shape is compiled at its second run): the replays of the
+    compiled closure carry the written-rows masks as the eager run does."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    ids = tokens(PROMPT + 1)
+    loops = [SharedBufferLoop(decoder, on_mlx=True), SharedBufferLoop(decoder, on_mlx=False)]
+    for loop in loops:
+        for array in loop.arrays.values():
+            array[...] = -3.5
+        loop.step(ids[:, :PROMPT])
+    for _ in range(3):
+        got, want = (loop.step(ids[:, PROMPT:]) for loop in loops)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        for loop in loops:
+            loop.length -= 1  # the same step again
+    for name in loops[0].arrays:
+        np.testing.assert_allclose(loops[0].arrays[name], loops[1].arrays[name], rtol=1e-4, atol=1e-4, err_msg=name)
+        assert (loops[0].arrays[name][:, :, PROMPT + 1:] == -3.5).all()
+    summary = teardown_summary(loops, capfd)
+    assert re.search(r"[1-9]\d* cache hit\(s\)", summary), summary
+
+
 def test_a_buffer_changed_between_steps_is_read_again_from_the_host(decoder, monkeypatch, capfd):
     """A row the last step wrote is changed on the host (both loops alike): the mirror no longer
     matches and the step must see the change."""

@@ -14,7 +14,7 @@ use crate::ort::api::guard;
 use crate::ort::kernel;
 use crate::ort::sys;
 use crate::ort::thread_bound::ThreadBound;
-use crate::plan::{Plan, RunTimes, Runtime};
+use crate::plan::{Evaluated, Plan, RunTimes, Runtime};
 use crate::resident::Residency;
 
 /// `base` first, so ORT's `OrtNodeComputeInfo*` is also a pointer to the whole struct.
@@ -174,13 +174,7 @@ fn run(
         .inspect_err(|_| residency.forget())?;
     let copying = Instant::now();
     let written = write_outputs(
-        context,
-        &info.plan,
-        &evaluated.outputs,
-        &fed,
-        &buffers,
-        residency,
-        runtime,
+        context, &info.plan, &evaluated, &fed, &buffers, residency, runtime,
     );
     if written.is_err() {
         residency.forget();
@@ -223,13 +217,14 @@ fn run(
 fn write_outputs(
     context: *mut sys::OrtKernelContext,
     plan: &Plan,
-    outputs: &[Array],
+    evaluated: &Evaluated,
     inputs: &[Option<Array>],
     buffers: &[Option<(usize, usize)>],
     residency: &mut Residency,
     runtime: &Runtime,
 ) -> Result<(), String> {
     let mut shared = Vec::new();
+    let outputs = &evaluated.outputs;
     for ((index, array), output) in outputs.iter().enumerate().zip(&plan.outputs) {
         let shape = array.shape();
         // SAFETY: the live kernel context of this call; ORT allocates the output (or hands the
@@ -245,14 +240,17 @@ fn write_outputs(
             .iter()
             .position(|b| !bytes.is_empty() && *b == Some(address));
         match same.and_then(|i| Some((i, inputs[i].as_ref()?))) {
-            Some((input, fed)) => shared.push((input, fed, array, bytes)),
+            Some((input, fed)) => {
+                let written = evaluated.written_rows.get(index).and_then(Option::as_ref);
+                shared.push((input, fed, array, written, bytes))
+            }
             None => array
                 .copy_to(bytes, &runtime.stream)
                 .map_err(|e| e.to_string())?,
         }
     }
-    for (input, fed, array, bytes) in shared {
-        residency.write_back(input, fed, array, bytes, &runtime.stream)?;
+    for (input, fed, array, written, bytes) in shared {
+        residency.write_back(input, fed, array, written, bytes, &runtime.stream)?;
     }
     Ok(())
 }

@@ -247,6 +247,12 @@ fn group_query_attention(
         first_prompt,
         s,
     )?;
+    if past.is_some() {
+        // ORT's kernel writes only the new rows into a buffer that past and present share.
+        let written = new_rows(&row_past, seq, present_len, s)?;
+        cx.writes_only_rows(1, &written);
+        cx.writes_only_rows(2, &written);
+    }
 
     // Which keys each query sees: [lo, eff), as [B, 1, S, P].
     let qk_wanted = cx.node().output_present(3);
@@ -555,6 +561,24 @@ fn positions(
         format!("GroupQueryAttention: position ids must lie in [0, {cache_rows}) (the rotary cache's rows)"),
     )?;
     crate::indexing::in_bounds(&positions, cache_rows, cx.stream())
+}
+
+/// The rows `[past_b, past_b + S)` of a present cache `[B, Hkv, P, D]`, as `[B|1, 1, P]`:
+/// what ORT's kernel writes when present and past share one buffer (the rest of the buffer
+/// keeps what it held; a present of its own has the past rows and zeros there).
+fn new_rows(row_past: &Array, seq: i64, present_len: i64, s: &Stream) -> Result<Array> {
+    let j = ops::reshape(
+        &ops::arange(0.0, present_len as f64, 1.0, Dtype::I32, s)?,
+        &[1, 1, present_len],
+        s,
+    )?;
+    let from = ops::squeeze(row_past, &[3], s)?; // [B, 1, 1]
+    let to = ops::add(&from, &scalar(seq as f64, Dtype::I32, s)?, s)?;
+    Ok(ops::logical_and(
+        &ops::greater_equal(&j, &from, s)?,
+        &ops::less(&j, &to, s)?,
+        s,
+    )?)
 }
 
 /// One present cache `[B, Hkv, P, D]`: `past` rows `[0, past_b)`, the new rows `[past_b,

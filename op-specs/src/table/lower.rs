@@ -53,12 +53,24 @@ pub struct RuntimeCheck {
     pub message: String,
 }
 
-/// What lowering one node produced: an array per output slot, and the run-time checks the
-/// outputs are only valid under.
+/// Which rows of an output the node writes when ORT hands that output the buffer of one of its
+/// inputs (onnxruntime-genai's shared past/present KV cache): ORT's kernels then write those
+/// rows in place and leave the others as the buffer holds them, while a buffer of the output's
+/// own gets every row the lowering computed. `rows` is a bool array that broadcasts to the
+/// output's shape without its last axis (a row is a last-axis vector).
+#[derive(Debug, Clone)]
+pub struct WrittenRows {
+    pub output: usize,
+    pub rows: Array,
+}
+
+/// What lowering one node produced: an array per output slot, the run-time checks the outputs
+/// are only valid under, and the rows an in-place output writes.
 #[derive(Debug)]
 pub struct Lowered {
     pub outputs: Vec<Array>,
     pub checks: Vec<RuntimeCheck>,
+    pub written_rows: Vec<WrittenRows>,
 }
 
 /// Arrays derived from a plan's constants alone (a weight's repacked scales), computed and
@@ -99,6 +111,7 @@ pub struct Lower<'a> {
     stream: &'a Stream,
     node: &'a Node,
     checks: Vec<RuntimeCheck>,
+    written_rows: Vec<WrittenRows>,
     constants: Option<ConstantInputs<'a>>,
 }
 
@@ -114,6 +127,7 @@ impl<'a> Lower<'a> {
             stream,
             node,
             checks: Vec::new(),
+            written_rows: Vec::new(),
             constants: None,
         }
     }
@@ -202,8 +216,18 @@ impl<'a> Lower<'a> {
     }
 
     /// The checks registered so far (the lowering's caller collects them).
-    pub fn into_checks(self) -> Vec<RuntimeCheck> {
-        self.checks
+    /// Declares that output `output`, when it shares an input's buffer, writes only the rows
+    /// where `rows` is true (see [`WrittenRows`]).
+    pub fn writes_only_rows(&mut self, output: usize, rows: &Array) {
+        self.written_rows.push(WrittenRows {
+            output,
+            rows: rows.clone(),
+        });
+    }
+
+    /// What the lowering recorded besides its outputs: run-time checks and written rows.
+    pub fn into_records(self) -> (Vec<RuntimeCheck>, Vec<WrittenRows>) {
+        (self.checks, self.written_rows)
     }
 
     pub fn stream(&self) -> &'a Stream {

@@ -220,9 +220,11 @@ impl OpSpec {
                 outputs.len(),
             )));
         }
+        let (checks, written_rows) = cx.into_records();
         Ok(Lowered {
             outputs,
-            checks: cx.into_checks(),
+            checks,
+            written_rows,
         })
     }
 
