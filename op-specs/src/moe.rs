@@ -87,7 +87,8 @@ impl Mlp {
             activation,
             alpha,
             beta,
-            limit,
+            // ORT's std::min(g, NaN) and std::clamp(l, NaN, NaN) return g and l: no limit.
+            limit: limit.filter(|l| !l.is_nan()),
         })
     }
 
@@ -500,6 +501,14 @@ fn common_claim(node: &Node, fc3_slot: usize) -> Option<Verdict> {
             )))
         }
     }
+    if activation == Activation::SwiGlu {
+        if let Some(limit) = node.attr_as::<f32>("swiglu_limit").filter(|&l| l < 0.0) {
+            return Some(Verdict::decline(format!(
+                "swiglu_limit {limit} < 0: ORT's CPU kernel clamps with std::clamp(l, -limit, \
+                 limit), undefined when -limit > limit (its build aborts)"
+            )));
+        }
+    }
     if node.attr_or("use_sparse_mixer", 0i64) != 0 {
         return Some(Verdict::decline(
             "use_sparse_mixer: ORT's CPU kernel ignores it (plain top-k) while its CUDA kernel \
@@ -531,7 +540,7 @@ fn common_claim(node: &Node, fc3_slot: usize) -> Option<Verdict> {
     // Checked by the claim (declined when set, or when SwiGLU is not interleaved).
     ignores(use_sparse_mixer: i64, swiglu_fusion: i64),
     shape = ShapeKeyed, claim = moe_claim,
-    declines = "use_sparse_mixer (ORT's CPU and CUDA kernels disagree); fc3 and SwiGLU other than interleaved (swiglu_fusion 1), which ORT's CPU kernel does not implement; k < 1; unknown activation types",
+    declines = "use_sparse_mixer (ORT's CPU and CUDA kernels disagree); fc3 and SwiGLU other than interleaved (swiglu_fusion 1), which ORT's CPU kernel does not implement; k < 1; unknown activation types; swiglu_limit < 0 (ORT's std::clamp is undefined there and its build aborts)",
     numerics = "float32 throughout, rounded once to the input's type, as ORT's float32 kernel. ORT 1.31.1's float16 kernel answers as if the input were zeros when normalize_routing_weights is 0 (it agrees with the EP when it is 1): float16 is held to a float64 reference there, within 2e-3 of the output's largest magnitude (tests/ep/test_moe.py)"
 )]
 fn moe(
@@ -568,7 +577,8 @@ fn moe(
     let fc1 = float_projection(fc1_experts_weights, fc1_experts_bias, mlp.fc1_rows(i))?;
     let fc2 = float_projection(fc2_experts_weights, fc2_experts_bias, h)?;
     let mixing = Mixing::Softmax {
-        normalise: normalize_routing_weights != 0,
+        // ORT renormalises only at 1 (2 and -1 do not).
+        normalise: normalize_routing_weights == 1,
     };
     let experts = Experts { fc1, mlp, fc2 };
     let routing = Routing { k, mixing };
@@ -633,7 +643,7 @@ fn moe_claim(node: &Node) -> Verdict {
         swiglu_fusion: i64, quant_type: String
     ),
     shape = ShapeKeyed, claim = qmoe_claim,
-    declines = "quant_type other than 'int' (the FP4/FP8 modes and their global and activation scales); expert_weight_bits other than 2, 4, 8 and per-projection widths that differ (ORT's CPU kernel does not mix them); block sizes that are not a power of two >= 16; weights_prepacked = 1 (another EP's layout); fc1_scales missing; and as MoE: use_sparse_mixer, fc3, SwiGLU other than interleaved, k < 1, unknown activation types",
+    declines = "quant_type other than 'int' (the FP4/FP8 modes and their global and activation scales); expert_weight_bits other than 2, 4, 8 and per-projection widths that differ (ORT's CPU kernel does not mix them); block sizes that are not a power of two >= 16; weights_prepacked = 1 (another EP's layout); fc1_scales missing; column-wise [E, rows, 1] scales with zero points and no block_size (ORT reads those zero points in another layout than it checks); and as MoE: use_sparse_mixer, fc3, SwiGLU other than interleaved, k < 1, unknown activation types, swiglu_limit < 0",
     numerics = "the exact float32 mixture of the dequantised experts, rounded once to the input's type, at every accuracy_level. ORT's CPU kernel computes the same column-wise and for 2/4-bit blocks at levels 0-3; for blocks at level 4, and 8-bit blocks at every level, it quantises the activations to int8 per block, so ORT is the less accurate side there: against a float64 reference ORT's error is 0.3-2% of the output's largest magnitude, ours below 1e-6 in float32 (tests/ep/test_moe.py). With router_weights and a NaN among a row's first k logits ORT's pick is undefined (NaN breaks std::partial_sort's ordering, and which experts join the NaN's depends on the heap's internals): the EP ranks NaN last there"
 )]
 fn qmoe(
@@ -723,7 +733,8 @@ fn qmoe(
             expect_shape(&weights, &[tokens, experts], "router_weights")?;
             Mixing::Given {
                 weights,
-                normalise: normalize_routing_weights != 0,
+                // ORT renormalises only at 1 (2 and -1 do not).
+                normalise: normalize_routing_weights == 1,
             }
         }
         None => Mixing::SoftmaxOfPicked,
@@ -746,7 +757,7 @@ struct QuantLayout {
 impl QuantLayout {
     /// Scales per row: one, or one per block along the columns.
     fn groups(&self) -> i64 {
-        self.block.map_or(1, |b| self.cols / b)
+        self.block.map_or(1, |b| (self.cols + b - 1) / b)
     }
 
     /// The width of a group along the columns.
@@ -770,6 +781,7 @@ fn quantized_projection(
         zero_points,
         slots,
     } = *inputs;
+    let layout = &effective_layout(layout, scales);
     let QuantLayout {
         experts,
         rows,
@@ -777,12 +789,10 @@ fn quantized_projection(
         bits,
         block,
     } = *layout;
-    if let Some(b) = block {
-        if cols % b != 0 {
-            return Err(OpError::new(format!(
-                "{name}: K = {cols} is not a multiple of block_size {b} (ORT's kernel requires it)"
-            )));
-        }
+    if block.is_none() && scales.ndim() == 3 && zero_points.is_some() {
+        return Err(OpError::new(format!(
+            "{name}: {SCALES_3D_WITH_ZERO_POINTS}; give the scales as [E, rows]"
+        )));
     }
     let what = |part: &str| format!("{name}_{part}");
     expect_shape(
@@ -793,6 +803,7 @@ fn quantized_projection(
     let groups = layout.groups();
     let scale_shape: Vec<i64> = match block {
         Some(_) => vec![experts, rows, groups],
+        None if scales.ndim() == 3 => vec![experts, rows, 1],
         None => vec![experts, rows],
     };
     expect_shape(scales, &scale_shape, &what("scales"))?;
@@ -829,6 +840,17 @@ fn quantized_projection(
     Ok(Projection { weights, bias })
 }
 
+/// The layout ORT's kernel reads: 2-D scales `[E, rows]` are column-wise whatever `block_size`
+/// says (3-D ones `[E, rows, 1]` are too when it is absent).
+fn effective_layout(layout: &QuantLayout, scales: &Array) -> QuantLayout {
+    let block = if scales.ndim() == 2 {
+        None
+    } else {
+        layout.block
+    };
+    QuantLayout { block, ..*layout }
+}
+
 /// One QMoE projection's quantised inputs and their input slots (for `Lower::prepared`).
 #[derive(Clone, Copy)]
 struct QuantInputs<'a> {
@@ -848,7 +870,9 @@ fn mlx_group(layout: &QuantLayout) -> Option<i64> {
         return None;
     }
     let width = layout.group_width();
-    [64, 32].into_iter().find(|g| width % g == 0)
+    [64, 32]
+        .into_iter()
+        .find(|g| width % g == 0 && layout.cols % g == 0)
 }
 
 /// The smallest K handed to MLX's quantized products (see `mlx_group`).
@@ -873,13 +897,21 @@ fn affine(
         ..
     } = *layout;
     let words = ops::view(&ops::contiguous(weight, s)?, Dtype::U32, s)?;
-    let per_group = layout.group_width() / group;
+    // A block wider than K (or a partial last one) repeats its scale only over the columns
+    // there are.
+    let per_mlx_group = |v: &Array| {
+        take_first(
+            &repeat_last(v, layout.group_width() / group, s)?,
+            cols / group,
+            s,
+        )
+    };
     let biases = ops::negative(&ops::multiply(scale, zero, s)?, s)?;
     // Row-contiguous scales and biases: MLX's CUDA kernels refuse the strides a repeat leaves.
     Ok(Quantized {
         weight: ops::reshape(&words, &[experts, rows, cols * bits / 32], s)?,
-        scales: ops::contiguous(&repeat_last(scale, per_group, s)?, s)?,
-        biases: ops::contiguous(&repeat_last(&biases, per_group, s)?, s)?,
+        scales: ops::contiguous(&per_mlx_group(scale)?, s)?,
+        biases: ops::contiguous(&per_mlx_group(&biases)?, s)?,
         group_size: group as i32,
         bits: bits as i32,
     })
@@ -900,17 +932,16 @@ fn dequantised(
         bits,
         ..
     } = *layout;
-    let groups = layout.groups();
     let q = ops::astype(&unpack(weight, bits, s)?, Dtype::F32, s)?;
-    let grouped = ops::reshape(&q, &[experts, rows, groups, layout.group_width()], s)?;
-    let per_group = |v: &Array| -> Result<Array> {
+    // Each column's group parameter (the last block may be partial).
+    let per_column = |v: &Array| -> Result<Array> {
         if v.ndim() == 0 {
             return Ok(v.clone());
         }
-        Ok(ops::expand_dims(v, &[-1], s)?)
+        take_first(&repeat_last(v, layout.group_width(), s)?, cols, s)
     };
-    let centred = ops::subtract(&grouped, &per_group(zero)?, s)?;
-    let values = ops::multiply(&centred, &per_group(scale)?, s)?;
+    let centred = ops::subtract(&q, &per_column(zero)?, s)?;
+    let values = ops::multiply(&centred, &per_column(scale)?, s)?;
     Ok(ops::reshape(&values, &[experts, rows, cols], s)?)
 }
 
@@ -946,6 +977,11 @@ fn zero_points_f32(
     };
     Ok(Some(ops::astype(&values, Dtype::F32, s)?))
 }
+
+/// Declined (by the claim where the scales' rank is known, else when the node runs).
+const SCALES_3D_WITH_ZERO_POINTS: &str = "column-wise [E, rows, 1] scales with zero points and no \
+     block_size: ORT's kernel reads those zero points in another layout than it checks them (its \
+     answer differs from the same scales given as [E, rows])";
 
 fn qmoe_claim(node: &Node) -> Verdict {
     if let Some(verdict) = common_claim(node, 8) {
@@ -983,6 +1019,13 @@ fn qmoe_claim(node: &Node) -> Verdict {
             return Verdict::decline(format!(
                 "block_size {block}: ORT takes a power of two >= 16"
             ));
+        }
+    }
+    if node.attr_as::<i64>("block_size").is_none() {
+        let with_zero_points =
+            |scales: usize, zp: usize| node.input_rank(scales) == Some(3) && node.input_present(zp);
+        if with_zero_points(3, 11) || with_zero_points(6, 12) {
+            return Verdict::decline(SCALES_3D_WITH_ZERO_POINTS);
         }
     }
     if node.attr_or("weights_prepacked", -1i64) == 1 {
@@ -1075,6 +1118,16 @@ mod tests {
         }
         assert!(why(moe(), &[int("swiglu_fusion", 1)]).contains("only to swiglu"));
         assert!(why(moe(), &[int("k", 0)]).contains("k >= 1"));
+        let negative_limit = [
+            text("activation_type", "swiglu"),
+            int("swiglu_fusion", 1),
+            ("swiglu_limit".into(), AttrValue::Float(-1.0)),
+        ];
+        assert!(why(qmoe(), &negative_limit).contains("std::clamp"));
+        assert!(claimed(&with(
+            moe(),
+            &[("swiglu_limit".into(), AttrValue::Float(-1.0))]
+        )));
         assert!(why(moe(), &[text("activation_type", "tanh")]).contains("tanh"));
         let with_fc3 = moe().input(F);
         assert!(decline_reason(&with_fc3).contains("fc3"));
@@ -1083,6 +1136,12 @@ mod tests {
         assert!(why(qmoe(), &[int("fc1_expert_weight_bits", 8)]).contains("mixed widths"));
         assert!(why(qmoe(), &[int("block_size", 24)]).contains("power of two"));
         assert!(why(qmoe(), &[int("weights_prepacked", 1)]).contains("another EP"));
+        let scales_3d = (0..4)
+            .fold(qmoe(), |n, _| n.absent_input())
+            .input(U8)
+            .input_dims(3, &[Some(4), Some(8), Some(1)]);
+        assert!(decline_reason(&scales_3d).contains("[E, rows, 1] scales"));
+        assert!(claimed(&with(scales_3d, &[int("block_size", 32)])));
         assert!(why(qmoe(), &[int("use_sparse_mixer", 1)]).contains("use_sparse_mixer"));
     }
 

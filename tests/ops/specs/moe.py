@@ -45,7 +45,7 @@ def route(logits, a, quantized, router_weights=None):
     """ORT's CPU routing, special floats included: ``(picked, weights, keep)``, each ``[T, k]``;
     an expert not kept adds nothing to its row (not ``0·y``)."""
     k = a.get("k", 1)
-    normalise = a.get("normalize_routing_weights", 0)
+    normalise = a.get("normalize_routing_weights", 0) == 1  # ORT: 2 and -1 do not renormalise
     take = lambda v, picked: np.take_along_axis(v, picked, -1)  # noqa: E731
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if not quantized:  # MoE ranks the probabilities; NaN, +inf or a row of -inf: all NaN
@@ -77,8 +77,8 @@ def route(logits, a, quantized, router_weights=None):
 
 def activate(h, a):
     kind = a.get("activation_type", "relu")
-    if kind == "relu":
-        return np.maximum(h, 0)
+    if kind == "relu":  # ORT's std::max(0.0f, x): NaN gives 0
+        return np.where(h > 0, h, 0.0)
     if kind == "gelu":
         return _gelu_tanh(h)
     if kind == "silu":
@@ -86,6 +86,7 @@ def activate(h, a):
     if kind == "identity":
         return h
     limit = np.float64(np.float32(a.get("swiglu_limit", np.inf)))
+    limit = np.inf if np.isnan(limit) else limit  # ORT's std::min/std::clamp with NaN: no limit
     alpha = np.float64(np.float32(a.get("activation_alpha", 1.0)))
     beta = np.float64(np.float32(a.get("activation_beta", 0.0)))
     gate = np.minimum(h[..., 0::2], limit)
@@ -118,7 +119,7 @@ def dequantise(q, scales, zp, bits, block):
     values = unpack(q, bits).astype(np.float64)
     e, n, k = values.shape
     width = block or k
-    groups = k // width
+    groups = -(-k // width)  # ORT takes a partial last block (and a block wider than K)
     if zp is None:
         zero = np.full((e, n, groups), 2.0 ** (bits - 1))
     elif block:
@@ -126,16 +127,17 @@ def dequantise(q, scales, zp, bits, block):
     else:
         zero = unpack(zp, bits)[..., :n].astype(np.float64).reshape(e, n, 1)
     scale = np.asarray(scales, np.float64).reshape(e, n, groups)
-    grouped = values.reshape(e, n, groups, width)
-    return ((grouped - zero[..., None]) * scale[..., None]).reshape(e, n, k)
+    group_of = np.arange(k) // width
+    return (values - zero[..., group_of]) * scale[..., group_of]
 
 
 def qmoe_ref(xs, a):
     xs = list(xs) + [None] * (21 - len(xs))
     x, logits = xs[0], xs[1]
     bits, block = a.get("expert_weight_bits", 4), a.get("block_size")
-    w1 = dequantise(xs[2], xs[3], xs[11], bits, block)
-    w2 = dequantise(xs[5], xs[6], xs[12], bits, block)
+    # ORT reads 2-D scales column-wise whatever block_size says.
+    w1 = dequantise(xs[2], xs[3], xs[11], bits, block if np.ndim(xs[3]) == 3 else None)
+    w2 = dequantise(xs[5], xs[6], xs[12], bits, block if np.ndim(xs[6]) == 3 else None)
     return mixture(x, logits, w1, xs[4], w2, xs[7], a, quantized=True, router_weights=xs[14])
 
 
@@ -184,6 +186,7 @@ _MOE_VARIANTS += [
     _moe("swiglu_k2", k=2, **_SWIGLU),
     _moe("swiglu_oss_norm", k=2, normalize_routing_weights=1, **_SWIGLU_OSS),
     _moe("swiglu_limit_small", k=2, **dict(_SWIGLU, swiglu_limit=0.25)),
+    _moe("swiglu_limit_nan", k=2, **dict(_SWIGLU, swiglu_limit=float("nan"))),
     _moe("no_bias", k=2, bias=False, activation_type="silu"),
     _moe("no_bias_swiglu", k=2, bias=False, **_SWIGLU),
     _moe("k_all", k=E, normalize_routing_weights=1),
@@ -231,10 +234,10 @@ def case_experts(case) -> int:
     return case.variant.shapes[1][-1] if case.variant.shapes else E
 
 
-def _scales(what, rows_of, cols, bits, block):
+def _scales(what, rows_of, cols, bits, block, three_d=False):
     def make(case):
         rows = rows_of(case.attrs)
-        shape = (case_experts(case), rows) + ((cols // block,) if block else ())
+        shape = (case_experts(case), rows) + ((-(-cols // block),) if block else (1,) if three_d else ())
         # Sums of `cols` products keep the same size whatever cols is (float32 tolerances are
         # relative to the output, cancellation errors to the terms).
         s = _rng(case, what).uniform(0.02, 0.1, shape) * 2.0 ** (4 - bits) * np.sqrt(32 / cols)
@@ -248,7 +251,7 @@ def _zero_points(what, rows_of, cols, bits, block):
         rows = rows_of(case.attrs)
         e = case_experts(case)
         if block:
-            return pack_padded(_rng(case, what).integers(0, 2**bits, (e, rows, cols // block)), bits)
+            return pack_padded(_rng(case, what).integers(0, 2**bits, (e, rows, -(-cols // block))), bits)
         return pack_padded(_rng(case, what).integers(0, 2**bits, (e, rows)), bits)
 
     return make
@@ -260,17 +263,19 @@ def _router_weights(case):
 
 
 def _qmoe(name, bits=4, block=None, zp=False, bias=True, e=E, h=32, i=32, t=T, router_weights=False,
-          shapes=None, **attrs):
+          shapes=None, block_attr=None, scales_3d=False, **attrs):
+    """``block_attr``: a block_size attribute on column-wise (2-D) scales, which ORT reads
+    column-wise; ``scales_3d``: column-wise scales shaped ``[E, rows, 1]``."""
     attrs = dict(attrs, expert_weight_bits=bits)
-    if block:
-        attrs["block_size"] = block
+    if block or block_attr:
+        attrs["block_size"] = block or block_attr
     rows1 = lambda a: _fc1_rows(a, i)  # noqa: E731
     constants = {port: None for port in _QMOE_PORTS}
     constants.update({
         "fc1_experts_weights": _quantized("q1", rows1, h, bits),
-        "fc1_scales": _scales("s1", rows1, h, bits, block),
+        "fc1_scales": _scales("s1", rows1, h, bits, block, scales_3d),
         "fc2_experts_weights": _quantized("q2", lambda a: h, i, bits),
-        "fc2_scales": _scales("s2", lambda a: h, i, bits, block),
+        "fc2_scales": _scales("s2", lambda a: h, i, bits, block, scales_3d),
     })
     if bias:
         constants["fc1_experts_bias"] = _floats("b1", lambda a: (e, rows1(a)))
@@ -300,12 +305,19 @@ _QMOE_VARIANTS += [
     _qmoe("norm1_k2_relu", k=2, normalize_routing_weights=1),
     _qmoe("swiglu_oss", k=2, block=32, zp=False, normalize_routing_weights=1, **_SWIGLU_OSS),
     _qmoe("swiglu_limit_small", k=2, **dict(_SWIGLU, swiglu_limit=0.25)),
+    _qmoe("swiglu_limit_nan", k=2, **dict(_SWIGLU, swiglu_limit=float("nan"))),
     _qmoe("router_weights", k=2, router_weights=True, **_SWIGLU),
     _qmoe("router_weights_norm", k=2, router_weights=True, normalize_routing_weights=1, **_SWIGLU),
     _qmoe("no_bias", k=2, bias=False, block=16, zp=True, **_SWIGLU),
     _qmoe("accuracy_level4_columns", k=2, accuracy_level=4, zp=True),
     _qmoe("weights_prepacked0", k=2, weights_prepacked=0),
     _qmoe("quant_type_int", k=2, quant_type="int"),
+    # ORT reads 2-D scales column-wise whatever block_size says, and [E, rows, 1] scales too.
+    _qmoe("block_attr_column_scales", k=2, block_attr=16, zp=True),
+    _qmoe("columns_scales_3d", k=2, scales_3d=True),  # with zero points: declined (moe.rs)
+    # A partial last block, and a block wider than K (one scale per row), as ORT takes them.
+    _qmoe("partial_block", h=48, i=48, block=32, zp=True, k=2),
+    _qmoe("block_wider_than_k", block=4096, zp=True, k=2, **_SWIGLU),
     _qmoe("k_all", k=E, activation_type="silu"),
     _qmoe("one_row", k=2, t=1, block=32, **_SWIGLU),
     _qmoe("many_rows", k=4, t=40, e=8, block=32, zp=True, **_SWIGLU),
@@ -324,6 +336,8 @@ _QMOE_VARIANTS += [
     _qmoe("affine_b2_bs128_zp", h=256, i=128, block=128, zp=True, k=2),
     _qmoe("affine_b4_bs256", h=256, i=256, block=256, k=2, **_SWIGLU_OSS),
     _qmoe("affine_b4_bs16", h=128, i=128, block=16, zp=True, k=2),  # blocks of 16: dequantised
+    _qmoe("affine_partial_block", h=160, i=160, block=64, zp=True, k=2),  # 160 = 2.5 blocks: groups of 32
+    _qmoe("affine_block_wider_than_k", h=128, i=128, block=512, k=2),
     _qmoe("affine_many_rows", h=128, i=128, e=8, t=33, block=32, k=4, normalize_routing_weights=1, **_SWIGLU),
     _qmoe("affine_router_weights", h=128, i=128, block=64, k=2, router_weights=True, **_SWIGLU),
 ]
