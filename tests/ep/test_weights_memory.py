@@ -60,6 +60,8 @@ def nbits_model(k, n, block=32, weights_as_inputs=False, seed=0):
 
 def session(model, monkeypatch, **env):
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    if "ONNXRUNTIME_EP_MLX_COMPILE_AFTER" in env:  # a variant that compiles, whatever the caller's setting
+        monkeypatch.delenv("ONNXRUNTIME_EP_MLX_NO_COMPILE", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     s = ort.InferenceSession(model, providers=[MLX, CPU])
@@ -190,8 +192,10 @@ def test_int4_weights_are_held_once(tmp_path):
     held = mlx_memory(summary) * MIB
     assert packed_bytes <= held <= packed_bytes + biases + MIB // 2, summary
     # MLX's arrays and the run's small buffers; the initializers twice (10 MiB more) or a
-    # float copy (64 MiB) would not fit.
-    assert packed_bytes <= grown <= packed_bytes + biases + 4 * MIB, \
+    # float copy (64 MiB) would not fit. On a GPU MLX's arrays live in device memory, not in
+    # the resident set.
+    least = packed_bytes if "device cpu" in summary else 0
+    assert least <= grown <= packed_bytes + biases + 4 * MIB, \
         f"RSS grew {grown / MIB:.1f} MiB for {packed_bytes / MIB:.1f} MiB of int4 weights\n{summary}"
 
 
@@ -237,7 +241,7 @@ def test_tied_embedding_and_lm_head_hold_one_table(tmp_path, monkeypatch, capfd,
     s = session(model, monkeypatch)
     for _ in range(3):
         y = s.run(None, feeds)[0]
-    assert relative_error(y, cpu.astype(np.float64)) <= 1e-6
+    assert relative_error(y, cpu.astype(np.float64)) <= 1e-5  # float32 sums over K = 512, any order
     del s
     summary = summary_after_release(capfd)
     claimed = re.search(r"(\d+)/(\d+) nodes claimed", summary)

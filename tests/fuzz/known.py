@@ -51,6 +51,8 @@ _ORT130_GBQ = ("H200 host only: ORT 1.30 refuses this GatherBlockQuantized (gath
                "1.31, which the EP follows and CI runs, accepts it and matches the EP")
 _ORT130_GQA = ("H200 host only: ORT 1.30 accepts a total_sequence_length that ORT 1.31 refuses (it must equal "
                "past + new for a dynamic cache); the EP checks as 1.31 does")
+_ORT130_QMOE = ("H200 host only: ORT 1.30 refuses [E, rows, 1] QMoE zero points (it expects [E, rows * bits / 8]); "
+                "ORT 1.31, which the EP follows and CI runs, accepts them and matches the EP")
 _CUDA_F16_CONV = ("H200 only: MLX 0.32.4's CUDA float16 convolution gives 0 where a sum leaves float16's range "
                   "(the CPU backend and ORT give +-inf; DESIGN.md, upstream bugs)")
 _SHRINK_INT_UB = ("H200 only: Shrink on integer extremes computes x +- bias in float and converts back, undefined "
@@ -202,6 +204,10 @@ KNOWN_FULL_RUN: dict[str, tuple[str, str]] = {
     "s1-com.microsoft.GatherBlockQuantized-1-6": ("cpu_only_error", _ORT130_GBQ),
     "s1-com.microsoft.GatherBlockQuantized-1-7": ("cpu_only_error", _ORT130_GBQ),
     "s1-com.microsoft.GatherBlockQuantized-1-8": ("cpu_only_error", _ORT130_GBQ),
+    "s1-com.microsoft.GatherBlockQuantized-1-20": ("cpu_only_error", _ORT130_GBQ),
+    "s1-com.microsoft.GatherBlockQuantized-1-35": ("cpu_only_error", _ORT130_GBQ),
+    "s1-com.microsoft.QMoE-1-15": ("cpu_only_error", _ORT130_QMOE),
+    "s1-com.microsoft.QMoE-1-39": ("cpu_only_error", _ORT130_QMOE),
     "s1-com.microsoft.GroupQueryAttention-1-30": ("lost_fallback", _ORT130_GQA),
     "s1-com.microsoft.GroupQueryAttention-1-8": ("lost_fallback", _ORT130_GQA),
 }

@@ -133,6 +133,7 @@ def test_a_compiled_step_writes_only_its_rows_too(decoder, monkeypatch, capfd):
     """The same step three times (a shape is compiled at its second run): the replays of the
     compiled closure carry the written-rows masks as the eager run does."""
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    monkeypatch.delenv("ONNXRUNTIME_EP_MLX_NO_COMPILE", raising=False)
     ids = tokens(PROMPT + 1)
     loops = [SharedBufferLoop(decoder, on_mlx=True), SharedBufferLoop(decoder, on_mlx=False)]
     for loop in loops:
