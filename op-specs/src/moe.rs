@@ -864,11 +864,9 @@ struct QuantInputs<'a> {
 /// MLX's group size for `layout`'s quantisation groups, when `gather_qmm` can take them: 32 or
 /// 64 values (a group of 128 or more repeats its scale per 64, as MatMulNBits does: MLX's CUDA
 /// kernels at group 128 mix rows), K from 128 up (MLX's CUDA `quantized_matmul` gave wrong
-/// values at K = 64), 4 or 8 bits (MLX's CUDA `gather_qmm` gave wrong values for 2-bit experts
-/// with zero points, blocks of 128, K = 256: op suite affine_b2_bs128_zp on an H200). Blocks of
-/// 16, other widths and 2 bits dequantise.
+/// values at K = 64). Blocks of 16 and other widths dequantise.
 fn mlx_group(layout: &QuantLayout) -> Option<i64> {
-    if layout.cols < MIN_AFFINE_K || layout.bits == 2 {
+    if layout.cols < MIN_AFFINE_K {
         return None;
     }
     let width = layout.group_width();
