@@ -245,6 +245,27 @@ def test_int4_edge_runs_on_mlx(elem, zp):
     _compare(model, {"x": x})
 
 
+def test_bfloat16_uint4_blocked_along_an_outer_axis_saturates_as_float32_does():
+    """bfloat16 has no ORT kernel; its 4-bit outputs follow float32's: blocked along an outer
+    axis, ORT's int32 loop turns ±inf (out of int32) into INT32_MIN, so uint4 0, where its float
+    loop would clamp +inf to 15 (fuzz s1-QuantizeLinear-21-46)."""
+    x = np.full((3, 4, 5), 0.75, np.float32)
+    x[0, 1, 4], x[2, 3, 0] = np.inf, -np.inf
+    scale = np.full((3, 2, 5), 0.5, np.float32)
+    nodes = [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16),
+             helper.make_node("Cast", ["scale"], ["sb"], to=TensorProto.BFLOAT16),
+             helper.make_node("QuantizeLinear", ["xb", "sb"], ["q"], axis=1, block_size=2,
+                              output_dtype=TensorProto.UINT4),
+             helper.make_node("DequantizeLinear", ["q", "scale"], ["y"], axis=1, block_size=2)]
+    model = make_model(nodes, [tensor("x", TensorProto.FLOAT, [3, 4, 5])], [tensor("y")],
+                       [numpy_helper.from_array(scale, "scale")], opset=21)
+    run = Run(model, {"x": x})
+    run.assert_all_on_mlx()
+    want = np.full(x.shape, 1.0, np.float32)  # rint(0.75 / 0.5) = 2, dequantised: 2 * 0.5
+    want[0, 1, 4] = want[2, 3, 0] = 0.0
+    np.testing.assert_array_equal(run.outputs[0], want)
+
+
 NARROW = {"int4": TensorProto.INT4, "uint4": TensorProto.UINT4, "e4m3fn": TensorProto.FLOAT8E4M3FN,
           "e4m3fnuz": TensorProto.FLOAT8E4M3FNUZ, "e5m2": TensorProto.FLOAT8E5M2,
           "e5m2fnuz": TensorProto.FLOAT8E5M2FNUZ}
