@@ -449,13 +449,27 @@ fn gather_block_quantized(
         None => scalar((1 << (bits - 1)) as f64, Dtype::F32, s)?,
     };
     let values = ops::multiply(&ops::subtract(&q, &zero, s)?, &scale, s)?;
-    // Rows picked by an index out of range are zeros.
+    gathered_output(&values, &inside, 0, rank, &out_shape, out_dtype, s)
+}
+
+/// The dequantised slices `values` (float32, the gathered axis at `axis` of `rank`), zero
+/// where `inside` (one flag per index) says the index was out of range, as ORT gives them;
+/// shaped and typed as the output.
+fn gathered_output(
+    values: &Array,
+    inside: &Array,
+    axis: usize,
+    rank: usize,
+    out_shape: &[i64],
+    out_dtype: Dtype,
+    s: &Stream,
+) -> Result<Array> {
     let mut keep_shape = vec![1; rank];
-    keep_shape[0] = flat.shape()[0];
-    let keep = ops::reshape(&inside, &keep_shape, s)?;
-    let values = ops::where_(&keep, &values, &scalar(0.0, Dtype::F32, s)?, s)?;
+    keep_shape[axis] = inside.size() as i64;
+    let keep = ops::reshape(inside, &keep_shape, s)?;
+    let values = ops::where_(&keep, values, &scalar(0.0, Dtype::F32, s)?, s)?;
     Ok(ops::astype(
-        &ops::reshape(&values, &out_shape, s)?,
+        &ops::reshape(&values, out_shape, s)?,
         out_dtype,
         s,
     )?)
@@ -527,16 +541,7 @@ fn gather_four_bit(
         None => q,
     };
     let values = ops::multiply(&centred, &per_value(scales)?, s)?;
-    // Slices picked by an index out of range are zeros.
-    let mut keep_shape = vec![1; rank];
-    keep_shape[g] = flat.shape()[0];
-    let keep = ops::reshape(&inside, &keep_shape, s)?;
-    let values = ops::where_(&keep, &values, &scalar(0.0, Dtype::F32, s)?, s)?;
-    Ok(ops::astype(
-        &ops::reshape(&values, &out_shape, s)?,
-        out_dtype,
-        s,
-    )?)
+    gathered_output(&values, &inside, g, rank, &out_shape, out_dtype, s)
 }
 
 fn gather_block_quantized_claim(node: &Node) -> Verdict {
