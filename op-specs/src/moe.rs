@@ -34,7 +34,7 @@
 use mlx_kernels::ops::{self, Quantized};
 use mlx_kernels::{Array, Dtype, Stream};
 
-use crate::packing::{repeat_last, take_first, unpack};
+use crate::packing::{expect_shape, repeat_last, take_first, unpack};
 use crate::table::consts::scalar;
 use crate::table::lower::float32;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
@@ -378,17 +378,6 @@ fn rows_of(input: &Array) -> Result<(i64, i64)> {
             "input has shape {shape:?}; ORT's kernel takes [tokens, hidden] or [batch, sequence, hidden]"
         ))),
     }
-}
-
-/// `array` must have `shape`; `what` names it in the error.
-fn expect_shape(array: &Array, shape: &[i64], what: &str) -> Result<()> {
-    if array.shape() == shape {
-        return Ok(());
-    }
-    Err(OpError::new(format!(
-        "{what} has shape {:?}; ORT's kernel takes {shape:?}",
-        array.shape()
-    )))
 }
 
 /// The dims a node's weights agree on.

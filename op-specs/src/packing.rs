@@ -5,7 +5,7 @@ use mlx_kernels::ops;
 use mlx_kernels::{Array, Dtype, Stream};
 
 use crate::table::consts::scalar;
-use crate::Result;
+use crate::{OpError, Result};
 
 /// uint8 `x [..., L]` holding `8 / bits` values per byte, low bits first -> `[..., L·8/bits]`.
 pub(crate) fn unpack(x: &Array, bits: i64, s: &Stream) -> Result<Array> {
@@ -57,4 +57,22 @@ pub(crate) fn take_first(x: &Array, len: i64, s: &Stream) -> Result<Array> {
     }
     let step = vec![1; shape.len()];
     Ok(ops::slice(x, &start, &stop, &step, s)?)
+}
+
+/// `array` must have `shape`; `what` names it in the error.
+pub(crate) fn expect_shape(array: &Array, shape: &[i64], what: &str) -> Result<()> {
+    expect_one_of(array, &[shape.to_vec()], what)
+}
+
+/// `array` must have one of `shapes`; `what` names it in the error.
+pub(crate) fn expect_one_of(array: &Array, shapes: &[Vec<i64>], what: &str) -> Result<()> {
+    if shapes.contains(&array.shape()) {
+        return Ok(());
+    }
+    let wanted: Vec<String> = shapes.iter().map(|s| format!("{s:?}")).collect();
+    Err(OpError::new(format!(
+        "{what} has shape {:?}; ORT's kernel takes {}",
+        array.shape(),
+        wanted.join(" or ")
+    )))
 }

@@ -16,7 +16,7 @@
 use mlx_kernels::ops::{self, Quantized};
 use mlx_kernels::{Array, Dtype, Stream};
 
-use crate::packing::{repeat_last, take_first, unpack};
+use crate::packing::{expect_one_of, expect_shape, repeat_last, take_first, unpack};
 use crate::table::consts::{scalar, scalar_like};
 use crate::table::dtypes::ElemType;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
@@ -37,19 +37,6 @@ fn power_of_two_block(block: i64) -> bool {
 /// Zeros of `shape` in `dtype`.
 fn zeros(shape: &[i64], dtype: Dtype, s: &Stream) -> Result<Array> {
     Ok(ops::broadcast_to(&scalar(0.0, dtype, s)?, shape, s)?)
-}
-
-/// `array` must have one of `shapes`; `what` names it in the error.
-fn expect_shape(array: &Array, shapes: &[Vec<i64>], what: &str) -> Result<()> {
-    if shapes.contains(&array.shape()) {
-        return Ok(());
-    }
-    let wanted: Vec<String> = shapes.iter().map(|s| format!("{s:?}")).collect();
-    Err(OpError::new(format!(
-        "{what} has shape {:?}; ORT's kernel takes {}",
-        array.shape(),
-        wanted.join(" or ")
-    )))
 }
 
 /// The attributes of a MatMulNBits node, checked against its inputs.
@@ -73,13 +60,13 @@ fn check_zero_points(zp: &Array, layout: &Layout) -> Result<()> {
     let Layout { n, k_blocks, .. } = *layout;
     if zp.dtype() == Dtype::U8 {
         let bytes = zero_point_bytes(layout);
-        return expect_shape(
+        return expect_one_of(
             zp,
             &[vec![n * bytes], vec![n, bytes]],
             "zero_points (uint8)",
         );
     }
-    expect_shape(zp, &[vec![n * k_blocks], vec![n, k_blocks]], "zero_points")
+    expect_one_of(zp, &[vec![n * k_blocks], vec![n, k_blocks]], "zero_points")
 }
 
 /// Bytes per row of packed uint8 zero points.
@@ -159,10 +146,10 @@ fn matmul_n_bits(
         k_blocks,
     };
     let blob = block_size * bits / 8;
-    expect_shape(&b, &[vec![n, k_blocks, blob]], "B")?;
-    expect_shape(&scales, &[vec![n * k_blocks], vec![n, k_blocks]], "scales")?;
+    expect_shape(&b, &[n, k_blocks, blob], "B")?;
+    expect_one_of(&scales, &[vec![n * k_blocks], vec![n, k_blocks]], "scales")?;
     if let Some(bias) = &bias {
-        expect_shape(bias, &[vec![n]], "bias")?;
+        expect_shape(bias, &[n], "bias")?;
     }
     let a_shape = a.shape();
     if a_shape.last() != Some(&k) {
@@ -178,7 +165,7 @@ fn matmul_n_bits(
     out_shape.push(n);
     let g_idx = match g_idx {
         Some(g) => {
-            expect_shape(&g, &[vec![k], vec![layout.padded_k()]], "g_idx")?;
+            expect_one_of(&g, &[vec![k], vec![layout.padded_k()]], "g_idx")?;
             cx.require_in_range(
                 &g,
                 0,
@@ -408,9 +395,9 @@ fn gather_block_quantized(
         v.push(last);
         v
     };
-    expect_shape(&scales, &[with_last(blocks)], "scales")?;
+    expect_shape(&scales, &with_last(blocks), "scales")?;
     if let Some(zp) = &zero_points {
-        expect_shape(zp, &[with_last((blocks + per - 1) / per)], "zero_points")?;
+        expect_shape(zp, &with_last((blocks + per - 1) / per), "zero_points")?;
     }
     let out_dtype = scales.dtype();
     let mut out_shape = indices.shape();
@@ -506,9 +493,9 @@ fn gather_four_bit(
     let dim = shape[qa];
     let mut blocked = shape.clone();
     blocked[qa] = (dim + axes.block - 1) / axes.block;
-    expect_shape(scales, std::slice::from_ref(&blocked), "scales")?;
+    expect_shape(scales, &blocked, "scales")?;
     if let Some(zp) = zero_points {
-        expect_shape(zp, std::slice::from_ref(&blocked), "zero_points")?;
+        expect_shape(zp, &blocked, "zero_points")?;
     }
     let out_dtype = scales.dtype();
     let mut out_shape = shape[..g].to_vec();
