@@ -577,8 +577,7 @@ fn moe(
 /// Tokens, hidden, experts and inter from `input`, `router_probs [T, E]` and fc2 `[E, H, I]`.
 fn float_dims(input: &Array, router: &Array, fc2: &Array) -> Result<Dims> {
     let (tokens, hidden) = rows_of(input)?;
-    let experts = router.shape().get(1).copied().unwrap_or(0);
-    expect_shape(router, &[tokens, experts], "router_probs")?;
+    let experts = experts_of(router, tokens)?;
     let inter = fc2.shape().get(2).copied().unwrap_or(0);
     expect_shape(fc2, &[experts, hidden, inter], "fc2_experts_weights")?;
     Ok(Dims {
@@ -587,6 +586,13 @@ fn float_dims(input: &Array, router: &Array, fc2: &Array) -> Result<Dims> {
         experts,
         inter,
     })
+}
+
+/// The expert count `router_probs [T, E]` gives, checked against the tokens.
+fn experts_of(router: &Array, tokens: i64) -> Result<i64> {
+    let experts = router.shape().get(1).copied().unwrap_or(0);
+    expect_shape(router, &[tokens, experts], "router_probs")?;
+    Ok(experts)
 }
 
 fn float_projection(weight: Array, bias: Option<Array>, rows: i64) -> Result<Projection> {
@@ -676,8 +682,7 @@ fn qmoe(
     )?;
     let bits = expert_weight_bits;
     let (tokens, hidden) = rows_of(&input)?;
-    let experts = router_probs.shape().get(1).copied().unwrap_or(0);
-    expect_shape(&router_probs, &[tokens, experts], "router_probs")?;
+    let experts = experts_of(&router_probs, tokens)?;
     let inter = fc2_experts_weights.shape().get(2).copied().unwrap_or(0) * 8 / bits;
     let dims = Dims {
         tokens,
