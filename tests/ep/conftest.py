@@ -20,6 +20,24 @@ def registered():
     mlx_ep.register_execution_provider_library()
 
 
+# How a plan meets its runs: never compiled, compiled from a shape's second run, or traced at its
+# first run (for tests that something happens once on every path).
+COMPILE_MODES = {
+    "eager_only": dict(ONNXRUNTIME_EP_MLX_NO_COMPILE="1"),
+    "eager_then_compiled": dict(ONNXRUNTIME_EP_MLX_COMPILE_AFTER="1"),
+    "traced_first": dict(ONNXRUNTIME_EP_MLX_COMPILE_AFTER="0"),
+}
+
+
+def set_env(monkeypatch, env):
+    """Sets `env` (one of COMPILE_MODES, or more); a mode that compiles does so whatever the
+    caller's ONNXRUNTIME_EP_MLX_NO_COMPILE says."""
+    if "ONNXRUNTIME_EP_MLX_COMPILE_AFTER" in env:
+        monkeypatch.delenv("ONNXRUNTIME_EP_MLX_NO_COMPILE", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+
 def make_model(nodes, inputs, outputs, initializers=(), opset=17, domains=()):
     """A model from helper.make_node/... pieces; IR 10 (ORT 1.31.1 rejects IR 14)."""
     graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))

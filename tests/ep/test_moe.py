@@ -25,7 +25,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import MLX, Run, cpu_outputs, make_model, tensor
+from conftest import COMPILE_MODES, MLX, Run, cpu_outputs, make_model, set_env, tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
 from specs.moe import dequantise, mixture  # noqa: E402
@@ -333,20 +333,12 @@ def test_declined_forms_run_on_cpu(op, attrs):
     np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
 
 
-COMPILE = {
-    "eager_only": dict(ONNXRUNTIME_EP_MLX_NO_COMPILE="1"),
-    "eager_then_compiled": dict(ONNXRUNTIME_EP_MLX_COMPILE_AFTER="1"),
-    "traced_first": dict(ONNXRUNTIME_EP_MLX_COMPILE_AFTER="0"),
-}
-
-
-@pytest.mark.parametrize("env", COMPILE.values(), ids=COMPILE.keys())
+@pytest.mark.parametrize("env", COMPILE_MODES.values(), ids=COMPILE_MODES.keys())
 def test_constant_experts_are_repacked_once(monkeypatch, capfd, env):
     """QMoE's MLX scales and biases (fc1 and fc2) are made at the first run and reused by decode
     rows, a prefill block and decode rows again, eager, replayed and traced."""
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
+    set_env(monkeypatch, env)
     attrs = dict(k=2, activation_type="swiglu", swiglu_fusion=1)
     model, w, deq = qmoe_model(x_shape=(1, 128), inter=128, block=32, symbolic=True, **attrs)
     session = ort.InferenceSession(model, providers=[MLX, CPU])

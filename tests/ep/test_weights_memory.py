@@ -24,7 +24,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import MLX, make_model, tensor
+from conftest import COMPILE_MODES, MLX, make_model, set_env, tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import make_decoder  # noqa: E402
@@ -60,10 +60,7 @@ def nbits_model(k, n, block=32, weights_as_inputs=False, seed=0):
 
 def session(model, monkeypatch, **env):
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
-    if "ONNXRUNTIME_EP_MLX_COMPILE_AFTER" in env:  # a variant that compiles, whatever the caller's setting
-        monkeypatch.delenv("ONNXRUNTIME_EP_MLX_NO_COMPILE", raising=False)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
+    set_env(monkeypatch, env)
     s = ort.InferenceSession(model, providers=[MLX, CPU])
     s.disable_fallback()
     return s
@@ -100,14 +97,7 @@ def relative_error(y, ref):
     return float(np.abs(y.astype(np.float64) - ref).max() / np.abs(ref).max())
 
 
-COMPILE = {
-    "eager_only": dict(ONNXRUNTIME_EP_MLX_NO_COMPILE="1"),
-    "eager_then_compiled": dict(ONNXRUNTIME_EP_MLX_COMPILE_AFTER="1"),
-    "traced_first": dict(ONNXRUNTIME_EP_MLX_COMPILE_AFTER="0"),
-}
-
-
-@pytest.mark.parametrize("env", COMPILE.values(), ids=COMPILE.keys())
+@pytest.mark.parametrize("env", COMPILE_MODES.values(), ids=COMPILE_MODES.keys())
 def test_constant_weights_are_repacked_once(monkeypatch, capfd, env):
     """Decode rows, a prefill block and decode rows again: one preparation in the summary, the
     product right on every run (eager, replayed, and traced with the preparation inside)."""
