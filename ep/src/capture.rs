@@ -53,6 +53,8 @@ pub struct Settings {
     /// Whether traces fuse kernels (MLX's own setting is per process: the last plan to trace
     /// sets it, so sessions in one process should agree).
     pub fuse: bool,
+    /// Per-op profiling (`op_profile`): eager runs that evaluate node by node.
+    pub profile_ops: bool,
 }
 
 impl Settings {
@@ -63,15 +65,17 @@ impl Settings {
                 .and_then(|v| v.parse::<usize>().ok())
                 .unwrap_or(default)
         };
+        let profile_ops = op_profile::enabled();
         Settings {
             // Per-op profiling evaluates node by node, which a trace cannot.
             enabled: !std::env::var("ONNXRUNTIME_EP_MLX_NO_COMPILE").is_ok_and(|v| v == "1")
-                && !op_profile::enabled(),
+                && !profile_ops,
             shapeless: !std::env::var("ONNXRUNTIME_EP_MLX_NO_SHAPELESS").is_ok_and(|v| v == "1"),
             fail_compile: std::env::var("ONNXRUNTIME_EP_MLX_FAULT").is_ok_and(|v| v == "compile"),
             capacity: number("ONNXRUNTIME_EP_MLX_COMPILE_CACHE", 16).max(1),
             compile_after: number("ONNXRUNTIME_EP_MLX_COMPILE_AFTER", 1) as u32,
             fuse: !std::env::var("ONNXRUNTIME_EP_MLX_NO_FUSE").is_ok_and(|v| v == "1"),
+            profile_ops,
         }
     }
 }
@@ -183,7 +187,7 @@ impl Capture {
         let present: Option<Vec<Array>> = inputs.iter().cloned().collect();
         let present = present.filter(|arrays| arrays.iter().all(|a| a.size() > 0));
         let (Path::ShapeKeyed | Path::Shapeless, Some(arrays)) = (self.path, present) else {
-            return plan.run(runtime, inputs, times);
+            return plan.run(runtime, inputs, times, self.settings.profile_ops);
         };
         match self.compiled(plan, runtime, &arrays, times) {
             Ok(Some(lowering)) => match plan.evaluate(lowering, &runtime.stream, times) {
@@ -192,7 +196,7 @@ impl Capture {
                 Err(EvalError::Input(message)) => Err(message),
                 Err(EvalError::Mlx(reason)) => self.fall_back(plan, runtime, inputs, times, reason),
             },
-            Ok(None) => plan.run(runtime, inputs, times),
+            Ok(None) => plan.run(runtime, inputs, times, self.settings.profile_ops),
             Err(reason) => self.fall_back(plan, runtime, inputs, times, reason),
         }
     }
@@ -208,7 +212,7 @@ impl Capture {
         times: &mut RunTimes,
         reason: String,
     ) -> Result<Evaluated, String> {
-        let evaluated = plan.run(runtime, inputs, times)?;
+        let evaluated = plan.run(runtime, inputs, times, self.settings.profile_ops)?;
         self.path = Path::Eager;
         self.cache.clear();
         self.fallback = Some(reason);

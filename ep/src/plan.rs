@@ -19,7 +19,7 @@ use op_specs::{
 
 use crate::device;
 use crate::diagnostics;
-use crate::op_profile::{self, OpProfile};
+use crate::op_profile::OpProfile;
 
 /// A tensor the plan owns: an initializer copied out of ORT.
 #[derive(Debug, Clone)]
@@ -377,16 +377,18 @@ impl Plan {
             .unwrap_or(ShapeSafety::Shapeless)
     }
 
-    /// Lowers every node into one lazy MLX graph and evaluates the outputs together.
+    /// Lowers every node into one lazy MLX graph and evaluates the outputs together; with
+    /// `profile_ops`, node by node, each node's times recorded in `times.ops`.
     pub fn run(
         &self,
         runtime: &Runtime,
         inputs: Vec<Option<Array>>,
         times: &mut RunTimes,
+        profile_ops: bool,
     ) -> Result<Evaluated, String> {
         let started = Instant::now();
         let prepared_before = runtime.constants.prepare_time();
-        let profile = op_profile::enabled().then_some(&mut times.ops);
+        let profile = profile_ops.then_some(&mut times.ops);
         let lowering = self.lower_with(&runtime.stream, &runtime.constants, inputs, profile)?;
         let prepare = runtime.constants.prepare_time() - prepared_before;
         times.prepare += prepare;
