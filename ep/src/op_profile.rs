@@ -21,6 +21,9 @@ pub struct OpTime {
     pub nodes: u64,
     pub lower: Duration,
     pub eval: Duration,
+    /// MLX arrays the lowerings built: on the GPU each primitive costs a launch, so this is
+    /// what makes a small op slow.
+    pub arrays: u64,
 }
 
 impl OpTime {
@@ -36,11 +39,12 @@ pub struct OpProfile {
 }
 
 impl OpProfile {
-    pub fn record(&mut self, op: &str, lower: Duration, eval: Duration) {
+    pub fn record(&mut self, op: &str, lower: Duration, eval: Duration, arrays: u64) {
         let time = self.by_op.entry(op.to_string()).or_default();
         time.nodes += 1;
         time.lower += lower;
         time.eval += eval;
+        time.arrays += arrays;
     }
 
     pub fn merge(&mut self, other: &OpProfile) {
@@ -49,6 +53,7 @@ impl OpProfile {
             time.nodes += t.nodes;
             time.lower += t.lower;
             time.eval += t.eval;
+            time.arrays += t.arrays;
         }
     }
 
@@ -77,10 +82,11 @@ impl OpProfile {
             };
             let _ = write!(
                 out,
-                "\n[MLX EP]   {op}: {} node run(s), lowering {:.3} ms, MLX {:.3} ms ({share:.1}%)",
+                "\n[MLX EP]   {op}: {} node run(s), lowering {:.3} ms, MLX {:.3} ms ({share:.1}%), {:.1} arrays a node",
                 t.nodes,
                 t.lower.as_secs_f64() * 1e3,
                 t.eval.as_secs_f64() * 1e3,
+                t.arrays as f64 / t.nodes.max(1) as f64,
             );
         }
         out
@@ -98,10 +104,10 @@ mod tests {
     #[test]
     fn ops_rank_by_total_time_and_merge_adds_up() {
         let mut a = OpProfile::default();
-        a.record("Add", ms(1), ms(1));
-        a.record("MatMul", ms(1), ms(9));
+        a.record("Add", ms(1), ms(1), 1);
+        a.record("MatMul", ms(1), ms(9), 4);
         let mut b = OpProfile::default();
-        b.record("Add", ms(1), ms(2));
+        b.record("Add", ms(1), ms(2), 3);
         a.merge(&b);
         let ranked = a.ranked();
         assert_eq!(ranked[0].0, "MatMul");
@@ -112,11 +118,14 @@ mod tests {
                 OpTime {
                     nodes: 2,
                     lower: ms(2),
-                    eval: ms(3)
+                    eval: ms(3),
+                    arrays: 4
                 }
             )
         );
         let summary = a.summary();
-        assert!(summary.contains("MatMul: 1 node run(s), lowering 1.000 ms, MLX 9.000 ms (66.7%)"));
+        assert!(summary.contains(
+            "MatMul: 1 node run(s), lowering 1.000 ms, MLX 9.000 ms (66.7%), 4.0 arrays a node"
+        ));
     }
 }

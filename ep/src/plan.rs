@@ -494,6 +494,7 @@ impl Plan {
                 prepared: &constants.prepared,
             });
             let lowering_started = Instant::now();
+            let arrays_before = mlx_kernels::arrays_created();
             let lowered = planned
                 .spec
                 .lower_in(cx, &args)
@@ -507,6 +508,7 @@ impl Plan {
                     &diagnostics::qualified_op(&planned.node),
                     lowered_in,
                     evaluating.elapsed(),
+                    mlx_kernels::arrays_created() - arrays_before,
                 );
             }
             checks.extend(lowered.checks.into_iter().map(|c| NodeCheck {

@@ -14,6 +14,21 @@ pub struct Array {
     raw: sys::mlx_array,
 }
 
+thread_local! {
+    /// Arrays this thread has created: what a lowering costs MLX is mostly how many arrays
+    /// (primitives) it builds, so the per-op profile reports it.
+    static CREATED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many arrays this thread has created so far (differences of it count a lowering's).
+pub fn arrays_created() -> u64 {
+    CREATED.with(|c| c.get())
+}
+
+fn count_created() {
+    CREATED.with(|c| c.set(c.get() + 1));
+}
+
 impl Array {
     /// Runs an mlx-c op that writes a new array into its out-parameter.
     pub(crate) fn from_op(op: impl FnOnce(&mut sys::mlx_array) -> i32) -> Result<Array> {
@@ -21,6 +36,7 @@ impl Array {
         // SAFETY: mlx_array_new returns an empty handle that `Array` owns from here on, so it is
         // freed on both the success and the error path.
         let raw = unsafe { sys::mlx_array_new() };
+        count_created();
         let mut out = Array { raw };
         check(op(&mut out.raw))?;
         Ok(out)
@@ -28,6 +44,7 @@ impl Array {
 
     /// Takes ownership of a handle returned by mlx-c.
     pub(crate) fn from_raw(raw: sys::mlx_array) -> Array {
+        count_created();
         Array { raw }
     }
 

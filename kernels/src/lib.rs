@@ -20,7 +20,7 @@ mod stream;
 pub mod sys;
 mod vector;
 
-pub use array::Array;
+pub use array::{arrays_created, Array};
 pub use closure::{set_kernel_fusion, Closure};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, Result};
