@@ -7,6 +7,14 @@ use crate::shape::normalise_axis;
 use crate::table::consts::scalar;
 use crate::{onnx_op, Lower, Result};
 
+/// `a` as `dtype`; `a` itself when it already is (no array, nothing for MLX to schedule).
+pub(crate) fn cast(a: &Array, dtype: Dtype, s: &mlx_kernels::Stream) -> Result<Array> {
+    if a.dtype() == dtype {
+        return Ok(a.clone());
+    }
+    Ok(ops::astype(a, dtype, s)?)
+}
+
 /// `(x - mean) / sqrt(var + epsilon) * Scale + B` over the axes from `axis` on, computed in
 /// float32 (`stash_type` 1); the optional outputs are the mean and `1 / sqrt(var + epsilon)`.
 #[onnx_op(

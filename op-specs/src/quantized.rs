@@ -16,6 +16,7 @@
 use mlx_kernels::ops::{self, Quantized};
 use mlx_kernels::{Array, Dtype, Stream};
 
+use crate::normalization::cast;
 use crate::packing::{expect_one_of, expect_shape, repeat_last, take_first, unpack};
 use crate::table::consts::{scalar, scalar_like};
 use crate::table::dtypes::ElemType;
@@ -179,9 +180,13 @@ fn matmul_n_bits(
     if out_shape.contains(&0) {
         return zeros(&out_shape, out_dtype, s);
     }
-    // A as rows of K, in float32.
-    let rows = a_shape[..a_shape.len() - 1].iter().product::<i64>();
-    let x = ops::reshape(&ops::astype(&a, Dtype::F32, s)?, &[rows, k], s)?;
+    // A in float32, its leading axes kept (both products take `[.., K]`); a vector as one row.
+    let x = cast(&a, Dtype::F32, s)?;
+    let x = if x.ndim() < 2 {
+        ops::reshape(&x, &[1, k], s)?
+    } else {
+        x
+    };
     // MLX's CUDA quantized_matmul returned uninitialised values for K = 64 (H200, op suite
     // b4_bs64 and fuzz s1-MatMulNBits-1-39); K from 128 up matched the CPU backend. Smaller K
     // dequantises, whose O(N·K) cost is small there.
@@ -199,13 +204,14 @@ fn matmul_n_bits(
         dequantised_product(&x, &b, &scales, &zero_points, g_idx.as_ref(), &layout, s)?
     };
     if let Some(bias) = bias {
-        y = ops::add(&y, &ops::astype(&bias, Dtype::F32, s)?, s)?;
+        // Input 5: a constant bias is widened once per plan.
+        let wide = cx.prepared("bias", &[5], || Ok(vec![cast(&bias, Dtype::F32, s)?]))?;
+        y = ops::add(&y, &wide[0], s)?;
     }
-    Ok(ops::astype(
-        &ops::reshape(&y, &out_shape, s)?,
-        out_dtype,
-        s,
-    )?)
+    if y.shape() != out_shape {
+        y = ops::reshape(&y, &out_shape, s)?;
+    }
+    cast(&y, out_dtype, s)
 }
 
 /// MLX's affine form of `B`: `[weight, scales, biases]`, the weight `B`'s bytes viewed as
@@ -235,7 +241,7 @@ fn affine_weights(
     ])
 }
 
-/// `x [M, K] · wᵀ` through MLX's `quantized_matmul` over [`affine_weights`].
+/// `x [.., K] · wᵀ` through MLX's `quantized_matmul` over [`affine_weights`].
 fn affine_product(x: &Array, weights: Vec<Array>, layout: &Layout, s: &Stream) -> Result<Array> {
     let Layout { k, block, bits, .. } = *layout;
     let padded = layout.padded_k();
@@ -252,14 +258,15 @@ fn affine_product(x: &Array, weights: Vec<Array>, layout: &Layout, s: &Stream) -
     // The padding of the last block meets zeros.
     let x = if padded > k {
         let zero = scalar(0.0, Dtype::F32, s)?;
-        ops::pad(x, &[1], &[0], &[(padded - k) as i32], &zero, false, s)?
+        let last = x.ndim() as i32 - 1;
+        ops::pad(x, &[last], &[0], &[(padded - k) as i32], &zero, false, s)?
     } else {
         x.clone()
     };
     Ok(ops::quantized_matmul(&x, &quantized, true, s)?)
 }
 
-/// `x [M, K] · wᵀ` with `w [N, K]` dequantised in the graph (blocks of 16, `g_idx`).
+/// `x [.., K] · wᵀ` with `w [N, K]` dequantised in the graph (blocks of 16, `g_idx`).
 fn dequantised_product(
     x: &Array,
     b: &Array,
@@ -574,5 +581,78 @@ mod gather_tests {
         assert!(claimed(&gather(E::Uint4, 4)));
         assert!(claimed(&gather(E::Uint8, 8)));
         assert!(decline_reason(&gather(E::Int4, 8)).contains("takes 4 for int4"));
+    }
+}
+
+#[cfg(test)]
+mod nbits_tests {
+    use mlx_kernels::{arrays_created, ops, Array, Dtype};
+
+    use super::{affine_weights, Layout};
+    use crate::table::registry::{decide, Decision};
+    use crate::table::testing::stream;
+    use crate::{AttrValue, ElemType as E, Node};
+
+    /// MatMulNBits as genai's builder writes it for int4 weights: bits 4, block 32, no zero
+    /// points, activations of type `t`.
+    fn node(t: E, k: i64, n: i64) -> Node {
+        Node::new("MatMulNBits", 1)
+            .in_domain("com.microsoft")
+            .input(t)
+            .input(E::Uint8)
+            .input(t)
+            .output(t)
+            .attr("K", AttrValue::Int(k))
+            .attr("N", AttrValue::Int(n))
+            .attr("block_size", AttrValue::Int(32))
+            .attr("bits", AttrValue::Int(4))
+            .attr("accuracy_level", AttrValue::Int(4))
+    }
+
+    /// How many arrays lowering `node` builds (its outputs' values are checked elsewhere: the
+    /// op suite).
+    fn arrays_built(node: &Node, inputs: &[Option<Array>]) -> u64 {
+        let Decision::Claim { spec, .. } = decide(node) else {
+            panic!("declined")
+        };
+        let before = arrays_created();
+        spec.lower_node(&stream(), node, inputs).unwrap();
+        arrays_created() - before
+    }
+
+    #[test]
+    fn a_decode_row_costs_a_quantized_matmul_and_its_casts() {
+        let s = stream();
+        let (k, n) = (128i64, 8i64);
+        let b = Array::from_slice(&vec![0x9au8; (n * k / 2) as usize], &[n, k / 32, 16]).unwrap();
+        for (t, dtype, per_run) in [(E::Float16, Dtype::F16, 3), (E::Float, Dtype::F32, 1)] {
+            let a = ops::astype(
+                &Array::from_slice(&[0.5f32; 128], &[1, 1, k]).unwrap(),
+                dtype,
+                &s,
+            );
+            let scales = ops::astype(
+                &Array::from_slice(&[0.1f32; 32], &[n, k / 32]).unwrap(),
+                dtype,
+                &s,
+            );
+            let (a, scales) = (a.unwrap(), scales.unwrap());
+            let layout = Layout {
+                k,
+                n,
+                block: 32,
+                bits: 4,
+                k_blocks: k / 32,
+            };
+            // In a plan the weights are prepared once from the constant B and scales; outside
+            // one (here) every lowering prepares them, counted apart.
+            let before = arrays_created();
+            affine_weights(&b, &scales, None, &layout, &s).unwrap();
+            let preparing = arrays_created() - before;
+            let inputs = [Some(a), Some(b.clone()), Some(scales)];
+            // float16: A to float32, quantized_matmul, back to float16; float32: the product.
+            let built = arrays_built(&node(t, k, n), &inputs) - preparing;
+            assert!(built <= per_run, "{t:?}: {built} arrays");
+        }
     }
 }
