@@ -5,23 +5,31 @@
 //! every shape (retraced only when the rank, dtype or broadcast pattern of an input changes);
 //! one whose nodes are at most `ShapeKeyed` gets one closure per input-shape key, in a bounded
 //! least-recently-used cache; a plan with an `Eager` node, or whose trace, compile or replay
-//! fails, runs eagerly. Environment knobs:
+//! fails, runs eagerly. A shape-keyed plan whose run changed the shapes of inputs that reach
+//! only a prologue of small nodes (an LLM's growing attention mask) runs that prologue eagerly
+//! and replays the rest compiled (`split`): a decode step is traced once, not per token.
+//! Environment knobs:
 //! `ONNXRUNTIME_EP_MLX_NO_COMPILE=1` (eager only), `ONNXRUNTIME_EP_MLX_COMPILE_CACHE=N` (entries
 //! per plan, default 16), `ONNXRUNTIME_EP_MLX_COMPILE_AFTER=N` (eager runs of a shape before
 //! it is compiled, default 1: one-shot sessions never pay for compilation),
 //! `ONNXRUNTIME_EP_MLX_NO_SHAPELESS=1` (shape-keyed closures even for shapeless plans),
 //! `ONNXRUNTIME_EP_MLX_NO_FUSE=1` (closures traced without MLX's kernel fusion: on the CPU
-//! backend every new fused kernel costs a C++ compile at first use).
+//! backend every new fused kernel costs a C++ compile at first use),
+//! `ONNXRUNTIME_EP_MLX_NO_SPLIT=1` (no prologue split: every new shape is a new trace).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mlx_kernels::{Array, Closure, Dtype};
 use op_specs::ShapeSafety;
 
 use crate::device;
 use crate::op_profile;
-use crate::plan::{Constants, EvalError, Evaluated, Lowering, NodeCheck, Plan, RunTimes, Runtime};
+use crate::plan::{
+    Constants, EvalError, Evaluated, Lowering, NodeCheck, Plan, RunTimes, Runtime, SlotKey,
+};
+use crate::split::Split;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
@@ -55,6 +63,8 @@ pub struct Settings {
     pub fuse: bool,
     /// Per-op profiling (`op_profile`): eager runs that evaluate node by node.
     pub profile_ops: bool,
+    /// Whether runs that changed only a prologue's input shapes replay the rest compiled.
+    pub split: bool,
 }
 
 impl Settings {
@@ -76,6 +86,7 @@ impl Settings {
             compile_after: number("ONNXRUNTIME_EP_MLX_COMPILE_AFTER", 1) as u32,
             fuse: !std::env::var("ONNXRUNTIME_EP_MLX_NO_FUSE").is_ok_and(|v| v == "1"),
             profile_ops,
+            split: !std::env::var("ONNXRUNTIME_EP_MLX_NO_SPLIT").is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -123,32 +134,68 @@ impl ShapeKey {
     }
 }
 
+/// What a cache entry is for: the shapes of the closure's inputs, and which plan inputs a
+/// split left to its prologue (none: the closure takes the plan's inputs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CacheKey {
+    prologue_inputs: Vec<bool>,
+    shapes: ShapeKey,
+}
+
 enum Entry {
     /// Seen this many times, still below the compile threshold.
     Warming(u32),
-    /// The closure returns the plan's outputs, then the written-rows masks of the outputs its
-    /// trace recorded, then one array per run-time check (their messages recorded too).
-    Compiled(Closure, TraceRecord),
+    /// Closures for this key, one per set of host keys their traces recorded (most recently
+    /// used last). Each returns the plan's outputs, then the written-rows masks of the outputs
+    /// its trace recorded, then one array per run-time check (their messages recorded too).
+    Compiled(Vec<(Closure, TraceRecord)>),
 }
 
 /// What a trace recorded besides its arrays, for its replays: which outputs have a
-/// written-rows mask, and the run-time checks' messages, in the order the closure returns them.
+/// written-rows mask, the run-time checks' messages, in the order the closure returns them,
+/// and what the trace took from host values of traced inputs (a replay needs the same).
 #[derive(Debug, Default, Clone)]
 struct Recorded {
     masked_outputs: Vec<usize>,
     messages: Vec<Arc<str>>,
+    host_keys: Vec<SlotKey>,
+}
+
+impl Recorded {
+    fn holds_for(&self, host_values: &HashMap<usize, Vec<i64>>) -> bool {
+        self.host_keys.iter().all(|k| {
+            host_values
+                .get(&k.slot)
+                .is_some_and(|values| k.holds_for(values))
+        })
+    }
 }
 
 type TraceRecord = Arc<Mutex<Recorded>>;
+
+/// What a new trace lowers: the whole plan, or a split's body with the host values of its
+/// prologue's results.
+enum TraceOf {
+    Plan,
+    Body(Arc<Split>, HashMap<usize, Vec<i64>>),
+}
 
 /// The compiled path of one plan (owned by the plan's thread, like its runtime).
 pub struct Capture {
     path: Path,
     settings: Settings,
-    cache: Vec<(ShapeKey, Entry)>,
+    cache: Vec<(CacheKey, Entry)>,
     pub traces: u64,
     pub hits: u64,
     pub fallback: Option<String>,
+    /// The previous run's input shapes, to see which inputs changed.
+    last_shapes: Vec<Vec<i64>>,
+    /// Per set of changed inputs: its split, `None` when the plan cannot be split there.
+    splits: Vec<(Vec<bool>, Option<Arc<Split>>)>,
+    /// Compiled runs of a split body, and why runs stopped being split (a split trace or
+    /// replay failed where the eager path did not).
+    pub split_runs: u64,
+    pub split_fallback: Option<String>,
 }
 
 impl Capture {
@@ -165,6 +212,10 @@ impl Capture {
             traces: 0,
             hits: 0,
             fallback: None,
+            last_shapes: Vec::new(),
+            splits: Vec::new(),
+            split_runs: 0,
+            split_fallback: None,
         }
     }
 
@@ -189,16 +240,104 @@ impl Capture {
         let (Path::ShapeKeyed | Path::Shapeless, Some(arrays)) = (self.path, present) else {
             return plan.run(runtime, inputs, times, self.settings.profile_ops);
         };
-        match self.compiled(plan, runtime, &arrays, times) {
-            Ok(Some(lowering)) => match plan.evaluate(lowering, &runtime.stream, times) {
-                Ok(evaluated) => Ok(evaluated),
-                // The inputs are at fault, not the trace: the eager path would fail the same way.
-                Err(EvalError::Input(message)) => Err(message),
-                Err(EvalError::Mlx(reason)) => self.fall_back(plan, runtime, inputs, times, reason),
-            },
-            Ok(None) => plan.run(runtime, inputs, times, self.settings.profile_ops),
-            Err(reason) => self.fall_back(plan, runtime, inputs, times, reason),
+        if let Some(split) = self.split_for(plan, &arrays) {
+            return self.run_split(plan, runtime, &arrays, inputs, split, times);
         }
+        let started = Instant::now();
+        let prepared_before = runtime.constants.prepare_time();
+        let key = CacheKey {
+            prologue_inputs: Vec::new(),
+            shapes: ShapeKey::of(&arrays, &runtime.constants.arrays, self.path),
+        };
+        if self.warming(&key) {
+            return plan.run(runtime, inputs, times, self.settings.profile_ops);
+        }
+        let lowering = self
+            .replay(plan, runtime, key, &arrays, TraceOf::Plan)
+            .and_then(|replayed| replayed.into_lowering(plan, &arrays));
+        let lowering = match lowering {
+            Ok(lowering) => lowering,
+            Err(reason) => return self.fall_back(plan, runtime, inputs, times, reason),
+        };
+        charge(runtime, times, started, prepared_before);
+        match plan.evaluate(lowering, &runtime.stream, times) {
+            Ok(evaluated) => Ok(evaluated),
+            // The inputs are at fault, not the trace: the eager path would fail the same way.
+            Err(EvalError::Input(message)) => Err(message),
+            Err(EvalError::Mlx(reason)) => self.fall_back(plan, runtime, inputs, times, reason),
+        }
+    }
+
+    /// The split for this run: on the shape-keyed path, when some inputs (not all) changed
+    /// shape since the last run and the plan can be split there.
+    fn split_for(&mut self, plan: &Plan, arrays: &[Array]) -> Option<Arc<Split>> {
+        let shapes: Vec<Vec<i64>> = arrays.iter().map(Array::shape).collect();
+        let last = std::mem::replace(&mut self.last_shapes, shapes.clone());
+        if self.path != Path::ShapeKeyed
+            || !self.settings.split
+            || self.split_fallback.is_some()
+            || last.len() != shapes.len()
+        {
+            return None;
+        }
+        let changed: Vec<bool> = shapes.iter().zip(&last).map(|(a, b)| a != b).collect();
+        if !changed.contains(&true) || !changed.contains(&false) {
+            return None;
+        }
+        if let Some((_, split)) = self.splits.iter().find(|(c, _)| *c == changed) {
+            return split.clone();
+        }
+        let split = Split::of(plan, &changed).map(Arc::new);
+        self.splits.push((changed, split.clone()));
+        split
+    }
+
+    /// A split run: the prologue eagerly, the body compiled for the shapes and host keys of
+    /// the prologue's results. A failure of the split (not of the inputs) stops splitting.
+    fn run_split(
+        &mut self,
+        plan: &Arc<Plan>,
+        runtime: &Runtime,
+        arrays: &[Array],
+        inputs: Vec<Option<Array>>,
+        split: Arc<Split>,
+        times: &mut RunTimes,
+    ) -> Result<Evaluated, String> {
+        let started = Instant::now();
+        let prepared_before = runtime.constants.prepare_time();
+        let attempt = (|| -> Result<Option<Lowering>, String> {
+            let stream = &runtime.stream;
+            let prologue = split.lower_prologue(plan, stream, &runtime.constants, arrays)?;
+            let body_inputs = split.body_inputs(arrays, &prologue);
+            let key = CacheKey {
+                prologue_inputs: split.prologue_inputs(plan),
+                shapes: ShapeKey::of(&body_inputs, &[], Path::ShapeKeyed),
+            };
+            if self.warming(&key) {
+                return Ok(None);
+            }
+            let host_values = prologue.host_values(&split, stream)?;
+            let trace = TraceOf::Body(Arc::clone(&split), host_values);
+            let replayed = self.replay(plan, runtime, key, &body_inputs, trace)?;
+            let body = replayed.into_lowering(plan, &body_inputs)?;
+            Ok(Some(split.join(plan, prologue, body)))
+        })();
+        let reason = match attempt {
+            Ok(Some(lowering)) => {
+                self.split_runs += 1;
+                charge(runtime, times, started, prepared_before);
+                match plan.evaluate(lowering, &runtime.stream, times) {
+                    Ok(evaluated) => return Ok(evaluated),
+                    Err(EvalError::Input(message)) => return Err(message),
+                    Err(EvalError::Mlx(reason)) => reason,
+                }
+            }
+            Ok(None) => return plan.run(runtime, inputs, times, self.settings.profile_ops),
+            Err(reason) => reason,
+        };
+        let evaluated = plan.run(runtime, inputs, times, self.settings.profile_ops)?;
+        self.split_fallback = Some(reason);
+        Ok(evaluated)
     }
 
     /// A compile or replay failure sends the plan to its eager path for good (the reason kept),
@@ -219,71 +358,136 @@ impl Capture {
         Ok(evaluated)
     }
 
-    /// The compiled closure's lazy outputs for `inputs`; `Ok(None)`: this shape is still
-    /// warming up, run it eagerly.
-    fn compiled(
-        &mut self,
-        plan: &Arc<Plan>,
-        runtime: &Runtime,
-        inputs: &[Array],
-        times: &mut RunTimes,
-    ) -> Result<Option<Lowering>, String> {
-        let started = Instant::now();
-        let prepared_before = runtime.constants.prepare_time();
-        let key = ShapeKey::of(inputs, &runtime.constants.arrays, self.path);
-        let index = match self.cache.iter().position(|(k, _)| *k == key) {
+    /// Counts a sighting of `key`: whether it is still below the compile threshold (then the
+    /// run is eager). Keeps the entry most recently used, the cache bounded.
+    fn warming(&mut self, key: &CacheKey) -> bool {
+        let index = match self.cache.iter().position(|(k, _)| k == key) {
             Some(i) => i,
             None => {
-                self.cache.push((key, Entry::Warming(0)));
+                self.cache.push((key.clone(), Entry::Warming(0)));
                 if self.cache.len() > self.settings.capacity {
                     self.cache.remove(0);
                 }
                 self.cache.len() - 1
             }
         };
-        // Most recently used last.
-        let (key, entry) = self.cache.remove(index);
-        let entry = match entry {
-            Entry::Warming(seen) if seen < self.settings.compile_after => {
+        let entry = self.cache.remove(index);
+        match entry {
+            (key, Entry::Warming(seen)) if seen < self.settings.compile_after => {
                 self.cache.push((key, Entry::Warming(seen + 1)));
-                return Ok(None);
+                true
             }
-            Entry::Warming(_) if self.settings.fail_compile => {
+            entry => {
+                self.cache.push(entry);
+                false
+            }
+        }
+    }
+
+    /// The compiled closure for `key` (warmed up: see [`Capture::warming`]) applied to
+    /// `inputs`, traced now if no closure of the key holds for this run's host values.
+    fn replay(
+        &mut self,
+        plan: &Arc<Plan>,
+        runtime: &Runtime,
+        key: CacheKey,
+        inputs: &[Array],
+        trace: TraceOf,
+    ) -> Result<Replayed, String> {
+        let entry = match self.cache.last() {
+            Some((k, _)) if *k == key => self.cache.pop().map(|(_, e)| e),
+            _ => None,
+        };
+        let mut closures = match entry {
+            Some(Entry::Compiled(closures)) => closures,
+            _ => Vec::new(),
+        };
+        let no_values = HashMap::new();
+        let host_values = match &trace {
+            TraceOf::Plan => &no_values,
+            TraceOf::Body(_, values) => values,
+        };
+        let found = closures.iter().position(|(_, record)| {
+            record
+                .lock()
+                .is_ok_and(|recorded| recorded.holds_for(host_values))
+        });
+        let (closure, record) = match found {
+            Some(i) => {
+                self.hits += 1;
+                closures.remove(i)
+            }
+            None if self.settings.fail_compile => {
+                self.cache.push((key, Entry::Compiled(closures)));
                 return Err("compile failed: injected by ONNXRUNTIME_EP_MLX_FAULT=compile".into());
             }
-            Entry::Warming(_) => {
+            None => {
                 self.traces += 1;
                 let record = TraceRecord::default();
                 let body = trace_body(
                     Arc::clone(plan),
                     runtime.constants.clone(),
+                    trace,
                     Arc::clone(&record),
                 );
-                let closure = Closure::new(body)
+                let compiled = Closure::new(body)
                     .compile(self.path == Path::Shapeless)
-                    .map_err(|e| format!("compile failed: {e}"))?;
-                // MLX reads the fusion setting when the closure traces: at the apply below.
-                mlx_kernels::set_kernel_fusion(self.settings.fuse)
-                    .map_err(|e| format!("compile failed: {e}"))?;
-                Entry::Compiled(closure, record)
+                    .and_then(|closure| {
+                        // MLX reads the fusion setting when the closure traces: at the apply.
+                        mlx_kernels::set_kernel_fusion(self.settings.fuse).map(|_| closure)
+                    });
+                match compiled {
+                    Ok(closure) => (closure, record),
+                    Err(e) => {
+                        self.cache.push((key, Entry::Compiled(closures)));
+                        return Err(format!("compile failed: {e}"));
+                    }
+                }
             }
-            compiled => {
-                self.hits += 1;
-                compiled
-            }
-        };
-        let Entry::Compiled(closure, record) = &entry else {
-            unreachable!("compiled above")
         };
         let applied = closure
             .apply(inputs)
             .map_err(|e| format!("compiled replay failed: {e}"));
-        let record = record.lock().map(|r| r.clone()).unwrap_or_default();
-        self.cache.push((key, entry));
-        let mut outputs = applied?;
+        let recorded = record.lock().map(|r| r.clone()).unwrap_or_default();
+        // A closure whose trace failed recorded nothing to key it by: it is not kept.
+        if applied.is_ok() {
+            closures.push((closure, record));
+        }
+        if closures.len() > self.settings.capacity {
+            closures.remove(0);
+        }
+        self.cache.push((key, Entry::Compiled(closures)));
+        Ok(Replayed {
+            arrays: applied?,
+            recorded,
+        })
+    }
+}
+
+/// Adds a compiled run's host time to `times`: preparing constants (a trace may be the first
+/// to) apart from the rest.
+fn charge(runtime: &Runtime, times: &mut RunTimes, started: Instant, prepared_before: Duration) {
+    let prepare = runtime.constants.prepare_time() - prepared_before;
+    times.prepare += prepare;
+    times.translate += started.elapsed().saturating_sub(prepare);
+}
+
+/// What a compiled closure returned, with its trace's record.
+struct Replayed {
+    arrays: Vec<Array>,
+    recorded: Recorded,
+}
+
+impl Replayed {
+    /// The plan's lazy outputs, their written-rows masks and the run-time checks.
+    fn into_lowering(self, plan: &Plan, inputs: &[Array]) -> Result<Lowering, String> {
+        let Replayed {
+            arrays: mut outputs,
+            recorded,
+        } = self;
         let produced = outputs.len();
-        let masks = record.masked_outputs.len();
-        let expected = plan.outputs.len() + masks + record.messages.len();
+        let masks = recorded.masked_outputs.len();
+        let expected = plan.outputs.len() + masks + recorded.messages.len();
         if produced != expected {
             return Err(format!(
                 "compiled replay returned {produced} arrays for {expected} outputs, masks and checks"
@@ -292,49 +496,56 @@ impl Capture {
         let checks = outputs
             .split_off(plan.outputs.len() + masks)
             .into_iter()
-            .zip(record.messages)
+            .zip(recorded.messages)
             .map(|(holds, message)| NodeCheck { holds, message })
             .collect();
         let mut written_rows = vec![None; plan.outputs.len()];
-        for (output, mask) in record
+        for (output, mask) in recorded
             .masked_outputs
             .iter()
             .zip(outputs.split_off(plan.outputs.len()))
         {
             written_rows[*output] = Some(mask);
         }
-        // A trace lowers the plan, and may be the first to prepare arrays from constants.
-        let prepare = runtime.constants.prepare_time() - prepared_before;
-        times.prepare += prepare;
-        times.translate += started.elapsed().saturating_sub(prepare);
-        Ok(Some(Lowering {
+        Ok(Lowering {
             outputs,
             checks,
             written_rows,
             keep_alive: inputs.iter().cloned().map(Some).collect(),
-        }))
+        })
     }
 }
 
-/// The closure MLX traces: the plan's lowering over its inputs, constants captured. It returns
-/// the outputs, then the written-rows masks, then the run-time checks, and records which outputs
-/// the masks belong to and the checks' messages for the replays.
+/// The closure MLX traces: the plan's (or a split body's) lowering over its inputs, constants
+/// captured. It returns the outputs, then the written-rows masks, then the run-time checks, and
+/// records which outputs the masks belong to, the checks' messages and the host keys for the
+/// replays.
 fn trace_body(
     plan: Arc<Plan>,
     constants: Constants,
+    trace: TraceOf,
     record: TraceRecord,
 ) -> impl Fn(&[Array]) -> mlx_kernels::Result<Vec<Array>> {
     move |inputs: &[Array]| {
         let stream = device::stream()?;
-        let lowering = plan
-            .lower(
-                &stream,
-                &constants,
-                inputs.iter().cloned().map(Some).collect(),
-            )
-            .map_err(mlx_kernels::Error::Callback)?;
+        let (lowering, host_keys) = match &trace {
+            TraceOf::Plan => plan
+                .lower(
+                    &stream,
+                    &constants,
+                    inputs.iter().cloned().map(Some).collect(),
+                )
+                .map(|lowering| (lowering, Vec::new())),
+            TraceOf::Body(split, host_values) => {
+                split.lower_body(&plan, &stream, &constants, inputs, host_values)
+            }
+        }
+        .map_err(mlx_kernels::Error::Callback)?;
         let mut arrays = lowering.outputs;
-        let mut recorded = Recorded::default();
+        let mut recorded = Recorded {
+            host_keys,
+            ..Recorded::default()
+        };
         for (output, mask) in lowering.written_rows.into_iter().enumerate() {
             if let Some(mask) = mask {
                 arrays.push(mask);

@@ -40,6 +40,9 @@ pub struct PlanReport {
     pub traces: u64,
     pub hits: u64,
     pub fallback: Option<String>,
+    /// Compiled runs that lowered a prologue eagerly (`split`), and why splitting stopped.
+    pub split_runs: u64,
+    pub split_fallback: Option<String>,
     /// Outputs sharing an input's buffer (a KV cache): rows written back of rows held, and
     /// runs that fed an input from its device mirror (ep/src/resident.rs).
     pub shared_rows_written: u64,
@@ -110,6 +113,12 @@ impl Stats {
                 "\n[MLX EP]   {name}: {} path, {} trace(s), {} cache hit(s)",
                 report.path, report.traces, report.hits
             );
+            if report.split_runs > 0 {
+                let _ = write!(out, " ({} with an eager prologue)", report.split_runs);
+            }
+            if let Some(reason) = &report.split_fallback {
+                let _ = write!(out, "; prologue split stopped: {reason}");
+            }
             if report.shared_rows > 0 {
                 let _ = write!(
                     out,

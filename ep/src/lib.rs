@@ -18,6 +18,7 @@ mod partition;
 mod plan;
 mod resident;
 mod selftest;
+mod split;
 mod table_json;
 
 pub use abi::{CreateEpFactories, OrtMlxEp_OpTableJson, ReleaseEpFactory};

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use mlx_kernels::{ops, Array, Stream};
 use op_specs::{
-    decide, ConstantInputs, Decision, ElemType, Lower, Node, OpSpec, Prepared, ShapeSafety,
+    decide, ConstantInputs, Decision, ElemType, HostKey, Lower, Node, OpSpec, Prepared, ShapeSafety,
 };
 
 use crate::device;
@@ -94,13 +94,13 @@ pub struct ConstantsReport {
 }
 
 #[derive(Debug)]
-struct PlanNode {
+pub(crate) struct PlanNode {
     node: Node,
     spec: &'static OpSpec,
-    inputs: Vec<Option<usize>>,
+    pub(crate) inputs: Vec<Option<usize>>,
     /// Per input: whether it is a constant of the plan (an absent input counts as one).
     constant_inputs: Vec<bool>,
-    outputs: Vec<Option<usize>>,
+    pub(crate) outputs: Vec<Option<usize>>,
 }
 
 impl PlanNode {
@@ -118,9 +118,10 @@ pub struct PlanOutput {
 #[derive(Debug)]
 pub struct Plan {
     pub name: String,
-    nodes: Vec<PlanNode>,
+    pub(crate) nodes: Vec<PlanNode>,
     slot_count: usize,
-    inputs: Vec<usize>,
+    /// The slot of each fused-node input.
+    pub(crate) inputs: Vec<usize>,
     pub outputs: Vec<PlanOutput>,
     constants: Vec<PlanConstant>,
 }
@@ -464,12 +465,8 @@ impl Plan {
         stream: &Stream,
         constants: &Constants,
         inputs: Vec<Option<Array>>,
-        mut profile: Option<&mut OpProfile>,
+        profile: Option<&mut OpProfile>,
     ) -> Result<Lowering, String> {
-        let mut env: Vec<Option<Array>> = vec![None; self.slot_count];
-        for (slot, array) in &constants.arrays {
-            env[*slot] = Some(array.clone());
-        }
         if inputs.len() != self.inputs.len() {
             return Err(format!(
                 "{} inputs given, the fused graph takes {}",
@@ -477,21 +474,88 @@ impl Plan {
                 self.inputs.len()
             ));
         }
-        for (slot, array) in self.inputs.iter().zip(inputs) {
-            env[*slot] = array;
+        let part = Part {
+            nodes: &mut (0..self.nodes.len()),
+            seeds: self.inputs.iter().copied().zip(inputs).collect(),
+            host_values: &HashMap::new(),
+        };
+        let lowered = self.lower_part(stream, constants, part, profile)?;
+        self.finish(lowered, Vec::new())
+    }
+
+    /// The plan's outputs from a lowering that computed them, with its checks and the rows
+    /// they write; `keep` holds what else must live until evaluation.
+    pub(crate) fn finish(
+        &self,
+        lowered: PartLowering,
+        mut keep: Vec<Option<Array>>,
+    ) -> Result<Lowering, String> {
+        let PartLowering {
+            env,
+            checks,
+            mut rows_of_slot,
+            ..
+        } = lowered;
+        let outputs = self
+            .outputs
+            .iter()
+            .map(|o| {
+                env[o.slot]
+                    .clone()
+                    .ok_or_else(|| "a fused output was never computed".to_owned())
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let written_rows = self
+            .outputs
+            .iter()
+            .map(|o| rows_of_slot.remove(&o.slot))
+            .collect();
+        keep.extend(env);
+        Ok(Lowering {
+            outputs,
+            checks,
+            written_rows,
+            keep_alive: keep,
+        })
+    }
+
+    /// Lowers the nodes `part` names (in plan order) over the constants and its seeded slots.
+    pub(crate) fn lower_part(
+        &self,
+        stream: &Stream,
+        constants: &Constants,
+        part: Part,
+        mut profile: Option<&mut OpProfile>,
+    ) -> Result<PartLowering, String> {
+        let mut env: Vec<Option<Array>> = vec![None; self.slot_count];
+        for (slot, array) in &constants.arrays {
+            env[*slot] = Some(array.clone());
         }
-        let mut checks = Vec::new();
-        let mut rows_of_slot: HashMap<usize, Array> = HashMap::new();
-        for (index, planned) in self.nodes.iter().enumerate() {
+        for (slot, array) in part.seeds {
+            env[slot] = array;
+        }
+        let mut lowered_part = PartLowering::default();
+        for index in part.nodes {
+            let planned = &self.nodes[index];
             let args: Vec<Option<Array>> = planned
                 .inputs
                 .iter()
                 .map(|s| s.and_then(|s| env[s].clone()))
                 .collect();
+            let host_values: Vec<Option<Vec<i64>>> = if part.host_values.is_empty() {
+                Vec::new()
+            } else {
+                planned
+                    .inputs
+                    .iter()
+                    .map(|s| s.and_then(|s| part.host_values.get(&s).cloned()))
+                    .collect()
+            };
             let cx = Lower::new(stream, &planned.node).with_constants(ConstantInputs {
                 node: index,
                 constant: &planned.constant_inputs,
                 prepared: &constants.prepared,
+                host_values: &host_values,
             });
             let lowering_started = Instant::now();
             let arrays_before = mlx_kernels::arrays_created();
@@ -511,13 +575,20 @@ impl Plan {
                     mlx_kernels::arrays_created() - arrays_before,
                 );
             }
-            checks.extend(lowered.checks.into_iter().map(|c| NodeCheck {
-                holds: c.holds,
-                message: failed_check(&planned.node, &c.message).into(),
-            }));
+            lowered_part
+                .checks
+                .extend(lowered.checks.into_iter().map(|c| NodeCheck {
+                    holds: c.holds,
+                    message: failed_check(&planned.node, &c.message).into(),
+                }));
             for written in lowered.written_rows {
                 if let Some(Some(slot)) = planned.outputs.get(written.output) {
-                    rows_of_slot.insert(*slot, written.rows);
+                    lowered_part.rows_of_slot.insert(*slot, written.rows);
+                }
+            }
+            for key in lowered.host_keys {
+                if let Some(Some(slot)) = planned.inputs.get(key.input) {
+                    lowered_part.host_keys.push(SlotKey { slot: *slot, key });
                 }
             }
             for (slot, result) in planned.outputs.iter().zip(lowered.outputs) {
@@ -526,26 +597,42 @@ impl Plan {
                 }
             }
         }
-        let outputs = self
-            .outputs
-            .iter()
-            .map(|o| {
-                env[o.slot]
-                    .clone()
-                    .ok_or_else(|| "a fused output was never computed".to_owned())
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        let written_rows = self
-            .outputs
-            .iter()
-            .map(|o| rows_of_slot.get(&o.slot).cloned())
-            .collect();
-        Ok(Lowering {
-            outputs,
-            checks,
-            written_rows,
-            keep_alive: env,
-        })
+        lowered_part.env = env;
+        Ok(lowered_part)
+    }
+}
+
+/// Which nodes a lowering covers and what it starts from besides the constants.
+pub(crate) struct Part<'a> {
+    /// Node indices, in plan order.
+    pub nodes: &'a mut dyn Iterator<Item = usize>,
+    /// Slots given before the first node (the plan's inputs, or a body's).
+    pub seeds: Vec<(usize, Option<Array>)>,
+    /// Values known on the host for seeded slots that are traced arrays.
+    pub host_values: &'a HashMap<usize, Vec<i64>>,
+}
+
+/// What lowering a part produced: every slot's array, the checks, the rows in-place outputs
+/// write (by slot), and the host keys of traced values its nodes read (by slot).
+#[derive(Default)]
+pub(crate) struct PartLowering {
+    pub env: Vec<Option<Array>>,
+    pub checks: Vec<NodeCheck>,
+    pub rows_of_slot: HashMap<usize, Array>,
+    pub host_keys: Vec<SlotKey>,
+}
+
+/// A host key (`op_specs::HostKey`) of the value in `slot`.
+#[derive(Debug, Clone)]
+pub struct SlotKey {
+    pub slot: usize,
+    pub key: HostKey,
+}
+
+impl SlotKey {
+    /// Whether a trace that recorded this key holds for `values` of its slot.
+    pub fn holds_for(&self, values: &[i64]) -> bool {
+        (self.key.project)(values) == self.key.key
     }
 }
 
@@ -651,6 +738,15 @@ fn node_label(node: &Node) -> String {
 }
 
 impl Plan {
+    /// The slots of the plan's constants.
+    pub(crate) fn constant_slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.constants.iter().map(|c| c.slot)
+    }
+
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slot_count
+    }
+
     /// `node 'name' (domain.Op)` of the node producing fused output `index`, for messages.
     pub fn output_producer(&self, index: usize) -> String {
         let slot = self.outputs.get(index).map(|o| o.slot);

@@ -100,58 +100,117 @@ impl Residency {
         self.mirrors.iter_mut().for_each(|m| *m = None);
     }
 
-    /// Writes `output` into `buffer`, which is input `index`'s buffer and holds `input`'s bytes:
-    /// only the rows that differ, and of those only the rows in `written` when the node said
-    /// which rows it writes in place (the others keep the buffer's bytes, as ORT's kernels
-    /// leave them). Keeps what the buffer then holds as the input's mirror for the next run.
-    pub fn write_back(
-        &mut self,
-        index: usize,
-        input: &Array,
-        output: &Array,
-        written: Option<&Array>,
-        buffer: &mut [u8],
-        stream: &Stream,
-    ) -> Result<(), String> {
-        let rows = Rows::of(output);
-        let in_place = |e: mlx_kernels::Error| e.to_string();
-        // What the buffer holds after this write: the output's rows where the node writes,
-        // the input's elsewhere.
-        let output = &match written {
-            Some(mask) => in_place_result(input, output, mask, &rows, stream).map_err(in_place)?,
-            None => output.clone(),
-        };
-        let changed = changed_rows(input, output, &rows, stream).map_err(|e| e.to_string())?;
-        let row_bytes = rows.width * output.dtype().size_in_bytes();
-        if changed.len() * 2 > rows.count {
-            output.copy_to(buffer, stream).map_err(|e| e.to_string())?;
-        } else if !changed.is_empty() {
-            let picked = gather_rows(output, &rows, &changed, stream).map_err(|e| e.to_string())?;
-            for (k, &row) in changed.iter().enumerate() {
-                buffer[row * row_bytes..(row + 1) * row_bytes]
-                    .copy_from_slice(&picked[k * row_bytes..(k + 1) * row_bytes]);
-            }
+    /// Writes each shared output into its buffer, which is input `index`'s buffer and holds
+    /// `input`'s bytes: only the rows that differ — or, when the node said which rows it writes
+    /// in place, those rows (the others keep the buffer's bytes, as ORT's kernels leave them).
+    /// Keeps what each buffer then holds as its input's mirror for the next run. All outputs
+    /// are compared, then gathered, in one MLX evaluation each: a decoder has two buffers a
+    /// layer, and every evaluation is a device round trip.
+    pub fn write_back(&mut self, shared: Vec<SharedOutput>, stream: &Stream) -> Result<(), String> {
+        let err = |e: mlx_kernels::Error| e.to_string();
+        // What each buffer holds after this write, and which of its rows change (lazily).
+        let mut pending = Vec::with_capacity(shared.len());
+        for out in shared {
+            let rows = Rows::of(out.output);
+            let (held, flags) = match out.written {
+                Some(mask) => (
+                    in_place_result(out.input, out.output, mask, &rows, stream).map_err(err)?,
+                    mask_rows(mask, out.output, &rows, stream).map_err(err)?,
+                ),
+                None => {
+                    let flags = changed_rows(out.input, out.output, &rows, stream).map_err(err)?;
+                    (out.output.clone(), flags)
+                }
+            };
+            pending.push((out, rows, held, flags));
         }
-        self.rows_written += changed.len() as u64;
-        self.rows_aliased += rows.count as u64;
-        if self.mirror {
-            let probes = probe_rows(&changed, rows.count)
-                .map(|row| {
-                    let at = row * row_bytes;
-                    (at, buffer[at..at + row_bytes].to_vec())
-                })
+        let lazy: Vec<Array> = pending
+            .iter()
+            .flat_map(|(_, _, held, flags)| [held.clone(), flags.clone()])
+            .collect();
+        Array::eval_all(&lazy).map_err(err)?;
+        // The changed rows of each buffer, gathered on the device (reading a whole buffer back
+        // would move all of it to the host on MLX's CUDA backend) unless most rows changed.
+        let mut gathers = Vec::with_capacity(pending.len());
+        for (_, rows, held, flags) in &pending {
+            let changed: Vec<usize> = flags
+                .to_vec::<u8>(stream)
+                .map_err(err)?
+                .iter()
+                .enumerate()
+                .filter_map(|(row, &f)| (f != 0).then_some(row))
                 .collect();
-            if let Some(slot) = self.mirrors.get_mut(index) {
-                *slot = Some(Mirror {
-                    address: buffer.as_ptr() as usize,
-                    len: buffer.len(),
-                    array: output.clone(),
-                    probes,
-                });
+            let gathered = if changed.is_empty() || changed.len() * 2 > rows.count {
+                None
+            } else {
+                Some(gather_rows(held, rows, &changed, stream).map_err(err)?)
+            };
+            gathers.push((changed, gathered));
+        }
+        Array::eval_all(
+            &gathers
+                .iter()
+                .filter_map(|(_, g)| g.clone())
+                .collect::<Vec<_>>(),
+        )
+        .map_err(err)?;
+        for ((out, rows, held, _), (changed, gathered)) in pending.into_iter().zip(gathers) {
+            let row_bytes = rows.width * held.dtype().size_in_bytes();
+            match gathered {
+                Some(picked) => {
+                    let picked = picked.to_bytes(stream).map_err(err)?;
+                    for (k, &row) in changed.iter().enumerate() {
+                        out.buffer[row * row_bytes..(row + 1) * row_bytes]
+                            .copy_from_slice(&picked[k * row_bytes..(k + 1) * row_bytes]);
+                    }
+                }
+                None if !changed.is_empty() => held.copy_to(out.buffer, stream).map_err(err)?,
+                None => {}
+            }
+            self.rows_written += changed.len() as u64;
+            self.rows_aliased += rows.count as u64;
+            if self.mirror {
+                self.keep_mirror(out.index, held, out.buffer, &changed, &rows, row_bytes);
             }
         }
         Ok(())
     }
+
+    /// Keeps `held` as input `index`'s mirror, with copies of its probe rows from `buffer`.
+    fn keep_mirror(
+        &mut self,
+        index: usize,
+        held: Array,
+        buffer: &[u8],
+        changed: &[usize],
+        rows: &Rows,
+        row_bytes: usize,
+    ) {
+        let probes = probe_rows(changed, rows.count)
+            .map(|row| {
+                let at = row * row_bytes;
+                (at, buffer[at..at + row_bytes].to_vec())
+            })
+            .collect();
+        if let Some(slot) = self.mirrors.get_mut(index) {
+            *slot = Some(Mirror {
+                address: buffer.as_ptr() as usize,
+                len: buffer.len(),
+                array: held,
+                probes,
+            });
+        }
+    }
+}
+
+/// An output whose buffer is input `index`'s (which held `input`), and the rows its node
+/// writes in place, if it said.
+pub struct SharedOutput<'a> {
+    pub index: usize,
+    pub input: &'a Array,
+    pub output: &'a Array,
+    pub written: Option<&'a Array>,
+    pub buffer: &'a mut [u8],
 }
 
 /// The unsigned integer type of each element size: rows are compared bit for bit (so -0.0 and
@@ -191,32 +250,25 @@ fn in_place_result(
     ops::reshape(&merged, &shape, s)
 }
 
-/// Indices of the rows where `a` and `b` differ.
-fn changed_rows(a: &Array, b: &Array, rows: &Rows, s: &Stream) -> mlx_kernels::Result<Vec<usize>> {
-    if rows.count == 0 {
-        return Ok(Vec::new());
-    }
+/// Per row (as uint8, lazily): whether `a` and `b` differ.
+fn changed_rows(a: &Array, b: &Array, rows: &Rows, s: &Stream) -> mlx_kernels::Result<Array> {
     let differs = ops::not_equal(&as_rows(a, rows, s)?, &as_rows(b, rows, s)?, s)?;
-    let per_row = ops::max(&ops::astype(&differs, Dtype::U8, s)?, &[1], false, s)?;
-    let flags = per_row.to_vec::<u8>(s)?;
-    Ok(flags
-        .iter()
-        .enumerate()
-        .filter_map(|(row, &f)| (f != 0).then_some(row))
-        .collect())
+    ops::max(&ops::astype(&differs, Dtype::U8, s)?, &[1], false, s)
 }
 
-/// The bytes of `rows` of `a`, in order, gathered on the device (reading a whole buffer back
-/// would move all of it to the host on MLX's CUDA backend).
-fn gather_rows(
-    a: &Array,
-    rows: &Rows,
-    wanted: &[usize],
-    s: &Stream,
-) -> mlx_kernels::Result<Vec<u8>> {
+/// Per row (as uint8, lazily): whether the node writes it (`mask` broadcast over the rows).
+fn mask_rows(mask: &Array, output: &Array, rows: &Rows, s: &Stream) -> mlx_kernels::Result<Array> {
+    let shape = output.shape();
+    let row_dims = &shape[..shape.len().saturating_sub(1)];
+    let flags = ops::broadcast_to(mask, row_dims, s)?;
+    ops::reshape(&ops::astype(&flags, Dtype::U8, s)?, &[rows.count as i64], s)
+}
+
+/// `rows` of `a`, in order, gathered on the device (lazily).
+fn gather_rows(a: &Array, rows: &Rows, wanted: &[usize], s: &Stream) -> mlx_kernels::Result<Array> {
     let indices: Vec<u32> = wanted.iter().map(|&r| r as u32).collect();
     let indices = Array::from_slice(&indices, &[indices.len() as i64])?;
-    ops::take(&as_rows(a, rows, s)?, &indices, 0, s)?.to_bytes(s)
+    ops::take(&as_rows(a, rows, s)?, &indices, 0, s)
 }
 
 /// The rows to check before trusting a mirror: the ones just written, and some spread over

@@ -52,6 +52,12 @@ impl Dtype {
         matches!(self, Dtype::F16 | Dtype::F32 | Dtype::F64 | Dtype::BF16)
     }
 
+    /// Signed or unsigned integers (not bool).
+    pub fn is_integer(self) -> bool {
+        use Dtype::*;
+        matches!(self, I8 | I16 | I32 | I64 | U8 | U16 | U32 | U64)
+    }
+
     pub(crate) fn to_sys(self) -> sys::mlx_dtype {
         use sys::mlx_dtype as M;
         match self {

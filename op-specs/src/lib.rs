@@ -41,8 +41,8 @@ pub use ops_macros::onnx_op;
 pub use table::dtypes::sets as dtypes;
 pub use table::dtypes::{DtypeSet, ElemType};
 pub use table::lower::{
-    ConstantInputs, FromAttr, FromHost, IntoOutputs, Lower, Lowered, OpError, Prepared, Result,
-    RuntimeCheck,
+    ConstantInputs, FromAttr, FromHost, HostKey, IntoOutputs, Lower, Lowered, OpError, Prepared,
+    Result, RuntimeCheck,
 };
 pub use table::node::{AttrValue, Node, TensorValue, ValueInfo};
 pub use table::registry::{all, decide, lookup, overlaps, Decision};

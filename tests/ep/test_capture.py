@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 from conftest import MLX, make_model, tensor
 
@@ -162,3 +162,74 @@ def test_no_fuse_traces_without_generating_kernels(tmp_path):
         generated[fuse] = list(tmp.rglob("*.so"))
     assert generated["0"], "with fusion, MLX's CPU backend generates a kernel for the chain"
     assert not generated["1"], generated["1"]
+
+
+# x [2, 12] and a mask m [1, T] whose length changes run to run, as an LLM's attention mask:
+# the nodes reading m alone (the prologue) run eagerly, the rest replays compiled. y reshapes x
+# to [-1, T], so the compiled rest depends on the value of Shape(m)[1], and a replay must never
+# reuse a trace made for another T; z scales x by m's sum.
+PROLOGUE = make_model(
+    [
+        helper.make_node("Shape", ["m"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["length"], axis=0),
+        helper.make_node("Concat", ["minus_one", "length"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+        helper.make_node("ReduceSum", ["m", "axes"], ["total"], keepdims=1),
+        helper.make_node("Cast", ["total"], ["scale"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["x", "scale"], ["z"]),
+    ],
+    [tensor("x", shape=[2, 12]), tensor("m", TensorProto.INT64, shape=[1, "T"])],
+    [tensor("y"), tensor("z")],
+    initializers=[
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+        numpy_helper.from_array(np.array([1], np.int64), "axes"),
+    ],
+)
+
+
+def prologue_feeds(lengths):
+    rng = np.random.default_rng(5)
+    return [{"x": rng.standard_normal((2, 12)).astype(np.float32), "m": rng.integers(0, 3, (1, t))} for t in lengths]
+
+
+def run_split_model(model, feed_list, monkeypatch, capfd):
+    """Every feed through one compiling MLX session; all outputs, and the EP's summary."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    monkeypatch.delenv("ONNXRUNTIME_EP_MLX_NO_COMPILE", raising=False)
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()
+    outputs = [session.run(None, f) for f in feed_list]
+    del session
+    gc.collect()
+    return outputs, capfd.readouterr().err
+
+
+def test_inputs_that_reach_only_a_prologue_change_length_without_a_new_trace_per_shape(monkeypatch, capfd):
+    lengths = [3, 4, 6, 3, 4, 6, 6, 3]
+    feed_list = prologue_feeds(lengths)
+    outputs, summary = run_split_model(PROLOGUE, feed_list, monkeypatch, capfd)
+    for f, (y, z) in zip(feed_list, outputs):
+        np.testing.assert_array_equal(y, f["x"].reshape(-1, f["m"].shape[1]))
+        np.testing.assert_allclose(z, f["x"] * f["m"].sum(), rtol=1e-6)
+    # Run 1 is a first sighting (eager); run 2 changes m's length: a split, its body's key
+    # first seen (eager); runs 3-5 trace the body once per value of Shape(m)[1], which y's
+    # shape depends on; run 6 replays T=6's trace; run 7 repeats run 6's shapes (not a split:
+    # its key is first seen, eager); run 8 replays T=3's.
+    assert "shape-keyed path, 3 trace(s), 2 cache hit(s) (5 with an eager prologue)" in summary, summary
+
+
+def test_a_node_reading_the_changed_input_with_others_keeps_shape_keys(monkeypatch, capfd):
+    """m is read by a node that also reads n: nothing can be split off, every length is a new key."""
+    model = make_model(
+        [helper.make_node("Mul", ["m", "n"], ["y"]), helper.make_node("ReduceSum", ["m", "axes"], ["s"], keepdims=1)],
+        [tensor("m", TensorProto.INT64, shape=[1, "T"]), tensor("n", TensorProto.INT64, shape=[1, 1])],
+        [tensor("y", TensorProto.INT64), tensor("s", TensorProto.INT64)],
+        initializers=[numpy_helper.from_array(np.array([1], np.int64), "axes")],
+    )
+    feed_list = [{"m": np.arange(t, dtype=np.int64)[None], "n": np.array([[t]], np.int64)} for t in (3, 4, 4, 4, 5)]
+    outputs, summary = run_split_model(model, feed_list, monkeypatch, capfd)
+    for f, (y, s) in zip(feed_list, outputs):
+        np.testing.assert_array_equal(y, f["m"] * f["n"])
+        np.testing.assert_array_equal(s, f["m"].sum(1, keepdims=True))
+    assert "shape-keyed path, 1 trace(s), 1 cache hit(s);" in summary, summary

@@ -15,7 +15,7 @@ use crate::ort::kernel;
 use crate::ort::sys;
 use crate::ort::thread_bound::ThreadBound;
 use crate::plan::{Evaluated, Plan, RunTimes, Runtime};
-use crate::resident::Residency;
+use crate::resident::{Residency, SharedOutput};
 
 /// `base` first, so ORT's `OrtNodeComputeInfo*` is also a pointer to the whole struct.
 #[repr(C)]
@@ -201,6 +201,8 @@ fn run(
                 traces: capture.traces,
                 hits: capture.hits,
                 fallback: capture.fallback.clone(),
+                split_runs: capture.split_runs,
+                split_fallback: capture.split_fallback.clone(),
                 shared_rows_written: residency.rows_written,
                 shared_rows: residency.rows_aliased,
                 mirror_hits: residency.mirror_hits,
@@ -240,17 +242,17 @@ fn write_outputs(
             .iter()
             .position(|b| !bytes.is_empty() && *b == Some(address));
         match same.and_then(|i| Some((i, inputs[i].as_ref()?))) {
-            Some((input, fed)) => {
-                let written = evaluated.written_rows.get(index).and_then(Option::as_ref);
-                shared.push((input, fed, array, written, bytes))
-            }
+            Some((input, fed)) => shared.push(SharedOutput {
+                index: input,
+                input: fed,
+                output: array,
+                written: evaluated.written_rows.get(index).and_then(Option::as_ref),
+                buffer: bytes,
+            }),
             None => array
                 .copy_to(bytes, &runtime.stream)
                 .map_err(|e| e.to_string())?,
         }
     }
-    for (input, fed, array, written, bytes) in shared {
-        residency.write_back(input, fed, array, written, bytes, &runtime.stream)?;
-    }
-    Ok(())
+    residency.write_back(shared, &runtime.stream)
 }

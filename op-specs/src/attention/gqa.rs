@@ -127,6 +127,10 @@ fn group_query_attention(
     };
     let past_len = past.map_or(0, |(pk, _)| pk.shape()[2]);
     let total = total_sequence_length;
+    // In a compiled decode step the value is traced: the step is replayed for every total with
+    // the same key, and what is checked on `total` beyond the key is checked at run time.
+    let exact_total = attention_bias.is_some() || cx.node().output_present(3);
+    let traced_total = cx.key_host_read(6, move |v| total_key(v, past_len, seq, exact_total));
     let present_len = total.max(past_len);
     let first_prompt = seq == total;
     if seq > 1 && !first_prompt && batch != 1 {
@@ -150,6 +154,19 @@ fn group_query_attention(
         return Err(OpError::new(format!(
             "GroupQueryAttention: total_sequence_length {total} must equal past_sequence_length {past_len} + sequence_length {seq} (a growing cache) or be no greater than past_sequence_length (a shared buffer), as ORT's kernel requires"
         )));
+    }
+
+    if let Some(traced) = &traced_total {
+        let rows = match (&cos_cache, do_rotary) {
+            (Some(cos), 1) => cos.shape().first().copied().unwrap_or(0),
+            _ => i32::MAX as i64,
+        };
+        cx.require_in_range(
+            traced,
+            1,
+            rows,
+            format!("GroupQueryAttention: total_sequence_length is out of range [1, {rows}] (the rotary cache's rows)"),
+        )?;
     }
 
     // ORT's run-time checks on seqlens_k.
@@ -395,6 +412,20 @@ fn group_query_attention(
         outputs.push(ops::astype(&qk, dtype, s)?);
     }
     Ok(outputs)
+}
+
+/// What the lowering's structure takes from `total_sequence_length`: with a buffer that holds
+/// at least `total` rows (genai's shared KV buffer, total ≤ past length) only whether the step
+/// is a first prompt (total == sequence_length) and whether more than one key exists — the
+/// present keeps the buffer's length and every row mask comes from `seqlens_k`; otherwise the
+/// value itself (a growing cache's present length, or the width of attention_bias/output_qk).
+fn total_key(values: &[i64], past_len: i64, seq: i64, exact: bool) -> Vec<i64> {
+    match *values {
+        [total] if !exact && (1..=past_len).contains(&total) => {
+            vec![-1, i64::from(total == seq), i64::from(total > 1)]
+        }
+        _ => values.to_vec(),
+    }
 }
 
 /// The shapes of one call.

@@ -4,6 +4,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlx_kernels::{Array, Dtype, Stream};
@@ -64,13 +65,34 @@ pub struct WrittenRows {
     pub rows: Array,
 }
 
+/// A projection of host values: what of them a lowering's structure depends on.
+pub type Projection = Arc<dyn Fn(&[i64]) -> Vec<i64> + Send + Sync>;
+
+/// What a host read of a traced value made the lowering depend on: `project(values)` must
+/// equal `key` for the lowering (a compiled trace) to be valid for other values. By default
+/// the projection is the values themselves; [`Lower::key_host_read`] narrows it.
+#[derive(Clone)]
+pub struct HostKey {
+    pub input: usize,
+    pub key: Vec<i64>,
+    pub project: Projection,
+}
+
+impl fmt::Debug for HostKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostKey(input {}, key {:?})", self.input, self.key)
+    }
+}
+
 /// What lowering one node produced: an array per output slot, the run-time checks the outputs
-/// are only valid under, and the rows an in-place output writes.
+/// are only valid under, the rows an in-place output writes, and what its host reads of traced
+/// values made it depend on.
 #[derive(Debug)]
 pub struct Lowered {
     pub outputs: Vec<Array>,
     pub checks: Vec<RuntimeCheck>,
     pub written_rows: Vec<WrittenRows>,
+    pub host_keys: Vec<HostKey>,
 }
 
 /// Arrays derived from a plan's constants alone (a weight's repacked scales), computed and
@@ -98,12 +120,15 @@ impl Prepared {
 }
 
 /// What a plan tells a node's lowering about its inputs: which are the plan's constants
-/// (absent optional inputs count as constant), and where arrays prepared from them are kept.
+/// (absent optional inputs count as constant), where arrays prepared from them are kept, and
+/// the values of inputs that are traced arrays in a compiled closure but known on the host
+/// for the run being traced (empty when none is).
 #[derive(Debug, Clone, Copy)]
 pub struct ConstantInputs<'a> {
     pub node: usize,
     pub constant: &'a [bool],
     pub prepared: &'a RefCell<Prepared>,
+    pub host_values: &'a [Option<Vec<i64>>],
 }
 
 /// The lowering context of one node.
@@ -113,6 +138,9 @@ pub struct Lower<'a> {
     checks: Vec<RuntimeCheck>,
     written_rows: Vec<WrittenRows>,
     constants: Option<ConstantInputs<'a>>,
+    /// Host reads served from `ConstantInputs::host_values`, and the traced arrays they stand
+    /// for.
+    host_keys: Vec<(HostKey, Array)>,
 }
 
 impl fmt::Debug for Lower<'_> {
@@ -129,6 +157,7 @@ impl<'a> Lower<'a> {
             checks: Vec::new(),
             written_rows: Vec::new(),
             constants: None,
+            host_keys: Vec::new(),
         }
     }
 
@@ -225,9 +254,44 @@ impl<'a> Lower<'a> {
         });
     }
 
-    /// What the lowering recorded besides its outputs: run-time checks and written rows.
-    pub fn into_records(self) -> (Vec<RuntimeCheck>, Vec<WrittenRows>) {
-        (self.checks, self.written_rows)
+    /// Narrows what this lowering's host read of input `input` depends on to `project` of its
+    /// values (by default, all of them). A compiled trace is replayed for any later values with
+    /// the same projection, so the lowering may use the values on the host only through it.
+    /// Returns the input's traced array when the read was of one (inside such a trace): what the
+    /// lowering checked on the host value beyond the projection it must then check on that
+    /// array at run time (`require`). `None`: the value is the run's own, nothing to add.
+    pub fn key_host_read(
+        &mut self,
+        input: usize,
+        project: impl Fn(&[i64]) -> Vec<i64> + Send + Sync + 'static,
+    ) -> Option<Array> {
+        let (key, traced) = self.host_keys.iter_mut().find(|(k, _)| k.input == input)?;
+        let values = std::mem::take(&mut key.key);
+        key.key = project(&values);
+        key.project = Arc::new(project);
+        Some(traced.clone())
+    }
+
+    /// The values of input `index` when the plan knows them on the host for a traced array
+    /// (recorded as a host read the trace depends on).
+    fn known_host_values(&mut self, index: usize, array: &Array) -> Option<Vec<i64>> {
+        let values = self.constants?.host_values.get(index)?.clone()?;
+        self.host_keys.push((
+            HostKey {
+                input: index,
+                key: values.clone(),
+                project: Arc::new(|v: &[i64]| v.to_vec()),
+            },
+            array.clone(),
+        ));
+        Some(values)
+    }
+
+    /// What the lowering recorded besides its outputs: run-time checks, written rows, and the
+    /// host keys of traced values it read.
+    pub fn into_records(self) -> (Vec<RuntimeCheck>, Vec<WrittenRows>, Vec<HostKey>) {
+        let keys = self.host_keys.into_iter().map(|(k, _)| k).collect();
+        (self.checks, self.written_rows, keys)
     }
 
     pub fn stream(&self) -> &'a Stream {
@@ -381,8 +445,7 @@ impl FromHost for i64 {
 /// plain MLX arrays even inside a compiled trace; a value computed from the data cannot be
 /// read while tracing, and the resulting error sends the plan to its eager path.
 fn host_values(cx: &Lower, array: &Array, name: &str) -> Result<Vec<i64>> {
-    use mlx_kernels::Dtype::*;
-    if !matches!(array.dtype(), I8 | I16 | I32 | I64 | U8 | U16 | U32 | U64) {
+    if !array.dtype().is_integer() {
         return Err(OpError::new(format!(
             "input '{name}' must be an integer tensor"
         )));
@@ -392,24 +455,32 @@ fn host_values(cx: &Lower, array: &Array, name: &str) -> Result<Vec<i64>> {
 }
 
 pub fn host_input<T: FromHost>(
-    cx: &Lower,
+    cx: &mut Lower,
     inputs: &[Option<Array>],
     index: usize,
     name: &str,
 ) -> Result<T> {
     let array = required_input(inputs, index, name)?;
-    T::from_host(host_values(cx, &array, name)?, name)
+    T::from_host(read_host(cx, index, &array, name)?, name)
 }
 
 pub fn optional_host_input<T: FromHost>(
-    cx: &Lower,
+    cx: &mut Lower,
     inputs: &[Option<Array>],
     index: usize,
     name: &str,
 ) -> Result<Option<T>> {
     match optional_input(inputs, index) {
         None => Ok(None),
-        Some(array) => T::from_host(host_values(cx, &array, name)?, name).map(Some),
+        Some(array) => T::from_host(read_host(cx, index, &array, name)?, name).map(Some),
+    }
+}
+
+/// The values the plan knows for a traced input, else the array's own.
+fn read_host(cx: &mut Lower, index: usize, array: &Array, name: &str) -> Result<Vec<i64>> {
+    match cx.known_host_values(index, array) {
+        Some(values) => Ok(values),
+        None => host_values(cx, array, name),
     }
 }
 
@@ -433,6 +504,7 @@ mod prepared_tests {
             node: 0,
             constant,
             prepared: store,
+            host_values: &[],
         });
         let mut runs = 0;
         let arrays = cx
@@ -476,5 +548,61 @@ mod prepared_tests {
         let node = Node::new("Test", 1);
         let cx = Lower::new(&s, &node);
         assert!(!cx.input_is_constant(0));
+    }
+}
+
+#[cfg(test)]
+mod host_key_tests {
+    use super::*;
+    use crate::table::testing::stream;
+
+    #[test]
+    fn a_traced_input_reads_the_plans_values_and_keys_the_lowering_by_a_projection() {
+        let s = stream();
+        let node = Node::new("Test", 1);
+        let store = RefCell::new(Prepared::default());
+        // The array holds 3; the plan says the traced value of this run is 7.
+        let traced = Array::from_slice(&[3i64], &[1]).unwrap();
+        let known = [Some(vec![7i64]), None];
+        let mut cx = Lower::new(&s, &node).with_constants(ConstantInputs {
+            node: 0,
+            constant: &[false, false],
+            prepared: &store,
+            host_values: &known,
+        });
+        let inputs = [Some(traced.clone()), Some(traced)];
+        let value: i64 = host_input(&mut cx, &inputs, 0, "n").unwrap();
+        assert_eq!(value, 7);
+        // Input 1 has no known value: its own is read, and nothing is keyed by it.
+        let own: i64 = host_input(&mut cx, &inputs, 1, "m").unwrap();
+        assert_eq!(own, 3);
+        assert!(cx.key_host_read(1, |v| v.to_vec()).is_none());
+        let array = cx.key_host_read(0, |v| vec![i64::from(v[0] > 5)]);
+        assert!(array.is_some(), "the traced array comes back for run-time checks");
+        let (_, _, keys) = cx.into_records();
+        assert_eq!(keys.len(), 1);
+        assert_eq!((keys[0].input, keys[0].key.clone()), (0, vec![1]));
+        assert_eq!((keys[0].project)(&[9]), vec![1]);
+        assert_eq!((keys[0].project)(&[2]), vec![0]);
+    }
+
+    #[test]
+    fn without_a_projection_the_key_is_the_values() {
+        let s = stream();
+        let node = Node::new("Test", 1);
+        let store = RefCell::new(Prepared::default());
+        let known = [Some(vec![4i64, 5])];
+        let mut cx = Lower::new(&s, &node).with_constants(ConstantInputs {
+            node: 0,
+            constant: &[false],
+            prepared: &store,
+            host_values: &known,
+        });
+        let inputs = [Some(Array::from_slice(&[0i64, 0], &[2]).unwrap())];
+        let values: Vec<i64> = host_input(&mut cx, &inputs, 0, "shape").unwrap();
+        assert_eq!(values, [4, 5]);
+        let (_, _, keys) = cx.into_records();
+        assert_eq!(keys[0].key, [4, 5]);
+        assert_eq!((keys[0].project)(&[4, 6]), [4, 6]);
     }
 }

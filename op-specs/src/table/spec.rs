@@ -220,11 +220,12 @@ impl OpSpec {
                 outputs.len(),
             )));
         }
-        let (checks, written_rows) = cx.into_records();
+        let (checks, written_rows, host_keys) = cx.into_records();
         Ok(Lowered {
             outputs,
             checks,
             written_rows,
+            host_keys,
         })
     }
 

@@ -1,0 +1,206 @@
+//! Decode steps without retracing. An LLM's decode step changes one input shape per token (the
+//! attention mask grows by one), so a closure keyed on exact input shapes would be traced for
+//! every token. When the inputs whose shapes changed since the last run reach only a few nodes
+//! before anything else joins them (genai's mask: `ReduceSum` → `seqlens_k`, `Shape` →
+//! `total_sequence_length`), the plan is split in two: the **prologue**, the nodes computed from
+//! those inputs and constants alone, is lowered eagerly on every run; the **body**, every other
+//! node, is compiled once and fed the plan's unchanged inputs and the prologue's results, whose
+//! shapes stay the same from token to token. Small integer results are read on the host too,
+//! and handed to the body's lowerings that read them as host values: what those lowerings take
+//! from the values is their key (`Lower::key_host_read`), recorded by the trace and checked
+//! before each replay.
+
+use std::collections::HashMap;
+
+use mlx_kernels::{Array, Dtype, Stream};
+
+use crate::plan::{Constants, Lowering, Part, PartLowering, Plan, SlotKey};
+
+/// Integer results of the prologue up to this many elements are read on the host for the body.
+const HOST_VALUE_LIMIT: usize = 16;
+
+/// A plan cut into an eager prologue and a compiled body, for one set of changed inputs.
+#[derive(Debug)]
+pub struct Split {
+    prologue: Vec<usize>,
+    body: Vec<usize>,
+    /// Plan input positions the body reads (the unchanged ones), then the prologue's slots it
+    /// reads (or that are plan outputs): the body's inputs, in this order.
+    kept_inputs: Vec<usize>,
+    frontier: Vec<usize>,
+}
+
+/// The prologue of one run, lowered: its results for the body, and what else it produced.
+pub struct Prologue {
+    pub frontier: Vec<Array>,
+    lowered: PartLowering,
+}
+
+impl Split {
+    /// The split of `plan` where the inputs marked in `varying` changed shape: `None` when a
+    /// node outside the prologue reads one of them (or one is a plan output), so the body's
+    /// shapes would change as well.
+    pub fn of(plan: &Plan, varying: &[bool]) -> Option<Split> {
+        // Slots the prologue can compute: constants, the changed inputs, and its own results.
+        let mut known = vec![false; plan.slot_count()];
+        for slot in plan.constant_slots() {
+            known[slot] = true;
+        }
+        let mut varying_slots = Vec::new();
+        for (&slot, _) in plan.inputs.iter().zip(varying).filter(|(_, &v)| v) {
+            known[slot] = true;
+            varying_slots.push(slot);
+        }
+        let (mut prologue, mut body) = (Vec::new(), Vec::new());
+        for (index, node) in plan.nodes.iter().enumerate() {
+            if node.inputs.iter().flatten().all(|&slot| known[slot]) {
+                prologue.push(index);
+                for &slot in node.outputs.iter().flatten() {
+                    known[slot] = true;
+                }
+            } else {
+                body.push(index);
+            }
+        }
+        let produced_by_prologue = |slot: usize| {
+            prologue
+                .iter()
+                .any(|&i| plan.nodes[i].outputs.contains(&Some(slot)))
+        };
+        let body_reads: Vec<usize> = body
+            .iter()
+            .flat_map(|&i| plan.nodes[i].inputs.iter().flatten().copied())
+            .chain(plan.outputs.iter().map(|o| o.slot))
+            .collect();
+        if body_reads.iter().any(|slot| varying_slots.contains(slot)) {
+            return None;
+        }
+        let mut frontier: Vec<usize> = Vec::new();
+        for &slot in &body_reads {
+            if produced_by_prologue(slot) && !frontier.contains(&slot) {
+                frontier.push(slot);
+            }
+        }
+        let kept_inputs = (0..plan.inputs.len()).filter(|&i| !varying[i]).collect();
+        Some(Split {
+            prologue,
+            body,
+            kept_inputs,
+            frontier,
+        })
+    }
+
+    /// Lowers the prologue over the run's inputs (lazily: its results are evaluated by
+    /// [`Prologue::host_values`], or with the body).
+    pub fn lower_prologue(
+        &self,
+        plan: &Plan,
+        stream: &Stream,
+        constants: &Constants,
+        inputs: &[Array],
+    ) -> Result<Prologue, String> {
+        let part = Part {
+            nodes: &mut self.prologue.iter().copied(),
+            seeds: plan
+                .inputs
+                .iter()
+                .zip(inputs)
+                .map(|(&slot, a)| (slot, Some(a.clone())))
+                .collect(),
+            host_values: &HashMap::new(),
+        };
+        let lowered = plan.lower_part(stream, constants, part, None)?;
+        let frontier = self
+            .frontier
+            .iter()
+            .map(|&slot| {
+                lowered.env[slot]
+                    .clone()
+                    .ok_or_else(|| "a prologue result was never computed".to_owned())
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Prologue { frontier, lowered })
+    }
+
+    /// Which plan inputs the prologue takes (the body the others).
+    pub fn prologue_inputs(&self, plan: &Plan) -> Vec<bool> {
+        (0..plan.inputs.len())
+            .map(|i| !self.kept_inputs.contains(&i))
+            .collect()
+    }
+
+    /// The body's inputs: the plan's unchanged inputs, then the prologue's results.
+    pub fn body_inputs(&self, inputs: &[Array], prologue: &Prologue) -> Vec<Array> {
+        self.kept_inputs
+            .iter()
+            .map(|&i| inputs[i].clone())
+            .chain(prologue.frontier.iter().cloned())
+            .collect()
+    }
+
+    /// Lowers the body over its inputs (a trace's tracers), with the host values of the
+    /// prologue's small integer results; returns the lowering of the plan's outputs and the
+    /// host keys its nodes recorded.
+    pub fn lower_body(
+        &self,
+        plan: &Plan,
+        stream: &Stream,
+        constants: &Constants,
+        body_inputs: &[Array],
+        host_values: &HashMap<usize, Vec<i64>>,
+    ) -> Result<(Lowering, Vec<SlotKey>), String> {
+        let slots = self
+            .kept_inputs
+            .iter()
+            .map(|&i| plan.inputs[i])
+            .chain(self.frontier.iter().copied());
+        let part = Part {
+            nodes: &mut self.body.iter().copied(),
+            seeds: slots.zip(body_inputs.iter().cloned().map(Some)).collect(),
+            host_values,
+        };
+        let mut lowered = plan.lower_part(stream, constants, part, None)?;
+        let keys = std::mem::take(&mut lowered.host_keys);
+        Ok((plan.finish(lowered, Vec::new())?, keys))
+    }
+
+    /// The whole run's lowering: the body's (compiled) outputs with the prologue's checks, the
+    /// rows its in-place outputs write, and its arrays kept alive.
+    pub fn join(&self, plan: &Plan, prologue: Prologue, mut body: Lowering) -> Lowering {
+        let PartLowering {
+            env,
+            checks,
+            mut rows_of_slot,
+            ..
+        } = prologue.lowered;
+        body.checks.extend(checks);
+        for (rows, output) in body.written_rows.iter_mut().zip(&plan.outputs) {
+            if rows.is_none() {
+                *rows = rows_of_slot.remove(&output.slot);
+            }
+        }
+        body.keep_alive.extend(env);
+        body
+    }
+}
+
+impl Prologue {
+    /// Evaluates the prologue's results and reads the small integer ones on the host, by slot.
+    pub fn host_values(
+        &self,
+        split: &Split,
+        stream: &Stream,
+    ) -> Result<HashMap<usize, Vec<i64>>, String> {
+        Array::eval_all(&self.frontier).map_err(|e| format!("evaluating a prologue: {e}"))?;
+        let mut values = HashMap::new();
+        for (&slot, array) in split.frontier.iter().zip(&self.frontier) {
+            if array.dtype().is_integer() && array.size() <= HOST_VALUE_LIMIT {
+                let wide = mlx_kernels::ops::astype(array, Dtype::I64, stream)
+                    .and_then(|a| a.to_vec::<i64>(stream))
+                    .map_err(|e| format!("reading a prologue result: {e}"))?;
+                values.insert(slot, wide);
+            }
+        }
+        Ok(values)
+    }
+}
