@@ -9,7 +9,8 @@ use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::activation::silu_of;
 use crate::normalization::{
-    group_standardise, layer_norm_claim, require_norm_extent, rms_norm_over, standardise,
+    cast, float32_constant, group_standardise, layer_norm_claim, require_norm_extent,
+    rms_norm_over, standardise,
 };
 use crate::table::consts::scalar_like;
 use crate::{onnx_op, Lower, OpError, Result};
@@ -30,12 +31,12 @@ fn simplified_layer_normalization(
 ) -> Result<Vec<Array>> {
     let only_y = !cx.node().output_present(1);
     require_norm_extent(&x, crate::shape::normalise_axis(axis, x.ndim())?)?;
-    rms_norm_over(&x, &scale, axis, epsilon, only_y, cx.stream())
+    rms_norm_over(cx, &x, &scale, axis, epsilon, only_y)
 }
 
 /// `input + skip + bias` in float32 (skip broadcasts from `[S, H]` or `[1, S, H]`).
 fn residual_sum(input: &Array, skip: &Array, bias: Option<&Array>, s: &Stream) -> Result<Array> {
-    let wide = |a: &Array| ops::astype(a, Dtype::F32, s);
+    let wide = |a: &Array| cast(a, Dtype::F32, s);
     let sum = ops::add(&wide(input)?, &wide(skip)?, s)?;
     Ok(match bias {
         Some(b) => ops::add(&sum, &wide(b)?, s)?,
@@ -75,10 +76,11 @@ fn skip_layer_normalization(
 
 /// `[output, mean, inv_std_var, input_skip_bias_sum]` of a skip norm over the last axis:
 /// standardised (`centred`) or RMS-scaled `input + skip + bias`, times `gamma`, plus `beta`;
-/// only `[output]` when the node asks for nothing else.
+/// only `[output]` when the node asks for nothing else. `gamma` is input 2, then `beta` (3)
+/// and `bias` (4) when `centred`, else `bias` (3).
 #[allow(clippy::too_many_arguments)] // the inputs of the skip norms, and how to normalise
 fn skip_norm(
-    cx: &Lower,
+    cx: &mut Lower,
     input: &Array,
     skip: &Array,
     gamma: &Array,
@@ -106,18 +108,31 @@ fn skip_norm(
         [("gamma", Some(gamma)), ("beta", beta), ("bias", bias)],
     )?;
     let skip = batch_of_skip(input, skip, s)?;
-    let only_output = (1..4).all(|i| !cx.node().output_present(i));
-    let sum = residual_sum(input, &skip, bias, s)?;
-    let gamma = ops::astype(gamma, Dtype::F32, s)?;
-    let beta = beta.map(|b| ops::astype(b, Dtype::F32, s)).transpose()?;
-    if only_output && gamma.ndim() == 1 && beta.as_ref().is_none_or(|b| b.ndim() == 1) {
-        // MLX's fused kernels: the same float32 statistics over the last axis, one pass.
+    let bias_input = if centred { 4 } else { 3 };
+    let bias = bias
+        .map(|b| float32_constant(cx, "bias", bias_input, b))
+        .transpose()?;
+    let sum = residual_sum(input, &skip, bias.as_ref(), s)?;
+    let gamma = float32_constant(cx, "gamma", 2, gamma)?;
+    let beta = beta
+        .map(|b| float32_constant(cx, "beta", 3, b))
+        .transpose()?;
+    let with_sum = cx.node().output_present(3);
+    if !cx.node().output_present(1) && !cx.node().output_present(2) {
+        // MLX's fused kernels (gamma and beta are 1-D, checked above): the same float32
+        // statistics over the last axis, one pass.
         let y = if centred {
             ops::layer_norm(&sum, Some(&gamma), beta.as_ref(), epsilon, s)?
         } else {
             ops::rms_norm(&sum, Some(&gamma), epsilon, s)?
         };
-        return Ok(vec![ops::astype(&y, input.dtype(), s)?]);
+        let y = cast(&y, input.dtype(), s)?;
+        if !with_sum {
+            return Ok(vec![y]);
+        }
+        // Slots 1 and 2 are not connected: nothing reads what fills them.
+        let sum_out = cast(&sum, input.dtype(), s)?;
+        return Ok(vec![y, sum.clone(), sum, sum_out]);
     }
     let last = input.ndim() as i32 - 1;
     let stats = standardise(&sum, &[last], epsilon, centred, s)?;
@@ -126,10 +141,10 @@ fn skip_norm(
         y = ops::add(&y, &beta, s)?;
     }
     Ok(vec![
-        ops::astype(&y, input.dtype(), s)?,
+        cast(&y, input.dtype(), s)?,
         stats.mean,
         stats.inv_std,
-        ops::astype(&sum, input.dtype(), s)?,
+        cast(&sum, input.dtype(), s)?,
     ])
 }
 
@@ -609,6 +624,76 @@ fn skip_group_norm_claim(node: &crate::Node) -> crate::Verdict {
     match node.attr_or("activation", -1i64) {
         0 | 1 => crate::Verdict::Claim,
         other => crate::Verdict::decline(format!("activation {other}: only 0 (none) and 1 (SiLU)")),
+    }
+}
+
+#[cfg(test)]
+mod cost_tests {
+    use mlx_kernels::{arrays_created, ops, Array, Dtype};
+
+    use crate::normalization::float32_constant;
+    use crate::table::registry::{decide, Decision};
+    use crate::table::testing::stream;
+    use crate::{ElemType as E, Lower, Node};
+
+    /// The arrays lowering `node` builds for float16 `x` `[1, 1, 64]` (and a skip like it when
+    /// `skip`), less the float32 gamma a plan prepares once from the constant weight.
+    fn per_run(node: &Node, skip: bool) -> u64 {
+        let s = stream();
+        let x = Array::from_slice(&[0.5f32; 64], &[1, 1, 64]).unwrap();
+        let x = ops::astype(&x, Dtype::F16, &s).unwrap();
+        let gamma = ops::astype(
+            &Array::from_slice(&[1.5f32; 64], &[64]).unwrap(),
+            Dtype::F16,
+            &s,
+        )
+        .unwrap();
+        let before = arrays_created();
+        float32_constant(&mut Lower::new(&s, node), "gamma", 1, &gamma).unwrap();
+        let preparing = arrays_created() - before;
+        let mut inputs = vec![Some(x.clone())];
+        if skip {
+            inputs.push(Some(x));
+        }
+        inputs.push(Some(gamma));
+        let Decision::Claim { spec, .. } = decide(node) else {
+            panic!("declined")
+        };
+        let before = arrays_created();
+        spec.lower_node(&s, node, &inputs).unwrap();
+        arrays_created() - before - preparing
+    }
+
+    #[test]
+    fn decoder_norms_cost_the_fused_kernel_and_their_casts() {
+        let plain = Node::new("SimplifiedLayerNormalization", 1)
+            .input(E::Float16)
+            .input(E::Float16)
+            .output(E::Float16);
+        // x to float32, rms_norm, back to float16.
+        assert!(per_run(&plain, false) <= 3);
+        let rms = Node::new("RMSNormalization", 23)
+            .input(E::Float16)
+            .input(E::Float16)
+            .output(E::Float16);
+        assert!(per_run(&rms, false) <= 3);
+        let skip = |with_sum: bool| {
+            let mut n = Node::new("SkipSimplifiedLayerNormalization", 1)
+                .in_domain("com.microsoft")
+                .input(E::Float16)
+                .input(E::Float16)
+                .input(E::Float16)
+                .output(E::Float16);
+            if with_sum {
+                // [y, "", "", sum], as genai's builder writes the layers' norms.
+                n.outputs.extend([None, None]);
+                n = n.output(E::Float16);
+            }
+            n
+        };
+        // input and skip to float32, their sum, rms_norm, y (and the sum) to float16.
+        assert!(per_run(&skip(false), true) <= 5);
+        assert!(per_run(&skip(true), true) <= 6);
     }
 }
 

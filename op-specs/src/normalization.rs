@@ -87,31 +87,33 @@ fn rms_normalization(
     #[attr(default = 1e-5)] epsilon: f32,
 ) -> Result<Array> {
     require_norm_extent(&x, normalise_axis(axis, x.ndim())?)?;
-    let mut outputs = rms_norm_over(&x, &scale, axis, epsilon, true, cx.stream())?;
+    let mut outputs = rms_norm_over(cx, &x, &scale, axis, epsilon, true)?;
     Ok(outputs.swap_remove(0))
 }
 
 /// `x / sqrt(mean(x²) + epsilon) * scale` over the axes from `axis` on, statistics in float32,
-/// `Y` in the scale's type; then `1 / sqrt(mean(x²) + epsilon)` unless `only_y`.
+/// `Y` in the scale's type; then `1 / sqrt(mean(x²) + epsilon)` unless `only_y`. `scale` is
+/// the node's input 1.
 pub(crate) fn rms_norm_over(
+    cx: &mut Lower,
     x: &Array,
     scale: &Array,
     axis: i64,
     epsilon: f32,
     only_y: bool,
-    s: &mlx_kernels::Stream,
 ) -> Result<Vec<Array>> {
+    let s = cx.stream();
     let rank = x.ndim();
     let axis = normalise_axis(axis, rank)?;
     let last = x.shape().last().copied();
+    let weight = float32_constant(cx, "scale", 1, scale)?;
     if only_y && axis + 1 == rank && scale.ndim() == 1 && Some(scale.shape()[0]) == last {
         // MLX's fused kernel normalises the last axis in float32 but rounds x / rms to x's
         // type before the weight: a float16 element that underflows there came out 0 where
         // ORT, which rounds once after the scale, keeps 65504 * 6e-8 / rms (found by the
         // fuzzer). So the kernel runs on float32 and the result is rounded once.
-        let wide = |a: &Array| ops::astype(a, Dtype::F32, s);
-        let y = ops::rms_norm(&wide(x)?, Some(&wide(scale)?), epsilon, s)?;
-        return Ok(vec![ops::astype(&y, scale.dtype(), s)?]);
+        let y = ops::rms_norm(&cast(x, Dtype::F32, s)?, Some(&weight), epsilon, s)?;
+        return Ok(vec![cast(&y, scale.dtype(), s)?]);
     }
     let axes: Vec<i32> = (axis as i32..rank as i32).collect();
     let Standardised {
@@ -119,8 +121,24 @@ pub(crate) fn rms_norm_over(
         inv_std,
         ..
     } = standardise(x, &axes, epsilon, false, s)?;
-    let scaled = ops::multiply(&normalised, &ops::astype(scale, Dtype::F32, s)?, s)?;
-    Ok(vec![ops::astype(&scaled, scale.dtype(), s)?, inv_std])
+    let scaled = ops::multiply(&normalised, &weight, s)?;
+    Ok(vec![cast(&scaled, scale.dtype(), s)?, inv_std])
+}
+
+/// Input `index` (`array`) in float32: a norm's weight or bias. When the input is a constant
+/// it is widened once per plan (`tag` names it among the node's preparations), not every run.
+pub(crate) fn float32_constant(
+    cx: &mut Lower,
+    tag: &'static str,
+    index: usize,
+    array: &Array,
+) -> Result<Array> {
+    if array.dtype() == Dtype::F32 {
+        return Ok(array.clone());
+    }
+    let s = cx.stream();
+    let mut wide = cx.prepared(tag, &[index], || Ok(vec![cast(array, Dtype::F32, s)?]))?;
+    Ok(wide.swap_remove(0))
 }
 
 /// `X / ||X||_p` along `axis` (p = 1 or 2), the norm in float32; a zero norm gives zeros, as
@@ -277,7 +295,7 @@ pub(crate) fn standardise(
     centred: bool,
     s: &mlx_kernels::Stream,
 ) -> Result<Standardised> {
-    let wide = ops::astype(x, Dtype::F32, s)?;
+    let wide = cast(x, Dtype::F32, s)?;
     let (mean, centered) = if centred {
         let mean = ops::mean(&wide, axes, true, s)?;
         let centered = ops::subtract(&wide, &mean, s)?;
