@@ -9,9 +9,15 @@
 //! block*bits/8]`. On a little-endian host those bytes, read as `uint32`, are exactly MLX's
 //! affine packing (lowest bits first in each `uint32`), so `B` reaches MLX's
 //! `quantized_matmul` through a view; only the `[N, K/block]` scales become MLX's scales and
-//! biases (`-scale * zero_point`), O(N·K/block) work per run. MLX groups 32, 64 or 128 values:
-//! larger blocks repeat their scale per group of 64 (see `MLX_MAX_GROUP`). Blocks of 16 and `g_idx` dequantise
-//! in the graph (O(N·K) per run) and multiply in float32.
+//! biases (`-scale * zero_point`), O(N·K/block) work once per plan for constant weights. MLX
+//! groups 32, 64 or 128 values: larger blocks repeat their scale per group of 64 (see
+//! `MLX_MAX_GROUP`). Blocks of 16 and `g_idx` dequantise in the graph (O(N·K) per run) and
+//! multiply in float32.
+//!
+//! GatherBlockQuantized reads a uint8 table in whole blocks of 32 or more the same way: the
+//! gathered rows go through MLX's `dequantize` with unit scales and `-zero_point` biases, which
+//! gives `q - zero_point` exactly, then the scale (see `gather_affine`). Other tables unpack
+//! in the graph.
 
 use mlx_kernels::ops::{self, Quantized};
 use mlx_kernels::{Array, Dtype, Stream};
@@ -413,13 +419,20 @@ fn gather_block_quantized(
     if out_shape.contains(&0) || rows == 0 {
         return zeros(&out_shape, out_dtype, s);
     }
+    let table = PackedTable {
+        data: &data,
+        scales: &scales,
+        zero_points: zero_points.as_ref(),
+        bits,
+        block: block_size,
+        width,
+        blocks,
+    };
+    if let Some(group) = table.affine_group() {
+        return gather_affine(cx, &table, &indices, group, &out_shape);
+    }
     let flat = ops::reshape(&indices, &[-1], s)?;
-    let inside = ops::logical_and(
-        &ops::greater_equal(&flat, &scalar_like(-rows as f64, &flat, s)?, s)?,
-        &ops::less(&flat, &scalar_like(rows as f64, &flat, s)?, s)?,
-        s,
-    )?;
-    let safe = crate::indexing::in_bounds(&flat, rows, s)?;
+    let (inside, safe) = wrap_indices(&flat, rows, s)?;
     let q = ops::astype(
         &unpack(&ops::take(&data, &safe, 0, s)?, bits, s)?,
         Dtype::F32,
@@ -444,6 +457,166 @@ fn gather_block_quantized(
     };
     let values = ops::multiply(&ops::subtract(&q, &zero, s)?, &scale, s)?;
     gathered_output(&values, &inside, 0, rank, &out_shape, out_dtype, s)
+}
+
+/// An index into `n` slices: whether it lies in `[-n, n)` (an index outside gives a slice of
+/// zeros in ORT), and where to gather from, `index mod n` in `[0, n)`: the index's slice when it
+/// is inside, an in-bounds one (masked later) when not.
+fn wrap_indices(indices: &Array, n: i64, s: &Stream) -> Result<(Array, Array)> {
+    let [low, count] = index_bounds(n, indices.dtype(), s)?;
+    wrap_within(indices, &low, &count, s)
+}
+
+/// `-n` and `n` as scalars of the indices' type.
+fn index_bounds(n: i64, dtype: Dtype, s: &Stream) -> Result<[Array; 2]> {
+    Ok([scalar(-n as f64, dtype, s)?, scalar(n as f64, dtype, s)?])
+}
+
+/// [`wrap_indices`] with the bounds `-n` (`low`) and `n` (`count`) given.
+fn wrap_within(indices: &Array, low: &Array, count: &Array, s: &Stream) -> Result<(Array, Array)> {
+    let inside = ops::logical_and(
+        &ops::greater_equal(indices, low, s)?,
+        &ops::less(indices, count, s)?,
+        s,
+    )?;
+    Ok((inside, ops::remainder(indices, count, s)?))
+}
+
+/// A uint8 GatherBlockQuantized table (gather_axis 0, quantize_axis last): `data [n, ..,
+/// width·bits/8]`, scales `[n, .., blocks]`, packed zero points.
+struct PackedTable<'a> {
+    data: &'a Array,
+    scales: &'a Array,
+    zero_points: Option<&'a Array>,
+    bits: i64,
+    block: i64,
+    /// Values per row along the quantised axis.
+    width: i64,
+    blocks: i64,
+}
+
+impl PackedTable<'_> {
+    /// The MLX group [`gather_affine`] reads rows in, when it can: whole blocks of 32 values or
+    /// more, rows of whole uint32 words.
+    fn affine_group(&self) -> Option<i64> {
+        let row_bytes = self.width * self.bits / 8;
+        (self.block >= 32 && self.width % self.block == 0 && row_bytes % 4 == 0)
+            .then(|| self.block.min(MLX_MAX_GROUP))
+    }
+
+    /// `-zero_point` of each group of `zero_points` rows (`[.., ceil(blocks·bits/8)]`) in the
+    /// scales' type: `[.., width / group]`.
+    fn negated_zero_points(&self, zero_points: &Array, group: i64, s: &Stream) -> Result<Array> {
+        let z = take_first(&unpack(zero_points, self.bits, s)?, self.blocks, s)?;
+        let z = ops::negative(&cast(&z, self.scales.dtype(), s)?, s)?;
+        repeat_last(&z, self.block / group, s)
+    }
+}
+
+/// GatherBlockQuantized of a [`PackedTable`] through MLX's `dequantize`: the gathered rows'
+/// bytes, viewed as MLX's uint32 packing (as for MatMulNBits), dequantise with scale 1 and
+/// bias `-zero_point` to `q - zero_point`, small integers that the scales' type holds exactly;
+/// each is then multiplied by its block's scale in that type. That is one rounding of the exact
+/// product, as ORT's float32 `(q - zero_point) * scale` is: for float16 scales the float32
+/// product of two float16 values is exact, and ORT rounds it to float16 once.
+fn gather_affine(
+    cx: &mut Lower,
+    table: &PackedTable,
+    indices: &Array,
+    group: i64,
+    out_shape: &[i64],
+) -> Result<Array> {
+    let s = cx.stream();
+    let indices = if indices.ndim() == 0 {
+        ops::reshape(indices, &[1], s)?
+    } else {
+        indices.clone()
+    };
+    let [words, scales, ones, midpoint, zero, low, count] =
+        table_views(cx, table, &indices, group)?;
+    let (inside, safe) = wrap_within(&indices, &low, &count, s)?;
+    let words = ops::take(&words, &safe, 0, s)?;
+    let mut per_group = words.shape();
+    per_group.pop();
+    let lead = per_group.clone();
+    per_group.push(table.width / group);
+    let biases = match table.zero_points {
+        None => each_row(&midpoint, &per_group, s)?,
+        // Input 3: a constant table's negated zero points are made once per plan, whole.
+        Some(zp) if cx.input_is_constant(3) => {
+            let all = cx.prepared("negated zero points", &[3], || {
+                Ok(vec![table.negated_zero_points(zp, group, s)?])
+            })?;
+            ops::take(&all[0], &safe, 0, s)?
+        }
+        Some(zp) => table.negated_zero_points(&ops::take(zp, &safe, 0, s)?, group, s)?,
+    };
+    let centred = ops::dequantize(
+        &Quantized {
+            weight: words,
+            scales: each_row(&ones, &per_group, s)?,
+            biases,
+            group_size: group as i32,
+            bits: table.bits as i32,
+        },
+        s,
+    )?;
+    let mut blocked = lead;
+    blocked.extend([table.blocks, table.block]);
+    let scale = ops::take(&scales, &safe, 0, s)?;
+    let values = ops::multiply(&ops::reshape(&centred, &blocked, s)?, &scale, s)?;
+    let mut keep_shape = indices.shape();
+    keep_shape.resize(blocked.len(), 1);
+    let keep = ops::reshape(&inside, &keep_shape, s)?;
+    let values = ops::where_(&keep, &values, &zero, s)?;
+    Ok(ops::reshape(&values, out_shape, s)?)
+}
+
+/// What [`gather_affine`] reads besides the indices, made from the table's inputs (0 and 2,
+/// data and scales) and the node's types only, so once per plan when they are constants:
+/// the data as MLX's uint32 words and the scales with a trailing axis (views of the same
+/// buffers), a group of ones and one of the midpoint `-2^(bits-1)` in the scales' type (unit
+/// scales and the biases without zero points), a zero of that type, and `-n`, `n` in the
+/// indices' type.
+fn table_views(
+    cx: &mut Lower,
+    table: &PackedTable,
+    indices: &Array,
+    group: i64,
+) -> Result<[Array; 7]> {
+    let s = cx.stream();
+    let (dtype, index_dtype) = (table.scales.dtype(), indices.dtype());
+    let groups = table.width / group;
+    let n = table.data.shape()[0];
+    let views = cx.prepared("table views", &[0, 2], || {
+        // Row-contiguous: MLX's GPU dequantize copies its parameters into that layout.
+        let row = |v: f64| -> Result<Array> {
+            let spread = ops::broadcast_to(&scalar(v, dtype, s)?, &[groups], s)?;
+            Ok(ops::contiguous(&spread, s)?)
+        };
+        let [low, count] = index_bounds(n, index_dtype, s)?;
+        Ok(vec![
+            ops::view(&ops::contiguous(table.data, s)?, Dtype::U32, s)?,
+            ops::expand_dims(table.scales, &[-1], s)?,
+            row(1.0)?,
+            row(-((1i64 << (table.bits - 1)) as f64))?,
+            scalar(0.0, dtype, s)?,
+            low,
+            count,
+        ])
+    })?;
+    views
+        .try_into()
+        .map_err(|_| OpError::new("table views: seven arrays expected (table bug)"))
+}
+
+/// `row` (`[groups]`) for every gathered row, `shape` `[.., groups]`: a reshape, which keeps it
+/// row-contiguous, when there is one row (decoding one token), else a broadcast.
+fn each_row(row: &Array, shape: &[i64], s: &Stream) -> Result<Array> {
+    if shape.iter().product::<i64>() == row.size() as i64 {
+        return Ok(ops::reshape(row, shape, s)?);
+    }
+    Ok(ops::broadcast_to(row, shape, s)?)
 }
 
 /// The dequantised slices `values` (float32, the gathered axis at `axis` of `rank`), zero
@@ -513,15 +686,10 @@ fn gather_four_bit(
         return zeros(&out_shape, out_dtype, s);
     }
     let flat = ops::reshape(indices, &[-1], s)?;
-    let inside = ops::logical_and(
-        &ops::greater_equal(&flat, &scalar_like(-n as f64, &flat, s)?, s)?,
-        &ops::less(&flat, &scalar_like(n as f64, &flat, s)?, s)?,
-        s,
-    )?;
-    let safe = crate::indexing::in_bounds(&flat, n, s)?;
+    let (inside, safe) = wrap_indices(&flat, n, s)?;
     // Each block parameter of the gathered values, laid out like them.
     let per_value = |params: &Array| -> Result<Array> {
-        let params = ops::astype(params, Dtype::F32, s)?;
+        let params = cast(params, Dtype::F32, s)?;
         if g == qa {
             let block = ops::floor_divide(&safe, &scalar_like(axes.block as f64, &safe, s)?, s)?;
             return Ok(ops::take(&params, &block, g as i32, s)?);
@@ -654,5 +822,117 @@ mod nbits_tests {
             let built = arrays_built(&node(t, k, n), &inputs) - preparing;
             assert!(built <= per_run, "{t:?}: {built} arrays");
         }
+    }
+}
+
+#[cfg(test)]
+mod gather_cost_tests {
+    use mlx_kernels::{arrays_created, ops, Array, Dtype};
+
+    use super::{table_views, PackedTable};
+    use crate::table::registry::{decide, Decision};
+    use crate::table::testing::stream;
+    use crate::{AttrValue, ElemType as E, Lower, Node};
+
+    /// The embedding of genai's int4 decoders: a uint8 table of 4-bit values in blocks of 32,
+    /// float16 scales, no zero points, int64 token ids.
+    fn node() -> Node {
+        Node::new("GatherBlockQuantized", 1)
+            .in_domain("com.microsoft")
+            .input(E::Uint8)
+            .input(E::Int64)
+            .input(E::Float16)
+            .output(E::Float16)
+            .attr("bits", AttrValue::Int(4))
+            .attr("block_size", AttrValue::Int(32))
+            .attr("quantize_axis", AttrValue::Int(1))
+    }
+
+    #[test]
+    fn a_decode_token_costs_two_gathers_a_dequantize_and_the_mask() {
+        let s = stream();
+        let (rows, width) = (6i64, 128i64);
+        let data =
+            Array::from_slice(&vec![0x5cu8; (rows * width / 2) as usize], &[rows, 64]).unwrap();
+        let scales =
+            Array::from_slice(&vec![0.25f32; (rows * width / 32) as usize], &[rows, 4]).unwrap();
+        let scales = ops::astype(&scales, Dtype::F16, &s).unwrap();
+        let ids = Array::from_slice(&[3i64], &[1, 1]).unwrap();
+        let node = node();
+        // In a plan the table's views are made once from the constant data and scales;
+        // outside one (here) every lowering makes them, counted apart.
+        let table = PackedTable {
+            data: &data,
+            scales: &scales,
+            zero_points: None,
+            bits: 4,
+            block: 32,
+            width,
+            blocks: width / 32,
+        };
+        let before = arrays_created();
+        table_views(&mut Lower::new(&s, &node), &table, &ids, 32).unwrap();
+        let preparing = arrays_created() - before;
+        let Decision::Claim { spec, .. } = decide(&node) else {
+            panic!("declined")
+        };
+        let inputs = [Some(data.clone()), Some(ids), Some(scales.clone())];
+        let before = arrays_created();
+        let out = spec.lower_node(&s, &node, &inputs).unwrap().outputs;
+        // The range test and wrap of the ids (4), the rows' words and scales (2), the unit
+        // scales and midpoint biases shaped to the rows (2), dequantize, its blocks, the
+        // scaling, the mask of out-of-range ids and its shape (2), the output's shape.
+        let built = arrays_created() - before - preparing;
+        assert!(built <= 14, "{built} arrays for one token");
+        let values = ops::astype(&out[0], Dtype::F32, &s).unwrap();
+        // 0x5c: values 12 and 5, less the midpoint 8, times 0.25.
+        let expected: Vec<f32> = (0..width)
+            .map(|i| if i % 2 == 0 { 1.0 } else { -0.75 })
+            .collect();
+        assert_eq!(values.to_vec::<f32>(&s).unwrap(), expected);
+    }
+
+    /// Zero points that are not a plan's constants are unpacked for the gathered rows only;
+    /// ids outside `[-rows, rows)` give rows of zeros, negative ones count from the end.
+    #[test]
+    fn gathered_rows_take_their_own_zero_points_and_out_of_range_ids_give_zeros() {
+        let s = stream();
+        let (rows, width) = (6usize, 64usize);
+        // Row r holds q = r + 2 in its first block and 15 - r in its second.
+        let bytes: Vec<u8> = (0..rows)
+            .flat_map(|r| {
+                let (a, b) = (r as u8 + 2, 15 - r as u8);
+                std::iter::repeat_n(a | a << 4, 16).chain(std::iter::repeat_n(b | b << 4, 16))
+            })
+            .collect();
+        let data = Array::from_slice(&bytes, &[rows as i64, 32]).unwrap();
+        // Zero points r (first block) and 1 (second), two 4-bit values in one byte.
+        let zp: Vec<u8> = (0..rows).map(|r| r as u8 | 1 << 4).collect();
+        let zp = Array::from_slice(&zp, &[rows as i64, 1]).unwrap();
+        let scale: Vec<f32> = (0..rows).flat_map(|r| [0.5, r as f32 + 1.0]).collect();
+        let scales = Array::from_slice(&scale, &[rows as i64, 2]).unwrap();
+        let ids = Array::from_slice(&[-1i32, 7, 0, -7], &[2, 2]).unwrap();
+        let node = Node::new("GatherBlockQuantized", 1)
+            .in_domain("com.microsoft")
+            .input(E::Uint8)
+            .input(E::Int32)
+            .input(E::Float)
+            .input(E::Uint8)
+            .output(E::Float)
+            .attr("bits", AttrValue::Int(4))
+            .attr("block_size", AttrValue::Int(32));
+        let inputs = [Some(data), Some(ids), Some(scales), Some(zp)];
+        let out = crate::table::testing::run1(&node, &inputs);
+        assert_eq!(out.shape(), vec![2, 2, width as i64]);
+        // (r + 2 - r) * 0.5 in the first block, (15 - r - 1) * (r + 1) in the second.
+        let row = |r: Option<usize>| -> Vec<f32> {
+            let Some(r) = r else {
+                return vec![0.0; width];
+            };
+            let second = (14.0 - r as f32) * (r as f32 + 1.0);
+            [vec![1.0; 32], vec![second; 32]].concat()
+        };
+        let expected = [row(Some(5)), row(None), row(Some(0)), row(None)].concat();
+        assert_eq!(out.to_vec::<f32>(&s).unwrap(), expected);
     }
 }

@@ -310,6 +310,10 @@ _GBQ_VARIANTS += [
     _gbq("3d", bits=4, bs=16, zp=True, quantize_axis=2),
     _gbq("3d_b8", bits=8, bs=32, quantize_axis=-1),
     _gbq("negative_axes", bits=4, bs=16, gather_axis=-2, quantize_axis=-1),
+    # Blocks wider than MLX's group of 64 with zero points: each block's zero point spans groups.
+    _gbq("zp_bs128_w256", bits=4, bs=128, zp=True),
+    _gbq("b2_zp_bs128_w256", bits=2, bs=128, zp=True),
+    _gbq("b8_zp_bs64_w128", bits=8, bs=64, zp=True),
     # bits 4, block_size 128, quantize_axis 1, gather_axis 0 by default
     Variant("defaults_w128", {}, constants={"data": _gbq_data, "scales": _gbq_scales, "zero_points": None},
             when=lambda d: d["T1"] == "uint8"),
