@@ -199,8 +199,15 @@ impl Array {
         if dst.is_empty() {
             return Ok(());
         }
-        let dense = crate::ops::contiguous(self, stream)?;
-        dense.eval()?;
+        // An array a batched evaluation already finished is read as it is: another evaluation
+        // would cost a device round trip (on MLX's CUDA backend a decode step reads ~100).
+        let dense = if self.readable_in_place() {
+            self.clone()
+        } else {
+            let dense = crate::ops::contiguous(self, stream)?;
+            dense.eval()?;
+            dense
+        };
         // SAFETY: `dense` is evaluated and row-contiguous, so its data pointer (offset already
         // applied) addresses `nbytes` valid bytes. The byte accessor works for every dtype.
         let src = unsafe { sys::mlx_array_data_uint8(dense.raw) };
@@ -210,6 +217,19 @@ impl Array {
         // SAFETY: `src` is valid for `dst.len()` bytes (see above) and does not overlap `dst`.
         unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
         Ok(())
+    }
+
+    /// Whether the array is evaluated, its computation finished, and dense row-major.
+    fn readable_in_place(&self) -> bool {
+        let (mut available, mut row_major) = (false, false);
+        // SAFETY: a live handle and valid out-pointers; the layout flags are only asked for
+        // once the array is available (they are set when it is evaluated).
+        unsafe {
+            sys::_mlx_array_is_available(&mut available, self.raw) == 0
+                && available
+                && sys::_mlx_array_is_row_contiguous(&mut row_major, self.raw) == 0
+                && row_major
+        }
     }
 
     /// Evaluates and returns the elements as row-major host bytes.
