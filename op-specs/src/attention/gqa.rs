@@ -169,31 +169,28 @@ fn group_query_attention(
         )?;
     }
 
-    // ORT's run-time checks on seqlens_k.
+    // ORT's run-time checks on seqlens_k, as one range (one reduction a step, not three).
+    let (low, high) = match (first_prompt, past.is_some()) {
+        (true, _) => (0, present_len - 1),
+        (false, false) => ((seq - 1).max(0), present_len - 1),
+        (false, true) => ((seq - 1).max(0), (present_len - 1).min(past_len + seq - 1)),
+    };
     cx.require_in_range(
         &seqlens_k,
-        0,
-        present_len - 1,
-        format!("GroupQueryAttention: seqlens_k is out of range [0, {present_len})"),
-    )?;
-    if !first_prompt {
-        cx.require_in_range(
-            &seqlens_k,
-            seq - 1,
-            i32::MAX as i64,
-            format!("GroupQueryAttention: seqlens_k is too small for sequence_length {seq}"),
-        )?;
-        if past.is_some() {
-            cx.require_in_range(
-                &seqlens_k,
-                i32::MIN as i64,
-                past_len + seq - 1,
+        low,
+        high,
+        format!(
+            "GroupQueryAttention: seqlens_k is out of range [{low}, {high}]: at most the present buffer's {present_len} rows{}",
+            if first_prompt {
+                String::new()
+            } else {
                 format!(
-                    "GroupQueryAttention: seqlens_k requires more past KV rows than the past buffer's {past_len}"
-                ),
-            )?;
-        }
-    }
+                    ", at least sequence_length {seq} - 1, and at most past + sequence_length - 1 = {}",
+                    past_len + seq - 1
+                )
+            }
+        ),
+    )?;
 
     let i32s = |v: i64| scalar(v as f64, Dtype::I32, s);
     // Per row: total_b = seqlens_k + 1 and the past length past_b, as [B, 1, 1, 1].
@@ -226,12 +223,20 @@ fn group_query_attention(
         // ORT requires a row per position up to total_sequence_length.
         let rotary_dim = rotary_width("GroupQueryAttention", cos, sin, head, total)?;
         let s = cx.stream();
+        // The rotation runs in float32: the (usually constant) tables are widened once.
+        let (cos_in, sin_in) = (cos.clone(), sin.clone());
+        let wide = cx.prepared("rotary tables in float32", &[7, 8], || {
+            Ok(vec![
+                super::float32(&cos_in, s)?,
+                super::float32(&sin_in, s)?,
+            ])
+        })?;
         // [B, S, rd/2] → [B, 1, S, rd/2], broadcast over the heads.
         let angle = |table: &Array| -> Result<Array> {
             let rows = ops::take(table, &positions, 0, s)?;
             Ok(ops::expand_dims(&rows, &[1], s)?)
         };
-        let (cos, sin) = (angle(cos)?, angle(sin)?);
+        let (cos, sin) = (angle(&wide[0])?, angle(&wide[1])?);
         let interleaved = rotary_interleaved == 1;
         let turn = |x: &Array| -> Result<Array> {
             if rotary_dim == head {
@@ -248,25 +253,21 @@ fn group_query_attention(
     let s = cx.stream();
 
     // Present: past rows [0, past_b), new rows [past_b, past_b + S), zeros after.
-    let present_k = present(
-        &k,
-        past.map(|(pk, _)| pk),
-        &row_past,
-        present_len,
-        first_prompt,
-        s,
-    )?;
-    let present_v = present(
-        &v,
-        past.map(|(_, pv)| pv),
-        &row_past,
-        present_len,
-        first_prompt,
-        s,
-    )?;
+    let placement = Placement::new(&row_past, seq, present_len, s)?;
+    let appended = !(first_prompt || past.is_none());
+    let present_k = if appended {
+        placement.present(&k, past.map(|(pk, _)| pk), s)?
+    } else {
+        padded_rows(&k, present_len, s)?
+    };
+    let present_v = if appended {
+        placement.present(&v, past.map(|(_, pv)| pv), s)?
+    } else {
+        padded_rows(&v, present_len, s)?
+    };
     if past.is_some() {
         // ORT's kernel writes only the new rows into a buffer that past and present share.
-        let written = new_rows(&row_past, seq, present_len, s)?;
+        let written = ops::squeeze(&placement.is_new, &[3], s)?;
         cx.writes_only_rows(1, &written);
         cx.writes_only_rows(2, &written);
     }
@@ -276,41 +277,44 @@ fn group_query_attention(
     let sink = head_sink.is_some() || smooth_softmax == 1;
     let capped = softcap > 0.0;
     let flash = dtype == Dtype::F32 && softcap == 0.0 && !sink && !qk_wanted && total > 1;
-    let query_pos = ops::reshape(
-        &ops::arange(0.0, seq as f64, 1.0, Dtype::I32, s)?,
-        &[1, 1, seq, 1],
-        s,
-    )?;
-    let key_pos = ops::reshape(
-        &ops::arange(0.0, present_len as f64, 1.0, Dtype::I32, s)?,
-        &[1, 1, 1, present_len],
-        s,
-    )?;
-    let end = if causal == 1 {
-        ops::add(&ops::add(&row_past, &query_pos, s)?, &i32s(1)?, s)?
+    let key_pos = ops::reshape(&placement.row, &[1, 1, 1, present_len], s)?;
+    // [B, 1, S, P], and [B, 1, S, 1] rows that see at least one key (others give zeros, as
+    // ORT) where a local window can leave a row none.
+    let (keep, seen) = if seq == 1 && appended && local_window_size < 0 {
+        // One new token after the past, causal or not: it sees the row's first total_b keys.
+        (ops::less(&key_pos, &row_total, s)?, None)
     } else {
-        ops::broadcast_to(&row_total, &[batch, 1, seq, 1], s)?
-    };
-    let eff = ops::minimum(&end, &row_total, s)?;
-    let lo = if local_window_size >= 0 {
-        let from = if flash { &end } else { &eff };
-        ops::maximum(
-            &ops::subtract(from, &i32s(local_window_size)?, s)?,
-            &i32s(0)?,
+        let query_pos = ops::reshape(
+            &ops::arange(0.0, seq as f64, 1.0, Dtype::I32, s)?,
+            &[1, 1, seq, 1],
             s,
-        )?
-    } else {
-        ops::broadcast_to(&i32s(0)?, &[batch, 1, seq, 1], s)?
+        )?;
+        let end = if causal == 1 {
+            ops::add(&ops::add(&row_past, &query_pos, s)?, &i32s(1)?, s)?
+        } else {
+            ops::broadcast_to(&row_total, &[batch, 1, seq, 1], s)?
+        };
+        let eff = ops::minimum(&end, &row_total, s)?;
+        let lo = if local_window_size >= 0 {
+            let from = if flash { &end } else { &eff };
+            ops::maximum(
+                &ops::subtract(from, &i32s(local_window_size)?, s)?,
+                &i32s(0)?,
+                s,
+            )?
+        } else {
+            ops::broadcast_to(&i32s(0)?, &[batch, 1, seq, 1], s)?
+        };
+        let keep = ops::logical_and(
+            &ops::greater_equal(&key_pos, &lo, s)?,
+            &ops::less(&key_pos, &eff, s)?,
+            s,
+        )?;
+        let seen = (local_window_size >= 0)
+            .then(|| ops::greater(&eff, &lo, s))
+            .transpose()?;
+        (keep, seen)
     };
-    let keep = ops::logical_and(
-        &ops::greater_equal(&key_pos, &lo, s)?,
-        &ops::less(&key_pos, &eff, s)?,
-        s,
-    )?;
-    // [B, 1, S, 1]: rows that see at least one key (others give zeros, as ORT).
-    let seen = (local_window_size >= 0)
-        .then(|| ops::greater(&eff, &lo, s))
-        .transpose()?;
 
     // attention_bias [B|1, Hq|1, S, T], its columns padded to P with zeros (masked anyway).
     let bias = match &attention_bias {
@@ -324,14 +328,18 @@ fn group_query_attention(
         scale
     };
     // ORT mixes each row's first total_b value rows only: rows past them (a shared buffer's
-    // unused tail, whatever it holds) must not reach the output, not even as 0 · NaN.
-    let value_rows = ops::reshape(&key_pos, &[1, 1, present_len, 1], s)?;
-    let visible_v = ops::where_(
-        &ops::less(&value_rows, &row_total, s)?,
-        &present_v,
-        &scalar(0.0, present_v.dtype(), s)?,
-        s,
-    )?;
+    // unused tail, whatever it holds) must not reach the output, not even as 0 · NaN. A
+    // present built on the past has zeros there already (past_b + S = total_b).
+    let visible_v = if appended {
+        present_v.clone()
+    } else {
+        ops::where_(
+            &ops::less(&placement.row, &row_total, s)?,
+            &present_v,
+            &scalar(0.0, present_v.dtype(), s)?,
+            s,
+        )?
+    };
     let mut outputs = Vec::with_capacity(4);
     let attended = if !capped && !sink && !qk_wanted {
         // MLX's fused attention: the same softmax over the visible keys. 16-bit operands go in
@@ -594,95 +602,102 @@ fn positions(
     crate::indexing::in_bounds(&positions, cache_rows, cx.stream())
 }
 
-/// The rows `[past_b, past_b + S)` of a present cache `[B, Hkv, P, D]`, as `[B|1, 1, P]`:
-/// what ORT's kernel writes when present and past share one buffer (the rest of the buffer
-/// keeps what it held; a present of its own has the past rows and zeros there).
-fn new_rows(row_past: &Array, seq: i64, present_len: i64, s: &Stream) -> Result<Array> {
-    let j = ops::reshape(
-        &ops::arange(0.0, present_len as f64, 1.0, Dtype::I32, s)?,
-        &[1, 1, present_len],
-        s,
-    )?;
-    let from = ops::squeeze(row_past, &[3], s)?; // [B, 1, 1]
-    let to = ops::add(&from, &scalar(seq as f64, Dtype::I32, s)?, s)?;
-    Ok(ops::logical_and(
-        &ops::greater_equal(&j, &from, s)?,
-        &ops::less(&j, &to, s)?,
-        s,
-    )?)
+/// Where a step's rows go in a present cache `[B, Hkv, P, D]`: row `j` of the present is a
+/// past row when `j < past_b`, the new row `j − past_b` when `j ∈ [past_b, past_b + S)`, zero
+/// after. Built once for K, V and the written-rows mask.
+struct Placement {
+    /// `j` as `[1, 1, P, 1]` (int32).
+    row: Array,
+    row_past: Array,
+    seq: i64,
+    /// `[B, 1, P, 1]`: rows before `past_b`, and rows the step writes.
+    is_past: Array,
+    is_new: Array,
 }
 
-/// One present cache `[B, Hkv, P, D]`: `past` rows `[0, past_b)`, the new rows `[past_b,
-/// past_b + S)`, zeros elsewhere.
-fn present(
-    new: &Array,
-    past: Option<&Array>,
-    row_past: &Array,
-    present_len: i64,
-    first_prompt: bool,
-    s: &Stream,
-) -> Result<Array> {
-    let [b, h, seq, d] = <[i64; 4]>::try_from(new.shape())
-        .map_err(|_| OpError::new("GroupQueryAttention: K/V must be 4-D here"))?;
-    let zero = scalar(0.0, new.dtype(), s)?;
-    let pad_rows = |x: &Array| -> Result<Array> {
-        let have = x.shape()[2];
-        Ok(if have == present_len {
-            x.clone()
+impl Placement {
+    fn new(row_past: &Array, seq: i64, present_len: i64, s: &Stream) -> Result<Placement> {
+        let row = ops::reshape(
+            &ops::arange(0.0, present_len as f64, 1.0, Dtype::I32, s)?,
+            &[1, 1, present_len, 1],
+            s,
+        )?;
+        let is_new = if seq == 1 {
+            ops::equal(&row, row_past, s)?
         } else {
-            ops::pad(
-                x,
-                &[2],
-                &[0],
-                &[(present_len - have) as i32],
-                &zero,
-                false,
+            let offset = ops::subtract(&row, row_past, s)?;
+            ops::logical_and(
+                &ops::greater_equal(&offset, &scalar(0.0, Dtype::I32, s)?, s)?,
+                &ops::less(&offset, &scalar(seq as f64, Dtype::I32, s)?, s)?,
                 s,
             )?
+        };
+        Ok(Placement {
+            is_past: ops::less(&row, row_past, s)?,
+            row,
+            row_past: row_past.clone(),
+            seq,
+            is_new,
         })
-    };
-    if first_prompt || past.is_none() {
-        // past_b is 0 for every row: the new rows come first.
-        return pad_rows(new);
     }
-    // Row j of the present takes new[j − past_b] where j ∈ [past_b, past_b + S).
-    let j = ops::reshape(
-        &ops::arange(0.0, present_len as f64, 1.0, Dtype::I32, s)?,
-        &[1, 1, present_len, 1],
+
+    /// The present of `new` `[B, Hkv, S, D]` appended to `past` (absent: zeros).
+    fn present(&self, new: &Array, past: Option<&Array>, s: &Stream) -> Result<Array> {
+        let [b, h, seq, d] = <[i64; 4]>::try_from(new.shape())
+            .map_err(|_| OpError::new("GroupQueryAttention: K/V must be 4-D here"))?;
+        let present_len = self.row.shape()[2];
+        let zero = scalar(0.0, new.dtype(), s)?;
+        // Row j of the present takes new[j − past_b]; one new row broadcasts over them.
+        let placed = if self.seq == 1 {
+            new.clone()
+        } else {
+            let offset = ops::subtract(&self.row, &self.row_past, s)?;
+            let index = ops::minimum(
+                &ops::maximum(&offset, &scalar(0.0, Dtype::I32, s)?, s)?,
+                &scalar((seq - 1) as f64, Dtype::I32, s)?,
+                s,
+            )?;
+            let index = ops::broadcast_to(&index, &[b, h, present_len, d], s)?;
+            ops::take_along_axis(new, &index, 2, s)?
+        };
+        let rest = match past {
+            Some(p) => {
+                let p = if p.shape()[2] > present_len {
+                    ops::slice(
+                        p,
+                        &[0, 0, 0, 0],
+                        &[b as i32, h as i32, present_len as i32, d as i32],
+                        &[1, 1, 1, 1],
+                        s,
+                    )?
+                } else {
+                    padded_rows(p, present_len, s)?
+                };
+                ops::where_(&self.is_past, &p, &zero, s)?
+            }
+            None => zero,
+        };
+        Ok(ops::where_(&self.is_new, &placed, &rest, s)?)
+    }
+}
+
+/// `x` `[B, H, L, D]` with zero rows appended up to `present_len` (a first prompt's present:
+/// every row's past is empty, its new rows come first).
+fn padded_rows(x: &Array, present_len: i64, s: &Stream) -> Result<Array> {
+    let have = x.shape()[2];
+    if have == present_len {
+        return Ok(x.clone());
+    }
+    let zero = scalar(0.0, x.dtype(), s)?;
+    Ok(ops::pad(
+        x,
+        &[2],
+        &[0],
+        &[(present_len - have) as i32],
+        &zero,
+        false,
         s,
-    )?;
-    let offset = ops::subtract(&j, row_past, s)?; // [B, 1, P, 1]
-    let index = ops::minimum(
-        &ops::maximum(&offset, &scalar(0.0, Dtype::I32, s)?, s)?,
-        &scalar((seq - 1) as f64, Dtype::I32, s)?,
-        s,
-    )?;
-    let index = ops::broadcast_to(&index, &[b, h, present_len, d], s)?;
-    let gathered = ops::take_along_axis(new, &index, 2, s)?;
-    let is_new = ops::logical_and(
-        &ops::greater_equal(&offset, &scalar(0.0, Dtype::I32, s)?, s)?,
-        &ops::less(&offset, &scalar(seq as f64, Dtype::I32, s)?, s)?,
-        s,
-    )?;
-    let rest = match past {
-        Some(p) => {
-            let p = if p.shape()[2] > present_len {
-                ops::slice(
-                    p,
-                    &[0, 0, 0, 0],
-                    &[b as i32, h as i32, present_len as i32, d as i32],
-                    &[1, 1, 1, 1],
-                    s,
-                )?
-            } else {
-                pad_rows(p)?
-            };
-            let is_past = ops::less(&j, row_past, s)?;
-            ops::where_(&is_past, &p, &zero, s)?
-        }
-        None => zero.clone(),
-    };
-    Ok(ops::where_(&is_new, &gathered, &rest, s)?)
+    )?)
 }
 
 /// `attention_bias` checked as ORT checks it, its columns padded from `T` to `P` with zeros.
