@@ -6,6 +6,7 @@ quantized_matmul / fast.rope / fast.scaled_dot_product_attention), and generatio
 onnxruntime-genai's loop. Median of warm runs, one process.
 
 Usage: bench_llm.py [--quick] [--model-dir DIR] [--runs R] [--cpu-runs R] [--skip-cpu] [--skip-genai]
+                    [--loop-steps N]
 The default shape is ~1B parameters (hidden 2048, 16 layers, 32/8 heads, ffn 8192, vocab 32k).
 """
 
@@ -178,6 +179,36 @@ def bench_sessions(model: Path, shape, phases, runs: int, cpu_runs: int, skip_cp
     return rows
 
 
+def decode_loop(model: Path, shape, past: int, steps: int, skip_cpu: bool) -> dict:
+    """`steps` tokens one at a time as genai feeds them: shared KV buffers, the attention mask one
+    longer each step (so every step is a new input shape for the EP). ms/token over the last
+    three quarters, for the MLX EP, ORT's CPU EP and the direct decoder."""
+    rng = np.random.default_rng(1)
+    feeds = feeds_for(shape, 1, past, rng)
+
+    def per_token(session) -> float:
+        run = shared_buffer_runner(session, feeds)
+        times = []
+        for t in range(steps):
+            feeds["attention_mask"] = np.ones((1, past + t + 1), np.int64)
+            start = time.perf_counter()
+            run()
+            times.append((time.perf_counter() - start) * 1e3)
+        return float(np.median(times[steps // 4:]))
+
+    row = {"mlx": per_token(ort.InferenceSession(str(model), providers=mlx_ep.providers()))}
+    if not skip_cpu:
+        row["cpu"] = per_token(ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]))
+    direct = DirectDecoder(model, shape)
+    caches, ids, times = direct.caches(), direct.mx.array(feeds["input_ids"]), []
+    for t in range(steps):
+        start = time.perf_counter()
+        direct.mx.eval(direct.step(ids, caches, past + t), *[c for pair in caches for c in pair])
+        times.append((time.perf_counter() - start) * 1e3)
+    row["direct"] = float(np.median(times[steps // 4:]))
+    return row
+
+
 def bench_genai(folder: Path, prompt_len: int, new_tokens: int, on_mlx: bool) -> tuple[float, float, list[int]]:
     from onnxruntime_ep_mlx import generation
 
@@ -196,6 +227,7 @@ def main() -> None:
     parser.add_argument("--cpu-runs", type=int, default=3)
     parser.add_argument("--skip-cpu", action="store_true")
     parser.add_argument("--skip-genai", action="store_true")
+    parser.add_argument("--loop-steps", type=int, default=100, help="tokens of the growing-mask decode loop")
     args = parser.parse_args()
     shape = QUICK if args.quick else FULL
     folder = args.model_dir / ("quick" if args.quick else "1b")
@@ -225,6 +257,12 @@ def main() -> None:
         print(f"| {r['phase']} | {cpu:.2f} / {cpu_shared:.2f} | {r['mlx']:.2f} / {r['mlx shared']:.2f} | {r['direct']:.2f} | "
               f"{cpu_shared / r['mlx shared']:.1f}x | {r['mlx shared'] / r['direct']:.2f}x | {1e3 * r['tokens'] / r['mlx shared']:.0f} | "
               f"{r.get('diff', nan):.2g}, {r['shared_diff']:.2g}, {r['direct_diff']:.2g} |", flush=True)
+    loop = decode_loop(folder / "model.onnx", shape, small, args.loop_steps, args.skip_cpu)
+    nan = float("nan")
+    print(f"decode loop, {args.loop_steps} tokens from past {small}, growing mask (genai's feeds), ms/token: "
+          f"ORT CPU EP {loop.get('cpu', nan):.2f}, MLX EP {loop['mlx']:.2f}, direct MLX {loop['direct']:.2f}; "
+          f"CPU / MLX EP {loop.get('cpu', nan) / loop['mlx']:.1f}x, MLX EP / direct {loop['mlx'] / loop['direct']:.2f}x "
+          f"(with ONNXRUNTIME_EP_MLX_VERBOSE=1 the session summary counts the traces)", flush=True)
     if not args.skip_genai:
         for on_mlx in (True, False) if not args.skip_cpu else (True,):
             prefill, rate, _ = bench_genai(folder, small, 64, on_mlx)

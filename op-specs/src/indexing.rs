@@ -29,9 +29,10 @@ fn gather(
     Ok(ops::take(&data, &safe, axis as i32, s)?)
 }
 
-/// [`in_bounds`], with a run-time check that every index was in `[-dim, dim)` before: ORT's
-/// CPU EP fails the run on one that is not, and so does the plan (MLX would read whatever the
-/// clamped position holds).
+/// Indices in `[0, dim)`, with a run-time check that every index was in `[-dim, dim)` before:
+/// ORT's CPU EP fails the run on one that is not, and so does the plan. Since such a run fails,
+/// any in-bounds position serves for those (MLX must not read out of bounds meanwhile):
+/// `index mod dim`, one kernel, is each checked index's own position.
 pub(crate) fn checked_in_bounds(
     cx: &mut Lower,
     indices: &Array,
@@ -48,7 +49,16 @@ pub(crate) fn checked_in_bounds(
             dim - 1
         ),
     )?;
-    in_bounds(indices, dim, cx.stream())
+    if dim == 0 {
+        // No position to give; the check fails the run unless there is no index at all.
+        return in_bounds(indices, dim, cx.stream());
+    }
+    let s = cx.stream();
+    Ok(ops::remainder(
+        indices,
+        &scalar_like(dim as f64, indices, s)?,
+        s,
+    )?)
 }
 
 /// Negative indices wrapped by `dim` and everything clamped into `[0, dim)`: ONNX calls

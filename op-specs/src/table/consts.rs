@@ -24,7 +24,8 @@ pub fn scalar(value: f64, dtype: Dtype, stream: &Stream) -> Result<Array> {
             let zero = ops::astype(&Array::scalar(0.0f32)?, dtype, stream)?;
             ops::negative(&zero, stream)?
         }
-        Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::Complex64 => {
+        Dtype::F32 => Array::scalar(value as f32)?,
+        Dtype::F16 | Dtype::BF16 | Dtype::Complex64 => {
             ops::astype(&Array::scalar(value as f32)?, dtype, stream)?
         }
     };

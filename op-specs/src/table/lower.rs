@@ -578,7 +578,10 @@ mod host_key_tests {
         assert_eq!(own, 3);
         assert!(cx.key_host_read(1, |v| v.to_vec()).is_none());
         let array = cx.key_host_read(0, |v| vec![i64::from(v[0] > 5)]);
-        assert!(array.is_some(), "the traced array comes back for run-time checks");
+        assert!(
+            array.is_some(),
+            "the traced array comes back for run-time checks"
+        );
         let (_, _, keys) = cx.into_records();
         assert_eq!(keys.len(), 1);
         assert_eq!((keys[0].input, keys[0].key.clone()), (0, vec![1]));
