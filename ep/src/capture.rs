@@ -252,9 +252,10 @@ impl Capture {
         if self.warming(&key) {
             return plan.run(runtime, inputs, times, self.settings.profile_ops);
         }
-        let lowering = self
-            .replay(plan, runtime, key, &arrays, TraceOf::Plan)
-            .and_then(|replayed| replayed.into_lowering(plan, &arrays));
+        let replaying = Instant::now();
+        let replayed = self.replay(plan, runtime, key, &arrays, TraceOf::Plan);
+        times.replay += replaying.elapsed();
+        let lowering = replayed.and_then(|replayed| replayed.into_lowering(plan, &arrays));
         let lowering = match lowering {
             Ok(lowering) => lowering,
             Err(reason) => return self.fall_back(plan, runtime, inputs, times, reason),
@@ -307,6 +308,7 @@ impl Capture {
         let prepared_before = runtime.constants.prepare_time();
         let attempt = (|| -> Result<Option<Lowering>, String> {
             let stream = &runtime.stream;
+            let prologue_started = Instant::now();
             let prologue = split.lower_prologue(plan, stream, &runtime.constants, arrays)?;
             let body_inputs = split.body_inputs(arrays, &prologue);
             let key = CacheKey {
@@ -317,8 +319,12 @@ impl Capture {
                 return Ok(None);
             }
             let host_values = prologue.host_values(&split, stream)?;
+            times.prologue += prologue_started.elapsed();
             let trace = TraceOf::Body(Arc::clone(&split), host_values);
-            let replayed = self.replay(plan, runtime, key, &body_inputs, trace)?;
+            let replaying = Instant::now();
+            let replayed = self.replay(plan, runtime, key, &body_inputs, trace);
+            times.replay += replaying.elapsed();
+            let replayed = replayed?;
             let body = replayed.into_lowering(plan, &body_inputs)?;
             Ok(Some(split.join(plan, prologue, body)))
         })();

@@ -81,6 +81,11 @@ pub struct Stats {
     pub eval: Duration,
     pub copies: Duration,
     pub prepare: Duration,
+    /// Parts of the above: eager prologues and closure replays (translation and eval), and
+    /// writing shared buffers back (copies).
+    pub prologue: Duration,
+    pub replay: Duration,
+    pub write_back: Duration,
     pub memory: MemoryReport,
     pub device: &'static str,
     pub op_profile: OpProfile,
@@ -107,6 +112,15 @@ impl Stats {
             mib(self.memory.active),
             mib(self.memory.peak),
         );
+        if !(self.prologue.is_zero() && self.replay.is_zero() && self.write_back.is_zero()) {
+            let _ = write!(
+                out,
+                "; of these: eager prologues {:.3} ms, compiled replays {:.3} ms, shared-buffer write-back {:.3} ms",
+                self.prologue.as_secs_f64() * 1e3,
+                self.replay.as_secs_f64() * 1e3,
+                self.write_back.as_secs_f64() * 1e3,
+            );
+        }
         for (name, report) in &self.plan_reports {
             let _ = write!(
                 out,

@@ -154,6 +154,10 @@ pub struct RunTimes {
     pub translate: Duration,
     pub eval: Duration,
     pub prepare: Duration,
+    /// Of `translate`/`eval` on a compiled path: an eager prologue (lowered, evaluated and read
+    /// on the host), and applying the compiled closure.
+    pub prologue: Duration,
+    pub replay: Duration,
     /// Per-op times, filled only when `ONNXRUNTIME_EP_MLX_PROFILE_OPS` is on.
     pub ops: OpProfile,
 }
@@ -425,19 +429,30 @@ impl Plan {
             }
         }
         let evaluating = Instant::now();
+        let mlx_error =
+            |e: mlx_kernels::Error| EvalError::Mlx(format!("checks of {}: {e}", self.name));
+        // The checks as one array, read once: each array read on the host costs a device
+        // round trip on the GPU, and a decoder step has dozens of checks.
+        let holds = if checks.is_empty() {
+            None
+        } else {
+            let flat: Vec<Array> = checks
+                .iter()
+                .map(|c| ops::reshape(&c.holds, &[1], stream))
+                .collect::<Result<_, _>>()
+                .map_err(mlx_error)?;
+            Some(ops::concatenate(&flat, 0, stream).map_err(mlx_error)?)
+        };
         let mut all = outputs.clone();
-        all.extend(checks.iter().map(|c| c.holds.clone()));
+        all.extend(holds.clone());
         all.extend(written_rows.iter().flatten().cloned());
         Array::eval_all(&all)
             .map_err(|e| EvalError::Mlx(format!("MLX evaluation of {} failed: {e}", self.name)))?;
         times.eval += evaluating.elapsed();
-        for check in &checks {
-            let holds = check
-                .holds
-                .to_vec::<bool>(stream)
-                .map_err(|e| EvalError::Mlx(format!("reading a check of {}: {e}", self.name)))?;
-            if holds != [true] {
-                return Err(EvalError::Input(check.message.to_string()));
+        if let Some(holds) = holds {
+            let holds = holds.to_vec::<bool>(stream).map_err(mlx_error)?;
+            if let Some(failed) = holds.iter().position(|&h| !h) {
+                return Err(EvalError::Input(checks[failed].message.to_string()));
             }
         }
         Ok(Evaluated {

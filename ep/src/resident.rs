@@ -124,22 +124,27 @@ impl Residency {
             };
             pending.push((out, rows, held, flags));
         }
-        let lazy: Vec<Array> = pending
-            .iter()
-            .flat_map(|(_, _, held, flags)| [held.clone(), flags.clone()])
-            .collect();
+        // One array of every buffer's row flags, and one of every changed row: each array read
+        // on the host costs a device round trip (on MLX's CUDA backend, a page migration).
+        let all_flags = concatenated(pending.iter().map(|(_, _, _, f)| f.clone()), stream)?;
+        let mut lazy: Vec<Array> = pending.iter().map(|(_, _, held, _)| held.clone()).collect();
+        lazy.extend(all_flags.clone());
         Array::eval_all(&lazy).map_err(err)?;
-        // The changed rows of each buffer, gathered on the device (reading a whole buffer back
-        // would move all of it to the host on MLX's CUDA backend) unless most rows changed.
+        let flags = match all_flags {
+            Some(all) => all.to_vec::<u8>(stream).map_err(err)?,
+            None => Vec::new(),
+        };
         let mut gathers = Vec::with_capacity(pending.len());
-        for (_, rows, held, flags) in &pending {
-            let changed: Vec<usize> = flags
-                .to_vec::<u8>(stream)
-                .map_err(err)?
+        let mut start = 0;
+        for (_, rows, held, _) in &pending {
+            let changed: Vec<usize> = flags[start..start + rows.count]
                 .iter()
                 .enumerate()
                 .filter_map(|(row, &f)| (f != 0).then_some(row))
                 .collect();
+            start += rows.count;
+            // Gathered on the device (reading a whole buffer back would move all of it to the
+            // host on MLX's CUDA backend) unless most rows changed.
             let gathered = if changed.is_empty() || changed.len() * 2 > rows.count {
                 None
             } else {
@@ -147,21 +152,20 @@ impl Residency {
             };
             gathers.push((changed, gathered));
         }
-        Array::eval_all(
-            &gathers
-                .iter()
-                .filter_map(|(_, g)| g.clone())
-                .collect::<Vec<_>>(),
-        )
-        .map_err(err)?;
+        let picked = match concatenated(gathers.iter().filter_map(|(_, g)| g.clone()), stream)? {
+            Some(all) => all.to_bytes(stream).map_err(err)?,
+            None => Vec::new(),
+        };
+        let mut offset = 0;
         for ((out, rows, held, _), (changed, gathered)) in pending.into_iter().zip(gathers) {
             let row_bytes = rows.width * held.dtype().size_in_bytes();
             match gathered {
-                Some(picked) => {
-                    let picked = picked.to_bytes(stream).map_err(err)?;
+                Some(_) => {
+                    let mine = &picked[offset..offset + changed.len() * row_bytes];
+                    offset += mine.len();
                     for (k, &row) in changed.iter().enumerate() {
                         out.buffer[row * row_bytes..(row + 1) * row_bytes]
-                            .copy_from_slice(&picked[k * row_bytes..(k + 1) * row_bytes]);
+                            .copy_from_slice(&mine[k * row_bytes..(k + 1) * row_bytes]);
                     }
                 }
                 None if !changed.is_empty() => held.copy_to(out.buffer, stream).map_err(err)?,
@@ -264,11 +268,24 @@ fn mask_rows(mask: &Array, output: &Array, rows: &Rows, s: &Stream) -> mlx_kerne
     ops::reshape(&ops::astype(&flags, Dtype::U8, s)?, &[rows.count as i64], s)
 }
 
-/// `rows` of `a`, in order, gathered on the device (lazily).
+/// The bytes of `rows` of `a`, in order, gathered on the device (lazily), as a flat uint8 array.
 fn gather_rows(a: &Array, rows: &Rows, wanted: &[usize], s: &Stream) -> mlx_kernels::Result<Array> {
     let indices: Vec<u32> = wanted.iter().map(|&r| r as u32).collect();
     let indices = Array::from_slice(&indices, &[indices.len() as i64])?;
-    ops::take(&as_rows(a, rows, s)?, &indices, 0, s)
+    let picked = ops::take(&as_rows(a, rows, s)?, &indices, 0, s)?;
+    ops::reshape(&ops::view(&picked, Dtype::U8, s)?, &[-1], s)
+}
+
+/// The flat uint8 arrays of `parts` one after another (`None` when there are none).
+fn concatenated(parts: impl Iterator<Item = Array>, s: &Stream) -> Result<Option<Array>, String> {
+    let parts: Vec<Array> = parts.collect();
+    match parts.len() {
+        0 => Ok(None),
+        1 => Ok(parts.into_iter().next()),
+        _ => ops::concatenate(&parts, 0, s)
+            .map(Some)
+            .map_err(|e| e.to_string()),
+    }
 }
 
 /// The rows to check before trusting a mirror: the ones just written, and some spread over

@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mlx_kernels::Array;
 
@@ -179,7 +179,7 @@ fn run(
     if written.is_err() {
         residency.forget();
     }
-    written?;
+    let write_back = written?;
     drop(evaluated);
     copies += copying.elapsed();
     if let Ok(mut stats) = info.stats.lock() {
@@ -188,6 +188,9 @@ fn run(
         stats.eval += times.eval;
         stats.copies += copies;
         stats.prepare += times.prepare;
+        stats.prologue += times.prologue;
+        stats.replay += times.replay;
+        stats.write_back += write_back;
         // A plan's first run uploads its constants and compiles MLX's kernels: not the op's
         // steady cost, so the profile starts with its second run.
         if stats.plan_reports.contains_key(&info.plan.name) {
@@ -215,7 +218,8 @@ fn run(
 
 /// Copies the outputs into ORT's tensors. An output whose buffer is one of the inputs' (a
 /// shared KV cache) gets only its changed rows, after every other output: another output may
-/// still read that input's bytes (on the CPU backend arrays borrow ORT's memory).
+/// still read that input's bytes (on the CPU backend arrays borrow ORT's memory). Returns the
+/// time the shared buffers took.
 fn write_outputs(
     context: *mut sys::OrtKernelContext,
     plan: &Plan,
@@ -224,7 +228,7 @@ fn write_outputs(
     buffers: &[Option<(usize, usize)>],
     residency: &mut Residency,
     runtime: &Runtime,
-) -> Result<(), String> {
+) -> Result<Duration, String> {
     let mut shared = Vec::new();
     let outputs = &evaluated.outputs;
     for ((index, array), output) in outputs.iter().enumerate().zip(&plan.outputs) {
@@ -254,5 +258,7 @@ fn write_outputs(
                 .map_err(|e| e.to_string())?,
         }
     }
-    residency.write_back(shared, &runtime.stream)
+    let started = Instant::now();
+    residency.write_back(shared, &runtime.stream)?;
+    Ok(started.elapsed())
 }
