@@ -203,9 +203,17 @@ impl From<EvalError> for String {
 /// input that borrows ORT's memory (it could reuse the buffer).
 pub struct Evaluated {
     pub outputs: Vec<Array>,
-    pub written_rows: Vec<Option<Array>>,
+    pub written_rows: Vec<Option<RowMask>>,
     #[allow(dead_code)]
     keep_alive: Vec<Option<Array>>,
+}
+
+/// Which rows an output writes in place (`op_specs::WrittenRows`): the mask on the device, and
+/// its values (uint8, row-major, of `shape`) on the host.
+pub struct RowMask {
+    pub array: Array,
+    pub shape: Vec<i64>,
+    pub flags: Vec<u8>,
 }
 
 impl Plan {
@@ -443,9 +451,27 @@ impl Plan {
                 .map_err(mlx_error)?;
             Some(ops::concatenate(&flat, 0, stream).map_err(mlx_error)?)
         };
+        // The written-rows masks too, for the host to know which rows to copy out.
+        let masks = written_rows.iter().flatten().collect::<Vec<_>>();
+        let masks_flat = if masks.is_empty() {
+            None
+        } else {
+            let flat: Vec<Array> = masks
+                .iter()
+                .map(|m| {
+                    ops::reshape(
+                        &ops::astype(m, mlx_kernels::Dtype::U8, stream)?,
+                        &[-1],
+                        stream,
+                    )
+                })
+                .collect::<Result<_, _>>()
+                .map_err(mlx_error)?;
+            Some(ops::concatenate(&flat, 0, stream).map_err(mlx_error)?)
+        };
         let mut all = outputs.clone();
         all.extend(holds.clone());
-        all.extend(written_rows.iter().flatten().cloned());
+        all.extend(masks_flat.clone());
         Array::eval_all(&all)
             .map_err(|e| EvalError::Mlx(format!("MLX evaluation of {} failed: {e}", self.name)))?;
         times.eval += evaluating.elapsed();
@@ -455,6 +481,21 @@ impl Plan {
                 return Err(EvalError::Input(checks[failed].message.to_string()));
             }
         }
+        let mut flags = match masks_flat {
+            Some(all) => all.to_vec::<u8>(stream).map_err(mlx_error)?,
+            None => Vec::new(),
+        }
+        .into_iter();
+        let written_rows = written_rows
+            .into_iter()
+            .map(|mask| {
+                mask.map(|array| RowMask {
+                    shape: array.shape(),
+                    flags: flags.by_ref().take(array.size()).collect(),
+                    array,
+                })
+            })
+            .collect();
         Ok(Evaluated {
             outputs,
             written_rows,

@@ -17,6 +17,8 @@
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
+use crate::plan::RowMask;
+
 /// Rows spread over the buffer that are checked, besides (up to `WRITTEN_PROBES` of) the rows
 /// the last run wrote.
 const SPREAD_PROBES: usize = 16;
@@ -101,54 +103,61 @@ impl Residency {
     }
 
     /// Writes each shared output into its buffer, which is input `index`'s buffer and holds
-    /// `input`'s bytes: only the rows that differ — or, when the node said which rows it writes
-    /// in place, those rows (the others keep the buffer's bytes, as ORT's kernels leave them).
-    /// Keeps what each buffer then holds as its input's mirror for the next run. All outputs
-    /// are compared, then gathered, in one MLX evaluation each: a decoder has two buffers a
-    /// layer, and every evaluation is a device round trip.
+    /// `input`'s bytes: when the node said which rows it writes in place, those rows (the
+    /// others keep the buffer's bytes, as ORT's kernels leave them), otherwise the rows that
+    /// differ from the input. Keeps what each buffer then holds as its input's mirror for the
+    /// next run (lazily: the next run's evaluation computes it). Every array read on the host
+    /// costs a device round trip (on MLX's CUDA backend, a page migration) and a decoder has two
+    /// buffers a layer, so the rows of all outputs are gathered into one array, read once; the
+    /// written rows are known from the host copy of the masks, and only outputs without one
+    /// are compared on the device first (one more evaluation).
     pub fn write_back(&mut self, shared: Vec<SharedOutput>, stream: &Stream) -> Result<(), String> {
         let err = |e: mlx_kernels::Error| e.to_string();
-        // What each buffer holds after this write, and which of its rows change (lazily).
         let mut pending = Vec::with_capacity(shared.len());
+        let mut compared = Vec::new();
         for out in shared {
             let rows = Rows::of(out.output);
-            let (held, flags) = match out.written {
-                Some(mask) => (
-                    in_place_result(out.input, out.output, mask, &rows, stream).map_err(err)?,
-                    mask_rows(mask, out.output, &rows, stream).map_err(err)?,
-                ),
+            let (held, changed) = match out.written {
+                Some(mask) => {
+                    let held = in_place_result(out.input, out.output, &mask.array, &rows, stream)
+                        .map_err(err)?;
+                    let shape = out.output.shape();
+                    let row_dims = &shape[..shape.len().saturating_sub(1)];
+                    (
+                        held,
+                        Some(rows_in_mask(&mask.shape, &mask.flags, row_dims)?),
+                    )
+                }
                 None => {
                     let flags = changed_rows(out.input, out.output, &rows, stream).map_err(err)?;
-                    (out.output.clone(), flags)
+                    compared.push(flags);
+                    (out.output.clone(), None)
                 }
             };
-            pending.push((out, rows, held, flags));
+            pending.push((out, rows, held, changed));
         }
-        // One array of every buffer's row flags, and one of every changed row: each array read
-        // on the host costs a device round trip (on MLX's CUDA backend, a page migration).
-        let all_flags = concatenated(pending.iter().map(|(_, _, _, f)| f.clone()), stream)?;
-        let mut lazy: Vec<Array> = pending.iter().map(|(_, _, held, _)| held.clone()).collect();
-        lazy.extend(all_flags.clone());
-        Array::eval_all(&lazy).map_err(err)?;
-        let flags = match all_flags {
+        let mut flags = match concatenated(compared.into_iter(), stream)? {
             Some(all) => all.to_vec::<u8>(stream).map_err(err)?,
             None => Vec::new(),
-        };
+        }
+        .into_iter();
         let mut gathers = Vec::with_capacity(pending.len());
-        let mut start = 0;
-        for (_, rows, held, _) in &pending {
-            let changed: Vec<usize> = flags[start..start + rows.count]
-                .iter()
-                .enumerate()
-                .filter_map(|(row, &f)| (f != 0).then_some(row))
-                .collect();
-            start += rows.count;
-            // Gathered on the device (reading a whole buffer back would move all of it to the
-            // host on MLX's CUDA backend) unless most rows changed.
+        for (out, rows, _, changed) in &mut pending {
+            let changed = match changed.take() {
+                Some(known) => known,
+                None => flags
+                    .by_ref()
+                    .take(rows.count)
+                    .enumerate()
+                    .filter_map(|(row, f)| (f != 0).then_some(row))
+                    .collect(),
+            };
+            // The output's rows (what the buffer holds there after the write), gathered on the
+            // device unless most rows changed (then the whole buffer is copied).
             let gathered = if changed.is_empty() || changed.len() * 2 > rows.count {
                 None
             } else {
-                Some(gather_rows(held, rows, &changed, stream).map_err(err)?)
+                Some(gather_rows(out.output, rows, &changed, stream).map_err(err)?)
             };
             gathers.push((changed, gathered));
         }
@@ -213,8 +222,51 @@ pub struct SharedOutput<'a> {
     pub index: usize,
     pub input: &'a Array,
     pub output: &'a Array,
-    pub written: Option<&'a Array>,
+    pub written: Option<&'a RowMask>,
     pub buffer: &'a mut [u8],
+}
+
+/// The indices (row-major over `row_dims`) of the rows where `flags`, a mask of `mask_shape`
+/// that broadcasts to `row_dims`, is set. Enumerates the set flags and the dims they broadcast
+/// over, so the cost follows the rows written, not the rows held.
+fn rows_in_mask(mask_shape: &[i64], flags: &[u8], row_dims: &[i64]) -> Result<Vec<usize>, String> {
+    let rank = row_dims.len();
+    if mask_shape.len() > rank {
+        return Err(format!(
+            "a written-rows mask of shape {mask_shape:?} has more dims than rows {row_dims:?}"
+        ));
+    }
+    // The mask's dims right-aligned to the rows' (missing leading dims broadcast).
+    let mut dims = vec![1i64; rank - mask_shape.len()];
+    dims.extend_from_slice(mask_shape);
+    if dims.iter().zip(row_dims).any(|(&m, &r)| m != 1 && m != r) {
+        return Err(format!(
+            "a written-rows mask of shape {mask_shape:?} does not broadcast to rows {row_dims:?}"
+        ));
+    }
+    let stride = |shape: &[i64], d: usize| shape[d + 1..].iter().product::<i64>() as usize;
+    let mut rows = Vec::new();
+    for (at, _) in flags.iter().enumerate().filter(|(_, &f)| f != 0) {
+        // The set flag's position in the rows, and every position its broadcast dims add.
+        let mut bases = vec![0usize];
+        for d in 0..rank {
+            let row_stride = stride(row_dims, d);
+            if dims[d] == 1 {
+                let count = row_dims[d] as usize;
+                bases = bases
+                    .iter()
+                    .flat_map(|&b| (0..count).map(move |i| b + i * row_stride))
+                    .collect();
+            } else {
+                let index = at / stride(&dims, d) % dims[d] as usize;
+                bases.iter_mut().for_each(|b| *b += index * row_stride);
+            }
+        }
+        rows.extend(bases);
+    }
+    rows.sort_unstable();
+    rows.dedup();
+    Ok(rows)
 }
 
 /// The unsigned integer type of each element size: rows are compared bit for bit (so -0.0 and
@@ -260,14 +312,6 @@ fn changed_rows(a: &Array, b: &Array, rows: &Rows, s: &Stream) -> mlx_kernels::R
     ops::max(&ops::astype(&differs, Dtype::U8, s)?, &[1], false, s)
 }
 
-/// Per row (as uint8, lazily): whether the node writes it (`mask` broadcast over the rows).
-fn mask_rows(mask: &Array, output: &Array, rows: &Rows, s: &Stream) -> mlx_kernels::Result<Array> {
-    let shape = output.shape();
-    let row_dims = &shape[..shape.len().saturating_sub(1)];
-    let flags = ops::broadcast_to(mask, row_dims, s)?;
-    ops::reshape(&ops::astype(&flags, Dtype::U8, s)?, &[rows.count as i64], s)
-}
-
 /// The bytes of `rows` of `a`, in order, gathered on the device (lazily), as a flat uint8 array.
 fn gather_rows(a: &Array, rows: &Rows, wanted: &[usize], s: &Stream) -> mlx_kernels::Result<Array> {
     let indices: Vec<u32> = wanted.iter().map(|&r| r as u32).collect();
@@ -297,4 +341,27 @@ fn probe_rows(written: &[usize], count: usize) -> impl Iterator<Item = usize> + 
         .copied()
         .take(WRITTEN_PROBES)
         .chain((0..count).step_by(step).take(SPREAD_PROBES))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rows_in_mask;
+
+    #[test]
+    fn a_mask_over_positions_selects_those_rows_in_every_head() {
+        // Rows [B=2, H=3, P=4]; the mask [B, 1, P] marks position 2 of batch 0 and 1 of batch 1.
+        let flags = [0, 0, 1, 0, 0, 1, 0, 0];
+        let rows = rows_in_mask(&[2, 1, 4], &flags, &[2, 3, 4]).unwrap();
+        assert_eq!(rows, [2, 6, 10, 13, 17, 21]);
+        // A [P] mask broadcasts over batch and heads; a full mask is itself.
+        assert_eq!(
+            rows_in_mask(&[4], &[0, 0, 0, 1], &[2, 1, 4]).unwrap(),
+            [3, 7]
+        );
+        assert_eq!(
+            rows_in_mask(&[2, 2], &[1, 0, 0, 1], &[2, 2]).unwrap(),
+            [0, 3]
+        );
+        assert!(rows_in_mask(&[3], &[1, 0, 0], &[2, 4]).is_err());
+    }
 }
