@@ -5,27 +5,20 @@ buffers equal ORT's CPU EP's."""
 
 from __future__ import annotations
 
-import gc
 import re
 import sys
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
-from onnxruntime_ep_mlx import providers, register_execution_provider_library
+from genai_loop import SharedBufferLoop, closing_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import make_decoder  # noqa: E402
 
 SHAPE = make_decoder.Shape(hidden=64, layers=2, heads=4, kv_heads=2, ffn=96, vocab=320, context=128)
 PROMPT = 8
-
-
-@pytest.fixture(scope="module", autouse=True)
-def registered():
-    register_execution_provider_library()
 
 
 @pytest.fixture(scope="module")
@@ -40,27 +33,8 @@ def compiled(monkeypatch):
     monkeypatch.delenv("ONNXRUNTIME_EP_MLX_NO_SPLIT", raising=False)
 
 
-class Loop:
-    """genai's loop: the KV buffers bound as both past and present, the mask one longer a step."""
-
-    def __init__(self, model: Path, on_mlx: bool) -> None:
-        self.session = ort.InferenceSession(str(model), providers=providers() if on_mlx else ["CPUExecutionProvider"])
-        shape = (1, SHAPE.kv_heads, SHAPE.context, SHAPE.head_size)
-        self.arrays = {f"{i}.{k}": np.zeros(shape, np.float32) for i in range(SHAPE.layers) for k in ("key", "value")}
-        self.values = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in self.arrays.items()}
-        self.length = 0
-
-    def step(self, ids: np.ndarray, mask_length: int | None = None) -> np.ndarray:
-        binding = self.session.io_binding()
-        self.length += ids.shape[1]
-        binding.bind_cpu_input("input_ids", ids.astype(np.int64))
-        binding.bind_cpu_input("attention_mask", np.ones((1, mask_length or self.length), np.int64))
-        for name, value in self.values.items():
-            binding.bind_ortvalue_input(f"past_key_values.{name}", value)
-            binding.bind_ortvalue_output(f"present.{name}", value)
-        binding.bind_output("logits")
-        self.session.run_with_iobinding(binding)
-        return binding.copy_outputs_to_cpu()[0]
+def session_loop(model: Path, on_mlx: bool) -> SharedBufferLoop:
+    return SharedBufferLoop(model, SHAPE, on_mlx)
 
 
 def capture_counts(summary: str) -> tuple[int, int, int]:
@@ -69,17 +43,10 @@ def capture_counts(summary: str) -> tuple[int, int, int]:
     return int(found[1]), int(found[2]), int(found[3])
 
 
-def closing_summary(loops, capfd) -> str:
-    capfd.readouterr()
-    loops.clear()
-    gc.collect()
-    return capfd.readouterr().err
-
-
 def test_a_hundred_decode_steps_replay_one_trace(decoder, compiled, capfd):
     steps = 100
     ids = np.random.default_rng(2).integers(3, SHAPE.vocab, size=(1, PROMPT + steps))
-    loops = [Loop(decoder, on_mlx=True), Loop(decoder, on_mlx=False)]
+    loops = [session_loop(decoder, on_mlx=True), session_loop(decoder, on_mlx=False)]
     chunks = [ids[:, :PROMPT]] + [ids[:, PROMPT + t: PROMPT + t + 1] for t in range(steps)]
     for n, chunk in enumerate(chunks):
         got, want = (loop.step(chunk) for loop in loops)
@@ -96,7 +63,7 @@ def test_a_bad_step_fails_as_on_the_cpu_and_the_next_one_replays(decoder, compil
     """A mask longer than the KV buffer: ORT's GroupQueryAttention refuses the step. The EP
     fails it too, with the node named, and the following good step still replays the trace."""
     ids = np.random.default_rng(4).integers(3, SHAPE.vocab, size=(1, PROMPT + 8))
-    loops = [Loop(decoder, on_mlx=True), Loop(decoder, on_mlx=False)]
+    loops = [session_loop(decoder, on_mlx=True), session_loop(decoder, on_mlx=False)]
     chunks = [ids[:, :PROMPT]] + [ids[:, PROMPT + t: PROMPT + t + 1] for t in range(8)]
     for chunk in chunks[:6]:
         got, want = (loop.step(chunk) for loop in loops)

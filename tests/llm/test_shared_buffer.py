@@ -9,16 +9,14 @@ and inputs fed from the mirror, which is how these tests see what was (not) copi
 
 from __future__ import annotations
 
-import gc
 import re
 import sys
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
-from onnxruntime_ep_mlx import providers, register_execution_provider_library
+from genai_loop import SharedBufferLoop, closing_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import make_decoder  # noqa: E402
@@ -28,39 +26,13 @@ PROMPT, DECODE = 5, 6
 BUFFERS = 2 * SHAPE.layers  # a key and a value buffer per layer
 
 
-@pytest.fixture(scope="module", autouse=True)
-def registered():
-    register_execution_provider_library()
-
-
 @pytest.fixture(scope="module")
 def decoder(tmp_path_factory) -> Path:
     return make_decoder.write(tmp_path_factory.mktemp("shared"), SHAPE, "fp32", "none", seed=3)
 
 
-class SharedBufferLoop:
-    """genai's loop over one session: prompt, then one token a step, the KV buffers bound as both
-    past and present."""
-
-    def __init__(self, model: Path, on_mlx: bool) -> None:
-        self.session = ort.InferenceSession(str(model), providers=providers() if on_mlx else ["CPUExecutionProvider"])
-        shape = (1, SHAPE.kv_heads, SHAPE.context, SHAPE.head_size)
-        # The numpy arrays own the memory the OrtValues use: keep them.
-        self.arrays = {f"{i}.{k}": np.zeros(shape, np.float32) for i in range(SHAPE.layers) for k in ("key", "value")}
-        self.values = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in self.arrays.items()}
-        self.length = 0
-
-    def step(self, ids: np.ndarray) -> np.ndarray:
-        binding = self.session.io_binding()
-        self.length += ids.shape[1]
-        binding.bind_cpu_input("input_ids", ids.astype(np.int64))
-        binding.bind_cpu_input("attention_mask", np.ones((1, self.length), np.int64))
-        for name, value in self.values.items():
-            binding.bind_ortvalue_input(f"past_key_values.{name}", value)
-            binding.bind_ortvalue_output(f"present.{name}", value)
-        binding.bind_output("logits")
-        self.session.run_with_iobinding(binding)
-        return binding.copy_outputs_to_cpu()[0]
+def session_loop(model: Path, on_mlx: bool) -> SharedBufferLoop:
+    return SharedBufferLoop(model, SHAPE, on_mlx)
 
 
 def tokens(count: int) -> np.ndarray:
@@ -77,7 +49,7 @@ def generate_both(decoder, edit=None):
     """Prompt + DECODE steps on MLX and on CPU; `edit(loop, step)` may change both loops'
     buffers between steps. Returns both loops and the MLX EP's session summary."""
     ids = tokens(PROMPT + DECODE)
-    loops = [SharedBufferLoop(decoder, on_mlx=True), SharedBufferLoop(decoder, on_mlx=False)]
+    loops = [session_loop(decoder, on_mlx=True), session_loop(decoder, on_mlx=False)]
     steps = [ids[:, :PROMPT]] + [ids[:, PROMPT + t: PROMPT + t + 1] for t in range(DECODE)]
     for n, chunk in enumerate(steps):
         if edit is not None:
@@ -90,17 +62,10 @@ def generate_both(decoder, edit=None):
     return loops
 
 
-def teardown_summary(loops, capfd) -> str:
-    capfd.readouterr()
-    loops.clear()
-    gc.collect()
-    return capfd.readouterr().err
-
-
 def test_only_new_rows_are_written_back_and_steps_read_the_device_mirror(decoder, monkeypatch, capfd):
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
     loops = generate_both(decoder)
-    written, held, mirrored = summary_counts(teardown_summary(loops, capfd))
+    written, held, mirrored = summary_counts(closing_summary(loops, capfd))
     rows_per_token = BUFFERS * SHAPE.kv_heads
     assert written == rows_per_token * (PROMPT + DECODE)
     assert held == rows_per_token * SHAPE.context * (1 + DECODE)
@@ -124,7 +89,7 @@ def test_rows_the_step_does_not_write_keep_what_the_buffer_held(decoder, monkeyp
     for name, array in loops[0].arrays.items():
         assert (array[:, :, used:] == sentinel).all(), f"{name}: rows past the sequence were written"
         assert (array[:, :, :used] != sentinel).all(), f"{name}: a new row was not written"
-    written, _, mirrored = summary_counts(teardown_summary(loops, capfd))
+    written, _, mirrored = summary_counts(closing_summary(loops, capfd))
     assert written == BUFFERS * SHAPE.kv_heads * used
     assert mirrored == BUFFERS * DECODE
 
@@ -137,7 +102,7 @@ def test_a_compiled_step_writes_only_its_rows_too(decoder, monkeypatch, capfd):
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
     monkeypatch.delenv("ONNXRUNTIME_EP_MLX_NO_COMPILE", raising=False)
     ids = tokens(PROMPT + 1)
-    loops = [SharedBufferLoop(decoder, on_mlx=True), SharedBufferLoop(decoder, on_mlx=False)]
+    loops = [session_loop(decoder, on_mlx=True), session_loop(decoder, on_mlx=False)]
     for loop in loops:
         for array in loop.arrays.values():
             array[...] = -3.5
@@ -150,7 +115,7 @@ def test_a_compiled_step_writes_only_its_rows_too(decoder, monkeypatch, capfd):
     for name in loops[0].arrays:
         np.testing.assert_allclose(loops[0].arrays[name], loops[1].arrays[name], rtol=1e-4, atol=1e-4, err_msg=name)
         assert (loops[0].arrays[name][:, :, PROMPT + 1:] == -3.5).all()
-    summary = teardown_summary(loops, capfd)
+    summary = closing_summary(loops, capfd)
     assert re.search(r"[1-9]\d* cache hit\(s\)", summary), summary
 
 
@@ -164,12 +129,12 @@ def test_a_buffer_changed_between_steps_is_read_again_from_the_host(decoder, mon
             loop.arrays["0.key"][0, :, loop.length - 1] += 0.5
 
     loops = generate_both(decoder, edit)
-    _, _, mirrored = summary_counts(teardown_summary(loops, capfd))
+    _, _, mirrored = summary_counts(closing_summary(loops, capfd))
     assert mirrored == BUFFERS * DECODE - 1  # that one buffer, that one step, came from the host
 
     # The edit matters: without it the logits differ (so the comparison above could fail).
-    plain = SharedBufferLoop(decoder, on_mlx=False)
-    edited = SharedBufferLoop(decoder, on_mlx=False)
+    plain = session_loop(decoder, on_mlx=False)
+    edited = session_loop(decoder, on_mlx=False)
     ids = tokens(PROMPT + DECODE)
     for n, chunk in enumerate([ids[:, :PROMPT]] + [ids[:, PROMPT + t: PROMPT + t + 1] for t in range(3)]):
         edit(edited, n)
@@ -181,6 +146,6 @@ def test_the_mirror_can_be_turned_off(decoder, monkeypatch, capfd):
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_KV_MIRROR", "0")
     loops = generate_both(decoder)
-    written, _, mirrored = summary_counts(teardown_summary(loops, capfd))
+    written, _, mirrored = summary_counts(closing_summary(loops, capfd))
     assert mirrored == 0
     assert written == BUFFERS * SHAPE.kv_heads * (PROMPT + DECODE)
