@@ -289,6 +289,11 @@ impl Capture {
             return split.clone();
         }
         let split = Split::of(plan, &changed).map(Arc::new);
+        // Bounded like the cache: a plan whose inputs change in ever new combinations keeps
+        // the latest ones.
+        if self.splits.len() >= self.settings.capacity {
+            self.splits.remove(0);
+        }
         self.splits.push((changed, split.clone()));
         split
     }
