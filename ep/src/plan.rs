@@ -107,6 +107,11 @@ impl PlanNode {
     fn shape_safety(&self) -> ShapeSafety {
         self.spec.shape_safety(&self.node)
     }
+
+    #[cfg(test)]
+    pub(crate) fn op(&self) -> &str {
+        self.node.op_type()
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

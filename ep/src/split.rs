@@ -204,3 +204,144 @@ impl Prologue {
         Ok(values)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use op_specs::{AttrValue, ElemType, Node, ValueInfo};
+
+    use super::*;
+    use crate::plan::HostConstant;
+
+    fn value(name: &str, elem: ElemType) -> Option<ValueInfo> {
+        Some(ValueInfo {
+            name: name.into(),
+            elem: Some(elem),
+            shape: None,
+        })
+    }
+
+    fn node(
+        op: &str,
+        since: i64,
+        inputs: &[(&str, ElemType)],
+        outputs: &[(&str, ElemType)],
+        attributes: Vec<(String, AttrValue)>,
+    ) -> Node {
+        Node {
+            name: format!("{op}_node"),
+            op_type: op.into(),
+            since_version: since,
+            inputs: inputs.iter().map(|(n, e)| value(n, *e)).collect(),
+            outputs: outputs.iter().map(|(n, e)| value(n, *e)).collect(),
+            attributes,
+            ..Node::default()
+        }
+    }
+
+    /// x [2, 3] scaled by the sum of a mask m [1, T]; Shape(m) is an output too.
+    fn masked_scale() -> Plan {
+        use ElemType::{Float, Int64};
+        let nodes = vec![
+            node("Shape", 15, &[("m", Int64)], &[("shape", Int64)], vec![]),
+            node(
+                "ReduceSum",
+                13,
+                &[("m", Int64), ("axes", Int64)],
+                &[("total", Int64)],
+                vec![("keepdims".into(), AttrValue::Int(1))],
+            ),
+            node(
+                "Cast",
+                13,
+                &[("total", Int64)],
+                &[("scale", Float)],
+                vec![("to".into(), AttrValue::Int(1))],
+            ),
+            node(
+                "Mul",
+                14,
+                &[("x", Float), ("scale", Float)],
+                &[("z", Float)],
+                vec![],
+            ),
+        ];
+        let axes = HostConstant {
+            name: "axes".into(),
+            elem: Int64,
+            shape: vec![1],
+            bytes: 1i64.to_ne_bytes().to_vec(),
+        };
+        let outputs = [
+            ("z".to_string(), Some(Float)),
+            ("shape".to_string(), Some(Int64)),
+        ];
+        Plan::build(
+            "masked_scale".into(),
+            nodes,
+            &["x".into(), "m".into()],
+            &outputs,
+            vec![axes],
+        )
+        .expect("every node is claimed")
+    }
+
+    #[test]
+    fn the_nodes_reading_only_the_changed_input_form_the_prologue() {
+        let plan = masked_scale();
+        let split = Split::of(&plan, &[false, true]).expect("m reaches only the prologue");
+        let ops = |nodes: &[usize]| -> Vec<String> {
+            nodes
+                .iter()
+                .map(|&i| plan.nodes[i].op().to_string())
+                .collect()
+        };
+        assert_eq!(ops(&split.prologue), ["Shape", "ReduceSum", "Cast"]);
+        assert_eq!(ops(&split.body), ["Mul"]);
+        assert_eq!(split.kept_inputs, [0]);
+        // The body reads `scale`; `shape` is a plan output the prologue computes.
+        assert_eq!(split.frontier.len(), 2);
+        assert_eq!(split.prologue_inputs(&plan), [false, true]);
+        // x is read by the body itself: changing it leaves nothing to split off.
+        assert!(Split::of(&plan, &[true, false]).is_none());
+    }
+
+    #[test]
+    fn prologue_and_body_compute_what_the_whole_plan_does() {
+        let plan = masked_scale();
+        let runtime = plan.start().unwrap();
+        let (stream, constants) = (&runtime.stream, &runtime.constants);
+        let split = Split::of(&plan, &[false, true]).unwrap();
+        let x = Array::from_slice(&[1f32, -2.0, 3.0, 0.5, 0.0, 4.0], &[2, 3]).unwrap();
+        let m = Array::from_slice(&[1i64, 1, 0, 1], &[1, 4]).unwrap();
+        let inputs = [x, m];
+        let prologue = split
+            .lower_prologue(&plan, stream, constants, &inputs)
+            .unwrap();
+        let host = prologue.host_values(&split, stream).unwrap();
+        // Of the prologue's results only `shape` is an integer array: it alone is read on the host.
+        assert_eq!(host.values().collect::<Vec<_>>(), [&vec![1, 4]]);
+        let body_inputs = split.body_inputs(&inputs, &prologue);
+        let (body, keys) = split
+            .lower_body(&plan, stream, constants, &body_inputs, &host)
+            .unwrap();
+        assert!(keys.is_empty(), "no body node reads a host value");
+        let joined = split.join(&plan, prologue, body);
+        let whole = plan
+            .lower(
+                stream,
+                constants,
+                inputs.iter().cloned().map(Some).collect(),
+            )
+            .unwrap();
+        for (got, want) in joined.outputs.iter().zip(&whole.outputs) {
+            assert_eq!(got.shape(), want.shape());
+            let (got, want) = (
+                got.to_bytes(stream).unwrap(),
+                want.to_bytes(stream).unwrap(),
+            );
+            assert_eq!(got, want);
+        }
+        let z = joined.outputs[0].to_vec::<f32>(stream).unwrap();
+        assert_eq!(z, [3.0, -6.0, 9.0, 1.5, 0.0, 12.0]);
+    }
+}
