@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mlx_kernels::{Array, Closure, Dtype};
 use op_specs::ShapeSafety;
@@ -260,7 +260,7 @@ impl Capture {
             Ok(lowering) => lowering,
             Err(reason) => return self.fall_back(plan, runtime, inputs, times, reason),
         };
-        charge(runtime, times, started, prepared_before);
+        times.charge_translation(runtime, started, prepared_before);
         match plan.evaluate(lowering, &runtime.stream, times) {
             Ok(evaluated) => Ok(evaluated),
             // The inputs are at fault, not the trace: the eager path would fail the same way.
@@ -317,7 +317,7 @@ impl Capture {
             let prologue = split.lower_prologue(plan, stream, &runtime.constants, arrays)?;
             let body_inputs = split.body_inputs(arrays, &prologue);
             let key = CacheKey {
-                prologue_inputs: split.prologue_inputs(plan),
+                prologue_inputs: split.prologue_inputs.clone(),
                 shapes: ShapeKey::of(&body_inputs, &[], Path::ShapeKeyed),
             };
             if self.warming(&key) {
@@ -336,7 +336,7 @@ impl Capture {
         let reason = match attempt {
             Ok(Some(lowering)) => {
                 self.split_runs += 1;
-                charge(runtime, times, started, prepared_before);
+                times.charge_translation(runtime, started, prepared_before);
                 match plan.evaluate(lowering, &runtime.stream, times) {
                     Ok(evaluated) => return Ok(evaluated),
                     Err(EvalError::Input(message)) => return Err(message),
@@ -473,14 +473,6 @@ impl Capture {
             recorded,
         })
     }
-}
-
-/// Adds a compiled run's host time to `times`: preparing constants (a trace may be the first
-/// to) apart from the rest.
-fn charge(runtime: &Runtime, times: &mut RunTimes, started: Instant, prepared_before: Duration) {
-    let prepare = runtime.constants.prepare_time() - prepared_before;
-    times.prepare += prepare;
-    times.translate += started.elapsed().saturating_sub(prepare);
 }
 
 /// What a compiled closure returned, with its trace's record.

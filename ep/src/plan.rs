@@ -167,6 +167,39 @@ pub struct RunTimes {
     pub ops: OpProfile,
 }
 
+impl RunTimes {
+    /// Adds the host time since `started` to `translate`, apart from what preparing constants
+    /// took since `prepared_before` (a lowering, or a trace, may be the first to prepare them).
+    pub fn charge_translation(
+        &mut self,
+        runtime: &Runtime,
+        started: Instant,
+        prepared_before: Duration,
+    ) {
+        let prepare = runtime.constants.prepare_time() - prepared_before;
+        self.prepare += prepare;
+        self.translate += started.elapsed().saturating_sub(prepare);
+    }
+}
+
+/// `parts`, each flattened, one after another in one 1-D array (`None` when there are none):
+/// what the host reads of a run, read once, since every read of a device array is a round trip
+/// on the GPU.
+pub(crate) fn flattened_together(
+    parts: impl IntoIterator<Item = Array>,
+    stream: &Stream,
+) -> mlx_kernels::Result<Option<Array>> {
+    let flat = parts
+        .into_iter()
+        .map(|a| ops::reshape(&a, &[-1], stream))
+        .collect::<mlx_kernels::Result<Vec<_>>>()?;
+    match flat.len() {
+        0 => Ok(None),
+        1 => Ok(flat.into_iter().next()),
+        _ => ops::concatenate(&flat, 0, stream).map(Some),
+    }
+}
+
 /// A run-time check of one node (see `op_specs::RuntimeCheck`), its message naming the node.
 #[derive(Debug, Clone)]
 pub struct NodeCheck {
@@ -408,9 +441,7 @@ impl Plan {
         let prepared_before = runtime.constants.prepare_time();
         let profile = profile_ops.then_some(&mut times.ops);
         let lowering = self.lower_with(&runtime.stream, &runtime.constants, inputs, profile)?;
-        let prepare = runtime.constants.prepare_time() - prepared_before;
-        times.prepare += prepare;
-        times.translate += started.elapsed().saturating_sub(prepare);
+        times.charge_translation(runtime, started, prepared_before);
         Ok(self.evaluate(lowering, &runtime.stream, times)?)
     }
 
@@ -446,34 +477,16 @@ impl Plan {
             |e: mlx_kernels::Error| EvalError::Mlx(format!("checks of {}: {e}", self.name));
         // The checks as one array, read once: each array read on the host costs a device
         // round trip on the GPU, and a decoder step has dozens of checks.
-        let holds = if checks.is_empty() {
-            None
-        } else {
-            let flat: Vec<Array> = checks
-                .iter()
-                .map(|c| ops::reshape(&c.holds, &[1], stream))
-                .collect::<Result<_, _>>()
-                .map_err(mlx_error)?;
-            Some(ops::concatenate(&flat, 0, stream).map_err(mlx_error)?)
-        };
+        let holds = flattened_together(checks.iter().map(|c| c.holds.clone()), stream)
+            .map_err(mlx_error)?;
         // The written-rows masks too, for the host to know which rows to copy out.
-        let masks = written_rows.iter().flatten().collect::<Vec<_>>();
-        let masks_flat = if masks.is_empty() {
-            None
-        } else {
-            let flat: Vec<Array> = masks
-                .iter()
-                .map(|m| {
-                    ops::reshape(
-                        &ops::astype(m, mlx_kernels::Dtype::U8, stream)?,
-                        &[-1],
-                        stream,
-                    )
-                })
-                .collect::<Result<_, _>>()
-                .map_err(mlx_error)?;
-            Some(ops::concatenate(&flat, 0, stream).map_err(mlx_error)?)
-        };
+        let masks = written_rows
+            .iter()
+            .flatten()
+            .map(|m| ops::astype(m, mlx_kernels::Dtype::U8, stream))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(mlx_error)?;
+        let masks_flat = flattened_together(masks, stream).map_err(mlx_error)?;
         let mut all = outputs.clone();
         all.extend(holds.clone());
         all.extend(masks_flat.clone());
@@ -541,16 +554,12 @@ impl Plan {
             host_values: &HashMap::new(),
         };
         let lowered = self.lower_part(stream, constants, part, profile)?;
-        self.finish(lowered, Vec::new())
+        self.finish(lowered)
     }
 
     /// The plan's outputs from a lowering that computed them, with its checks and the rows
-    /// they write; `keep` holds what else must live until evaluation.
-    pub(crate) fn finish(
-        &self,
-        lowered: PartLowering,
-        mut keep: Vec<Option<Array>>,
-    ) -> Result<Lowering, String> {
+    /// they write.
+    pub(crate) fn finish(&self, lowered: PartLowering) -> Result<Lowering, String> {
         let PartLowering {
             env,
             checks,
@@ -571,12 +580,11 @@ impl Plan {
             .iter()
             .map(|o| rows_of_slot.remove(&o.slot))
             .collect();
-        keep.extend(env);
         Ok(Lowering {
             outputs,
             checks,
             written_rows,
-            keep_alive: keep,
+            keep_alive: env,
         })
     }
 

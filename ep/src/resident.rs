@@ -17,7 +17,7 @@
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
-use crate::plan::RowMask;
+use crate::plan::{flattened_together, RowMask};
 
 /// Rows spread over the buffer that are checked, besides (up to `WRITTEN_PROBES` of) the rows
 /// the last run wrote.
@@ -136,7 +136,7 @@ impl Residency {
             };
             pending.push((out, rows, held, changed));
         }
-        let mut flags = match concatenated(compared.into_iter(), stream)? {
+        let mut flags = match flattened_together(compared, stream).map_err(err)? {
             Some(all) => all.to_vec::<u8>(stream).map_err(err)?,
             None => Vec::new(),
         }
@@ -161,7 +161,9 @@ impl Residency {
             };
             gathers.push((changed, gathered));
         }
-        let picked = match concatenated(gathers.iter().filter_map(|(_, g)| g.clone()), stream)? {
+        let picked = match flattened_together(gathers.iter().filter_map(|(_, g)| g.clone()), stream)
+            .map_err(err)?
+        {
             Some(all) => all.to_bytes(stream).map_err(err)?,
             None => Vec::new(),
         };
@@ -312,24 +314,12 @@ fn changed_rows(a: &Array, b: &Array, rows: &Rows, s: &Stream) -> mlx_kernels::R
     ops::max(&ops::astype(&differs, Dtype::U8, s)?, &[1], false, s)
 }
 
-/// The bytes of `rows` of `a`, in order, gathered on the device (lazily), as a flat uint8 array.
+/// The bytes of `rows` of `a`, in order, gathered on the device (lazily), as uint8 rows.
 fn gather_rows(a: &Array, rows: &Rows, wanted: &[usize], s: &Stream) -> mlx_kernels::Result<Array> {
     let indices: Vec<u32> = wanted.iter().map(|&r| r as u32).collect();
     let indices = Array::from_slice(&indices, &[indices.len() as i64])?;
     let picked = ops::take(&as_rows(a, rows, s)?, &indices, 0, s)?;
-    ops::reshape(&ops::view(&picked, Dtype::U8, s)?, &[-1], s)
-}
-
-/// The flat uint8 arrays of `parts` one after another (`None` when there are none).
-fn concatenated(parts: impl Iterator<Item = Array>, s: &Stream) -> Result<Option<Array>, String> {
-    let parts: Vec<Array> = parts.collect();
-    match parts.len() {
-        0 => Ok(None),
-        1 => Ok(parts.into_iter().next()),
-        _ => ops::concatenate(&parts, 0, s)
-            .map(Some)
-            .map_err(|e| e.to_string()),
-    }
+    ops::view(&picked, Dtype::U8, s)
 }
 
 /// The rows to check before trusting a mirror: the ones just written, and some spread over

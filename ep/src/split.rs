@@ -28,6 +28,8 @@ pub struct Split {
     /// reads (or that are plan outputs): the body's inputs, in this order.
     kept_inputs: Vec<usize>,
     frontier: Vec<usize>,
+    /// Per plan input: whether the prologue takes it (it changed shape), part of the cache key.
+    pub prologue_inputs: Vec<bool>,
 }
 
 /// The prologue of one run, lowered: its results for the body, and what else it produced.
@@ -87,6 +89,7 @@ impl Split {
             body,
             kept_inputs,
             frontier,
+            prologue_inputs: varying.to_vec(),
         })
     }
 
@@ -122,13 +125,6 @@ impl Split {
         Ok(Prologue { frontier, lowered })
     }
 
-    /// Which plan inputs the prologue takes (the body the others).
-    pub fn prologue_inputs(&self, plan: &Plan) -> Vec<bool> {
-        (0..plan.inputs.len())
-            .map(|i| !self.kept_inputs.contains(&i))
-            .collect()
-    }
-
     /// The body's inputs: the plan's unchanged inputs, then the prologue's results.
     pub fn body_inputs(&self, inputs: &[Array], prologue: &Prologue) -> Vec<Array> {
         self.kept_inputs
@@ -161,7 +157,7 @@ impl Split {
         };
         let mut lowered = plan.lower_part(stream, constants, part, None)?;
         let keys = std::mem::take(&mut lowered.host_keys);
-        Ok((plan.finish(lowered, Vec::new())?, keys))
+        Ok((plan.finish(lowered)?, keys))
     }
 
     /// The whole run's lowering: the body's (compiled) outputs with the prologue's checks, the
@@ -300,7 +296,7 @@ mod tests {
         assert_eq!(split.kept_inputs, [0]);
         // The body reads `scale`; `shape` is a plan output the prologue computes.
         assert_eq!(split.frontier.len(), 2);
-        assert_eq!(split.prologue_inputs(&plan), [false, true]);
+        assert_eq!(split.prologue_inputs, [false, true]);
         // x is read by the body itself: changing it leaves nothing to split off.
         assert!(Split::of(&plan, &[true, false]).is_none());
     }
