@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxruntime_ep_mlx import EP_NAME
+from onnxruntime_ep_mlx import EP_NAME, register_execution_provider_library
 from onnxruntime_ep_mlx.explain import explain_to, read_explain_records
 from onnxruntime_ep_mlx.profiling import node_providers
 from onnxruntime_ep_mlx.sessions import cpu_session, mlx_session
@@ -26,6 +26,11 @@ import make_decoder  # noqa: E402
 
 SHAPE = make_decoder.Shape(hidden=64, layers=2, heads=4, kv_heads=2, ffn=96, vocab=320, context=32)
 TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    register_execution_provider_library()
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from genai_loop import SharedBufferLoop, closing_summary
+from onnxruntime_ep_mlx import register_execution_provider_library
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import make_decoder  # noqa: E402
@@ -24,6 +25,11 @@ import make_decoder  # noqa: E402
 SHAPE = make_decoder.Shape(hidden=64, layers=2, heads=4, kv_heads=2, ffn=96, vocab=320, context=32)
 PROMPT, DECODE = 5, 6
 BUFFERS = 2 * SHAPE.layers  # a key and a value buffer per layer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    register_execution_provider_library()
 
 
 @pytest.fixture(scope="module")

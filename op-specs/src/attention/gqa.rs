@@ -170,25 +170,25 @@ fn group_query_attention(
     }
 
     // ORT's run-time checks on seqlens_k, as one range (one reduction a step, not three).
-    let (low, high) = match (first_prompt, past.is_some()) {
-        (true, _) => (0, present_len - 1),
-        (false, false) => ((seq - 1).max(0), present_len - 1),
-        (false, true) => ((seq - 1).max(0), (present_len - 1).min(past_len + seq - 1)),
+    let at_least = format!(", at least sequence_length {seq} - 1");
+    let (low, high, bounds) = match (first_prompt, past.is_some()) {
+        (true, _) => (0, present_len - 1, String::new()),
+        (false, false) => ((seq - 1).max(0), present_len - 1, at_least),
+        (false, true) => (
+            (seq - 1).max(0),
+            (present_len - 1).min(past_len + seq - 1),
+            format!(
+                "{at_least}, and at most past + sequence_length - 1 = {}",
+                past_len + seq - 1
+            ),
+        ),
     };
     cx.require_in_range(
         &seqlens_k,
         low,
         high,
         format!(
-            "GroupQueryAttention: seqlens_k is out of range [{low}, {high}]: at most the present buffer's {present_len} rows{}",
-            if first_prompt {
-                String::new()
-            } else {
-                format!(
-                    ", at least sequence_length {seq} - 1, and at most past + sequence_length - 1 = {}",
-                    past_len + seq - 1
-                )
-            }
+            "GroupQueryAttention: seqlens_k is out of range [{low}, {high}]: at most the present buffer's {present_len} rows{bounds}"
         ),
     )?;
 

@@ -244,7 +244,6 @@ impl<'a> Lower<'a> {
         self.require(&holds, message)
     }
 
-    /// The checks registered so far (the lowering's caller collects them).
     /// Declares that output `output`, when it shares an input's buffer, writes only the rows
     /// where `rows` is true (see [`WrittenRows`]).
     pub fn writes_only_rows(&mut self, output: usize, rows: &Array) {
