@@ -10,6 +10,7 @@
 mod array;
 pub mod blas;
 mod closure;
+pub mod cuda;
 mod dtype;
 mod error;
 pub mod memory;

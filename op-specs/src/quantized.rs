@@ -20,7 +20,7 @@
 //! in the graph.
 
 use mlx_kernels::ops::{self, Quantized};
-use mlx_kernels::{Array, Dtype, Stream};
+use mlx_kernels::{cuda, Array, Dtype, Stream};
 
 use crate::normalization::cast;
 use crate::packing::{expect_one_of, expect_shape, repeat_last, take_first, unpack};
@@ -186,6 +186,10 @@ fn matmul_n_bits(
     if out_shape.contains(&0) {
         return zeros(&out_shape, out_dtype, s);
     }
+    let plain = zero_points.is_none() && g_idx.is_none() && bias.is_none();
+    if let Some(y) = cuda_matvec(&a, &b, &scales, &layout, plain, s)? {
+        return Ok(ops::reshape(&y, &out_shape, s)?);
+    }
     // A in float32, its leading axes kept (both products take `[.., K]`); a vector as one row.
     let x = cast(&a, Dtype::F32, s)?;
     let x = if x.ndim() < 2 {
@@ -218,6 +222,39 @@ fn matmul_n_bits(
         y = ops::reshape(&y, &out_shape, s)?;
     }
     cast(&y, out_dtype, s)
+}
+
+/// A decode-sized product (a few rows of A) on MLX's CUDA backend: the hand-written kernel
+/// reads ORT's packed bytes and A's own scales as they are and accumulates in float32, the same
+/// answer as the float32 path below without its widening and repacking. 4 bits, zero points at
+/// the midpoint, no g_idx, no bias; `None` elsewhere.
+fn cuda_matvec(
+    a: &Array,
+    b: &Array,
+    scales: &Array,
+    layout: &Layout,
+    plain: bool,
+    s: &Stream,
+) -> Result<Option<Array>> {
+    let rows: i64 = a.shape().iter().rev().skip(1).product();
+    let fits = plain
+        && layout.bits == 4
+        && layout.block >= 32
+        && layout.k % layout.block == 0
+        && (1..=cuda::QUANTIZED_MATVEC_MAX_ROWS).contains(&rows)
+        && cuda::available(s);
+    if !fits {
+        return Ok(None);
+    }
+    let x = ops::reshape(a, &[rows, layout.k], s)?;
+    Ok(Some(cuda::quantized_matvec(
+        &x,
+        b,
+        scales,
+        layout.n,
+        layout.block,
+        s,
+    )?))
 }
 
 /// MLX's affine form of `B`: `[weight, scales, biases]`, the weight `B`'s bytes viewed as

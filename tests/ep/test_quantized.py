@@ -95,6 +95,20 @@ def test_accuracy_level_4_is_the_exact_product(layout, a_shape, dtype):
     assert ours <= bound, f"MLX {ours:.3g} > {bound:g}"
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float", "float16"])
+@pytest.mark.parametrize("rows,k,n,block", [(1, 128, 1, 32), (3, 2048, 1000, 32), (8, 1024, 33, 64),
+                                            (2, 256, 64, 128), (9, 512, 40, 32)],
+                         ids=["1x128x1", "3x2048x1000", "8x1024x33_b64", "2x256x64_b128", "9rows"])
+def test_decode_rows_are_the_exact_product(rows, k, n, block, dtype):
+    """The few-row products of a decode step (on MLX's CUDA backend: the hand-written kernel over
+    ORT's packing; up to 8 rows, then MLX's own product): the float32 product rounded once."""
+    model, feeds, ref = nbits_model((rows, k), k, n, block=block, dtype=dtype, seed=rows)
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    bound = 1e-5 if dtype == np.float32 else 1e-3
+    assert relative_error(run.outputs[0], ref) <= bound
+
+
 def test_llm_sized_projection_decode_and_prefill():
     """K = 2048, N = 1024, as in a small LLM: decode row and a prefill block, with a bias."""
     for a_shape in [(1, 1, 2048), (1, 17, 2048)]:

@@ -27,7 +27,7 @@
 //! bfloat16, which ORT has no kernel for, follows the same rule); ORT leaves the columns past a
 //! shorter row's `total_b` uninitialised, we write zeros there.
 
-use mlx_kernels::{ops, Array, Dtype, Stream};
+use mlx_kernels::{cuda, ops, Array, Dtype, Stream};
 
 use super::{
     fused_attention, masked, mix, rotary_width, rotate, scores, soft_cap, softmax_rows,
@@ -35,6 +35,10 @@ use super::{
 };
 use crate::table::consts::scalar;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
+
+/// Steps of at most this many query rows run the hand-written decode kernel where MLX's CUDA
+/// backend is in use (longer prompts keep MLX's matmul-based attention).
+const DECODE_QUERY_ROWS: i64 = 16;
 
 /// Grouped-query attention with a BNSH KV cache (ORT's decoder attention): optional packed QKV,
 /// past/present caches, per-row lengths from `seqlens_k`, rotary embedding (interleaved or not,
@@ -272,17 +276,16 @@ fn group_query_attention(
         cx.writes_only_rows(2, &written);
     }
 
-    // Which keys each query sees: [lo, eff), as [B, 1, S, P].
+    // Which keys each query row sees: [lo, eff) as [B, 1, S, 1] (no `lo`: from the first key),
+    // and [B, 1, S, 1] rows that see at least one key (others give zeros, as ORT) where a
+    // local window can leave a row none.
     let qk_wanted = cx.node().output_present(3);
     let sink = head_sink.is_some() || smooth_softmax == 1;
     let capped = softcap > 0.0;
     let flash = dtype == Dtype::F32 && softcap == 0.0 && !sink && !qk_wanted && total > 1;
-    let key_pos = ops::reshape(&placement.row, &[1, 1, 1, present_len], s)?;
-    // [B, 1, S, P], and [B, 1, S, 1] rows that see at least one key (others give zeros, as
-    // ORT) where a local window can leave a row none.
-    let (keep, seen) = if seq == 1 && appended && local_window_size < 0 {
+    let (lo, eff, seen) = if seq == 1 && appended && local_window_size < 0 {
         // One new token after the past, causal or not: it sees the row's first total_b keys.
-        (ops::less(&key_pos, &row_total, s)?, None)
+        (None, row_total.clone(), None)
     } else {
         let query_pos = ops::reshape(
             &ops::arange(0.0, seq as f64, 1.0, Dtype::I32, s)?,
@@ -295,25 +298,18 @@ fn group_query_attention(
             ops::broadcast_to(&row_total, &[batch, 1, seq, 1], s)?
         };
         let eff = ops::minimum(&end, &row_total, s)?;
-        let lo = if local_window_size >= 0 {
+        if local_window_size >= 0 {
             let from = if flash { &end } else { &eff };
-            ops::maximum(
+            let lo = ops::maximum(
                 &ops::subtract(from, &i32s(local_window_size)?, s)?,
                 &i32s(0)?,
                 s,
-            )?
+            )?;
+            let seen = ops::greater(&eff, &lo, s)?;
+            (Some(lo), eff, Some(seen))
         } else {
-            ops::broadcast_to(&i32s(0)?, &[batch, 1, seq, 1], s)?
-        };
-        let keep = ops::logical_and(
-            &ops::greater_equal(&key_pos, &lo, s)?,
-            &ops::less(&key_pos, &eff, s)?,
-            s,
-        )?;
-        let seen = (local_window_size >= 0)
-            .then(|| ops::greater(&eff, &lo, s))
-            .transpose()?;
-        (keep, seen)
+            (None, eff, None)
+        }
     };
 
     // attention_bias [B|1, Hq|1, S, T], its columns padded to P with zeros (masked anyway).
@@ -327,75 +323,104 @@ fn group_query_attention(
     } else {
         scale
     };
-    // ORT mixes each row's first total_b value rows only: rows past them (a shared buffer's
-    // unused tail, whatever it holds) must not reach the output, not even as 0 · NaN. A
-    // present built on the past has zeros there already (past_b + S = total_b).
-    let visible_v = if appended {
-        present_v.clone()
-    } else {
-        ops::where_(
-            &ops::less(&placement.row, &row_total, s)?,
-            &present_v,
-            &scalar(0.0, present_v.dtype(), s)?,
-            s,
-        )?
-    };
-    let mut outputs = Vec::with_capacity(4);
-    let attended = if !capped && !sink && !qk_wanted {
-        // MLX's fused attention: the same softmax over the visible keys. 16-bit operands go in
-        // as float32: ORT scores them in float32, and MLX's composed fallback (its CPU
-        // backend) would round the scores to the element type.
-        let wide = |x: &Array| ops::astype(x, Dtype::F32, s);
-        let mask = match &bias {
-            Some(b) => masked(&wide(b)?, &keep, f32::NEG_INFINITY, s)?,
-            None => keep.clone(),
+    let plain_softmax = !capped && !sink && !qk_wanted;
+    let attended = if plain_softmax
+        && bias.is_none()
+        && seq <= DECODE_QUERY_ROWS
+        && head <= cuda::DECODE_ATTENTION_MAX_HEAD
+        && cuda::available(s)
+    {
+        // A decode-sized step on MLX's CUDA backend: only the visible keys are read, in the
+        // cache's own type, and scored in float32 (ORT's precision).
+        let rows = |x: &Array| -> Result<Array> {
+            let x = ops::broadcast_to(x, &[batch, 1, seq, 1], s)?;
+            Ok(ops::reshape(&x, &[batch, seq], s)?)
         };
-        let out = fused_attention(
-            &wide(&q)?,
-            &wide(&present_k)?,
-            &wide(&visible_v)?,
-            scale,
-            AttentionMask::Array(&mask),
-            s,
-        )?;
-        let out = ops::astype(&out, dtype, s)?;
+        let lo = match &lo {
+            Some(lo) => rows(lo)?,
+            None => rows(&i32s(0)?)?,
+        };
+        let out = cuda::decode_attention(&q, &present_k, &present_v, &lo, &rows(&eff)?, scale, s)?;
         (out, None)
     } else {
-        let mut x = scores(&q, &present_k, scale, s)?;
-        if capped {
-            x = soft_cap(&x, softcap, s)?;
-        }
-        if let Some(b) = &bias {
-            x = ops::add(&x, &ops::astype(b, Dtype::F32, s)?, s)?;
-        }
-        let before = qk_wanted.then(|| masked(&x, &keep, 0.0, s)).transpose()?;
-        let x = masked(&x, &keep, f32::NEG_INFINITY, s)?;
-        let sink = match (&head_sink, smooth_softmax) {
-            (Some(h), _) => {
-                if h.shape() != [q_heads] {
-                    return Err(OpError::new(format!(
-                        "GroupQueryAttention: head_sink has shape {:?}; it must be [num_heads] = [{q_heads}]",
-                        h.shape()
-                    )));
-                }
-                Some(Sink::PerHead(h))
+        let key_pos = ops::reshape(&placement.row, &[1, 1, 1, present_len], s)?;
+        let before_end = ops::less(&key_pos, &eff, s)?;
+        // [B, 1, S, P]
+        let keep = match &lo {
+            Some(lo) => {
+                ops::logical_and(&ops::greater_equal(&key_pos, lo, s)?, &before_end, s)?
             }
-            (None, 1) => Some(Sink::Zero),
-            _ => None,
+            None => before_end,
         };
-        // ORT's softmax runs over each row's visible window and leaves zeros past it, even in a
-        // row a NaN score turned to NaN.
-        let mut probs = masked(&softmax_rows(&x, sink, s)?, &keep, 0.0, s)?;
-        if let Some(seen) = &seen {
-            probs = masked(&probs, seen, 0.0, s)?;
+        // ORT mixes each row's first total_b value rows only: rows past them (a shared
+        // buffer's unused tail, whatever it holds) must not reach the output, not even as
+        // 0 · NaN. A present built on the past has zeros there already (past_b + S = total_b).
+        let visible_v = if appended {
+            present_v.clone()
+        } else {
+            ops::where_(
+                &ops::less(&placement.row, &row_total, s)?,
+                &present_v,
+                &scalar(0.0, present_v.dtype(), s)?,
+                s,
+            )?
+        };
+        if plain_softmax {
+            // MLX's fused attention: the same softmax over the visible keys. 16-bit operands go
+            // in as float32: ORT scores them in float32, and MLX's composed fallback (its CPU
+            // backend) would round the scores to the element type.
+            let wide = |x: &Array| ops::astype(x, Dtype::F32, s);
+            let mask = match &bias {
+                Some(b) => masked(&wide(b)?, &keep, f32::NEG_INFINITY, s)?,
+                None => keep.clone(),
+            };
+            let out = fused_attention(
+                &wide(&q)?,
+                &wide(&present_k)?,
+                &wide(&visible_v)?,
+                scale,
+                AttentionMask::Array(&mask),
+                s,
+            )?;
+            (ops::astype(&out, dtype, s)?, None)
+        } else {
+            let mut x = scores(&q, &present_k, scale, s)?;
+            if capped {
+                x = soft_cap(&x, softcap, s)?;
+            }
+            if let Some(b) = &bias {
+                x = ops::add(&x, &ops::astype(b, Dtype::F32, s)?, s)?;
+            }
+            let before = qk_wanted.then(|| masked(&x, &keep, 0.0, s)).transpose()?;
+            let x = masked(&x, &keep, f32::NEG_INFINITY, s)?;
+            let sink = match (&head_sink, smooth_softmax) {
+                (Some(h), _) => {
+                    if h.shape() != [q_heads] {
+                        return Err(OpError::new(format!(
+                            "GroupQueryAttention: head_sink has shape {:?}; it must be [num_heads] = [{q_heads}]",
+                            h.shape()
+                        )));
+                    }
+                    Some(Sink::PerHead(h))
+                }
+                (None, 1) => Some(Sink::Zero),
+                _ => None,
+            };
+            // ORT's softmax runs over each row's visible window and leaves zeros past it, even
+            // in a row a NaN score turned to NaN.
+            let mut probs = masked(&softmax_rows(&x, sink, s)?, &keep, 0.0, s)?;
+            if let Some(seen) = &seen {
+                probs = masked(&probs, seen, 0.0, s)?;
+            }
+            let qk = match (qk_output, before) {
+                (1, Some(before)) => Some(before),
+                (2, _) => Some(probs.clone()),
+                _ => None,
+            };
+            (mix(&probs, &visible_v, dtype, s)?, qk)
         }
-        let qk = match (qk_output, before) {
-            (1, Some(before)) => Some(before),
-            (2, _) => Some(probs.clone()),
-            _ => None,
-        };
-        (mix(&probs, &visible_v, dtype, s)?, qk)
     };
+    let mut outputs = Vec::with_capacity(4);
     let (mut out, qk) = attended;
     if let Some(seen) = &seen {
         out = ops::where_(seen, &out, &scalar(0.0, dtype, s)?, s)?;

@@ -1,0 +1,96 @@
+//! Attention for few query rows over a long, partly used KV buffer: what a decode step runs.
+//!
+//! MLX's own fused attention on CUDA takes no array mask (it falls back to a composed
+//! matmul/softmax/matmul over every key), so a step over a shared KV buffer of `P` rows paid
+//! for all of them, widened to float32. This kernel reads only each row's visible keys
+//! `[lo, hi)` straight from the 16- or 32-bit buffer and scores, normalises and mixes in
+//! float32, rounding once to the element type.
+
+use super::{CudaKernel, Launch, TemplateArg};
+use crate::error::{Error, Result};
+use crate::{ops, Array, Dtype, Stream};
+
+/// The largest head size the kernel takes (one block's threads cover the output row).
+pub const DECODE_ATTENTION_MAX_HEAD: i64 = 256;
+const WARPS: i32 = 8;
+
+/// `softmax(scale · q · kᵀ) · v` for each query row over keys `lo[b, s] ≤ j < hi[b, s]` only:
+/// `q` `[B, Hq, S, D]`, `keys`/`values` `[B, Hkv, P, D]` (Hq a multiple of Hkv: query head `h`
+/// reads key head `h / (Hq / Hkv)`), `lo`/`hi` int32 `[B, S]` (clipped to `[0, P]`). Scores,
+/// softmax and mixing in float32; a row with no visible key gives zeros; a +inf score, or only
+/// -inf scores, give NaN (as a max-subtracted softmax does).
+pub fn decode_attention(
+    q: &Array,
+    keys: &Array,
+    values: &Array,
+    lo: &Array,
+    hi: &Array,
+    scale: f32,
+    stream: &Stream,
+) -> Result<Array> {
+    let shape = |a: &Array| -> Result<[i64; 4]> {
+        <[i64; 4]>::try_from(a.shape())
+            .map_err(|_| Error::Shape(format!("decode_attention: a 4-D operand expected, got {:?}", a.shape())))
+    };
+    let [b, hq, s, d] = shape(q)?;
+    let [kb, hkv, p, kd] = shape(keys)?;
+    let dtype = q.dtype();
+    let fits = kb == b
+        && kd == d
+        && values.shape() == keys.shape()
+        && hkv > 0
+        && hq % hkv == 0
+        && (1..=DECODE_ATTENTION_MAX_HEAD).contains(&d)
+        && keys.dtype() == dtype
+        && values.dtype() == dtype
+        && matches!(dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32)
+        && lo.shape() == [b, s]
+        && hi.shape() == [b, s]
+        && lo.dtype() == Dtype::I32
+        && hi.dtype() == Dtype::I32;
+    if !fits {
+        return Err(Error::Shape(format!(
+            "decode_attention: operands do not fit (q {:?} {dtype:?}, keys {:?}, values {:?}, lo {:?}, hi {:?})",
+            q.shape(),
+            keys.shape(),
+            values.shape(),
+            lo.shape(),
+            hi.shape()
+        )));
+    }
+    let rows = b * hq * s;
+    let as_i32 = |v: i64| {
+        i32::try_from(v).map_err(|_| Error::Shape(format!("decode_attention: {v} exceeds a 32-bit size")))
+    };
+    let threads = WARPS * 32;
+    let out_shape = [b, hq, s, d].map(|v| v as i32);
+    let kernel = CudaKernel::new(
+        "decode_attention",
+        &["q", "keys", "values", "lo", "hi", "scale"],
+        &["out"],
+        include_str!("decode_attention.cu"),
+    )?;
+    let scale = Array::scalar(scale)?;
+    let scale = ops::reshape(&scale, &[1], stream)?;
+    let mut outputs = kernel.apply(
+        &[q, keys, values, lo, hi, &scale],
+        &Launch {
+            outputs: &[(&out_shape, dtype)],
+            grid: (as_i32(rows)?.checked_mul(threads).ok_or_else(|| Error::Mlx("decode_attention: too many rows".into()))?, 1, 1),
+            block: (threads, 1, 1),
+            template: &[
+                ("T", TemplateArg::Type(dtype)),
+                ("D", TemplateArg::Int(as_i32(d)?)),
+                ("HQ", TemplateArg::Int(as_i32(hq)?)),
+                ("HKV", TemplateArg::Int(as_i32(hkv)?)),
+                ("S", TemplateArg::Int(as_i32(s)?)),
+                ("P", TemplateArg::Int(as_i32(p)?)),
+                ("WARPS", TemplateArg::Int(WARPS)),
+            ],
+        },
+        stream,
+    )?;
+    outputs
+        .pop()
+        .ok_or_else(|| Error::Mlx("decode_attention: the kernel returned no output".into()))
+}

@@ -1,0 +1,184 @@
+//! Hand-written CUDA kernels, run through MLX's custom-kernel primitive (`fast::cuda_kernel`):
+//! MLX compiles each source with NVRTC at its first use (cached with MLX's own fused kernels)
+//! and schedules it like any other primitive, inside compiled closures too.
+//!
+//! Only MLX's CUDA backend runs them (the CPU backend throws, Metal has its own kernel
+//! language), so every caller keeps a composed path and asks [`available`] first.
+
+mod decode_attention;
+mod quantized_matvec;
+
+use std::ffi::{c_char, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::error::{capture, check, Error, Result};
+use crate::{sys, Array, DeviceKind, Dtype, Stream, VectorArray};
+
+pub use decode_attention::{decode_attention, DECODE_ATTENTION_MAX_HEAD};
+pub use quantized_matvec::{quantized_matvec, QUANTIZED_MATVEC_MAX_ROWS};
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns the hand-written kernels off (or on again) for graphs lowered from now on: the
+/// composed MLX path then runs everywhere (a switch for comparisons and for working around a
+/// kernel).
+pub fn set_enabled(enabled: bool) {
+    ENABLED.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether work on `stream` can run these kernels: a GPU stream of a CUDA build of MLX (on
+/// macOS the GPU is Metal's).
+pub fn available(stream: &Stream) -> bool {
+    ENABLED.load(Ordering::Relaxed)
+        && !cfg!(target_os = "macos")
+        && stream.kind() == DeviceKind::Gpu
+}
+
+/// A compile-time constant of a kernel's source (`constexpr int` / `using T = ...`).
+enum TemplateArg {
+    Int(i32),
+    Type(Dtype),
+}
+
+/// One kernel: MLX's handle over its name, argument names and source body.
+struct CudaKernel {
+    raw: sys::mlx_fast_cuda_kernel,
+}
+
+/// How one application of a kernel is laid out: outputs, threads and template constants.
+struct Launch<'a> {
+    outputs: &'a [(&'a [i32], Dtype)],
+    /// Total threads per axis (MLX rounds up to whole blocks) and threads per block.
+    grid: (i32, i32, i32),
+    block: (i32, i32, i32),
+    template: &'a [(&'a str, TemplateArg)],
+}
+
+fn c_string(text: &str) -> Result<CString> {
+    CString::new(text).map_err(|_| Error::Mlx(format!("a kernel string holds a NUL: {text:?}")))
+}
+
+/// An owned `mlx_vector_string` of `names`.
+struct Names {
+    raw: sys::mlx_vector_string,
+}
+
+impl Names {
+    fn new(names: &[&str]) -> Result<Names> {
+        let owned = names.iter().map(|n| c_string(n)).collect::<Result<Vec<_>>>()?;
+        let mut pointers: Vec<*const c_char> = owned.iter().map(|n| n.as_ptr()).collect();
+        // SAFETY: `pointers` point into `owned`, alive for the call; mlx-c copies the strings.
+        let raw = unsafe { sys::mlx_vector_string_new_data(pointers.as_mut_ptr(), pointers.len()) };
+        Ok(Names { raw })
+    }
+}
+
+impl Drop for Names {
+    fn drop(&mut self) {
+        // SAFETY: each Names owns one handle, freed exactly once.
+        unsafe { sys::mlx_vector_string_free(self.raw) };
+    }
+}
+
+impl CudaKernel {
+    fn new(name: &str, inputs: &[&str], outputs: &[&str], source: &str) -> Result<CudaKernel> {
+        crate::init();
+        let (name, source, header) = (c_string(name)?, c_string(source)?, c_string("")?);
+        let (inputs, outputs) = (Names::new(inputs)?, Names::new(outputs)?);
+        // SAFETY: every pointer is alive for the call; mlx-c copies what it keeps. A failure
+        // is reported through the error handler, which `capture` reads.
+        let raw = capture(|| unsafe {
+            sys::mlx_fast_cuda_kernel_new(
+                name.as_ptr(),
+                inputs.raw,
+                outputs.raw,
+                source.as_ptr(),
+                header.as_ptr(),
+                true,
+                0,
+            )
+        })?;
+        if raw.ctx.is_null() {
+            return Err(Error::Mlx("MLX could not create a CUDA kernel".into()));
+        }
+        Ok(CudaKernel { raw })
+    }
+
+    fn apply(&self, inputs: &[&Array], launch: &Launch<'_>, stream: &Stream) -> Result<Vec<Array>> {
+        let inputs = VectorArray::from_arrays(&inputs.iter().map(|&a| a.clone()).collect::<Vec<_>>())?;
+        let config = Config::new()?;
+        for (shape, dtype) in launch.outputs {
+            // SAFETY: `shape` outlives the call; the config copies it.
+            check(unsafe {
+                sys::mlx_fast_cuda_kernel_config_add_output_arg(
+                    config.raw,
+                    shape.as_ptr(),
+                    shape.len(),
+                    dtype.to_sys(),
+                )
+            })?;
+        }
+        let (gx, gy, gz) = launch.grid;
+        let (bx, by, bz) = launch.block;
+        // SAFETY: plain values into a live config.
+        check(unsafe { sys::mlx_fast_cuda_kernel_config_set_grid(config.raw, gx, gy, gz) })?;
+        // SAFETY: as above.
+        check(unsafe { sys::mlx_fast_cuda_kernel_config_set_thread_group(config.raw, bx, by, bz) })?;
+        for (name, value) in launch.template {
+            let name = c_string(name)?;
+            // SAFETY: `name` outlives the call; the config copies it.
+            check(unsafe {
+                match value {
+                    TemplateArg::Int(v) => sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
+                        config.raw,
+                        name.as_ptr(),
+                        *v,
+                    ),
+                    TemplateArg::Type(d) => {
+                        sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
+                            config.raw,
+                            name.as_ptr(),
+                            d.to_sys(),
+                        )
+                    }
+                }
+            })?;
+        }
+        // SAFETY: an owned empty vector, filled in place and owned by `outputs`.
+        let mut raw = unsafe { sys::mlx_vector_array_new() };
+        // SAFETY: all handles are live.
+        let status = unsafe {
+            sys::mlx_fast_cuda_kernel_apply(&mut raw, self.raw, inputs.raw(), config.raw, stream.raw())
+        };
+        let outputs = VectorArray::from_raw(raw);
+        check(status)?;
+        outputs.to_vec()
+    }
+}
+
+impl Drop for CudaKernel {
+    fn drop(&mut self) {
+        // SAFETY: each CudaKernel owns one handle, freed exactly once.
+        unsafe { sys::mlx_fast_cuda_kernel_free(self.raw) };
+    }
+}
+
+/// An owned launch configuration.
+struct Config {
+    raw: sys::mlx_fast_cuda_kernel_config,
+}
+
+impl Config {
+    fn new() -> Result<Config> {
+        // SAFETY: returns an owned config, freed by Drop.
+        let raw = unsafe { sys::mlx_fast_cuda_kernel_config_new() };
+        Ok(Config { raw })
+    }
+}
+
+impl Drop for Config {
+    fn drop(&mut self) {
+        // SAFETY: each Config owns one handle, freed exactly once.
+        unsafe { sys::mlx_fast_cuda_kernel_config_free(self.raw) };
+    }
+}
