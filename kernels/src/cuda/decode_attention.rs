@@ -12,7 +12,7 @@ use crate::{ops, Array, Dtype, Stream};
 
 /// The largest head size the kernel takes (one block's threads cover the output row).
 pub const DECODE_ATTENTION_MAX_HEAD: i64 = 256;
-const WARPS: i32 = 8;
+const WARPS: i32 = 32;
 
 /// `softmax(scale · q · kᵀ) · v` for each query row over keys `lo[b, s] ≤ j < hi[b, s]` only:
 /// `q` `[B, Hq, S, D]`, `keys`/`values` `[B, Hkv, P, D]` (Hq a multiple of Hkv: query head `h`
