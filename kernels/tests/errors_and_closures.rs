@@ -115,3 +115,30 @@ fn closure_errors_and_panics_surface_from_apply() {
         "{err:?}"
     );
 }
+
+/// The hand-written CUDA kernels need MLX's CUDA backend: elsewhere `available` says no, and a
+/// call anyway (or with operands that do not fit) is an error, not a crash.
+#[test]
+fn cuda_kernels_refuse_cleanly_where_they_cannot_run() {
+    let s = Stream::cpu().unwrap();
+    assert!(!mlx_kernels::cuda::available(&s));
+    let q = array(&[0.5; 32], &[1, 2, 1, 16]);
+    let kv = array(&[0.25; 64], &[1, 1, 4, 16]);
+    let rows = Array::from_slice(&[0i32], &[1, 1]).unwrap();
+    let end = Array::from_slice(&[3i32], &[1, 1]).unwrap();
+    let err = mlx_kernels::cuda::decode_attention(&q, &kv, &kv, &rows, &end, 0.25, &s);
+    assert!(err.is_err(), "{err:?}");
+    // Mismatched operands are refused before MLX sees them.
+    let err = mlx_kernels::cuda::decode_attention(&q, &kv, &q, &rows, &end, 0.25, &s).unwrap_err();
+    assert!(
+        matches!(&err, Error::Shape(m) if m.contains("do not fit")),
+        "{err:?}"
+    );
+    let x = array(&[1.0; 64], &[1, 64]);
+    let packed = Array::from_slice(&[0u8; 32], &[1, 32]).unwrap();
+    let scales = array(&[1.0; 2], &[1, 2]);
+    assert!(mlx_kernels::cuda::quantized_matvec(&x, &packed, &scales, 1, 32, &s).is_err());
+    // K = 64 with blocks of 48 is not a layout the kernel takes.
+    let err = mlx_kernels::cuda::quantized_matvec(&x, &packed, &scales, 1, 48, &s).unwrap_err();
+    assert!(matches!(&err, Error::Shape(_)), "{err:?}");
+}

@@ -12,11 +12,11 @@ use crate::{ops, Array, Dtype, Stream};
 
 /// The largest head size the kernel takes (one block's threads cover the output row).
 pub const DECODE_ATTENTION_MAX_HEAD: i64 = 256;
-const WARPS: i32 = 32;
+const WARPS: i32 = 16;
 
 /// `softmax(scale · q · kᵀ) · v` for each query row over keys `lo[b, s] ≤ j < hi[b, s]` only:
 /// `q` `[B, Hq, S, D]`, `keys`/`values` `[B, Hkv, P, D]` (Hq a multiple of Hkv: query head `h`
-/// reads key head `h / (Hq / Hkv)`), `lo`/`hi` int32 `[B, S]` (clipped to `[0, P]`). Scores,
+/// reads key head `h / (Hq / Hkv)`), `lo`/`hi` int32 `[B, S]` (clipped to `[0, P]`); no dimension may be 0. Scores,
 /// softmax and mixing in float32; a row with no visible key gives zeros; a +inf score, or only
 /// -inf scores, give NaN (as a max-subtracted softmax does).
 pub fn decode_attention(
@@ -29,13 +29,18 @@ pub fn decode_attention(
     stream: &Stream,
 ) -> Result<Array> {
     let shape = |a: &Array| -> Result<[i64; 4]> {
-        <[i64; 4]>::try_from(a.shape())
-            .map_err(|_| Error::Shape(format!("decode_attention: a 4-D operand expected, got {:?}", a.shape())))
+        <[i64; 4]>::try_from(a.shape()).map_err(|_| {
+            Error::Shape(format!(
+                "decode_attention: a 4-D operand expected, got {:?}",
+                a.shape()
+            ))
+        })
     };
     let [b, hq, s, d] = shape(q)?;
     let [kb, hkv, p, kd] = shape(keys)?;
     let dtype = q.dtype();
-    let fits = kb == b
+    let fits = b * hq * s > 0
+        && kb == b
         && kd == d
         && values.shape() == keys.shape()
         && hkv > 0
@@ -60,7 +65,8 @@ pub fn decode_attention(
     }
     let rows = b * hq * s;
     let as_i32 = |v: i64| {
-        i32::try_from(v).map_err(|_| Error::Shape(format!("decode_attention: {v} exceeds a 32-bit size")))
+        i32::try_from(v)
+            .map_err(|_| Error::Shape(format!("decode_attention: {v} exceeds a 32-bit size")))
     };
     let threads = WARPS * 32;
     let out_shape = [b, hq, s, d].map(|v| v as i32);
@@ -76,7 +82,13 @@ pub fn decode_attention(
         &[q, keys, values, lo, hi, &scale],
         &Launch {
             outputs: &[(&out_shape, dtype)],
-            grid: (as_i32(rows)?.checked_mul(threads).ok_or_else(|| Error::Mlx("decode_attention: too many rows".into()))?, 1, 1),
+            grid: (
+                as_i32(rows)?
+                    .checked_mul(threads)
+                    .ok_or_else(|| Error::Mlx("decode_attention: too many rows".into()))?,
+                1,
+                1,
+            ),
             block: (threads, 1, 1),
             template: &[
                 ("T", TemplateArg::Type(dtype)),

@@ -65,7 +65,10 @@ struct Names {
 
 impl Names {
     fn new(names: &[&str]) -> Result<Names> {
-        let owned = names.iter().map(|n| c_string(n)).collect::<Result<Vec<_>>>()?;
+        let owned = names
+            .iter()
+            .map(|n| c_string(n))
+            .collect::<Result<Vec<_>>>()?;
         let mut pointers: Vec<*const c_char> = owned.iter().map(|n| n.as_ptr()).collect();
         // SAFETY: `pointers` point into `owned`, alive for the call; mlx-c copies the strings.
         let raw = unsafe { sys::mlx_vector_string_new_data(pointers.as_mut_ptr(), pointers.len()) };
@@ -105,7 +108,8 @@ impl CudaKernel {
     }
 
     fn apply(&self, inputs: &[&Array], launch: &Launch<'_>, stream: &Stream) -> Result<Vec<Array>> {
-        let inputs = VectorArray::from_arrays(&inputs.iter().map(|&a| a.clone()).collect::<Vec<_>>())?;
+        let inputs =
+            VectorArray::from_arrays(&inputs.iter().map(|&a| a.clone()).collect::<Vec<_>>())?;
         let config = Config::new()?;
         for (shape, dtype) in launch.outputs {
             // SAFETY: `shape` outlives the call; the config copies it.
@@ -123,7 +127,9 @@ impl CudaKernel {
         // SAFETY: plain values into a live config.
         check(unsafe { sys::mlx_fast_cuda_kernel_config_set_grid(config.raw, gx, gy, gz) })?;
         // SAFETY: as above.
-        check(unsafe { sys::mlx_fast_cuda_kernel_config_set_thread_group(config.raw, bx, by, bz) })?;
+        check(unsafe {
+            sys::mlx_fast_cuda_kernel_config_set_thread_group(config.raw, bx, by, bz)
+        })?;
         for (name, value) in launch.template {
             let name = c_string(name)?;
             // SAFETY: `name` outlives the call; the config copies it.
@@ -148,7 +154,13 @@ impl CudaKernel {
         let mut raw = unsafe { sys::mlx_vector_array_new() };
         // SAFETY: all handles are live.
         let status = unsafe {
-            sys::mlx_fast_cuda_kernel_apply(&mut raw, self.raw, inputs.raw(), config.raw, stream.raw())
+            sys::mlx_fast_cuda_kernel_apply(
+                &mut raw,
+                self.raw,
+                inputs.raw(),
+                config.raw,
+                stream.raw(),
+            )
         };
         let outputs = VectorArray::from_raw(raw);
         check(status)?;

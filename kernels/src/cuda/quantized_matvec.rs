@@ -30,8 +30,12 @@ pub fn quantized_matvec(
     stream: &Stream,
 ) -> Result<Array> {
     let dtype = x.dtype();
-    let [m, k] = <[i64; 2]>::try_from(x.shape())
-        .map_err(|_| Error::Shape(format!("quantized_matvec: x must be [M, K], got {:?}", x.shape())))?;
+    let [m, k] = <[i64; 2]>::try_from(x.shape()).map_err(|_| {
+        Error::Shape(format!(
+            "quantized_matvec: x must be [M, K], got {:?}",
+            x.shape()
+        ))
+    })?;
     let fits = (1..=QUANTIZED_MATVEC_MAX_ROWS).contains(&m)
         && n > 0
         && k > 0
@@ -55,7 +59,8 @@ pub fn quantized_matvec(
         )));
     }
     let as_i32 = |v: i64| {
-        i32::try_from(v).map_err(|_| Error::Shape(format!("quantized_matvec: {v} exceeds a 32-bit size")))
+        i32::try_from(v)
+            .map_err(|_| Error::Shape(format!("quantized_matvec: {v} exceeds a 32-bit size")))
     };
     let threads = as_i32(n)?
         .checked_mul(32)

@@ -326,7 +326,8 @@ fn group_query_attention(
     let plain_softmax = !capped && !sink && !qk_wanted;
     let attended = if plain_softmax
         && bias.is_none()
-        && seq <= DECODE_QUERY_ROWS
+        && (1..=DECODE_QUERY_ROWS).contains(&seq)
+        && batch > 0
         && head <= cuda::DECODE_ATTENTION_MAX_HEAD
         && cuda::available(s)
     {
@@ -347,9 +348,7 @@ fn group_query_attention(
         let before_end = ops::less(&key_pos, &eff, s)?;
         // [B, 1, S, P]
         let keep = match &lo {
-            Some(lo) => {
-                ops::logical_and(&ops::greater_equal(&key_pos, lo, s)?, &before_end, s)?
-            }
+            Some(lo) => ops::logical_and(&ops::greater_equal(&key_pos, lo, s)?, &before_end, s)?,
             None => before_end,
         };
         // ORT mixes each row's first total_b value rows only: rows past them (a shared
