@@ -63,46 +63,31 @@ pub fn decode_attention(
             hi.shape()
         )));
     }
-    let rows = b * hq * s;
-    let as_i32 = |v: i64| {
-        i32::try_from(v)
-            .map_err(|_| Error::Shape(format!("decode_attention: {v} exceeds a 32-bit size")))
-    };
-    let threads = WARPS * 32;
-    let out_shape = [b, hq, s, d].map(|v| v as i32);
+    let size = |v: i64| super::size("decode_attention", v);
+    let out_shape = [size(b)?, size(hq)?, size(s)?, size(d)?];
     let kernel = CudaKernel::new(
         "decode_attention",
         &["q", "keys", "values", "lo", "hi", "scale"],
         &["out"],
         include_str!("decode_attention.cu"),
     )?;
-    let scale = Array::scalar(scale)?;
-    let scale = ops::reshape(&scale, &[1], stream)?;
-    let mut outputs = kernel.apply(
+    let scale = ops::reshape(&Array::scalar(scale)?, &[1], stream)?;
+    kernel.apply(
         &[q, keys, values, lo, hi, &scale],
         &Launch {
-            outputs: &[(&out_shape, dtype)],
-            grid: (
-                as_i32(rows)?
-                    .checked_mul(threads)
-                    .ok_or_else(|| Error::Mlx("decode_attention: too many rows".into()))?,
-                1,
-                1,
-            ),
-            block: (threads, 1, 1),
+            output: (&out_shape, dtype),
+            blocks: size(b * hq * s)?,
+            threads: WARPS * 32,
             template: &[
                 ("T", TemplateArg::Type(dtype)),
-                ("D", TemplateArg::Int(as_i32(d)?)),
-                ("HQ", TemplateArg::Int(as_i32(hq)?)),
-                ("HKV", TemplateArg::Int(as_i32(hkv)?)),
-                ("S", TemplateArg::Int(as_i32(s)?)),
-                ("P", TemplateArg::Int(as_i32(p)?)),
+                ("D", TemplateArg::Int(out_shape[3])),
+                ("HQ", TemplateArg::Int(out_shape[1])),
+                ("HKV", TemplateArg::Int(size(hkv)?)),
+                ("S", TemplateArg::Int(out_shape[2])),
+                ("P", TemplateArg::Int(size(p)?)),
                 ("WARPS", TemplateArg::Int(WARPS)),
             ],
         },
         stream,
-    )?;
-    outputs
-        .pop()
-        .ok_or_else(|| Error::Mlx("decode_attention: the kernel returned no output".into()))
+    )
 }

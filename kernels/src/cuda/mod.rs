@@ -45,13 +45,21 @@ struct CudaKernel {
     raw: sys::mlx_fast_cuda_kernel,
 }
 
-/// How one application of a kernel is laid out: outputs, threads and template constants.
+/// How one application of a single-output kernel is laid out: its output, threads and template
+/// constants.
 struct Launch<'a> {
-    outputs: &'a [(&'a [i32], Dtype)],
-    /// Total threads per axis (MLX rounds up to whole blocks) and threads per block.
-    grid: (i32, i32, i32),
-    block: (i32, i32, i32),
+    output: (&'a [i32], Dtype),
+    /// `blocks` blocks of `threads` threads along x.
+    blocks: i32,
+    threads: i32,
     template: &'a [(&'a str, TemplateArg)],
+}
+
+/// `value` as one of a launch's sizes (MLX's grids and shapes are 32-bit), or an error naming
+/// `kernel`.
+fn size(kernel: &str, value: i64) -> Result<i32> {
+    i32::try_from(value)
+        .map_err(|_| Error::Shape(format!("{kernel}: {value} exceeds a 32-bit size")))
 }
 
 fn c_string(text: &str) -> Result<CString> {
@@ -107,28 +115,29 @@ impl CudaKernel {
         Ok(CudaKernel { raw })
     }
 
-    fn apply(&self, inputs: &[&Array], launch: &Launch<'_>, stream: &Stream) -> Result<Vec<Array>> {
+    fn apply(&self, inputs: &[&Array], launch: &Launch<'_>, stream: &Stream) -> Result<Array> {
         let inputs =
             VectorArray::from_arrays(&inputs.iter().map(|&a| a.clone()).collect::<Vec<_>>())?;
         let config = Config::new()?;
-        for (shape, dtype) in launch.outputs {
-            // SAFETY: `shape` outlives the call; the config copies it.
-            check(unsafe {
-                sys::mlx_fast_cuda_kernel_config_add_output_arg(
-                    config.raw,
-                    shape.as_ptr(),
-                    shape.len(),
-                    dtype.to_sys(),
-                )
-            })?;
-        }
-        let (gx, gy, gz) = launch.grid;
-        let (bx, by, bz) = launch.block;
+        let (shape, dtype) = launch.output;
+        // SAFETY: `shape` outlives the call; the config copies it.
+        check(unsafe {
+            sys::mlx_fast_cuda_kernel_config_add_output_arg(
+                config.raw,
+                shape.as_ptr(),
+                shape.len(),
+                dtype.to_sys(),
+            )
+        })?;
+        // MLX takes the grid as total threads per axis and rounds up to whole blocks.
+        let total = launch.blocks.checked_mul(launch.threads).ok_or_else(|| {
+            Error::Shape(format!("a launch of {} blocks is too large", launch.blocks))
+        })?;
         // SAFETY: plain values into a live config.
-        check(unsafe { sys::mlx_fast_cuda_kernel_config_set_grid(config.raw, gx, gy, gz) })?;
+        check(unsafe { sys::mlx_fast_cuda_kernel_config_set_grid(config.raw, total, 1, 1) })?;
         // SAFETY: as above.
         check(unsafe {
-            sys::mlx_fast_cuda_kernel_config_set_thread_group(config.raw, bx, by, bz)
+            sys::mlx_fast_cuda_kernel_config_set_thread_group(config.raw, launch.threads, 1, 1)
         })?;
         for (name, value) in launch.template {
             let name = c_string(name)?;
@@ -164,7 +173,10 @@ impl CudaKernel {
         };
         let outputs = VectorArray::from_raw(raw);
         check(status)?;
-        outputs.to_vec()
+        let mut outputs = outputs.to_vec()?;
+        outputs
+            .pop()
+            .ok_or_else(|| Error::Mlx("a CUDA kernel returned no output".into()))
     }
 }
 

@@ -58,38 +58,30 @@ pub fn quantized_matvec(
             scales.dtype()
         )));
     }
-    let as_i32 = |v: i64| {
-        i32::try_from(v)
-            .map_err(|_| Error::Shape(format!("quantized_matvec: {v} exceeds a 32-bit size")))
-    };
-    let threads = as_i32(n)?
-        .checked_mul(32)
-        .ok_or_else(|| Error::Shape("quantized_matvec: too many columns".into()))?;
+    let size = |v: i64| super::size("quantized_matvec", v);
     let kernel = CudaKernel::new(
         "quantized_matvec_4bit",
         &["x", "packed", "scales"],
         &["out"],
         include_str!("quantized_matvec.cu"),
     )?;
-    let out_shape = [as_i32(m)?, as_i32(n)?];
-    let mut outputs = kernel.apply(
+    let out_shape = [size(m)?, size(n)?];
+    kernel.apply(
         &[x, packed, scales],
         &Launch {
-            outputs: &[(&out_shape, dtype)],
-            grid: (threads, 1, 1),
-            block: (WARPS * 32, 1, 1),
+            output: (&out_shape, dtype),
+            // One warp per output column.
+            blocks: size((n + WARPS as i64 - 1) / WARPS as i64)?,
+            threads: WARPS * 32,
             template: &[
                 ("T", TemplateArg::Type(dtype)),
-                ("K", TemplateArg::Int(as_i32(k)?)),
-                ("N", TemplateArg::Int(as_i32(n)?)),
-                ("M", TemplateArg::Int(as_i32(m)?)),
-                ("BLOCK", TemplateArg::Int(as_i32(block)?)),
+                ("K", TemplateArg::Int(size(k)?)),
+                ("N", TemplateArg::Int(out_shape[1])),
+                ("M", TemplateArg::Int(out_shape[0])),
+                ("BLOCK", TemplateArg::Int(size(block)?)),
                 ("WARPS", TemplateArg::Int(WARPS)),
             ],
         },
         stream,
-    )?;
-    outputs
-        .pop()
-        .ok_or_else(|| Error::Mlx("quantized_matvec: the kernel returned no output".into()))
+    )
 }
