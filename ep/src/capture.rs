@@ -152,11 +152,13 @@ enum Entry {
 }
 
 /// What a trace recorded besides its arrays, for its replays: which outputs have a
-/// written-rows mask, the run-time checks' messages, in the order the closure returns them,
+/// written-rows mask (and which of the distinct masks the closure returns: nodes that share one
+/// return it once), the run-time checks' messages, in the order the closure returns them,
 /// and what the trace took from host values of traced inputs (a replay needs the same).
 #[derive(Debug, Default, Clone)]
 struct Recorded {
-    masked_outputs: Vec<usize>,
+    masked_outputs: Vec<(usize, usize)>,
+    masks: usize,
     messages: Vec<Arc<str>>,
     host_keys: Vec<SlotKey>,
 }
@@ -489,7 +491,7 @@ impl Replayed {
             recorded,
         } = self;
         let produced = outputs.len();
-        let masks = recorded.masked_outputs.len();
+        let masks = recorded.masks;
         let expected = plan.outputs.len() + masks + recorded.messages.len();
         if produced != expected {
             return Err(format!(
@@ -502,13 +504,10 @@ impl Replayed {
             .zip(recorded.messages)
             .map(|(holds, message)| NodeCheck { holds, message })
             .collect();
+        let distinct = outputs.split_off(plan.outputs.len());
         let mut written_rows = vec![None; plan.outputs.len()];
-        for (output, mask) in recorded
-            .masked_outputs
-            .iter()
-            .zip(outputs.split_off(plan.outputs.len()))
-        {
-            written_rows[*output] = Some(mask);
+        for &(output, mask) in &recorded.masked_outputs {
+            written_rows[output] = distinct.get(mask).cloned();
         }
         Ok(Lowering {
             outputs,
@@ -549,12 +548,21 @@ fn trace_body(
             host_keys,
             ..Recorded::default()
         };
+        let mut distinct: Vec<Array> = Vec::new();
         for (output, mask) in lowering.written_rows.into_iter().enumerate() {
             if let Some(mask) = mask {
-                arrays.push(mask);
-                recorded.masked_outputs.push(output);
+                let index = match distinct.iter().position(|m| m.id() == mask.id()) {
+                    Some(index) => index,
+                    None => {
+                        distinct.push(mask);
+                        distinct.len() - 1
+                    }
+                };
+                recorded.masked_outputs.push((output, index));
             }
         }
+        recorded.masks = distinct.len();
+        arrays.extend(distinct);
         for check in lowering.checks {
             arrays.push(check.holds);
             recorded.messages.push(check.message);

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use mlx_kernels::{ops, Array, Stream};
 use op_specs::{
-    decide, ConstantInputs, Decision, ElemType, HostKey, Lower, Node, OpSpec, Prepared, ShapeSafety,
+    decide, ConstantInputs, Decision, ElemType, HostKey, Lower, Node, OpSpec, Prepared,
+    ShapeSafety, SharedDerivations,
 };
 
 use crate::device;
@@ -479,13 +480,29 @@ impl Plan {
         // round trip on the GPU, and a decoder step has dozens of checks.
         let holds = flattened_together(checks.iter().map(|c| c.holds.clone()), stream)
             .map_err(mlx_error)?;
-        // The written-rows masks too, for the host to know which rows to copy out.
-        let masks = written_rows
+        // The written-rows masks too, for the host to know which rows to copy out; a mask that
+        // several outputs share (every layer of a decoder) is read once.
+        let mut distinct: Vec<&Array> = Vec::new();
+        let mask_of: Vec<Option<usize>> = written_rows
             .iter()
-            .flatten()
+            .map(|mask| {
+                mask.as_ref().map(|m| {
+                    distinct
+                        .iter()
+                        .position(|d| d.id() == m.id())
+                        .unwrap_or_else(|| {
+                            distinct.push(m);
+                            distinct.len() - 1
+                        })
+                })
+            })
+            .collect();
+        let masks = distinct
+            .iter()
             .map(|m| ops::astype(m, mlx_kernels::Dtype::U8, stream))
             .collect::<Result<Vec<_>, _>>()
             .map_err(mlx_error)?;
+        let mask_sizes: Vec<usize> = distinct.iter().map(|m| m.size()).collect();
         let masks_flat = flattened_together(masks, stream).map_err(mlx_error)?;
         let mut all = outputs.clone();
         all.extend(holds.clone());
@@ -504,13 +521,18 @@ impl Plan {
             None => Vec::new(),
         }
         .into_iter();
+        let distinct_flags: Vec<Vec<u8>> = mask_sizes
+            .iter()
+            .map(|&size| flags.by_ref().take(size).collect())
+            .collect();
         let written_rows = written_rows
             .into_iter()
-            .map(|mask| {
-                mask.map(|array| RowMask {
-                    shape: array.shape(),
-                    flags: flags.by_ref().take(array.size()).collect(),
-                    array,
+            .zip(mask_of)
+            .map(|(mask, index)| {
+                Some(RowMask {
+                    shape: mask.as_ref()?.shape(),
+                    flags: distinct_flags[index?].clone(),
+                    array: mask?,
                 })
             })
             .collect();
@@ -604,6 +626,7 @@ impl Plan {
             env[slot] = array;
         }
         let mut lowered_part = PartLowering::default();
+        let shared = RefCell::new(SharedDerivations::default());
         for index in part.nodes {
             let planned = &self.nodes[index];
             let args: Vec<Option<Array>> = planned
@@ -625,6 +648,7 @@ impl Plan {
                 constant: &planned.constant_inputs,
                 prepared: &constants.prepared,
                 host_values: &host_values,
+                shared: &shared,
             });
             let lowering_started = Instant::now();
             let arrays_before = mlx_kernels::arrays_created();

@@ -29,6 +29,7 @@ pub fn compile(paths: &Paths, out_dir: &Path) -> Vec<PathBuf> {
         };
         unity.push_str(&format!("#include \"{}\"\n", unit.display()));
     }
+    unity.push_str(ARRAY_ID);
     let unity_path = out_dir.join("mlx_c_unity.cpp");
     fs::write(&unity_path, unity).expect("write unity file");
 
@@ -45,6 +46,15 @@ pub fn compile(paths: &Paths, out_dir: &Path) -> Vec<PathBuf> {
     build.compile("mlxc");
     include_dirs
 }
+
+/// One function mlx-c lacks: the identity of the array a handle refers to (MLX's
+/// `array::id()`, the address of the shared descriptor), so that two handles to one array can be
+/// told apart from two equal arrays. Declared for Rust in `src/sys.rs`.
+const ARRAY_ID: &str = r#"
+extern "C" uintptr_t mlx_ep_array_id(mlx_array a) {
+  return a.ctx ? mlx_array_get_(a).id() : 0;
+}
+"#;
 
 /// GCC 12 has no `std::format`; mlx-c's private/io.h uses it for a few error messages.
 /// A tiny `{}`-substituting formatter takes its place (same messages).

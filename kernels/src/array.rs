@@ -151,6 +151,13 @@ impl Array {
         Array::from_slice(&[value], &[])
     }
 
+    /// The identity of the array this handle refers to: equal for clones of one array, distinct
+    /// for different arrays (even equal ones) alive at the same time.
+    pub fn id(&self) -> usize {
+        // SAFETY: `raw` is a live handle; the call only reads the array's address.
+        unsafe { sys::mlx_ep_array_id(self.raw) }
+    }
+
     pub fn dtype(&self) -> Dtype {
         // SAFETY: `raw` is a live array handle.
         Dtype::from_sys(unsafe { sys::mlx_array_dtype(self.raw) })

@@ -10,3 +10,9 @@
 )]
 
 include!(concat!(env!("OUT_DIR"), "/mlx_c_bindings.rs"));
+
+extern "C" {
+    /// MLX's `array::id()` of the array `a` refers to (0 for an empty handle); compiled into the
+    /// mlx-c unity build by `build/mlx_c.rs`.
+    pub fn mlx_ep_array_id(a: mlx_array) -> usize;
+}

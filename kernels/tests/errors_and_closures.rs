@@ -142,3 +142,12 @@ fn cuda_kernels_refuse_cleanly_where_they_cannot_run() {
     let err = mlx_kernels::cuda::quantized_matvec(&x, &packed, &scales, 1, 48, &s).unwrap_err();
     assert!(matches!(&err, Error::Shape(_)), "{err:?}");
 }
+
+#[test]
+fn an_array_and_its_clones_share_one_identity() {
+    let a = array(&[1.0, 2.0], &[2]);
+    let b = array(&[1.0, 2.0], &[2]);
+    let clone = a.clone();
+    assert_eq!(a.id(), clone.id());
+    assert_ne!(a.id(), b.id(), "equal values, different arrays");
+}

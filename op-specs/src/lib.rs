@@ -42,7 +42,7 @@ pub use table::dtypes::sets as dtypes;
 pub use table::dtypes::{DtypeSet, ElemType};
 pub use table::lower::{
     ConstantInputs, FromAttr, FromHost, HostKey, IntoOutputs, Lower, Lowered, OpError, Prepared,
-    Result, RuntimeCheck,
+    Result, RuntimeCheck, SharedDerivations,
 };
 pub use table::node::{AttrValue, Node, TensorValue, ValueInfo};
 pub use table::registry::{all, decide, lookup, overlaps, Decision};

@@ -160,105 +160,87 @@ fn group_query_attention(
         )));
     }
 
-    if let Some(traced) = &traced_total {
-        let rows = match (&cos_cache, do_rotary) {
-            (Some(cos), 1) => cos.shape().first().copied().unwrap_or(0),
-            _ => i32::MAX as i64,
-        };
-        cx.require_in_range(
-            traced,
-            1,
-            rows,
-            format!("GroupQueryAttention: total_sequence_length is out of range [1, {rows}] (the rotary cache's rows)"),
-        )?;
-    }
-
-    // ORT's run-time checks on seqlens_k, as one range (one reduction a step, not three).
-    let at_least = format!(", at least sequence_length {seq} - 1");
-    let (low, high, bounds) = match (first_prompt, past.is_some()) {
-        (true, _) => (0, present_len - 1, String::new()),
-        (false, false) => ((seq - 1).max(0), present_len - 1, at_least),
-        (false, true) => (
-            (seq - 1).max(0),
-            (present_len - 1).min(past_len + seq - 1),
-            format!(
-                "{at_least}, and at most past + sequence_length - 1 = {}",
-                past_len + seq - 1
-            ),
-        ),
-    };
-    cx.require_in_range(
-        &seqlens_k,
-        low,
-        high,
-        format!(
-            "GroupQueryAttention: seqlens_k is out of range [{low}, {high}]: at most the present buffer's {present_len} rows{bounds}"
-        ),
-    )?;
-
-    let i32s = |v: i64| scalar(v as f64, Dtype::I32, s);
-    // Per row: total_b = seqlens_k + 1 and the past length past_b, as [B, 1, 1, 1].
-    let row_total = ops::reshape(
-        &ops::add(&ops::astype(&seqlens_k, Dtype::I32, s)?, &i32s(1)?, s)?,
-        &[batch, 1, 1, 1],
-        s,
-    )?;
-    let row_past = if first_prompt || past.is_none() {
-        ops::broadcast_to(&i32s(0)?, &[batch, 1, 1, 1], s)?
-    } else {
-        ops::subtract(&row_total, &i32s(seq)?, s)?
-    };
-
-    // Rotary embedding.
-    let (q, k) = if do_rotary == 1 {
+    let qk_wanted = cx.node().output_present(3);
+    let sink = head_sink.is_some() || smooth_softmax == 1;
+    let capped = softcap > 0.0;
+    let flash = dtype == Dtype::F32 && softcap == 0.0 && !sink && !qk_wanted && total > 1;
+    let appended = !(first_prompt || past.is_none());
+    let rotary = if do_rotary == 1 {
         let (Some(cos), Some(sin)) = (&cos_cache, &sin_cache) else {
             return Err(OpError::new(
                 "GroupQueryAttention: cos_cache and sin_cache must be provided when do_rotary is 1",
             ));
         };
-        let positions = positions(
-            cx,
-            position_ids.as_ref(),
-            &row_total,
-            &geo,
-            first_prompt,
-            cos.shape().first().copied().unwrap_or(0),
-        )?;
         // ORT requires a row per position up to total_sequence_length.
-        let rotary_dim = rotary_width("GroupQueryAttention", cos, sin, head, total)?;
-        let s = cx.stream();
-        // The rotation runs in float32: the (usually constant) tables are widened once.
-        let (cos_in, sin_in) = (cos.clone(), sin.clone());
-        let wide = cx.prepared("rotary tables in float32", &[7, 8], || {
-            Ok(vec![
-                super::float32(&cos_in, s)?,
-                super::float32(&sin_in, s)?,
-            ])
-        })?;
-        // [B, S, rd/2] → [B, 1, S, rd/2], broadcast over the heads.
-        let angle = |table: &Array| -> Result<Array> {
-            let rows = ops::take(table, &positions, 0, s)?;
-            Ok(ops::expand_dims(&rows, &[1], s)?)
-        };
-        let (cos, sin) = (angle(&wide[0])?, angle(&wide[1])?);
-        let interleaved = rotary_interleaved == 1;
-        let turn = |x: &Array| -> Result<Array> {
-            if rotary_dim == head {
-                return rotate(x, &cos, &sin, interleaved, s);
-            }
-            let parts = ops::split_at(x, &[rotary_dim as i32], 3, s)?;
-            let turned = rotate(&parts[0], &cos, &sin, interleaved, s)?;
-            Ok(ops::concatenate(&[turned, parts[1].clone()], 3, s)?)
-        };
-        (turn(&q)?, turn(&k)?)
+        Some((
+            cos,
+            sin,
+            rotary_width("GroupQueryAttention", cos, sin, head, total)?,
+        ))
     } else {
-        (q, k)
+        None
     };
+    let kernel_rows = (1..=DECODE_QUERY_ROWS).contains(&seq) && batch > 0 && cuda::available(s);
+
+    // What the step derives from seqlens_k, total_sequence_length, the rotary caches and
+    // position_ids alone is the same in every layer of a decoder: built (and checked) once.
+    let facts = StepFacts {
+        batch,
+        seq,
+        present_len,
+        past_len,
+        first_prompt,
+        has_past: past.is_some(),
+        window: local_window_size,
+        causal,
+        flash,
+        kernel_rows,
+        cache_rows: rotary.map(|(cos, _, _)| cos.shape().first().copied().unwrap_or(0)),
+    };
+    let mut reads = vec![&seqlens_k];
+    reads.extend(traced_total.as_ref());
+    if let Some((cos, sin, _)) = rotary {
+        reads.extend([cos, sin]);
+        reads.extend(position_ids.as_ref());
+    }
+    let layout = cx.shared(
+        "GroupQueryAttention step layout",
+        &reads,
+        &facts.key(),
+        |cx| {
+            step_layout(
+                cx,
+                &facts,
+                &seqlens_k,
+                traced_total.as_ref(),
+                rotary.map(|(cos, sin, _)| (cos, sin)),
+                position_ids.as_ref(),
+            )
+            .map(StepLayout::into_arrays)
+        },
+    )?;
+    let layout = StepLayout::from_arrays(layout, &facts)?;
     let s = cx.stream();
 
+    // Rotary embedding, in float32 over the tables' rows at each query's position.
+    let (q, k) = match (rotary, &layout.rotary) {
+        (Some((_, _, rotary_dim)), Some((cos, sin))) => {
+            let interleaved = rotary_interleaved == 1;
+            let turn = |x: &Array| -> Result<Array> {
+                if rotary_dim == head {
+                    return rotate(x, cos, sin, interleaved, s);
+                }
+                let parts = ops::split_at(x, &[rotary_dim as i32], 3, s)?;
+                let turned = rotate(&parts[0], cos, sin, interleaved, s)?;
+                Ok(ops::concatenate(&[turned, parts[1].clone()], 3, s)?)
+            };
+            (turn(&q)?, turn(&k)?)
+        }
+        _ => (q, k),
+    };
+
     // Present: past rows [0, past_b), new rows [past_b, past_b + S), zeros after.
-    let placement = Placement::new(&row_past, seq, present_len, s)?;
-    let appended = !(first_prompt || past.is_none());
+    let placement = &layout.placement;
     let present_k = if appended {
         placement.present(&k, past.map(|(pk, _)| pk), s)?
     } else {
@@ -269,48 +251,19 @@ fn group_query_attention(
     } else {
         padded_rows(&v, present_len, s)?
     };
-    if past.is_some() {
+    if let Some(written) = &layout.written {
         // ORT's kernel writes only the new rows into a buffer that past and present share.
-        let written = ops::squeeze(&placement.is_new, &[3], s)?;
-        cx.writes_only_rows(1, &written);
-        cx.writes_only_rows(2, &written);
+        cx.writes_only_rows(1, written);
+        cx.writes_only_rows(2, written);
     }
-
-    // Which keys each query row sees: [lo, eff) as [B, 1, S, 1] (no `lo`: from the first key),
-    // and [B, 1, S, 1] rows that see at least one key (others give zeros, as ORT) where a
-    // local window can leave a row none.
-    let qk_wanted = cx.node().output_present(3);
-    let sink = head_sink.is_some() || smooth_softmax == 1;
-    let capped = softcap > 0.0;
-    let flash = dtype == Dtype::F32 && softcap == 0.0 && !sink && !qk_wanted && total > 1;
-    let (lo, eff, seen) = if seq == 1 && appended && local_window_size < 0 {
-        // One new token after the past, causal or not: it sees the row's first total_b keys.
-        (None, row_total.clone(), None)
-    } else {
-        let query_pos = ops::reshape(
-            &ops::arange(0.0, seq as f64, 1.0, Dtype::I32, s)?,
-            &[1, 1, seq, 1],
-            s,
-        )?;
-        let end = if causal == 1 {
-            ops::add(&ops::add(&row_past, &query_pos, s)?, &i32s(1)?, s)?
-        } else {
-            ops::broadcast_to(&row_total, &[batch, 1, seq, 1], s)?
-        };
-        let eff = ops::minimum(&end, &row_total, s)?;
-        if local_window_size >= 0 {
-            let from = if flash { &end } else { &eff };
-            let lo = ops::maximum(
-                &ops::subtract(from, &i32s(local_window_size)?, s)?,
-                &i32s(0)?,
-                s,
-            )?;
-            let seen = ops::greater(&eff, &lo, s)?;
-            (Some(lo), eff, Some(seen))
-        } else {
-            (None, eff, None)
-        }
-    };
+    let StepLayout {
+        row_total,
+        lo,
+        eff,
+        seen,
+        kernel_bounds,
+        ..
+    } = layout;
 
     // attention_bias [B|1, Hq|1, S, T], its columns padded to P with zeros (masked anyway).
     let bias = match &attention_bias {
@@ -324,24 +277,13 @@ fn group_query_attention(
         scale
     };
     let plain_softmax = !capped && !sink && !qk_wanted;
-    let attended = if plain_softmax
-        && bias.is_none()
-        && (1..=DECODE_QUERY_ROWS).contains(&seq)
-        && batch > 0
-        && head <= cuda::DECODE_ATTENTION_MAX_HEAD
-        && cuda::available(s)
+    let attended = if let Some((lo_rows, hi_rows)) = kernel_bounds
+        .as_ref()
+        .filter(|_| plain_softmax && bias.is_none() && head <= cuda::DECODE_ATTENTION_MAX_HEAD)
     {
         // A decode-sized step on MLX's CUDA backend: only the visible keys are read, in the
         // cache's own type, and scored in float32 (ORT's precision).
-        let rows = |x: &Array| -> Result<Array> {
-            let x = ops::broadcast_to(x, &[batch, 1, seq, 1], s)?;
-            Ok(ops::reshape(&x, &[batch, seq], s)?)
-        };
-        let lo = match &lo {
-            Some(lo) => rows(lo)?,
-            None => rows(&i32s(0)?)?,
-        };
-        let out = cuda::decode_attention(&q, &present_k, &present_v, &lo, &rows(&eff)?, scale, s)?;
+        let out = cuda::decode_attention(&q, &present_k, &present_v, lo_rows, hi_rows, scale, s)?;
         (out, None)
     } else {
         let key_pos = ops::reshape(&placement.row, &[1, 1, 1, present_len], s)?;
@@ -460,6 +402,280 @@ fn total_key(values: &[i64], past_len: i64, seq: i64, exact: bool) -> Vec<i64> {
     }
 }
 
+/// What a step's layout depends on besides its arrays (the key of its sharing between
+/// layers, `Lower::shared`).
+struct StepFacts {
+    batch: i64,
+    seq: i64,
+    present_len: i64,
+    past_len: i64,
+    first_prompt: bool,
+    has_past: bool,
+    window: i64,
+    causal: i64,
+    /// Whether ORT runs its float32 flash kernel (it places a local window differently).
+    flash: bool,
+    /// Whether the decode kernel's `[B, S]` bounds are wanted.
+    kernel_rows: bool,
+    /// The rotary caches' rows, with rotary embedding.
+    cache_rows: Option<i64>,
+}
+
+impl StepFacts {
+    fn key(&self) -> Vec<i64> {
+        let flag = i64::from;
+        vec![
+            self.batch,
+            self.seq,
+            self.present_len,
+            self.past_len,
+            flag(self.first_prompt),
+            flag(self.has_past),
+            self.window,
+            self.causal,
+            flag(self.flash),
+            flag(self.kernel_rows),
+            self.cache_rows.unwrap_or(-1),
+        ]
+    }
+
+    /// One new token after the past, without a window: it sees its row's first total_b keys.
+    fn one_token(&self) -> bool {
+        self.seq == 1 && !self.first_prompt && self.has_past && self.window < 0
+    }
+
+    fn windowed(&self) -> bool {
+        !self.one_token() && self.window >= 0
+    }
+}
+
+/// A step's rows and masks: what every layer of a decoder derives alike.
+struct StepLayout {
+    /// `total_b` as `[B, 1, 1, 1]`.
+    row_total: Array,
+    placement: Placement,
+    /// `[B, 1, P]` rows a shared buffer gets written (with a past).
+    written: Option<Array>,
+    /// The rotary tables' rows at each query's position, `[B, 1, S, rd/2]` float32.
+    rotary: Option<(Array, Array)>,
+    /// Each query row sees keys `[lo, eff)` (`lo` absent: from the first), as `[B, 1, S, 1]`;
+    /// `seen`: rows that see any (with a window).
+    lo: Option<Array>,
+    eff: Array,
+    seen: Option<Array>,
+    /// `lo` and `eff` as the decode kernel's `[B, S]` bounds.
+    kernel_bounds: Option<(Array, Array)>,
+}
+
+impl StepLayout {
+    fn into_arrays(self) -> Vec<Array> {
+        let p = self.placement;
+        let mut arrays = vec![
+            self.row_total,
+            p.row,
+            p.row_past,
+            p.is_past,
+            p.is_new,
+            self.eff,
+        ];
+        arrays.extend(self.written);
+        arrays.extend(self.rotary.into_iter().flat_map(|(c, s)| [c, s]));
+        arrays.extend(self.lo);
+        arrays.extend(self.seen);
+        arrays.extend(self.kernel_bounds.into_iter().flat_map(|(l, h)| [l, h]));
+        arrays
+    }
+
+    fn from_arrays(arrays: Vec<Array>, facts: &StepFacts) -> Result<StepLayout> {
+        let mut it = arrays.into_iter();
+        let mut next = || {
+            it.next().ok_or_else(|| {
+                OpError::new("GroupQueryAttention: a step layout is incomplete (table bug)")
+            })
+        };
+        let (row_total, row, row_past, is_past, is_new, eff) =
+            (next()?, next()?, next()?, next()?, next()?, next()?);
+        let written = facts.has_past.then(&mut next).transpose()?;
+        let rotary = match facts.cache_rows {
+            Some(_) => Some((next()?, next()?)),
+            None => None,
+        };
+        let lo = facts.windowed().then(&mut next).transpose()?;
+        let seen = facts.windowed().then(&mut next).transpose()?;
+        let kernel_bounds = match facts.kernel_rows {
+            true => Some((next()?, next()?)),
+            false => None,
+        };
+        Ok(StepLayout {
+            row_total,
+            placement: Placement {
+                row,
+                row_past,
+                seq: facts.seq,
+                is_past,
+                is_new,
+            },
+            written,
+            rotary,
+            lo,
+            eff,
+            seen,
+            kernel_bounds,
+        })
+    }
+}
+
+/// The step layout, with ORT's run-time checks on `total_sequence_length` (when traced),
+/// `seqlens_k` and the rotary positions.
+fn step_layout(
+    cx: &mut Lower,
+    facts: &StepFacts,
+    seqlens_k: &Array,
+    traced_total: Option<&Array>,
+    rotary: Option<(&Array, &Array)>,
+    position_ids: Option<&Array>,
+) -> Result<StepLayout> {
+    let StepFacts {
+        batch,
+        seq,
+        present_len,
+        past_len,
+        first_prompt,
+        has_past,
+        ..
+    } = *facts;
+    if let Some(traced) = traced_total {
+        let rows = facts.cache_rows.unwrap_or(i32::MAX as i64);
+        cx.require_in_range(
+            traced,
+            1,
+            rows,
+            format!("GroupQueryAttention: total_sequence_length is out of range [1, {rows}] (the rotary cache's rows)"),
+        )?;
+    }
+
+    // ORT's run-time checks on seqlens_k, as one range (one reduction a step, not three).
+    let at_least = format!(", at least sequence_length {seq} - 1");
+    let (low, high, bounds) = match (first_prompt, has_past) {
+        (true, _) => (0, present_len - 1, String::new()),
+        (false, false) => ((seq - 1).max(0), present_len - 1, at_least),
+        (false, true) => (
+            (seq - 1).max(0),
+            (present_len - 1).min(past_len + seq - 1),
+            format!(
+                "{at_least}, and at most past + sequence_length - 1 = {}",
+                past_len + seq - 1
+            ),
+        ),
+    };
+    cx.require_in_range(
+        seqlens_k,
+        low,
+        high,
+        format!(
+            "GroupQueryAttention: seqlens_k is out of range [{low}, {high}]: at most the present buffer's {present_len} rows{bounds}"
+        ),
+    )?;
+
+    let s = cx.stream();
+    let i32s = |v: i64| scalar(v as f64, Dtype::I32, s);
+    // Per row: total_b = seqlens_k + 1 and the past length past_b, as [B, 1, 1, 1].
+    let row_total = ops::reshape(
+        &ops::add(&ops::astype(seqlens_k, Dtype::I32, s)?, &i32s(1)?, s)?,
+        &[batch, 1, 1, 1],
+        s,
+    )?;
+    let row_past = if first_prompt || !has_past {
+        ops::broadcast_to(&i32s(0)?, &[batch, 1, 1, 1], s)?
+    } else {
+        ops::subtract(&row_total, &i32s(seq)?, s)?
+    };
+
+    let rotary = match (rotary, facts.cache_rows) {
+        (Some((cos, sin)), Some(cache_rows)) => {
+            let positions = positions(
+                cx,
+                position_ids,
+                &row_total,
+                batch,
+                seq,
+                first_prompt,
+                cache_rows,
+            )?;
+            let s = cx.stream();
+            // The rotation runs in float32: the (usually constant) tables are widened once.
+            let (cos_in, sin_in) = (cos.clone(), sin.clone());
+            let wide = cx.prepared("rotary tables in float32", &[7, 8], || {
+                Ok(vec![
+                    super::float32(&cos_in, s)?,
+                    super::float32(&sin_in, s)?,
+                ])
+            })?;
+            // [B, S, rd/2] → [B, 1, S, rd/2], broadcast over the heads.
+            let angle = |table: &Array| -> Result<Array> {
+                let rows = ops::take(table, &positions, 0, s)?;
+                Ok(ops::expand_dims(&rows, &[1], s)?)
+            };
+            Some((angle(&wide[0])?, angle(&wide[1])?))
+        }
+        _ => None,
+    };
+    let s = cx.stream();
+    let i32s = |v: i64| scalar(v as f64, Dtype::I32, s);
+
+    let placement = Placement::new(&row_past, seq, present_len, s)?;
+    let written = has_past
+        .then(|| ops::squeeze(&placement.is_new, &[3], s))
+        .transpose()?;
+
+    let (lo, eff, seen) = if facts.one_token() {
+        (None, row_total.clone(), None)
+    } else {
+        let query_pos = ops::reshape(
+            &ops::arange(0.0, seq as f64, 1.0, Dtype::I32, s)?,
+            &[1, 1, seq, 1],
+            s,
+        )?;
+        let end = if facts.causal == 1 {
+            ops::add(&ops::add(&row_past, &query_pos, s)?, &i32s(1)?, s)?
+        } else {
+            ops::broadcast_to(&row_total, &[batch, 1, seq, 1], s)?
+        };
+        let eff = ops::minimum(&end, &row_total, s)?;
+        if facts.windowed() {
+            let from = if facts.flash { &end } else { &eff };
+            let lo = ops::maximum(&ops::subtract(from, &i32s(facts.window)?, s)?, &i32s(0)?, s)?;
+            let seen = ops::greater(&eff, &lo, s)?;
+            (Some(lo), eff, Some(seen))
+        } else {
+            (None, eff, None)
+        }
+    };
+    let kernel_bounds = if facts.kernel_rows {
+        let rows = |x: &Array| -> Result<Array> {
+            let x = ops::broadcast_to(x, &[batch, 1, seq, 1], s)?;
+            Ok(ops::reshape(&x, &[batch, seq], s)?)
+        };
+        let first = match &lo {
+            Some(lo) => rows(lo)?,
+            None => rows(&i32s(0)?)?,
+        };
+        Some((first, rows(&eff)?))
+    } else {
+        None
+    };
+    Ok(StepLayout {
+        row_total,
+        placement,
+        written,
+        rotary,
+        lo,
+        eff,
+        seen,
+        kernel_bounds,
+    })
+}
+
 /// The shapes of one call.
 struct Geometry {
     batch: i64,
@@ -575,40 +791,41 @@ fn positions(
     cx: &mut Lower,
     position_ids: Option<&Array>,
     row_total: &Array,
-    g: &Geometry,
+    batch: i64,
+    seq: i64,
     first_prompt: bool,
     cache_rows: i64,
 ) -> Result<Array> {
     let s = cx.stream();
     let steps = ops::reshape(
-        &ops::arange(0.0, g.seq as f64, 1.0, Dtype::I32, s)?,
-        &[1, g.seq],
+        &ops::arange(0.0, seq as f64, 1.0, Dtype::I32, s)?,
+        &[1, seq],
         s,
     )?;
     let positions = match position_ids {
         Some(ids) => {
             let d = ids.shape();
-            if d.len() != 2 || d[0] != g.batch || d[1] < g.seq {
+            if d.len() != 2 || d[0] != batch || d[1] < seq {
                 return Err(OpError::new(format!(
                     "GroupQueryAttention: position_ids has shape {d:?}; it must be [{}, >= {}]",
-                    g.batch, g.seq
+                    batch, seq
                 )));
             }
             let flat = ops::astype(&ops::reshape(ids, &[-1], s)?, Dtype::I32, s)?;
             if first_prompt {
                 let start = ops::slice(&flat, &[0], &[1], &[1], s)?;
                 let start = ops::reshape(&start, &[1, 1], s)?;
-                ops::broadcast_to(&ops::add(&start, &steps, s)?, &[g.batch, g.seq], s)?
+                ops::broadcast_to(&ops::add(&start, &steps, s)?, &[batch, seq], s)?
             } else {
-                let used = ops::slice(&flat, &[0], &[(g.batch * g.seq) as i32], &[1], s)?;
-                ops::reshape(&used, &[g.batch, g.seq], s)?
+                let used = ops::slice(&flat, &[0], &[(batch * seq) as i32], &[1], s)?;
+                ops::reshape(&used, &[batch, seq], s)?
             }
         }
-        None if first_prompt => ops::broadcast_to(&steps, &[g.batch, g.seq], s)?,
+        None if first_prompt => ops::broadcast_to(&steps, &[batch, seq], s)?,
         None => {
             let past = ops::subtract(
-                &ops::reshape(row_total, &[g.batch, 1], s)?,
-                &scalar(g.seq as f64, Dtype::I32, s)?,
+                &ops::reshape(row_total, &[batch, 1], s)?,
+                &scalar(seq as f64, Dtype::I32, s)?,
                 s,
             )?;
             ops::add(&past, &steps, s)?

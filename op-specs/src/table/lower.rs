@@ -119,6 +119,53 @@ impl Prepared {
     }
 }
 
+/// Arrays that several nodes of one lowering derive alike (see [`Lower::shared`]), kept for the
+/// length of that lowering (one trace, or one eager run).
+#[derive(Default)]
+pub struct SharedDerivations {
+    entries: Vec<SharedEntry>,
+}
+
+struct SharedEntry {
+    tag: &'static str,
+    /// The arrays the derivation read, kept alive so that their identities stay theirs.
+    inputs: Vec<Array>,
+    extra: Vec<i64>,
+    arrays: Vec<Array>,
+}
+
+impl SharedDerivations {
+    fn find(&self, tag: &str, inputs: &[&Array], extra: &[i64]) -> Option<Vec<Array>> {
+        self.entries
+            .iter()
+            .find(|e| {
+                e.tag == tag
+                    && e.extra == extra
+                    && e.inputs.len() == inputs.len()
+                    && e.inputs.iter().zip(inputs).all(|(a, b)| a.id() == b.id())
+            })
+            .map(|e| e.arrays.clone())
+    }
+
+    /// How many derivations were computed (each once).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl fmt::Debug for SharedDerivations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tags: Vec<&str> = self.entries.iter().map(|e| e.tag).collect();
+        f.debug_struct("SharedDerivations")
+            .field("tags", &tags)
+            .finish()
+    }
+}
+
 /// What a plan tells a node's lowering about its inputs: which are the plan's constants
 /// (absent optional inputs count as constant), where arrays prepared from them are kept, and
 /// the values of inputs that are traced arrays in a compiled closure but known on the host
@@ -129,6 +176,8 @@ pub struct ConstantInputs<'a> {
     pub constant: &'a [bool],
     pub prepared: &'a RefCell<Prepared>,
     pub host_values: &'a [Option<Vec<i64>>],
+    /// What this lowering's nodes derived alike, shared between them.
+    pub shared: &'a RefCell<SharedDerivations>,
 }
 
 /// The lowering context of one node.
@@ -210,6 +259,37 @@ impl<'a> Lower<'a> {
         prepared.time += started.elapsed();
         prepared.bytes += after.saturating_sub(before);
         prepared.entries.insert(key, arrays.clone());
+        Ok(arrays)
+    }
+
+    /// Arrays computed by `compute` from `inputs` (arrays this node was given, or derived from
+    /// them) and `extra` (every other value `compute` depends on: sizes, attributes, host-read
+    /// values) alone. Another node of the same lowering asking for the same `tag` over the same
+    /// arrays and `extra` gets these arrays back instead of computing them again, run-time
+    /// checks included (registered once, by the first node): what every layer of a decoder
+    /// derives from one attention mask (positions, rotary rows, row masks, range checks) is
+    /// then built, evaluated and checked once a step. Without a plan's context (unit tests)
+    /// `compute` runs every time.
+    pub fn shared(
+        &mut self,
+        tag: &'static str,
+        inputs: &[&Array],
+        extra: &[i64],
+        compute: impl FnOnce(&mut Self) -> Result<Vec<Array>>,
+    ) -> Result<Vec<Array>> {
+        let Some(store) = self.constants.map(|c| c.shared) else {
+            return compute(self);
+        };
+        if let Some(found) = store.borrow().find(tag, inputs, extra) {
+            return Ok(found);
+        }
+        let arrays = compute(self)?;
+        store.borrow_mut().entries.push(SharedEntry {
+            tag,
+            inputs: inputs.iter().map(|&a| a.clone()).collect(),
+            extra: extra.to_vec(),
+            arrays: arrays.clone(),
+        });
         Ok(arrays)
     }
 
@@ -504,6 +584,7 @@ mod prepared_tests {
             constant,
             prepared: store,
             host_values: &[],
+            shared: &Default::default(),
         });
         let mut runs = 0;
         let arrays = cx
