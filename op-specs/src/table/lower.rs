@@ -578,13 +578,14 @@ mod prepared_tests {
     /// ones in `constant` are constants; returns the array and how often `compute` ran.
     fn prepare(store: &RefCell<Prepared>, constant: &[bool], reads: &[usize]) -> (Vec<f32>, u32) {
         let s = stream();
+        let shared = RefCell::new(SharedDerivations::default());
         let node = Node::new("Test", 1);
         let mut cx = Lower::new(&s, &node).with_constants(ConstantInputs {
             node: 0,
             constant,
             prepared: store,
             host_values: &[],
-            shared: &Default::default(),
+            shared: &shared,
         });
         let mut runs = 0;
         let arrays = cx
@@ -641,6 +642,7 @@ mod host_key_tests {
         let s = stream();
         let node = Node::new("Test", 1);
         let store = RefCell::new(Prepared::default());
+        let shared = RefCell::new(SharedDerivations::default());
         // The array holds 3; the plan says the traced value of this run is 7.
         let traced = Array::from_slice(&[3i64], &[1]).unwrap();
         let known = [Some(vec![7i64]), None];
@@ -649,6 +651,7 @@ mod host_key_tests {
             constant: &[false, false],
             prepared: &store,
             host_values: &known,
+            shared: &shared,
         });
         let inputs = [Some(traced.clone()), Some(traced)];
         let value: i64 = host_input(&mut cx, &inputs, 0, "n").unwrap();
@@ -674,12 +677,14 @@ mod host_key_tests {
         let s = stream();
         let node = Node::new("Test", 1);
         let store = RefCell::new(Prepared::default());
+        let shared = RefCell::new(SharedDerivations::default());
         let known = [Some(vec![4i64, 5])];
         let mut cx = Lower::new(&s, &node).with_constants(ConstantInputs {
             node: 0,
             constant: &[false],
             prepared: &store,
             host_values: &known,
+            shared: &shared,
         });
         let inputs = [Some(Array::from_slice(&[0i64, 0], &[2]).unwrap())];
         let values: Vec<i64> = host_input(&mut cx, &inputs, 0, "shape").unwrap();
@@ -687,5 +692,60 @@ mod host_key_tests {
         let (_, _, keys) = cx.into_records();
         assert_eq!(keys[0].key, [4, 5]);
         assert_eq!((keys[0].project)(&[4, 6]), [4, 6]);
+    }
+}
+
+#[cfg(test)]
+mod shared_tests {
+    use super::*;
+    use crate::table::testing::stream;
+
+    /// Lowers one node that derives `x + x` from `x` through `Lower::shared` with `extra`;
+    /// returns the result, whether `compute` ran and how many checks the node registered.
+    fn derive(
+        store: &RefCell<SharedDerivations>,
+        x: &Array,
+        extra: &[i64],
+    ) -> (Array, bool, usize) {
+        let s = stream();
+        let node = Node::new("Test", 1);
+        let prepared = RefCell::new(Prepared::default());
+        let mut cx = Lower::new(&s, &node).with_constants(ConstantInputs {
+            node: 0,
+            constant: &[false],
+            prepared: &prepared,
+            host_values: &[],
+            shared: store,
+        });
+        let mut ran = false;
+        let arrays = cx
+            .shared("doubled", &[x], extra, |cx| {
+                ran = true;
+                let doubled = mlx_kernels::ops::add(x, x, cx.stream())?;
+                cx.require_in_range(&doubled, 0, 10, "out of range")?;
+                Ok(vec![doubled])
+            })
+            .unwrap();
+        let (checks, _, _) = cx.into_records();
+        (arrays[0].clone(), ran, checks.len())
+    }
+
+    #[test]
+    fn nodes_deriving_the_same_from_the_same_arrays_share_one_result_and_its_checks() {
+        let store = RefCell::new(SharedDerivations::default());
+        let x = Array::from_slice(&[1i64, 2], &[2]).unwrap();
+        let (first, ran, checks) = derive(&store, &x, &[3]);
+        assert!(ran);
+        assert_eq!(checks, 1);
+        // A second node over the same array (a clone: the same graph value) gets it back.
+        let (again, ran, checks) = derive(&store, &x.clone(), &[3]);
+        assert!(!ran);
+        assert_eq!(checks, 0, "the first node's check covers it");
+        assert_eq!(first.id(), again.id());
+        // Other sizes, or an equal array that is another value, derive their own.
+        assert!(derive(&store, &x, &[4]).1);
+        let y = Array::from_slice(&[1i64, 2], &[2]).unwrap();
+        assert!(derive(&store, &y, &[3]).1);
+        assert_eq!(store.borrow().len(), 3);
     }
 }
