@@ -242,6 +242,7 @@ fn cuda_matvec(
         && layout.block >= 32
         && layout.k % layout.block == 0
         && (1..=cuda::QUANTIZED_MATVEC_MAX_ROWS).contains(&rows)
+        && a.dtype() != Dtype::BF16
         && cuda::available(s);
     if !fits {
         return Ok(None);

@@ -48,7 +48,7 @@ pub fn decode_attention(
         && (1..=DECODE_ATTENTION_MAX_HEAD).contains(&d)
         && keys.dtype() == dtype
         && values.dtype() == dtype
-        && matches!(dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32)
+        && matches!(dtype, Dtype::F16 | Dtype::F32)
         && lo.shape() == [b, s]
         && hi.shape() == [b, s]
         && lo.dtype() == Dtype::I32

@@ -2,6 +2,9 @@
 //! MLX compiles each source with NVRTC at its first use (cached with MLX's own fused kernels)
 //! and schedules it like any other primitive, inside compiled closures too.
 //!
+//! Element types: float32 and float16, the ones run on a GPU here (bfloat16 compiles the same
+//! way but has not been run; its callers take the composed path).
+//!
 //! Only MLX's CUDA backend runs them (the CPU backend throws, Metal has its own kernel
 //! language), so every caller keeps a composed path and asks [`available`] first.
 

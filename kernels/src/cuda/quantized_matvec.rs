@@ -15,7 +15,7 @@ use crate::{Array, Dtype, Stream};
 pub const QUANTIZED_MATVEC_MAX_ROWS: i64 = 8;
 const WARPS: i32 = 8;
 
-/// `x · dequant(w)ᵀ` for `x` `[M, K]` (float32, float16 or bfloat16, M ≤
+/// `x · dequant(w)ᵀ` for `x` `[M, K]` (float32 or float16, M ≤
 /// [`QUANTIZED_MATVEC_MAX_ROWS`]) and `w` `[N, K]` packed as MatMulNBits packs 4-bit values
 /// (`packed`: `N · K / 2` uint8, two values a byte, low nibble first, no zero points: the
 /// midpoint 8), `scales` `N · K / block` values of x's type (one per block of `block` values
@@ -43,7 +43,7 @@ pub fn quantized_matvec(
         && block >= 32
         && block % 32 == 0
         && k % block == 0
-        && matches!(dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32)
+        && matches!(dtype, Dtype::F16 | Dtype::F32)
         && packed.dtype() == Dtype::U8
         && packed.size() as i64 == n * k / 2
         && scales.dtype() == dtype

@@ -180,7 +180,10 @@ fn group_query_attention(
     } else {
         None
     };
-    let kernel_rows = (1..=DECODE_QUERY_ROWS).contains(&seq) && batch > 0 && cuda::available(s);
+    let kernel_rows = (1..=DECODE_QUERY_ROWS).contains(&seq)
+        && batch > 0
+        && dtype != Dtype::BF16
+        && cuda::available(s);
 
     // What the step derives from seqlens_k, total_sequence_length, the rotary caches and
     // position_ids alone is the same in every layer of a decoder: built (and checked) once.
