@@ -30,8 +30,8 @@
 use mlx_kernels::{cuda, ops, Array, Dtype, Stream};
 
 use super::{
-    fused_attention, masked, mix, rotary_width, rotate, scores, soft_cap, softmax_rows,
-    AttentionMask, Sink,
+    fused_attention, masked, mix, rotary_width, scores, soft_cap, softmax_rows, AttentionMask,
+    Rotation, Sink,
 };
 use crate::table::consts::scalar;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
@@ -199,6 +199,7 @@ fn group_query_attention(
         flash,
         kernel_rows,
         cache_rows: rotary.map(|(cos, _, _)| cos.shape().first().copied().unwrap_or(0)),
+        interleaved: rotary_interleaved == 1,
     };
     let mut reads = vec![&seqlens_k];
     reads.extend(traced_total.as_ref());
@@ -227,14 +228,13 @@ fn group_query_attention(
 
     // Rotary embedding, in float32 over the tables' rows at each query's position.
     let (q, k) = match (rotary, &layout.rotary) {
-        (Some((_, _, rotary_dim)), Some((cos, sin))) => {
-            let interleaved = rotary_interleaved == 1;
+        (Some((_, _, rotary_dim)), Some(rotation)) => {
             let turn = |x: &Array| -> Result<Array> {
                 if rotary_dim == head {
-                    return rotate(x, cos, sin, interleaved, s);
+                    return rotation.apply(x, s);
                 }
                 let parts = ops::split_at(x, &[rotary_dim as i32], 3, s)?;
-                let turned = rotate(&parts[0], cos, sin, interleaved, s)?;
+                let turned = rotation.apply(&parts[0], s)?;
                 Ok(ops::concatenate(&[turned, parts[1].clone()], 3, s)?)
             };
             (turn(&q)?, turn(&k)?)
@@ -422,6 +422,7 @@ struct StepFacts {
     kernel_rows: bool,
     /// The rotary caches' rows, with rotary embedding.
     cache_rows: Option<i64>,
+    interleaved: bool,
 }
 
 impl StepFacts {
@@ -439,6 +440,7 @@ impl StepFacts {
             flag(self.flash),
             flag(self.kernel_rows),
             self.cache_rows.unwrap_or(-1),
+            flag(self.interleaved),
         ]
     }
 
@@ -459,8 +461,8 @@ struct StepLayout {
     placement: Placement,
     /// `[B, 1, P]` rows a shared buffer gets written (with a past).
     written: Option<Array>,
-    /// The rotary tables' rows at each query's position, `[B, 1, S, rd/2]` float32.
-    rotary: Option<(Array, Array)>,
+    /// The rotation by the rotary tables' rows at each query's position.
+    rotary: Option<Rotation>,
     /// Each query row sees keys `[lo, eff)` (`lo` absent: from the first), as `[B, 1, S, 1]`;
     /// `seen`: rows that see any (with a window).
     lo: Option<Array>,
@@ -482,7 +484,7 @@ impl StepLayout {
             self.eff,
         ];
         arrays.extend(self.written);
-        arrays.extend(self.rotary.into_iter().flat_map(|(c, s)| [c, s]));
+        arrays.extend(self.rotary.into_iter().flat_map(Rotation::into_arrays));
         arrays.extend(self.lo);
         arrays.extend(self.seen);
         arrays.extend(self.kernel_bounds.into_iter().flat_map(|(l, h)| [l, h]));
@@ -500,7 +502,10 @@ impl StepLayout {
             (next()?, next()?, next()?, next()?, next()?, next()?);
         let written = facts.has_past.then(&mut next).transpose()?;
         let rotary = match facts.cache_rows {
-            Some(_) => Some((next()?, next()?)),
+            Some(_) => Some(Rotation::from_arrays(
+                [next()?, next()?, next()?],
+                facts.interleaved,
+            )),
             None => None,
         };
         let lo = facts.windowed().then(&mut next).transpose()?;
@@ -619,7 +624,12 @@ fn step_layout(
                 let rows = ops::take(table, &positions, 0, s)?;
                 Ok(ops::expand_dims(&rows, &[1], s)?)
             };
-            Some((angle(&wide[0])?, angle(&wide[1])?))
+            Some(Rotation::new(
+                &angle(&wide[0])?,
+                &angle(&wide[1])?,
+                facts.interleaved,
+                s,
+            )?)
         }
         _ => None,
     };

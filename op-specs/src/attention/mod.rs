@@ -135,38 +135,89 @@ pub fn mix(probs: &Array, v: &Array, out: Dtype, s: &Stream) -> Result<Array> {
 /// halves `(x1, x2) → (x1·cos − x2·sin, x2·cos + x1·sin)`; interleaved rotates the pairs
 /// `(x[2i], x[2i+1])` the same way.
 pub fn rotate(x: &Array, cos: &Array, sin: &Array, interleaved: bool, s: &Stream) -> Result<Array> {
-    let shape = x.shape();
-    let d = *shape.last().unwrap_or(&0);
-    if d % 2 != 0 {
-        return Err(OpError::new(format!(
-            "rotary embedding over {d} features: the rotated size must be even"
-        )));
+    Rotation::new(cos, sin, interleaved, s)?.apply(x, s)
+}
+
+/// A rotary rotation's tables, ready for any number of `apply`s (a decoder's layers share one
+/// per step). `x` is viewed as pairs `[..., 2, D/2]` (halves) or `[..., D/2, 2]` (interleaved);
+/// the rotation is then one elementwise expression, `pairs · cos + swapped · (−sin, sin)`, with
+/// `swapped` the pairs in the other order: no split and no concatenation, so MLX fuses it into
+/// one kernel beside the swap's gather.
+pub struct Rotation {
+    /// `cos` with the pair axis inserted (broadcast over it), float32.
+    cos: Array,
+    /// `(−sin, sin)` along the pair axis, float32.
+    signed_sin: Array,
+    /// `[1, 0]`: the swap of a pair.
+    swap: Array,
+    interleaved: bool,
+}
+
+impl Rotation {
+    pub fn new(cos: &Array, sin: &Array, interleaved: bool, s: &Stream) -> Result<Rotation> {
+        let axis = Rotation::pair_axis(interleaved);
+        let cos = ops::expand_dims(&float32(cos, s)?, &[axis], s)?;
+        let sin = ops::expand_dims(&float32(sin, s)?, &[axis], s)?;
+        let signed_sin = ops::concatenate(&[ops::negative(&sin, s)?, sin], axis, s)?;
+        Ok(Rotation {
+            cos,
+            signed_sin,
+            swap: Array::from_slice(&[1i32, 0], &[2])?,
+            interleaved,
+        })
     }
-    let (cos, sin) = (float32(cos, s)?, float32(sin, s)?);
-    let xf = float32(x, s)?;
-    let turn = |a: &Array, b: &Array| -> Result<(Array, Array)> {
-        let first = ops::subtract(&ops::multiply(a, &cos, s)?, &ops::multiply(b, &sin, s)?, s)?;
-        let second = ops::add(&ops::multiply(b, &cos, s)?, &ops::multiply(a, &sin, s)?, s)?;
-        Ok((first, second))
-    };
-    let rotated = if interleaved {
-        let mut pairs_shape = shape[..shape.len() - 1].to_vec();
-        pairs_shape.extend([d / 2, 2]);
-        let pairs = ops::reshape(&xf, &pairs_shape, s)?;
-        let last = pairs_shape.len() as i32 - 1;
-        let parts = ops::split_at(&pairs, &[1], last, s)?;
-        let even = ops::squeeze(&parts[0], &[last], s)?;
-        let odd = ops::squeeze(&parts[1], &[last], s)?;
-        let (a, b) = turn(&even, &odd)?;
-        let stacked = ops::stack(&[a, b], last, s)?;
-        ops::reshape(&stacked, &shape, s)?
-    } else {
-        let last = shape.len() as i32 - 1;
-        let halves = ops::split_at(&xf, &[(d / 2) as i32], last, s)?;
-        let (a, b) = turn(&halves[0], &halves[1])?;
-        ops::concatenate(&[a, b], last, s)?
-    };
-    Ok(ops::astype(&rotated, x.dtype(), s)?)
+
+    /// The pair axis, counted from the end: `[..., 2, D/2]` or `[..., D/2, 2]`.
+    fn pair_axis(interleaved: bool) -> i32 {
+        if interleaved {
+            -1
+        } else {
+            -2
+        }
+    }
+
+    /// `x` rotated, in `x`'s type.
+    pub fn apply(&self, x: &Array, s: &Stream) -> Result<Array> {
+        let shape = x.shape();
+        let d = *shape.last().unwrap_or(&0);
+        if d % 2 != 0 {
+            return Err(OpError::new(format!(
+                "rotary embedding over {d} features: the rotated size must be even"
+            )));
+        }
+        let mut pairs_shape = shape[..shape.len().saturating_sub(1)].to_vec();
+        pairs_shape.extend(if self.interleaved {
+            [d / 2, 2]
+        } else {
+            [2, d / 2]
+        });
+        let pairs = ops::reshape(x, &pairs_shape, s)?;
+        let axis = pairs_shape.len() as i32 + Rotation::pair_axis(self.interleaved);
+        let swapped = ops::take(&pairs, &self.swap, axis, s)?;
+        let rotated = ops::add(
+            &ops::multiply(&float32(&pairs, s)?, &self.cos, s)?,
+            &ops::multiply(&float32(&swapped, s)?, &self.signed_sin, s)?,
+            s,
+        )?;
+        Ok(ops::reshape(
+            &ops::astype(&rotated, x.dtype(), s)?,
+            &shape,
+            s,
+        )?)
+    }
+
+    fn into_arrays(self) -> [Array; 3] {
+        [self.cos, self.signed_sin, self.swap]
+    }
+
+    fn from_arrays([cos, signed_sin, swap]: [Array; 3], interleaved: bool) -> Rotation {
+        Rotation {
+            cos,
+            signed_sin,
+            swap,
+            interleaved,
+        }
+    }
 }
 
 /// The rotated width `2·cos_cache.cols` of an op with `[max_position, rotary_dim / 2]` cos/sin
