@@ -119,8 +119,8 @@ impl Residency {
             let rows = Rows::of(out.output);
             let (held, changed) = match out.written {
                 Some(mask) => {
-                    let held = in_place_result(out.input, out.output, &mask.array, &rows, stream)
-                        .map_err(err)?;
+                    let held =
+                        in_place_result(out.input, out.output, &mask.array, stream).map_err(err)?;
                     let shape = out.output.shape();
                     let row_dims = &shape[..shape.len().saturating_sub(1)];
                     (
@@ -288,24 +288,17 @@ fn as_rows(a: &Array, rows: &Rows, s: &Stream) -> mlx_kernels::Result<Array> {
 }
 
 /// `output` where `mask` (broadcast over the rows, i.e. the shape without the last axis) is
-/// true, `input` elsewhere, shaped as `output`.
+/// true, `input` elsewhere, shaped as `output`. The mask gets a unit last axis, so it broadcasts
+/// against the whole array as it is (right-aligned): no materialised copy of the mask or of the
+/// operands.
 fn in_place_result(
     input: &Array,
     output: &Array,
     mask: &Array,
-    rows: &Rows,
     s: &Stream,
 ) -> mlx_kernels::Result<Array> {
-    let shape = output.shape();
-    let row_dims = &shape[..shape.len().saturating_sub(1)];
-    let mask = ops::reshape(
-        &ops::broadcast_to(mask, row_dims, s)?,
-        &[rows.count as i64, 1],
-        s,
-    )?;
-    let as_2d = |a: &Array| ops::reshape(a, &[rows.count as i64, rows.width as i64], s);
-    let merged = ops::where_(&mask, &as_2d(output)?, &as_2d(input)?, s)?;
-    ops::reshape(&merged, &shape, s)
+    let mask = ops::expand_dims(mask, &[-1], s)?;
+    ops::where_(&mask, output, input, s)
 }
 
 /// Per row (as uint8, lazily): whether `a` and `b` differ.
