@@ -27,7 +27,7 @@ use op_specs::ShapeSafety;
 use crate::device;
 use crate::op_profile;
 use crate::plan::{
-    Constants, EvalError, Evaluated, Lowering, NodeCheck, Plan, RunTimes, Runtime, SlotKey,
+    Constants, EvalError, Evaluated, InPlace, Lowering, NodeCheck, Plan, RunTimes, Runtime, SlotKey,
 };
 use crate::split::Split;
 
@@ -157,8 +157,11 @@ enum Entry {
 /// and what the trace took from host values of traced inputs (a replay needs the same).
 #[derive(Debug, Default, Clone)]
 struct Recorded {
-    masked_outputs: Vec<(usize, usize)>,
-    masks: usize,
+    /// Per output written in place: its index, its distinct mask's and its values' (if any)
+    /// among the arrays the closure returns after the plan's outputs.
+    masked_outputs: Vec<(usize, usize, Option<usize>)>,
+    /// How many arrays (distinct masks, then values) follow the plan's outputs.
+    in_place_arrays: usize,
     messages: Vec<Arc<str>>,
     host_keys: Vec<SlotKey>,
 }
@@ -491,7 +494,7 @@ impl Replayed {
             recorded,
         } = self;
         let produced = outputs.len();
-        let masks = recorded.masks;
+        let masks = recorded.in_place_arrays;
         let expected = plan.outputs.len() + masks + recorded.messages.len();
         if produced != expected {
             return Err(format!(
@@ -504,10 +507,13 @@ impl Replayed {
             .zip(recorded.messages)
             .map(|(holds, message)| NodeCheck { holds, message })
             .collect();
-        let distinct = outputs.split_off(plan.outputs.len());
+        let in_place = outputs.split_off(plan.outputs.len());
         let mut written_rows = vec![None; plan.outputs.len()];
-        for &(output, mask) in &recorded.masked_outputs {
-            written_rows[output] = distinct.get(mask).cloned();
+        for &(output, mask, values) in &recorded.masked_outputs {
+            written_rows[output] = in_place.get(mask).map(|mask| InPlace {
+                mask: mask.clone(),
+                values: values.and_then(|v| in_place.get(v).cloned()),
+            });
         }
         Ok(Lowering {
             outputs,
@@ -548,21 +554,28 @@ fn trace_body(
             host_keys,
             ..Recorded::default()
         };
-        let mut distinct: Vec<Array> = Vec::new();
-        for (output, mask) in lowering.written_rows.into_iter().enumerate() {
-            if let Some(mask) = mask {
-                let index = match distinct.iter().position(|m| m.id() == mask.id()) {
+        // Distinct masks first (the layers of a decoder share one), then each output's values.
+        let mut in_place: Vec<Array> = Vec::new();
+        let mut values = Vec::new();
+        for (output, written) in lowering.written_rows.into_iter().enumerate() {
+            if let Some(InPlace { mask, values: rows }) = written {
+                let index = match in_place.iter().position(|m| m.id() == mask.id()) {
                     Some(index) => index,
                     None => {
-                        distinct.push(mask);
-                        distinct.len() - 1
+                        in_place.push(mask);
+                        in_place.len() - 1
                     }
                 };
-                recorded.masked_outputs.push((output, index));
+                recorded.masked_outputs.push((output, index, None));
+                values.extend(rows.map(|rows| (recorded.masked_outputs.len() - 1, rows)));
             }
         }
-        recorded.masks = distinct.len();
-        arrays.extend(distinct);
+        for (entry, rows) in values {
+            recorded.masked_outputs[entry].2 = Some(in_place.len());
+            in_place.push(rows);
+        }
+        recorded.in_place_arrays = in_place.len();
+        arrays.extend(in_place);
         for check in lowering.checks {
             arrays.push(check.holds);
             recorded.messages.push(check.message);

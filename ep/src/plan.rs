@@ -216,8 +216,16 @@ pub struct Lowering {
     pub checks: Vec<NodeCheck>,
     /// Per output: the rows it writes in a buffer shared with an input, when its node said
     /// (`op_specs::WrittenRows`); `None`: every row.
-    pub written_rows: Vec<Option<Array>>,
+    pub written_rows: Vec<Option<InPlace>>,
     pub keep_alive: Vec<Option<Array>>,
+}
+
+/// What a node said about an output it writes in place (`op_specs::WrittenRows`), lazily: the
+/// rows' mask and, when it had them, the rows' values.
+#[derive(Debug, Clone)]
+pub struct InPlace {
+    pub mask: Array,
+    pub values: Option<Array>,
 }
 
 /// Why evaluating a lowering failed.
@@ -248,11 +256,13 @@ pub struct Evaluated {
 }
 
 /// Which rows an output writes in place (`op_specs::WrittenRows`): the mask on the device, and
-/// its values (uint8, row-major, of `shape`) on the host.
+/// its values (uint8, row-major, of `shape`) on the host; with the rows' contents (their bytes,
+/// in row order) when the node gave them.
 pub struct RowMask {
     pub array: Array,
     pub shape: Vec<i64>,
     pub flags: Vec<u8>,
+    pub values: Option<Vec<u8>>,
 }
 
 impl Plan {
@@ -476,63 +486,86 @@ impl Plan {
         let evaluating = Instant::now();
         let mlx_error =
             |e: mlx_kernels::Error| EvalError::Mlx(format!("checks of {}: {e}", self.name));
-        // The checks as one array, read once: each array read on the host costs a device
-        // round trip on the GPU, and a decoder step has dozens of checks.
-        let holds = flattened_together(checks.iter().map(|c| c.holds.clone()), stream)
-            .map_err(mlx_error)?;
-        // The written-rows masks too, for the host to know which rows to copy out; a mask that
-        // several outputs share (every layer of a decoder) is read once.
-        let mut distinct: Vec<&Array> = Vec::new();
-        let mask_of: Vec<Option<usize>> = written_rows
-            .iter()
-            .map(|mask| {
-                mask.as_ref().map(|m| {
-                    distinct
-                        .iter()
-                        .position(|d| d.id() == m.id())
-                        .unwrap_or_else(|| {
-                            distinct.push(m);
-                            distinct.len() - 1
-                        })
-                })
-            })
-            .collect();
-        let masks = distinct
-            .iter()
-            .map(|m| ops::astype(m, mlx_kernels::Dtype::U8, stream))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(mlx_error)?;
-        let mask_sizes: Vec<usize> = distinct.iter().map(|m| m.size()).collect();
-        let masks_flat = flattened_together(masks, stream).map_err(mlx_error)?;
+        // What the host reads after the evaluation, as one array of bytes read once (each
+        // array read on the host costs a device round trip on the GPU): the checks (a decoder
+        // step has dozens), the written-rows masks (one per distinct mask: every layer of a
+        // decoder shares one) and the written rows' values that nodes gave.
+        let bytes = |a: &Array| -> mlx_kernels::Result<Array> {
+            if a.dtype() == mlx_kernels::Dtype::Bool {
+                ops::astype(a, mlx_kernels::Dtype::U8, stream)
+            } else {
+                ops::view(&ops::contiguous(a, stream)?, mlx_kernels::Dtype::U8, stream)
+            }
+        };
+        let mut read: Vec<Array> = Vec::new();
+        let mut lengths: Vec<usize> = Vec::new();
+        let mut push = |a: &Array| -> mlx_kernels::Result<usize> {
+            read.push(bytes(a)?);
+            lengths.push(a.nbytes());
+            Ok(lengths.len() - 1)
+        };
+        for check in &checks {
+            push(&check.holds).map_err(mlx_error)?;
+        }
+        let mut distinct: Vec<(u64, usize)> = Vec::new();
+        let mut parts_of: Vec<Option<(usize, Option<usize>)>> =
+            Vec::with_capacity(written_rows.len());
+        for written in &written_rows {
+            let Some(written) = written else {
+                parts_of.push(None);
+                continue;
+            };
+            let id = written.mask.id() as u64;
+            let mask = match distinct.iter().find(|(d, _)| *d == id) {
+                Some(&(_, part)) => part,
+                None => {
+                    let part = push(&written.mask).map_err(mlx_error)?;
+                    distinct.push((id, part));
+                    part
+                }
+            };
+            let values = written
+                .values
+                .as_ref()
+                .map(&mut push)
+                .transpose()
+                .map_err(mlx_error)?;
+            parts_of.push(Some((mask, values)));
+        }
+        let flat = flattened_together(read, stream).map_err(mlx_error)?;
         let mut all = outputs.clone();
-        all.extend(holds.clone());
-        all.extend(masks_flat.clone());
+        all.extend(flat.clone());
         Array::eval_all(&all)
             .map_err(|e| EvalError::Mlx(format!("MLX evaluation of {} failed: {e}", self.name)))?;
         times.eval += evaluating.elapsed();
-        if let Some(holds) = holds {
-            let holds = holds.to_vec::<bool>(stream).map_err(mlx_error)?;
-            if let Some(failed) = holds.iter().position(|&h| !h) {
-                return Err(EvalError::Input(checks[failed].message.to_string()));
-            }
-        }
-        let mut flags = match masks_flat {
-            Some(all) => all.to_vec::<u8>(stream).map_err(mlx_error)?,
+        let flat = match flat {
+            Some(flat) => flat.to_vec::<u8>(stream).map_err(mlx_error)?,
             None => Vec::new(),
+        };
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(lengths.len());
+        let mut at = 0;
+        for &length in &lengths {
+            parts.push(flat.get(at..at + length).ok_or_else(|| {
+                EvalError::Mlx(format!("{}: the host read came back short", self.name))
+            })?);
+            at += length;
         }
-        .into_iter();
-        let distinct_flags: Vec<Vec<u8>> = mask_sizes
+        if let Some(failed) = parts[..checks.len()]
             .iter()
-            .map(|&size| flags.by_ref().take(size).collect())
-            .collect();
+            .position(|holds| holds.contains(&0))
+        {
+            return Err(EvalError::Input(checks[failed].message.to_string()));
+        }
         let written_rows = written_rows
             .into_iter()
-            .zip(mask_of)
-            .map(|(mask, index)| {
+            .zip(parts_of)
+            .map(|(written, part)| {
+                let (written, (mask, values)) = (written?, part?);
                 Some(RowMask {
-                    shape: mask.as_ref()?.shape(),
-                    flags: distinct_flags[index?].clone(),
-                    array: mask?,
+                    shape: written.mask.shape(),
+                    flags: parts[mask].to_vec(),
+                    array: written.mask,
+                    values: values.map(|v| parts[v].to_vec()),
                 })
             })
             .collect();
@@ -676,7 +709,13 @@ impl Plan {
                 }));
             for written in lowered.written_rows {
                 if let Some(Some(slot)) = planned.outputs.get(written.output) {
-                    lowered_part.rows_of_slot.insert(*slot, written.rows);
+                    lowered_part.rows_of_slot.insert(
+                        *slot,
+                        InPlace {
+                            mask: written.rows,
+                            values: written.values,
+                        },
+                    );
                 }
             }
             for key in lowered.host_keys {
@@ -711,7 +750,7 @@ pub(crate) struct Part<'a> {
 pub(crate) struct PartLowering {
     pub env: Vec<Option<Array>>,
     pub checks: Vec<NodeCheck>,
-    pub rows_of_slot: HashMap<usize, Array>,
+    pub rows_of_slot: HashMap<usize, InPlace>,
     pub host_keys: Vec<SlotKey>,
 }
 

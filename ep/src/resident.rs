@@ -108,9 +108,10 @@ impl Residency {
     /// differ from the input. Keeps what each buffer then holds as its input's mirror for the
     /// next run (lazily: the next run's evaluation computes it). Every array read on the host
     /// costs a device round trip (on MLX's CUDA backend, a page migration) and a decoder has two
-    /// buffers a layer, so the rows of all outputs are gathered into one array, read once; the
-    /// written rows are known from the host copy of the masks, and only outputs without one
-    /// are compared on the device first (one more evaluation).
+    /// buffers a layer: rows whose values the node gave were read with the run's evaluation and
+    /// are copied as they are; the others are gathered on the device into one array, read once.
+    /// The written rows are known from the host copy of the masks; only outputs without one are
+    /// compared on the device first (one more evaluation).
     pub fn write_back(&mut self, shared: Vec<SharedOutput>, stream: &Stream) -> Result<(), String> {
         let err = |e: mlx_kernels::Error| e.to_string();
         let mut pending = Vec::with_capacity(shared.len());
@@ -142,7 +143,7 @@ impl Residency {
         }
         .into_iter();
         let mut gathers = Vec::with_capacity(pending.len());
-        for (out, rows, _, changed) in &mut pending {
+        for (out, rows, held, changed) in &mut pending {
             let changed = match changed.take() {
                 Some(known) => known,
                 None => flags
@@ -152,35 +153,54 @@ impl Residency {
                     .filter_map(|(row, f)| (f != 0).then_some(row))
                     .collect(),
             };
-            // The output's rows (what the buffer holds there after the write), gathered on the
-            // device unless most rows changed (then the whole buffer is copied).
-            let gathered = if changed.is_empty() || changed.len() * 2 > rows.count {
-                None
+            // The rows' bytes as the node gave them, already on the host; otherwise the
+            // output's rows (what the buffer holds there after the write) gathered on the
+            // device, unless most rows changed (then the whole buffer is copied).
+            let row_bytes = rows.width * held.dtype().size_in_bytes();
+            let given = out
+                .written
+                .and_then(|w| w.values.as_ref())
+                .filter(|v| v.len() == changed.len() * row_bytes);
+            let source = if changed.is_empty() {
+                RowSource::Nothing
+            } else if let Some(given) = given {
+                RowSource::Given(given)
+            } else if changed.len() * 2 > rows.count {
+                RowSource::Whole
             } else {
-                Some(gather_rows(out.output, rows, &changed, stream).map_err(err)?)
+                RowSource::Gathered(gather_rows(out.output, rows, &changed, stream).map_err(err)?)
             };
-            gathers.push((changed, gathered));
+            gathers.push((changed, source));
         }
-        let picked = match flattened_together(gathers.iter().filter_map(|(_, g)| g.clone()), stream)
-            .map_err(err)?
-        {
+        let gathered = gathers.iter().filter_map(|(_, source)| match source {
+            RowSource::Gathered(array) => Some(array.clone()),
+            _ => None,
+        });
+        let picked = match flattened_together(gathered, stream).map_err(err)? {
             Some(all) => all.to_bytes(stream).map_err(err)?,
             None => Vec::new(),
         };
         let mut offset = 0;
-        for ((out, rows, held, _), (changed, gathered)) in pending.into_iter().zip(gathers) {
+        for ((out, rows, held, _), (changed, source)) in pending.into_iter().zip(gathers) {
             let row_bytes = rows.width * held.dtype().size_in_bytes();
-            match gathered {
-                Some(_) => {
+            let mine = match source {
+                RowSource::Given(given) => Some(given),
+                RowSource::Gathered(_) => {
                     let mine = &picked[offset..offset + changed.len() * row_bytes];
                     offset += mine.len();
-                    for (k, &row) in changed.iter().enumerate() {
-                        out.buffer[row * row_bytes..(row + 1) * row_bytes]
-                            .copy_from_slice(&mine[k * row_bytes..(k + 1) * row_bytes]);
-                    }
+                    Some(mine)
                 }
-                None if !changed.is_empty() => held.copy_to(out.buffer, stream).map_err(err)?,
-                None => {}
+                RowSource::Whole => {
+                    held.copy_to(out.buffer, stream).map_err(err)?;
+                    None
+                }
+                RowSource::Nothing => None,
+            };
+            if let Some(mine) = mine {
+                for (k, &row) in changed.iter().enumerate() {
+                    out.buffer[row * row_bytes..(row + 1) * row_bytes]
+                        .copy_from_slice(&mine[k * row_bytes..(k + 1) * row_bytes]);
+                }
             }
             self.rows_written += changed.len() as u64;
             self.rows_aliased += rows.count as u64;
@@ -216,6 +236,18 @@ impl Residency {
             });
         }
     }
+}
+
+/// Where the bytes of an output's written rows come from.
+enum RowSource<'a> {
+    /// None changed.
+    Nothing,
+    /// The node gave them (read with the run's evaluation).
+    Given(&'a [u8]),
+    /// Gathered on the device from the output.
+    Gathered(Array),
+    /// Most rows changed: the whole output is copied.
+    Whole,
 }
 
 /// An output whose buffer is input `index`'s (which held `input`), and the rows its node

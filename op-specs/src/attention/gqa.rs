@@ -255,9 +255,11 @@ fn group_query_attention(
         padded_rows(&v, present_len, s)?
     };
     if let Some(written) = &layout.written {
-        // ORT's kernel writes only the new rows into a buffer that past and present share.
-        cx.writes_only_rows(1, written);
-        cx.writes_only_rows(2, written);
+        // ORT's kernel writes only the new rows into a buffer that past and present share:
+        // row b's S new rows at [past_b, past_b + S) in every head (past_b = 0 on a first
+        // prompt), so K and V as they are, [B, Hkv, S, D], are those rows in the buffer's order.
+        cx.writes_only_rows(1, written, Some(&k));
+        cx.writes_only_rows(2, written, Some(&v));
     }
     let StepLayout {
         row_total,

@@ -58,11 +58,15 @@ pub struct RuntimeCheck {
 /// inputs (onnxruntime-genai's shared past/present KV cache): ORT's kernels then write those
 /// rows in place and leave the others as the buffer holds them, while a buffer of the output's
 /// own gets every row the lowering computed. `rows` is a bool array that broadcasts to the
-/// output's shape without its last axis (a row is a last-axis vector).
+/// output's shape without its last axis (a row is a last-axis vector). `values`, when the
+/// lowering has them at hand, are those rows' contents in row-major order of the rows they go
+/// to (any shape with that many elements, the output's type): the host then copies them
+/// straight into the buffer, with no gather from the output on the device.
 #[derive(Debug, Clone)]
 pub struct WrittenRows {
     pub output: usize,
     pub rows: Array,
+    pub values: Option<Array>,
 }
 
 /// A projection of host values: what of them a lowering's structure depends on.
@@ -325,11 +329,12 @@ impl<'a> Lower<'a> {
     }
 
     /// Declares that output `output`, when it shares an input's buffer, writes only the rows
-    /// where `rows` is true (see [`WrittenRows`]).
-    pub fn writes_only_rows(&mut self, output: usize, rows: &Array) {
+    /// where `rows` is true, holding `values` when given (see [`WrittenRows`]).
+    pub fn writes_only_rows(&mut self, output: usize, rows: &Array, values: Option<&Array>) {
         self.written_rows.push(WrittenRows {
             output,
             rows: rows.clone(),
+            values: values.cloned(),
         });
     }
 
