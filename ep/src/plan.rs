@@ -507,7 +507,7 @@ impl Plan {
         for check in &checks {
             push(&check.holds).map_err(mlx_error)?;
         }
-        let mut distinct: Vec<(u64, usize)> = Vec::new();
+        let mut distinct: Vec<(usize, usize)> = Vec::new();
         let mut parts_of: Vec<Option<(usize, Option<usize>)>> =
             Vec::with_capacity(written_rows.len());
         for written in &written_rows {
@@ -515,7 +515,7 @@ impl Plan {
                 parts_of.push(None);
                 continue;
             };
-            let id = written.mask.id() as u64;
+            let id = written.mask.id();
             let mask = match distinct.iter().find(|(d, _)| *d == id) {
                 Some(&(_, part)) => part,
                 None => {

@@ -180,8 +180,13 @@ fn group_query_attention(
     } else {
         None
     };
-    let kernel_rows = (1..=DECODE_QUERY_ROWS).contains(&seq)
+    let plain_softmax = !capped && !sink && !qk_wanted;
+    // A decode-sized step on MLX's CUDA backend runs the hand-written attention kernel.
+    let kernel_rows = plain_softmax
+        && attention_bias.is_none()
+        && (1..=DECODE_QUERY_ROWS).contains(&seq)
         && batch > 0
+        && head <= cuda::DECODE_ATTENTION_MAX_HEAD
         && dtype != Dtype::BF16
         && cuda::available(s);
 
@@ -220,10 +225,8 @@ fn group_query_attention(
                 rotary.map(|(cos, sin, _)| (cos, sin)),
                 position_ids.as_ref(),
             )
-            .map(StepLayout::into_arrays)
         },
     )?;
-    let layout = StepLayout::from_arrays(layout, &facts)?;
     let s = cx.stream();
 
     // Rotary embedding, in float32 over the tables' rows at each query's position.
@@ -281,13 +284,9 @@ fn group_query_attention(
     } else {
         scale
     };
-    let plain_softmax = !capped && !sink && !qk_wanted;
-    let attended = if let Some((lo_rows, hi_rows)) = kernel_bounds
-        .as_ref()
-        .filter(|_| plain_softmax && bias.is_none() && head <= cuda::DECODE_ATTENTION_MAX_HEAD)
-    {
-        // A decode-sized step on MLX's CUDA backend: only the visible keys are read, in the
-        // cache's own type, and scored in float32 (ORT's precision).
+    let attended = if let Some((lo_rows, hi_rows)) = &kernel_bounds {
+        // Only the visible keys are read, in the cache's own type, and scored in float32
+        // (ORT's precision).
         let out = cuda::decode_attention(&q, &present_k, &present_v, lo_rows, hi_rows, scale, s)?;
         (out, None)
     } else {
@@ -420,7 +419,7 @@ struct StepFacts {
     causal: i64,
     /// Whether ORT runs its float32 flash kernel (it places a local window differently).
     flash: bool,
-    /// Whether the decode kernel's `[B, S]` bounds are wanted.
+    /// Whether the decode kernel runs (and its `[B, S]` bounds are wanted).
     kernel_rows: bool,
     /// The rotary caches' rows, with rotary embedding.
     cache_rows: Option<i64>,
@@ -457,6 +456,7 @@ impl StepFacts {
 }
 
 /// A step's rows and masks: what every layer of a decoder derives alike.
+#[derive(Clone)]
 struct StepLayout {
     /// `total_b` as `[B, 1, 1, 1]`.
     row_total: Array,
@@ -472,67 +472,6 @@ struct StepLayout {
     seen: Option<Array>,
     /// `lo` and `eff` as the decode kernel's `[B, S]` bounds.
     kernel_bounds: Option<(Array, Array)>,
-}
-
-impl StepLayout {
-    fn into_arrays(self) -> Vec<Array> {
-        let p = self.placement;
-        let mut arrays = vec![
-            self.row_total,
-            p.row,
-            p.row_past,
-            p.is_past,
-            p.is_new,
-            self.eff,
-        ];
-        arrays.extend(self.written);
-        arrays.extend(self.rotary.into_iter().flat_map(Rotation::into_arrays));
-        arrays.extend(self.lo);
-        arrays.extend(self.seen);
-        arrays.extend(self.kernel_bounds.into_iter().flat_map(|(l, h)| [l, h]));
-        arrays
-    }
-
-    fn from_arrays(arrays: Vec<Array>, facts: &StepFacts) -> Result<StepLayout> {
-        let mut it = arrays.into_iter();
-        let mut next = || {
-            it.next().ok_or_else(|| {
-                OpError::new("GroupQueryAttention: a step layout is incomplete (table bug)")
-            })
-        };
-        let (row_total, row, row_past, is_past, is_new, eff) =
-            (next()?, next()?, next()?, next()?, next()?, next()?);
-        let written = facts.has_past.then(&mut next).transpose()?;
-        let rotary = match facts.cache_rows {
-            Some(_) => Some(Rotation::from_arrays(
-                [next()?, next()?, next()?],
-                facts.interleaved,
-            )),
-            None => None,
-        };
-        let lo = facts.windowed().then(&mut next).transpose()?;
-        let seen = facts.windowed().then(&mut next).transpose()?;
-        let kernel_bounds = match facts.kernel_rows {
-            true => Some((next()?, next()?)),
-            false => None,
-        };
-        Ok(StepLayout {
-            row_total,
-            placement: Placement {
-                row,
-                row_past,
-                seq: facts.seq,
-                is_past,
-                is_new,
-            },
-            written,
-            rotary,
-            lo,
-            eff,
-            seen,
-            kernel_bounds,
-        })
-    }
 }
 
 /// The step layout, with ORT's run-time checks on `total_sequence_length` (when traced),
@@ -861,6 +800,7 @@ fn positions(
 /// Where a step's rows go in a present cache `[B, Hkv, P, D]`: row `j` of the present is a
 /// past row when `j < past_b`, the new row `j − past_b` when `j ∈ [past_b, past_b + S)`, zero
 /// after. Built once for K, V and the written-rows mask.
+#[derive(Clone)]
 struct Placement {
     /// `j` as `[1, 1, P, 1]` (int32).
     row: Array,

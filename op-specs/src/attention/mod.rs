@@ -143,6 +143,7 @@ pub fn rotate(x: &Array, cos: &Array, sin: &Array, interleaved: bool, s: &Stream
 /// the rotation is then one elementwise expression, `pairs · cos + swapped · (−sin, sin)`, with
 /// `swapped` the pairs in the other order: no split and no concatenation, so MLX fuses it into
 /// one kernel beside the swap's gather.
+#[derive(Clone)]
 pub struct Rotation {
     /// `cos` with the pair axis inserted (broadcast over it), float32.
     cos: Array,
@@ -204,19 +205,6 @@ impl Rotation {
             &shape,
             s,
         )?)
-    }
-
-    fn into_arrays(self) -> [Array; 3] {
-        [self.cos, self.signed_sin, self.swap]
-    }
-
-    fn from_arrays([cos, signed_sin, swap]: [Array; 3], interleaved: bool) -> Rotation {
-        Rotation {
-            cos,
-            signed_sin,
-            swap,
-            interleaved,
-        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! What a lowering function gets: the MLX stream, the node's attributes, and typed helpers the
 //! generated adapters call.
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
@@ -123,8 +124,8 @@ impl Prepared {
     }
 }
 
-/// Arrays that several nodes of one lowering derive alike (see [`Lower::shared`]), kept for the
-/// length of that lowering (one trace, or one eager run).
+/// What several nodes of one lowering derive alike (see [`Lower::shared`]), kept for the length
+/// of that lowering (one trace, or one eager run).
 #[derive(Default)]
 pub struct SharedDerivations {
     entries: Vec<SharedEntry>,
@@ -135,11 +136,12 @@ struct SharedEntry {
     /// The arrays the derivation read, kept alive so that their identities stay theirs.
     inputs: Vec<Array>,
     extra: Vec<i64>,
-    arrays: Vec<Array>,
+    /// The derivation's result (of the type its lowering chose).
+    value: Box<dyn Any>,
 }
 
 impl SharedDerivations {
-    fn find(&self, tag: &str, inputs: &[&Array], extra: &[i64]) -> Option<Vec<Array>> {
+    fn find<T: Clone + 'static>(&self, tag: &str, inputs: &[&Array], extra: &[i64]) -> Option<T> {
         self.entries
             .iter()
             .find(|e| {
@@ -148,7 +150,7 @@ impl SharedDerivations {
                     && e.inputs.len() == inputs.len()
                     && e.inputs.iter().zip(inputs).all(|(a, b)| a.id() == b.id())
             })
-            .map(|e| e.arrays.clone())
+            .and_then(|e| e.value.downcast_ref::<T>().cloned())
     }
 
     /// How many derivations were computed (each once).
@@ -266,35 +268,36 @@ impl<'a> Lower<'a> {
         Ok(arrays)
     }
 
-    /// Arrays computed by `compute` from `inputs` (arrays this node was given, or derived from
-    /// them) and `extra` (every other value `compute` depends on: sizes, attributes, host-read
-    /// values) alone. Another node of the same lowering asking for the same `tag` over the same
-    /// arrays and `extra` gets these arrays back instead of computing them again, run-time
+    /// What `compute` derives (lazy arrays, in any structure) from `inputs` (arrays this node
+    /// was given, or derived from them) and `extra` (every other value `compute` depends on:
+    /// sizes, attributes, host-read values) alone. Another node of the same lowering asking for
+    /// the same `tag` over the same arrays and `extra` gets a clone of it back instead of
+    /// computing it again, run-time
     /// checks included (registered once, by the first node): what every layer of a decoder
     /// derives from one attention mask (positions, rotary rows, row masks, range checks) is
     /// then built, evaluated and checked once a step. Without a plan's context (unit tests)
     /// `compute` runs every time.
-    pub fn shared(
+    pub fn shared<T: Clone + 'static>(
         &mut self,
         tag: &'static str,
         inputs: &[&Array],
         extra: &[i64],
-        compute: impl FnOnce(&mut Self) -> Result<Vec<Array>>,
-    ) -> Result<Vec<Array>> {
+        compute: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
         let Some(store) = self.constants.map(|c| c.shared) else {
             return compute(self);
         };
         if let Some(found) = store.borrow().find(tag, inputs, extra) {
             return Ok(found);
         }
-        let arrays = compute(self)?;
+        let value = compute(self)?;
         store.borrow_mut().entries.push(SharedEntry {
             tag,
             inputs: inputs.iter().map(|&a| a.clone()).collect(),
             extra: extra.to_vec(),
-            arrays: arrays.clone(),
+            value: Box::new(value.clone()),
         });
-        Ok(arrays)
+        Ok(value)
     }
 
     /// Makes the run fail with `message` unless every element of `holds` (bool, any shape) is
