@@ -261,3 +261,38 @@ def test_arg_extremes_of_empty_tensors_keep_orts_shapes():
                 for (got,) in mlx_runs(model, feeds):
                     assert got.shape == want[0].shape, (op, axis, keepdims, shape)
                     assert got.dtype == np.int64
+
+
+def _recurrent_model(op, gates, with_bias, **attrs):
+    inputs = ["X", "W", "R"] + (["B"] if with_bias else [])
+    outputs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, inputs, outputs, hidden_size=1, **attrs)
+    return make_model([node], [tensor(n) for n in inputs], [tensor(n) for n in outputs], opset=14), gates
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("op,gates,attrs", [
+    ("LSTM", 4, {}),
+    ("LSTM", 4, {"activations": ["Relu", "Affine", "HardSigmoid"], "activation_alpha": [1.0, 0.5],
+                 "activation_beta": [0.0, 0.25]}),
+    ("GRU", 3, {"activations": ["Affine", "Softplus"], "activation_alpha": [1.0], "activation_beta": [0.0]}),
+    ("GRU", 3, {"clip": 5.0}),
+])
+def test_recurrent_gate_inputs_are_bounded_as_orts_kernels_bound_them(op, gates, attrs, with_bias):
+    # s1-LSTM-7-0 and 20 more: ORT's GRU/LSTM kernels clamp every gate input to [-clip, clip]
+    # (float32's max without clip), and while adding the bias a NaN becomes +clip; their Relu and
+    # HardSigmoid give 0 for NaN and their Softplus is log(1 + e^x). The EP propagated NaN and inf.
+    model, gates = _recurrent_model(op, gates, with_bias, **attrs)
+    specials = np.array([np.nan, np.inf, -np.inf, 3e38, -3e38, 100.0, -100.0, 0.5], np.float32)
+    batch = specials.size
+    rng = np.random.default_rng(13)
+    # Gate inputs are X * 1 + B: every special reaches every gate of some batch entry.
+    feeds = {"X": np.stack([specials, np.roll(specials, 3)]).reshape(2, batch, 1),
+             "W": np.ones((1, gates, 1), np.float32),
+             "R": np.zeros((1, gates, 1), np.float32)}
+    if with_bias:
+        feeds["B"] = rng.choice(np.array([0.0, 1.0, -1.0, np.nan, 2.0], np.float32), (1, 2 * gates))
+    want = cpu_outputs(model, feeds)
+    # Propagating NaN/inf (the EP's old answer) would leave those batch entries non-finite.
+    assert np.isfinite(want[0][0, 0, ~np.isfinite(specials)]).any()
+    assert_runs_match(model, feeds, want, rtol=1e-5, atol=1e-6)

@@ -193,8 +193,11 @@ fn rnn_parameters(
         .collect())
 }
 
-/// One activation, in float32, as ORT's CPU kernels define it (the shared activation bodies;
-/// Affine and ScaledTanh exist only here).
+/// One activation of a gate, in float32, as ORT's CPU recurrent kernels compute it. Most share
+/// the standalone ops' bodies; two differ from them at the edges, and the recurrent kernels are
+/// the oracle here: HardSigmoid maps NaN to 0 (a comparison that NaN fails picks 0), and Softplus
+/// is the plain `log(1 + e^x)`, which is infinite from x ≈ 89 on. Affine and ScaledTanh exist
+/// only here. [`activate_state`] is the variant for a state.
 pub(super) fn activate(act: Activation, x: &Array, s: &Stream) -> Result<Array> {
     use crate::activation as a;
     let k = |v: f32| scalar(v.into(), Dtype::F32, s);
@@ -203,7 +206,7 @@ pub(super) fn activate(act: Activation, x: &Array, s: &Stream) -> Result<Array> 
         Activation::Tanh => Ok(ops::tanh(x, s)?),
         Activation::Sigmoid => Ok(ops::sigmoid(x, s)?),
         Activation::Softsign => a::softsign_of(x, s),
-        Activation::Softplus => a::softplus_of(x, s),
+        Activation::Softplus => Ok(ops::log(&ops::add(&ops::exp(x, s)?, &k(1.0)?, s)?, s)?),
         Activation::Affine { alpha, beta } => {
             Ok(ops::add(&ops::multiply(x, &k(alpha)?, s)?, &k(beta)?, s)?)
         }
@@ -215,9 +218,28 @@ pub(super) fn activate(act: Activation, x: &Array, s: &Stream) -> Result<Array> 
             s,
         )?),
         Activation::HardSigmoid { alpha, beta } => {
-            a::hard_sigmoid_of(x, alpha.into(), beta.into(), s)
+            let linear = ops::add(&ops::multiply(x, &k(alpha)?, s)?, &k(beta)?, s)?;
+            let below_one = ops::minimum(&linear, &k(1.0)?, s)?;
+            Ok(ops::where_(
+                &ops::greater(&linear, &k(0.0)?, s)?,
+                &below_one,
+                &k(0.0)?,
+                s,
+            )?)
         }
         Activation::Elu { alpha } => a::elu_of(x, alpha.into(), s),
+    }
+}
+
+/// An activation applied to a state rather than a gate: LSTM's `h(C)` and RNN's `f`. ORT's
+/// kernels compute Relu there as `x > 0 ? x : 0`, so NaN gives 0 (a gate's Relu keeps NaN).
+pub(super) fn activate_state(act: Activation, x: &Array, s: &Stream) -> Result<Array> {
+    match act {
+        Activation::Relu => {
+            let zero = scalar(0.0, Dtype::F32, s)?;
+            Ok(ops::where_(&ops::greater(x, &zero, s)?, x, &zero, s)?)
+        }
+        _ => activate(act, x, s),
     }
 }
 

@@ -4,7 +4,7 @@ use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::activation::{activate, Activation};
 use super::unroll::recurrent;
-use super::{clip, columns, gates, Attributes, Cell, Config, Direction, Inputs};
+use super::{columns, gate_input, gates, Attributes, Cell, Config, Direction, Inputs};
 use crate::table::consts::scalar;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
@@ -47,7 +47,7 @@ fn gru(
         hidden_size,
         layout,
     };
-    let mut cfg = Config::new(Cell::Gru, attrs)?;
+    let mut cfg = Config::new(Cell::Gru, attrs, b.is_some())?;
     cfg.linear_before_reset = linear_before_reset != 0;
     let inputs = Inputs {
         x,
@@ -75,17 +75,15 @@ pub(super) fn step(
     s: &Stream,
 ) -> Result<Array> {
     let hidden = cfg.hidden;
-    let bound = cfg.clip;
     let (r_zr, r_h) = dir
         .recurrent_zr_h_t
         .as_ref()
         .ok_or_else(|| OpError::new("GRU weights were not split"))?;
     let zr = ops::addmm(&columns(projected, 0, 2 * hidden, s)?, h, r_zr, 1.0, 1.0, s)?;
+    let zr = activate(acts[0], &gate_input(cfg, zr, s)?, s)?;
     let [z, r]: [Array; 2] = gates(&zr, 2, hidden, s)?
         .try_into()
         .map_err(|_| OpError::new("GRU gates do not split in two"))?;
-    let z = activate(acts[0], &clip(z, bound, s)?, s)?;
-    let r = activate(acts[0], &clip(r, bound, s)?, s)?;
     let projected_h = columns(projected, 2 * hidden, 3 * hidden, s)?;
     let pre = if cfg.linear_before_reset {
         let mut linear = ops::matmul(h, r_h, s)?;
@@ -96,7 +94,7 @@ pub(super) fn step(
     } else {
         ops::addmm(&projected_h, &ops::multiply(&r, h, s)?, r_h, 1.0, 1.0, s)?
     };
-    let candidate = activate(acts[1], &clip(pre, bound, s)?, s)?;
+    let candidate = activate(acts[1], &gate_input(cfg, pre, s)?, s)?;
     let keep = ops::multiply(&z, h, s)?;
     let one_minus_z = ops::subtract(&scalar(1.0, Dtype::F32, s)?, &z, s)?;
     Ok(ops::add(

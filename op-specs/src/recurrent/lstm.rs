@@ -2,9 +2,9 @@
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
-use super::activation::{activate, Activation};
+use super::activation::{activate, activate_state, Activation};
 use super::unroll::recurrent;
-use super::{clip, gates, Attributes, Cell, Config, Direction, Inputs};
+use super::{gate_input, gates, Attributes, Cell, Config, Direction, Inputs};
 use crate::table::consts::scalar;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
@@ -50,7 +50,7 @@ fn lstm(
         hidden_size,
         layout,
     };
-    let mut cfg = Config::new(Cell::Lstm, attrs)?;
+    let mut cfg = Config::new(Cell::Lstm, attrs, b.is_some())?;
     cfg.input_forget = input_forget != 0;
     let inputs = Inputs {
         x,
@@ -76,7 +76,6 @@ pub(super) fn step(
     c: &Array,
     s: &Stream,
 ) -> Result<(Array, Array)> {
-    let bound = cfg.clip;
     let all = ops::addmm(projected, h, &dir.recurrent_t, 1.0, 1.0, s)?;
     let [i, o, f, g]: [Array; 4] = gates(&all, 4, cfg.hidden, s)?
         .try_into()
@@ -88,16 +87,16 @@ pub(super) fn step(
         }
     };
     let (f_act, g_act, h_act) = (acts[0], acts[1], acts[2]);
-    let i = activate(f_act, &clip(peep(i, 0, c)?, bound, s)?, s)?;
+    let i = activate(f_act, &gate_input(cfg, peep(i, 0, c)?, s)?, s)?;
     let f = if cfg.input_forget {
         ops::subtract(&scalar(1.0, Dtype::F32, s)?, &i, s)?
     } else {
-        activate(f_act, &clip(peep(f, 2, c)?, bound, s)?, s)?
+        activate(f_act, &gate_input(cfg, peep(f, 2, c)?, s)?, s)?
     };
-    let g = activate(g_act, &clip(g, bound, s)?, s)?;
+    let g = activate(g_act, &gate_input(cfg, g, s)?, s)?;
     let c_new = ops::add(&ops::multiply(&f, c, s)?, &ops::multiply(&i, &g, s)?, s)?;
-    let o = activate(f_act, &clip(peep(o, 1, &c_new)?, bound, s)?, s)?;
-    let h_new = ops::multiply(&o, &activate(h_act, &c_new, s)?, s)?;
+    let o = activate(f_act, &gate_input(cfg, peep(o, 1, &c_new)?, s)?, s)?;
+    let h_new = ops::multiply(&o, &activate_state(h_act, &c_new, s)?, s)?;
     Ok((h_new, c_new))
 }
 

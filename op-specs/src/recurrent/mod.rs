@@ -8,6 +8,8 @@
 //!   the new state and the carried one, so no host read is needed. Lengths outside
 //!   `[0, seq_length]` fail the run, as in ORT's CPU EP (a run-time check).
 //! - `clip` bounds the input of the gate activations only (not the cell state fed to `h`).
+//!   GRU and LSTM bound it even without `clip` (to float32's largest value), and a node with a
+//!   bias turns a NaN there into the upper bound, as ORT's kernels do ([`gate_input`]).
 //! - `input_forget = 1` (LSTM) couples the gates: `f = 1 - i`.
 //! - `activation_alpha`/`activation_beta` are consumed in order by the activations that take
 //!   them; where ORT's defaults differ from ONNX's (Affine's and ThresholdedRelu's alpha,
@@ -131,6 +133,10 @@ struct Config {
     /// `per_direction` activations per direction, directions in order.
     activations: Vec<Activation>,
     clip: Option<f32>,
+    /// Whether the node has a bias `B`: ORT's GRU and LSTM kernels clamp a gate input while
+    /// adding the bias (NaN becomes the upper bound there) and clamp it alone otherwise (NaN
+    /// stays), so the bias input decides what a NaN gate input becomes.
+    has_bias: bool,
     /// GRU only.
     linear_before_reset: bool,
     /// LSTM only.
@@ -141,7 +147,7 @@ struct Config {
 impl Config {
     /// The claim declined every node this fails on; the errors guard a lowering reached
     /// without it.
-    fn new(cell: Cell, attrs: Attributes) -> Result<Config> {
+    fn new(cell: Cell, attrs: Attributes, has_bias: bool) -> Result<Config> {
         let reverse = directions(&attrs.direction).map_err(OpError::new)?;
         let activations = resolve_activations(
             cell,
@@ -157,6 +163,7 @@ impl Config {
             reverse,
             activations,
             clip: attrs.clip,
+            has_bias,
             linear_before_reset: false,
             input_forget: false,
             batch_major: attrs.layout == 1,
@@ -215,12 +222,28 @@ fn gates(a: &Array, n: i64, width: i64, s: &Stream) -> Result<Vec<Array>> {
     Ok(ops::split_at(a, &cuts, axis, s)?)
 }
 
-fn clip(x: Array, bound: Option<f32>, s: &Stream) -> Result<Array> {
-    match bound {
-        None => Ok(x),
-        Some(c) => {
-            let low = ops::maximum(&x, &scalar(-f64::from(c), Dtype::F32, s)?, s)?;
-            Ok(ops::minimum(&low, &scalar(c.into(), Dtype::F32, s)?, s)?)
+/// The input of a gate activation, bounded as ORT's CPU kernels bound it, NaN included. GRU and
+/// LSTM always clamp to `[-clip, clip]` (no `clip`: float32's largest value), so an infinite gate
+/// input reaches even an unbounded activation (Relu, Affine) finite; a NaN becomes `+clip` in a
+/// node with a bias and stays NaN in one without ([`Config::has_bias`]). RNN clamps only when the
+/// node gives `clip`, and keeps NaN (ORT's RNN turns a NaN into `-clip` for some elements and
+/// keeps it for others, so no rule matches it everywhere; NaN is the spec's answer).
+fn gate_input(cfg: &Config, x: Array, s: &Stream) -> Result<Array> {
+    let (bound, nan_becomes) = match (cfg.cell, cfg.clip) {
+        (Cell::Rnn, None) => return Ok(x),
+        (Cell::Rnn, Some(c)) => (c, None),
+        (_, c) => {
+            let c = c.unwrap_or(f32::MAX);
+            (c, cfg.has_bias.then_some(c))
+        }
+    };
+    let low = ops::maximum(&x, &scalar(-f64::from(bound), Dtype::F32, s)?, s)?;
+    let clamped = ops::minimum(&low, &scalar(bound.into(), Dtype::F32, s)?, s)?;
+    match nan_becomes {
+        None => Ok(clamped),
+        Some(v) => {
+            let v = scalar(v.into(), Dtype::F32, s)?;
+            Ok(ops::where_(&ops::isnan(&x, s)?, &v, &clamped, s)?)
         }
     }
 }

@@ -2,9 +2,9 @@
 
 use mlx_kernels::{ops, Array, Stream};
 
-use super::activation::{activate, Activation};
+use super::activation::{activate_state, Activation};
 use super::unroll::recurrent;
-use super::{clip, Attributes, Cell, Config, Direction, Inputs};
+use super::{gate_input, Attributes, Cell, Config, Direction, Inputs};
 use crate::{onnx_op, Lower, Node, Result, Verdict};
 
 fn rnn_claim(node: &Node) -> Verdict {
@@ -44,7 +44,7 @@ fn rnn(
         hidden_size,
         layout,
     };
-    let cfg = Config::new(Cell::Rnn, attrs)?;
+    let cfg = Config::new(Cell::Rnn, attrs, b.is_some())?;
     let inputs = Inputs {
         x,
         w,
@@ -70,7 +70,7 @@ pub(super) fn step(
     s: &Stream,
 ) -> Result<Array> {
     let pre = ops::addmm(projected, h, &dir.recurrent_t, 1.0, 1.0, s)?;
-    activate(acts[0], &clip(pre, cfg.clip, s)?, s)
+    activate_state(acts[0], &gate_input(cfg, pre, s)?, s)
 }
 
 #[cfg(test)]

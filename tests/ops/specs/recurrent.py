@@ -4,13 +4,18 @@ The reference is a plain loop over batch entries and steps, per ONNX's equations
 details ORT's CPU EP settles: steps at and past an entry's sequence length give zeros in Y and
 leave its state alone (a reverse pass starts at the entry's own last step); a zero length gives
 zero Y_h/Y_c; clip bounds the gate pre-activations only; input_forget couples f = 1 - i.
+ORT's kernels are the oracle at the float edges too: GRU and LSTM clamp every gate input to
+[-clip, clip] (float32's max without clip) and, in a node with a bias, turn NaN into +clip
+(RNN clamps only with clip, and keeps NaN);
+their HardSigmoid gives 0 for NaN, and so does Relu applied to a state (LSTM's h, RNN's f; a gate's
+Relu keeps NaN); their Softplus is float32's log(1 + e^x).
 ORT's CPU EP rejects layout 1 (batch first), so those cases compare with this reference."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from op_specs import SPECS, OpSpec, Variant, _f32, _rep, _sigmoid, _softplus
+from op_specs import SPECS, OpSpec, Variant, _f32, _rep, _sigmoid
 from op_table import np_dtype
 
 
@@ -22,12 +27,12 @@ _RNN_ACTS = {
     "Tanh": (lambda x, a, b: np.tanh(x), None, None),
     "Sigmoid": (lambda x, a, b: _sigmoid(x), None, None),
     "Softsign": (lambda x, a, b: x / (1.0 + np.abs(x)), None, None),
-    "Softplus": (lambda x, a, b: _softplus(x), None, None),
+    "Softplus": (lambda x, a, b: np.log(np.float32(1) + np.exp(np.asarray(x, np.float32))), None, None),
     "Affine": (lambda x, a, b: a * x + b, 1.0, 0.0),
     "LeakyRelu": (lambda x, a, b: np.where(x >= 0, x, a * x), 0.01, None),
     "ThresholdedRelu": (lambda x, a, b: np.where(x > a, x, 0.0), 1.0, None),
     "ScaledTanh": (lambda x, a, b: a * np.tanh(b * x), 1.0, 1.0),
-    "HardSigmoid": (lambda x, a, b: np.clip(a * x + b, 0.0, 1.0), 0.2, 0.5),
+    "HardSigmoid": (lambda x, a, b: np.where(a * x + b > 0, np.minimum(a * x + b, 1.0), 0.0), 0.2, 0.5),
     "Elu": (lambda x, a, b: np.where(x >= 0, x, a * np.expm1(np.minimum(x, 0.0))), 1.0, None),
 }
 
@@ -44,19 +49,37 @@ def _rnn_activations(op, directions, a):
         f, alpha_default, beta_default = _RNN_ACTS[name]
         alpha = (alphas.pop(0) if alphas else alpha_default) if alpha_default is not None else 0.0
         beta = (betas.pop(0) if betas else beta_default) if beta_default is not None else 0.0
-        funcs.append(lambda x, f=f, al=alpha, be=beta: f(x, al, be))
+        func = lambda x, f=f, al=alpha, be=beta: f(x, al, be)  # noqa: E731
+        func.name = name
+        funcs.append(func)
     return funcs
 
 
-def _rnn_cell(op, acts, a, x, h, c, w, r, wb, rb, p):
+def _on_state(act, v):
+    """An activation applied to a state (LSTM's h, RNN's f): Relu is `x > 0 ? x : 0` there."""
+    return np.where(v > 0, v, 0.0) if act.name == "Relu" else act(v)
+
+
+def _gate_clip(op, bound, has_bias):
+    """The gate inputs' bound as ORT's kernels apply it (see the module's docstring)."""
+    if op == "RNN":
+        if bound is None:
+            return lambda v: v
+        return lambda v: np.clip(v, -_f32(bound), _f32(bound))
+    b = _f32(bound) if bound is not None else float(np.finfo(np.float32).max)
+    if has_bias:
+        return lambda v: np.where(np.isnan(v), b, np.clip(v, -b, b))
+    return lambda v: np.clip(v, -b, b)
+
+
+def _rnn_cell(op, acts, a, x, h, c, w, r, wb, rb, p, has_bias):
     """One step of one batch entry: the new hidden and cell states."""
     hidden = a["hidden_size"]
-    bound = a.get("clip")
-    clip = (lambda v: np.clip(v, -_f32(bound), _f32(bound))) if bound is not None else (lambda v: v)
+    clip = _gate_clip(op, a.get("clip"), has_bias)
     gate = lambda k, extra=0.0: x @ w[k * hidden:(k + 1) * hidden].T + wb[k * hidden:(k + 1) * hidden] + extra  # noqa: E731
     rec = lambda k, state: state @ r[k * hidden:(k + 1) * hidden].T + rb[k * hidden:(k + 1) * hidden]  # noqa: E731
     if op == "RNN":
-        return acts[0](clip(gate(0) + rec(0, h))), c
+        return _on_state(acts[0], clip(gate(0) + rec(0, h))), c
     if op == "GRU":
         f, g = acts
         z = f(clip(gate(0) + rec(0, h)))
@@ -72,7 +95,7 @@ def _rnn_cell(op, acts, a, x, h, c, w, r, wb, rb, p):
     forget = 1.0 - i if a.get("input_forget", 0) else f(clip(gate(2) + rec(2, h) + pf * c))
     cell = forget * c + i * g(clip(gate(3) + rec(3, h)))
     o = f(clip(gate(1) + rec(1, h) + po * cell))
-    return o * hact(cell), cell
+    return o * _on_state(hact, cell), cell
 
 
 def _recurrent(op):
@@ -99,7 +122,7 @@ def _recurrent(op):
                 length = int(lens[n]) if lens is not None else steps
                 for t in (range(length - 1, -1, -1) if backwards else range(length)):
                     h, c = _rnn_cell(op, acts[d * per:(d + 1) * per], a, x[t, n], h, c, w[d], r[d],
-                                     bias[:width], bias[width:], None if p is None else p[d])
+                                     bias[:width], bias[width:], None if p is None else p[d], b is not None)
                     y[t, d, n] = h
                 if length > 0:
                     y_h[d, n], y_c[d, n] = h, c
