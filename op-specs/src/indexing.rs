@@ -298,6 +298,10 @@ fn scatter_rows(
     s: &mlx_kernels::Stream,
 ) -> Result<Array> {
     use mlx_kernels::Dtype::I32;
+    let extreme = matches!(mode, ops::ScatterMode::Max | ops::ScatterMode::Min);
+    if extreme && a.dtype().is_float() {
+        return scatter_extreme_as_ort(a, rows, updates, mode, s);
+    }
     if !matches!(mode, ops::ScatterMode::Set) {
         return Ok(ops::scatter_rows(a, rows, updates, mode, s)?);
     }
@@ -363,6 +367,71 @@ fn scatter_nd(
     let slices = ops::reshape(&updates, &[[count, 1].as_slice(), rest].concat(), s)?;
     let written = scatter_rows(&view, &rows, &slices, scatter_mode(&reduction)?, s)?;
     Ok(ops::reshape(&written, &dims, s)?)
+}
+
+/// A float max/min reduction with NaN as ORT's CPU EP gives it. ORT folds each element's
+/// updates in order with `acc = (u < acc) ? acc : u` (max; min mirrored), so a NaN is taken
+/// when it comes and dropped by the next update: the answer is NaN when the last update (or, with
+/// no update, the data) is NaN, and otherwise the extreme of what follows the last NaN. MLX's
+/// GPU scatter combines in no fixed order with its own NaN rule, so the order is rebuilt from
+/// update numbers: per element, the last update and the last NaN update (32-bit max scatters),
+/// then one scatter of the updates that follow that NaN, into the data only where no NaN came
+/// before them.
+fn scatter_extreme_as_ort(
+    a: &Array,
+    rows: &Array,
+    updates: &Array,
+    mode: ops::ScatterMode,
+    s: &mlx_kernels::Stream,
+) -> Result<Array> {
+    use crate::table::consts::scalar;
+    use mlx_kernels::Dtype::I32;
+    let dims = a.shape();
+    let count = rows.size() as i64;
+    let neutral = match mode {
+        ops::ScatterMode::Max => f64::NEG_INFINITY,
+        _ => f64::INFINITY,
+    };
+    let none = ops::broadcast_to(&scalar(-1.0, I32, s)?, &dims, s)?;
+    let mut number_shape = vec![count];
+    number_shape.extend(std::iter::repeat_n(1, updates.ndim() - 1));
+    let numbers = ops::broadcast_to(
+        &ops::reshape(
+            &ops::arange(0.0, count as f64, 1.0, I32, s)?,
+            &number_shape,
+            s,
+        )?,
+        &updates.shape(),
+        s,
+    )?;
+    let last = ops::scatter_rows(&none, rows, &numbers, ops::ScatterMode::Max, s)?;
+    let nan_numbers = ops::where_(&ops::isnan(updates, s)?, &numbers, &scalar(-1.0, I32, s)?, s)?;
+    let last_nan = ops::scatter_rows(&none, rows, &nan_numbers, ops::ScatterMode::Max, s)?;
+    // An update counts when it comes after its element's last NaN update.
+    let nan_before = ops::reshape(&ops::take(&last_nan, rows, 0, s)?, &updates.shape(), s)?;
+    let counted = ops::where_(
+        &ops::greater(&numbers, &nan_before, s)?,
+        updates,
+        &scalar(neutral, a.dtype(), s)?,
+        s,
+    )?;
+    // The data counts when it is not NaN and no NaN update came.
+    let data_counts = ops::logical_and(
+        &ops::less(&last_nan, &scalar(0.0, I32, s)?, s)?,
+        &ops::logical_not(&ops::isnan(a, s)?, s)?,
+        s,
+    )?;
+    let base = ops::where_(&data_counts, a, &scalar(neutral, a.dtype(), s)?, s)?;
+    let reduced = ops::scatter_rows(&base, rows, &counted, mode, s)?;
+    let last_is_nan = ops::logical_and(
+        &ops::greater_equal(&last_nan, &scalar(0.0, I32, s)?, s)?,
+        &ops::equal(&last_nan, &last, s)?,
+        s,
+    )?;
+    let nan = scalar(f64::NAN, a.dtype(), s)?;
+    let updated = ops::where_(&last_is_nan, &nan, &reduced, s)?;
+    let untouched = ops::less(&last, &scalar(0.0, I32, s)?, s)?;
+    Ok(ops::where_(&untouched, a, &updated, s)?)
 }
 
 /// ScatterElements under its opset-9 name (no reduction).

@@ -296,3 +296,30 @@ def test_recurrent_gate_inputs_are_bounded_as_orts_kernels_bound_them(op, gates,
     # Propagating NaN/inf (the EP's old answer) would leave those batch entries non-finite.
     assert np.isfinite(want[0][0, 0, ~np.isfinite(specials)]).any()
     assert_runs_match(model, feeds, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["max", "min"])
+@pytest.mark.parametrize("op", ["ScatterElements", "ScatterND"])
+def test_scatter_extremes_take_nan_in_update_order(op, reduction):
+    # s1-ScatterElements-11-41 (H200): ORT folds each element's updates in order with
+    # acc = (u < acc) ? acc : u, so a NaN sticks only when nothing follows it; MLX's GPU scatter
+    # combined in no fixed order and dropped it. Elements: NaN update first, data NaN, NaN between
+    # two updates, NaN last, data and update NaN, untouched NaN, plain.
+    nan = np.nan
+    data = np.array([1, nan, 1, 1, nan, nan, 1], np.float32)
+    index = np.array([0, 0, 1, 2, 2, 2, 3, 3, 4, 6, 6], np.int64)
+    updates = np.array([nan, 4, 2, 5, nan, 3, 5, nan, nan, 7, -7], np.float32)
+    if op == "ScatterElements":
+        node = helper.make_node(op, ["D", "I", "U"], ["Y"], axis=0, reduction=reduction)
+        feeds_index = index
+    else:
+        node = helper.make_node(op, ["D", "I", "U"], ["Y"], reduction=reduction)
+        feeds_index = index.reshape(-1, 1)
+    model = make_model([node], [tensor("D"), tensor("I", TensorProto.INT64), tensor("U")], [tensor("Y")], opset=18)
+    feeds = {"D": data, "I": feeds_index, "U": updates}
+    want = cpu_outputs(model, feeds)
+    # The fold's answer, written out: NaN only where the last word is NaN.
+    extreme = max if reduction == "max" else min
+    expected = [4, 2, 3, nan, nan, nan, extreme(1, 7, -7)]
+    np.testing.assert_array_equal(want[0], np.array(expected, np.float32))
+    assert_runs_match(model, feeds, want)
