@@ -405,7 +405,12 @@ fn scatter_extreme_as_ort(
         s,
     )?;
     let last = ops::scatter_rows(&none, rows, &numbers, ops::ScatterMode::Max, s)?;
-    let nan_numbers = ops::where_(&ops::isnan(updates, s)?, &numbers, &scalar(-1.0, I32, s)?, s)?;
+    let nan_numbers = ops::where_(
+        &ops::isnan(updates, s)?,
+        &numbers,
+        &scalar(-1.0, I32, s)?,
+        s,
+    )?;
     let last_nan = ops::scatter_rows(&none, rows, &nan_numbers, ops::ScatterMode::Max, s)?;
     // An update counts when it comes after its element's last NaN update.
     let nan_before = ops::reshape(&ops::take(&last_nan, rows, 0, s)?, &updates.shape(), s)?;
