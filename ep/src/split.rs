@@ -187,17 +187,27 @@ impl Prologue {
         split: &Split,
         stream: &Stream,
     ) -> Result<HashMap<usize, Vec<i64>>, String> {
-        Array::eval_all(&self.frontier).map_err(|e| format!("evaluating a prologue: {e}"))?;
-        let mut values = HashMap::new();
+        // The host values widened to int64 are evaluated with the results, in one evaluation:
+        // each further one is a device round trip on a GPU.
+        let mut wide = Vec::new();
         for (&slot, array) in split.frontier.iter().zip(&self.frontier) {
             if array.dtype().is_integer() && array.size() <= HOST_VALUE_LIMIT {
-                let wide = mlx_kernels::ops::astype(array, Dtype::I64, stream)
-                    .and_then(|a| a.to_vec::<i64>(stream))
+                let widened = mlx_kernels::ops::astype(array, Dtype::I64, stream)
                     .map_err(|e| format!("reading a prologue result: {e}"))?;
-                values.insert(slot, wide);
+                wide.push((slot, widened));
             }
         }
-        Ok(values)
+        let mut all = self.frontier.clone();
+        all.extend(wide.iter().map(|(_, array)| array.clone()));
+        Array::eval_all(&all).map_err(|e| format!("evaluating a prologue: {e}"))?;
+        wide.into_iter()
+            .map(|(slot, array)| {
+                let values = array
+                    .to_vec::<i64>(stream)
+                    .map_err(|e| format!("reading a prologue result: {e}"))?;
+                Ok((slot, values))
+            })
+            .collect()
     }
 }
 
