@@ -9,8 +9,13 @@
 //! and handed to the body's lowerings that read them as host values: what those lowerings take
 //! from the values is their key (`Lower::key_host_read`), recorded by the trace and checked
 //! before each replay.
+//!
+//! A prologue whose results are all such host values runs on MLX's CPU, whatever the plan's
+//! device: a GPU would compute a few integers from a host input (the mask) only to hand them
+//! back, a round trip through managed memory and a synchronisation in the middle of every step.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use mlx_kernels::{Array, Dtype, Stream};
 
@@ -30,12 +35,22 @@ pub struct Split {
     frontier: Vec<usize>,
     /// Per plan input: whether the prologue takes it (it changed shape), part of the cache key.
     pub prologue_inputs: Vec<bool>,
+    /// Whether the prologue runs on MLX's CPU, decided at its first lowering (every result a
+    /// host value).
+    on_host: OnceLock<bool>,
 }
 
 /// The prologue of one run, lowered: its results for the body, and what else it produced.
 pub struct Prologue {
     pub frontier: Vec<Array>,
     lowered: PartLowering,
+    /// MLX's CPU stream when it runs there (see the module's notes), else the plan's stream.
+    host: Option<Stream>,
+}
+
+/// Whether a prologue result is read on the host for the body: a small integer array.
+fn is_host_value(array: &Array) -> bool {
+    array.dtype().is_integer() && array.size() <= HOST_VALUE_LIMIT
 }
 
 impl Split {
@@ -90,14 +105,38 @@ impl Split {
             kept_inputs,
             frontier,
             prologue_inputs: varying.to_vec(),
+            on_host: OnceLock::new(),
         })
     }
 
     /// Lowers the prologue over the run's inputs (lazily: its results are evaluated by
-    /// [`Prologue::host_values`], or with the body).
+    /// [`Prologue::host_values`], or with the body): on MLX's CPU when every result is a host
+    /// value, else on the plan's stream.
     pub fn lower_prologue(
         &self,
         plan: &Plan,
+        stream: &Stream,
+        constants: &Constants,
+        inputs: &[Array],
+    ) -> Result<Prologue, String> {
+        if self.on_host.get() != Some(&false) {
+            let host = Stream::cpu().map_err(|e| format!("MLX's CPU stream: {e}"))?;
+            let prologue = self.lower_prologue_on(plan, Some(host), stream, constants, inputs)?;
+            let on_host = *self
+                .on_host
+                .get_or_init(|| prologue.frontier.iter().all(is_host_value));
+            if on_host {
+                return Ok(prologue);
+            }
+        }
+        self.lower_prologue_on(plan, None, stream, constants, inputs)
+    }
+
+    /// Lowers the prologue on `host` when given, else on `stream`.
+    fn lower_prologue_on(
+        &self,
+        plan: &Plan,
+        host: Option<Stream>,
         stream: &Stream,
         constants: &Constants,
         inputs: &[Array],
@@ -112,7 +151,7 @@ impl Split {
                 .collect(),
             host_values: &HashMap::new(),
         };
-        let lowered = plan.lower_part(stream, constants, part, None)?;
+        let lowered = plan.lower_part(host.as_ref().unwrap_or(stream), constants, part, None)?;
         let frontier = self
             .frontier
             .iter()
@@ -122,7 +161,11 @@ impl Split {
                     .ok_or_else(|| "a prologue result was never computed".to_owned())
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(Prologue { frontier, lowered })
+        Ok(Prologue {
+            frontier,
+            lowered,
+            host,
+        })
     }
 
     /// The body's inputs: the plan's unchanged inputs, then the prologue's results.
@@ -187,11 +230,12 @@ impl Prologue {
         split: &Split,
         stream: &Stream,
     ) -> Result<HashMap<usize, Vec<i64>>, String> {
+        let stream = self.host.as_ref().unwrap_or(stream);
         // The host values widened to int64 are evaluated with the results, in one evaluation:
         // each further one is a device round trip on a GPU.
         let mut wide = Vec::new();
         for (&slot, array) in split.frontier.iter().zip(&self.frontier) {
-            if array.dtype().is_integer() && array.size() <= HOST_VALUE_LIMIT {
+            if is_host_value(array) {
                 let widened = mlx_kernels::ops::astype(array, Dtype::I64, stream)
                     .map_err(|e| format!("reading a prologue result: {e}"))?;
                 wide.push((slot, widened));
@@ -323,6 +367,9 @@ mod tests {
         let prologue = split
             .lower_prologue(&plan, stream, constants, &inputs)
             .unwrap();
+        // `scale` is a float: the prologue stays on the plan's stream.
+        assert_eq!(split.on_host.get(), Some(&false));
+        assert!(prologue.host.is_none());
         let host = prologue.host_values(&split, stream).unwrap();
         // Of the prologue's results only `shape` is an integer array: it alone is read on the host.
         assert_eq!(host.values().collect::<Vec<_>>(), [&vec![1, 4]]);
@@ -349,5 +396,64 @@ mod tests {
         }
         let z = joined.outputs[0].to_vec::<f32>(stream).unwrap();
         assert_eq!(z, [3.0, -6.0, 9.0, 1.5, 0.0, 12.0]);
+    }
+
+    #[test]
+    fn a_prologue_of_host_values_runs_on_the_cpu() {
+        use ElemType::Int64;
+        // n [2] plus the sum of a mask m [1, T]: the prologue's one result is a host value.
+        let nodes = vec![
+            node(
+                "ReduceSum",
+                13,
+                &[("m", Int64), ("axes", Int64)],
+                &[("total", Int64)],
+                vec![("keepdims".into(), AttrValue::Int(0))],
+            ),
+            node(
+                "Add",
+                14,
+                &[("n", Int64), ("total", Int64)],
+                &[("z", Int64)],
+                vec![],
+            ),
+        ];
+        let axes = HostConstant {
+            name: "axes".into(),
+            elem: Int64,
+            shape: vec![1],
+            bytes: 1i64.to_ne_bytes().to_vec(),
+        };
+        let plan = Plan::build(
+            "counted".into(),
+            nodes,
+            &["n".into(), "m".into()],
+            &[("z".to_string(), Some(Int64))],
+            vec![axes],
+        )
+        .unwrap();
+        let runtime = plan.start().unwrap();
+        let (stream, constants) = (&runtime.stream, &runtime.constants);
+        let split = Split::of(&plan, &[false, true]).unwrap();
+        for width in [3, 4] {
+            let n = Array::from_slice(&[10i64, 20], &[2]).unwrap();
+            let m = Array::from_slice(&vec![1i64; width], &[1, width as i64]).unwrap();
+            let inputs = [n, m];
+            let prologue = split
+                .lower_prologue(&plan, stream, constants, &inputs)
+                .unwrap();
+            assert_eq!(split.on_host.get(), Some(&true));
+            assert!(prologue.host.is_some(), "lowered on MLX's CPU stream");
+            let host = prologue.host_values(&split, stream).unwrap();
+            assert_eq!(host.values().collect::<Vec<_>>(), [&vec![width as i64]]);
+            let body_inputs = split.body_inputs(&inputs, &prologue);
+            let (body, _) = split
+                .lower_body(&plan, stream, constants, &body_inputs, &host)
+                .unwrap();
+            let z = split.join(&plan, prologue, body).outputs[0]
+                .to_vec::<i64>(stream)
+                .unwrap();
+            assert_eq!(z, [10 + width as i64, 20 + width as i64]);
+        }
     }
 }
