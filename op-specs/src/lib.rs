@@ -35,6 +35,7 @@ mod reduce;
 mod resize;
 mod select;
 mod shape;
+mod signal;
 mod softmax;
 
 pub use ops_macros::onnx_op;

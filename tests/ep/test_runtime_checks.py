@@ -289,3 +289,25 @@ def test_flags_outside_0_1_are_left_to_ort(op, attrs):
     run = Run(model, feeds)
     assert run.providers_of_kernels() == {"CPUExecutionProvider"}, run.kernels
     np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
+
+
+@pytest.mark.parametrize("elem,dtype", [(TensorProto.FLOAT, np.float32), (TensorProto.FLOAT16, np.float16)])
+def test_a_window_fed_its_size_answers_as_ort_does(elem, dtype):
+    # Fuzzed (s1-BlackmanWindow-17-2): a fed size of 0 is an empty window; below 0 ORT's float32
+    # kernel fails while the function body ORT runs for float16 gives an empty window.
+    node = helper.make_node("BlackmanWindow", ["size"], ["window"], name="window", output_datatype=elem, periodic=0)
+    model = make_model([node], [tensor("size", TensorProto.INT64, [])], [tensor("window", elem)], opset=17)
+    for size in (7, 0):
+        feeds = {"size": np.array(size, np.int64)}
+        want = cpu_outputs(model, feeds)
+        run = Run(model, feeds)
+        run.assert_all_on_mlx()
+        np.testing.assert_allclose(run.outputs[0].astype(np.float64), want[0].astype(np.float64), atol=1e-3)
+    feeds = {"size": np.array(-1, np.int64)}
+    if dtype == np.float32:
+        assert_fails_like_cpu(model, feeds, "window", "window size -1")
+    else:
+        assert cpu_outputs(model, feeds)[0].shape == (0,)
+        run = Run(model, feeds)
+        run.assert_all_on_mlx()
+        assert run.outputs[0].shape == (0,)

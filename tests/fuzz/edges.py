@@ -43,6 +43,7 @@ SIZE_PORTS = {
     ("ConstantOfShape", "input"), ("Expand", "shape"), ("Tile", "repeats"), ("OneHot", "depth"),
     ("Resize", "sizes"), ("Resize", "scales"), ("Upsample", "scales"), ("Pad", "pads"),
     ("CenterCropPad", "shape"), ("EyeLike", "input"),
+    ("HannWindow", "size"), ("HammingWindow", "size"), ("BlackmanWindow", "size"),
 }
 SIZE_ATTRS = {"pads", "output_shape", "output_padding", "scales", "kernel_shape"}
 

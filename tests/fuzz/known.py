@@ -140,6 +140,10 @@ KNOWN_FULL_RUN: dict[str, tuple[str, str]] = {
     "s1-Conv-1-18": ("wrong", _CUDA_F16_CONV),
     "s1-ConvTranspose-1-35": ("wrong", _CUDA_F16_CONV),
     "s1-GRU-7-19": ("cpu_only_error", _ORT_RNN_ABORT),
+    "s1-HammingWindow-17-4": ("cpu_only_error", "an invalid output_datatype (INT64_MIN) on a float16 window: the "
+                                                "EP declines the node; ORT's CPU EP alone raises on it, yet with "
+                                                "the EP registered the node, left to ORT, returns values (ORT "
+                                                "handles it differently in the two sessions; the EP has no part)"),
     "s1-GRU-7-16": ("wrong", _GPU_RNN_SUMS),
     "s1-LSTM-7-11": ("wrong", _GPU_RNN_SUMS),
     "s1-LSTM-7-22": ("wrong", _GPU_RNN_SUMS),
