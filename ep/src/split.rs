@@ -288,6 +288,16 @@ mod tests {
         }
     }
 
+    /// The constant `axes = [1]` the plans below reduce over.
+    fn axis_one() -> HostConstant {
+        HostConstant {
+            name: "axes".into(),
+            elem: ElemType::Int64,
+            shape: vec![1],
+            bytes: 1i64.to_ne_bytes().to_vec(),
+        }
+    }
+
     /// x [2, 3] scaled by the sum of a mask m [1, T]; Shape(m) is an output too.
     fn masked_scale() -> Plan {
         use ElemType::{Float, Int64};
@@ -315,12 +325,7 @@ mod tests {
                 vec![],
             ),
         ];
-        let axes = HostConstant {
-            name: "axes".into(),
-            elem: Int64,
-            shape: vec![1],
-            bytes: 1i64.to_ne_bytes().to_vec(),
-        };
+        let axes = axis_one();
         let outputs = [
             ("z".to_string(), Some(Float)),
             ("shape".to_string(), Some(Int64)),
@@ -418,12 +423,7 @@ mod tests {
                 vec![],
             ),
         ];
-        let axes = HostConstant {
-            name: "axes".into(),
-            elem: Int64,
-            shape: vec![1],
-            bytes: 1i64.to_ne_bytes().to_vec(),
-        };
+        let axes = axis_one();
         let plan = Plan::build(
             "counted".into(),
             nodes,
