@@ -237,8 +237,14 @@ fn gate_input(cfg: &Config, x: Array, s: &Stream) -> Result<Array> {
             (c, cfg.has_bias.then_some(c))
         }
     };
-    let low = ops::maximum(&x, &scalar(-f64::from(bound), Dtype::F32, s)?, s)?;
-    let clamped = ops::minimum(&low, &scalar(bound.into(), Dtype::F32, s)?, s)?;
+    // Comparisons, as ORT writes the clamp: NaN fails both and stays NaN on every backend,
+    // whatever a backend's maximum/minimum make of it.
+    let (high, low) = (
+        scalar(bound.into(), Dtype::F32, s)?,
+        scalar(-f64::from(bound), Dtype::F32, s)?,
+    );
+    let above = ops::where_(&ops::greater(&x, &high, s)?, &high, &x, s)?;
+    let clamped = ops::where_(&ops::less(&x, &low, s)?, &low, &above, s)?;
     match nan_becomes {
         None => Ok(clamped),
         Some(v) => {
