@@ -27,6 +27,31 @@ fn cast_like(cx: &mut Lower, x: Array, target: Array) -> Result<Array> {
     convert(&x, target.dtype(), cx.stream())
 }
 
+/// `input`'s bits read as the output's element type, which has the same width (`to` is the
+/// output's type, as for Cast). A view: NaN payloads and signed zeros pass unchanged.
+#[onnx_op(
+    op = "BitCast", since = 26, types(T1 = NUMERIC, T2 = NUMERIC), ignores(to: i64),
+    inputs(input: T1), outputs(output: T2), shape = Shapeless, claim = same_width_claim,
+    declines = "element types of different widths (ONNX requires equal ones)"
+)]
+fn bit_cast(cx: &mut Lower, x: Array) -> Result<Array> {
+    Ok(ops::view(&x, cx.output_dtype(0)?, cx.stream())?)
+}
+
+/// A BitCast between types of one width.
+fn same_width_claim(node: &crate::Node) -> crate::Verdict {
+    let width = |t: Option<crate::ElemType>| {
+        t.and_then(crate::ElemType::to_mlx)
+            .map(Dtype::size_in_bytes)
+    };
+    match (width(node.input_type(0)), width(node.output_type(0))) {
+        (Some(a), Some(b)) if a == b => crate::Verdict::Claim,
+        (a, b) => crate::Verdict::decline(format!(
+            "element widths {a:?} and {b:?} bytes: BitCast needs equal ones"
+        )),
+    }
+}
+
 /// `x` as `target`. A float out of an integer type's range (NaN, ±inf, 3e9 to int32) has no
 /// defined conversion in ONNX or C++, and MLX's answer for it differed between an eager run and
 /// a compiled one of the same session; the EP saturates, as Rust's `as` and ORT on ARM64 do:

@@ -69,47 +69,41 @@ fn window_claim(node: &Node) -> Verdict {
 /// `0.5 - 0.5 cos(φ n)`.
 #[onnx_op(
     op = "HannWindow", since = 17, types(T1 = I32 | I64, T2 = FLOAT), inputs(size: T1), outputs(output: T2),
-    shape = ShapeKeyed, claim = window_claim,
+    ignores(output_datatype: i64), shape = ShapeKeyed, claim = window_claim,
     declines = "integer output types (a window cast to integers hangs on the rounding of its float64 phase); periodic other than 0/1; an output_datatype that is not the output's type"
 )]
 fn hann_window(
     cx: &mut Lower,
     #[host] size: i64,
     #[attr(default = 1)] periodic: i64,
-    #[attr(default = 1)] output_datatype: i64,
 ) -> Result<Array> {
-    let _ = output_datatype; // the output's type, which the claim checked
     cosine_sum(cx, size, periodic, [0.5, 0.5, 0.0])
 }
 
 /// `25/46 - 21/46 cos(φ n)`.
 #[onnx_op(
     op = "HammingWindow", since = 17, types(T1 = I32 | I64, T2 = FLOAT), inputs(size: T1), outputs(output: T2),
-    shape = ShapeKeyed, claim = window_claim,
+    ignores(output_datatype: i64), shape = ShapeKeyed, claim = window_claim,
     declines = "integer output types (a window cast to integers hangs on the rounding of its float64 phase); periodic other than 0/1; an output_datatype that is not the output's type"
 )]
 fn hamming_window(
     cx: &mut Lower,
     #[host] size: i64,
     #[attr(default = 1)] periodic: i64,
-    #[attr(default = 1)] output_datatype: i64,
 ) -> Result<Array> {
-    let _ = output_datatype;
     cosine_sum(cx, size, periodic, [25.0 / 46.0, 21.0 / 46.0, 0.0])
 }
 
 /// `0.42 - 0.5 cos(φ n) + 0.08 cos(2 φ n)`.
 #[onnx_op(
     op = "BlackmanWindow", since = 17, types(T1 = I32 | I64, T2 = FLOAT), inputs(size: T1), outputs(output: T2),
-    shape = ShapeKeyed, claim = window_claim,
+    ignores(output_datatype: i64), shape = ShapeKeyed, claim = window_claim,
     declines = "integer output types (a window cast to integers hangs on the rounding of its float64 phase); periodic other than 0/1; an output_datatype that is not the output's type"
 )]
 fn blackman_window(
     cx: &mut Lower,
     #[host] size: i64,
     #[attr(default = 1)] periodic: i64,
-    #[attr(default = 1)] output_datatype: i64,
 ) -> Result<Array> {
-    let _ = output_datatype;
     cosine_sum(cx, size, periodic, [0.42, 0.5, 0.08])
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from op_specs import SPECS, OpSpec, Variant, _sprinkle, round_to
-from op_table import FLOATS, UNSIGNED_INTS, tensor_type
+from op_table import FLOATS, UNSIGNED_INTS, np_dtype, tensor_type
 
 
 def cast_source(dtype, shape, rng, dtypes):
@@ -52,3 +52,20 @@ SPECS[("", "CastLike")] = OpSpec(
     note="representative matrix: every pair with a float/bfloat16 side, plus T1 == T2",
 )
 SPECS[("", "Identity")] = OpSpec(ref=lambda xs, a: xs[0], exact=True, scheme="unary", domains={"*": "full"})
+
+
+def _same_width(d):
+    return np_dtype(d["T1"]).itemsize == np_dtype(d["T2"]).itemsize
+
+
+def _bits_source(dtype, shape, rng, dtypes):
+    """BitCast input: any bits of the source type, NaN payloads and signed zeros included."""
+    raw = rng.integers(0, 256, size=tuple(shape) + (np_dtype(dtype).itemsize,), dtype=np.uint8)
+    return raw.view(np_dtype(dtype)).reshape(shape)
+
+
+SPECS[("", "BitCast")] = OpSpec(
+    ref=None, exact=True, scheme="unary", domains={"input": _bits_source}, combos=_same_width,
+    variants=[Variant(attrs=lambda d: {"to": _to(d["T2"])})],
+    note="ORT's CPU EP is the oracle; every pair of equal widths",
+)
