@@ -191,4 +191,21 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn bit_cast_reads_the_bits_and_declines_other_widths() {
+        use crate::table::testing::{claimed, decline_reason};
+        let s = stream();
+        let to_i32 =
+            node("BitCast", 26, &[ElemType::Float], ElemType::Int32).attr("to", AttrValue::Int(6));
+        let x = f32s(&[1.0, -0.0, f32::from_bits(0x7fc0_0001)], &[3]);
+        assert_eq!(
+            run1(&to_i32, &[Some(x)]).to_vec::<i32>(&s).unwrap(),
+            vec![0x3f80_0000, i32::MIN, 0x7fc0_0001]
+        );
+        let wider =
+            node("BitCast", 26, &[ElemType::Float], ElemType::Int64).attr("to", AttrValue::Int(7));
+        assert!(!claimed(&wider));
+        assert!(decline_reason(&wider).contains("equal ones"));
+    }
 }
