@@ -307,13 +307,7 @@ fn scatter_rows(
     }
     let dims = a.shape();
     let count = rows.size() as i64;
-    let nobody = ops::broadcast_to(&crate::table::consts::scalar(-1.0, I32, s)?, &[dims[0]], s)?;
-    let numbers = ops::reshape(
-        &ops::arange(0.0, count as f64, 1.0, I32, s)?,
-        &[count, 1],
-        s,
-    )?;
-    let writer = ops::scatter_rows(&nobody, rows, &numbers, ops::ScatterMode::Max, s)?;
+    let writer = last_update(dims[0], rows, s)?;
     let written = ops::greater_equal(&writer, &crate::table::consts::scalar(0.0, I32, s)?, s)?;
     let picked = ops::maximum(&writer, &crate::table::consts::scalar(0.0, I32, s)?, s)?;
     let by_update = ops::reshape(updates, &[[count].as_slice(), &dims[1..]].concat(), s)?;
@@ -322,6 +316,31 @@ fn scatter_rows(
     mask_shape.extend(std::iter::repeat_n(1, dims.len() - 1));
     let written = ops::reshape(&written, &mask_shape, s)?;
     Ok(ops::where_(&written, &gathered, a, s)?)
+}
+
+/// Per row of an array with `row_count` rows: the number of the last of the updates `rows`
+/// (`[count]`) sends there, or -1 (a 32-bit max scatter of update numbers: MLX's GPU scatter
+/// combines duplicate rows in no fixed order).
+fn last_update(row_count: i64, rows: &Array, s: &mlx_kernels::Stream) -> Result<Array> {
+    use mlx_kernels::Dtype::I32;
+    let count = rows.size() as i64;
+    let nobody = ops::broadcast_to(
+        &crate::table::consts::scalar(-1.0, I32, s)?,
+        &[row_count],
+        s,
+    )?;
+    let numbers = ops::reshape(
+        &ops::arange(0.0, count as f64, 1.0, I32, s)?,
+        &[count, 1],
+        s,
+    )?;
+    Ok(ops::scatter_rows(
+        &nobody,
+        rows,
+        &numbers,
+        ops::ScatterMode::Max,
+        s,
+    )?)
 }
 
 /// `data` with the slices addressed by the last axis of `indices` combined with `updates`
@@ -374,8 +393,8 @@ fn scatter_nd(
 /// when it comes and dropped by the next update: the answer is NaN when the last update (or, with
 /// no update, the data) is NaN, and otherwise the extreme of what follows the last NaN. MLX's
 /// GPU scatter combines in no fixed order with its own NaN rule, so the order is rebuilt from
-/// update numbers: per element, the last update and the last NaN update (32-bit max scatters),
-/// then one scatter of the updates that follow that NaN, into the data only where no NaN came
+/// update numbers: per row the last update, per element the last NaN update (32-bit max
+/// scatters), then one scatter of the updates that follow that NaN, into the data only where no NaN came
 /// before them.
 fn scatter_extreme_as_ort(
     a: &Array,
@@ -404,7 +423,10 @@ fn scatter_extreme_as_ort(
         &updates.shape(),
         s,
     )?;
-    let last = ops::scatter_rows(&none, rows, &numbers, ops::ScatterMode::Max, s)?;
+    // Per row (every element of a row has the same last update), shaped to broadcast.
+    let mut row_shape = vec![dims[0]];
+    row_shape.extend(std::iter::repeat_n(1, dims.len() - 1));
+    let last = ops::reshape(&last_update(dims[0], rows, s)?, &row_shape, s)?;
     let nan_numbers = ops::where_(
         &ops::isnan(updates, s)?,
         &numbers,
