@@ -3,7 +3,8 @@ same computation written directly against MLX (`mlx.core`, `mx.compile`) as the 
 EP's overhead. Median of warm runs, all measured in this one process.
 
 Models (generated here, deterministic): an MLP, a transformer encoder layer at several sequence
-lengths and a small CNN (strided convolutions, batch norm, global pooling); or any ONNX model given with --model (ORT CPU and MLX EP only: there is no
+lengths, a small CNN (strided convolutions, batch norm, global pooling) and an audio log-mel
+front end (STFT, mel filter bank); or any ONNX model given with --model (ORT CPU and MLX EP only: there is no
 direct-MLX twin of an arbitrary model).
 
 Usage: bench_models.py [--runs N] [--model PATH ...] [--markdown]
@@ -189,6 +190,59 @@ def cnn(batch: int = 8, size: int = 64, widths: tuple[int, ...] = (32, 64, 128),
     return Bench(f"CNN 3 strided convs {widths}, {size}x{size}, batch {batch}", model, feeds, direct)
 
 
+def audio_front_end(batch: int = 16, seconds: float = 10.0, rate: int = 16000, n_fft: int = 400, hop: int = 160,
+                    mels: int = 80) -> Bench:
+    """Whisper-style log-mel features: HannWindow, STFT, power, MelWeightMatrix, log."""
+    n = helper.make_node
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    f32 = lambda name, v: numpy_helper.from_array(np.array(v, np.float32), name)  # noqa: E731
+    nodes = [
+        n("HannWindow", ["n_fft"], ["window"]),
+        n("Unsqueeze", ["audio", "last"], ["signal"]),
+        n("STFT", ["signal", "hop", "window", "n_fft"], ["spectrum"]),
+        n("Mul", ["spectrum", "spectrum"], ["squares"]),
+        n("ReduceSum", ["squares", "last"], ["power"], keepdims=0),
+        n("MelWeightMatrix", ["mels", "n_fft", "rate", "low", "high"], ["bank"]),
+        n("MatMul", ["power", "bank"], ["mel"]),
+        n("Max", ["mel", "floor"], ["clipped"]),
+        n("Log", ["clipped"], ["y"]),
+    ]
+    constants = [i64("n_fft", n_fft), i64("hop", hop), i64("last", [-1]), i64("mels", mels), i64("rate", rate),
+                 f32("low", 0.0), f32("high", rate / 2), f32("floor", 1e-10)]
+    graph = helper.make_graph(nodes, "bench", [helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["batch", "samples"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10).SerializeToString()
+    samples = int(seconds * rate)
+    feeds = {"audio": (0.1 * RNG.standard_normal((batch, samples))).astype(np.float32)}
+    bank_graph = helper.make_graph([nodes[5]], "bank", [], [helper.make_tensor_value_info("bank", TensorProto.FLOAT, None)],
+                                   [c for c in constants if c.name in ("mels", "n_fft", "rate", "low", "high")])
+    bank_model = helper.make_model(bank_graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    bank = ort.InferenceSession(bank_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})[0]
+
+    def direct():
+        import mlx.core as mx
+
+        frames = (samples - n_fft) // hop + 1
+        positions = mx.array((np.arange(frames)[:, None] * hop + np.arange(n_fft)).reshape(-1).astype(np.int32))
+        window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)
+        angle = 2 * np.pi * ((np.arange(n_fft)[:, None] * np.arange(n_fft // 2 + 1)) % n_fft) / n_fft
+        # The window folded into the real DFT matrix: [n_fft, bins] cosine and sine halves.
+        dft = mx.array(np.concatenate([np.cos(angle), -np.sin(angle)], 1) * window[:, None], dtype=mx.float32)
+        mel = mx.array(bank)
+        bins = n_fft // 2 + 1
+
+        def f(audio):
+            framed = audio[:, positions].reshape(audio.shape[0] * frames, n_fft)
+            spectrum = framed @ dft
+            power = spectrum[:, :bins] ** 2 + spectrum[:, bins:] ** 2
+            return mx.log(mx.maximum(power @ mel, 1e-10)).reshape(audio.shape[0], frames, -1)
+
+        return mx.compile(f)
+
+    return Bench(f"audio log-mel front end (STFT {n_fft}/{hop}, {mels} mels), {seconds:g} s at {rate} Hz, batch {batch}",
+                 model, feeds, direct)
+
+
 def median_ms(run: Callable[[], object], runs: int) -> float:
     for _ in range(3):
         run()
@@ -250,9 +304,10 @@ def main() -> None:
     args = parser.parse_args()
     mlx_ep.register_execution_provider_library()
     if args.quick:
-        benches = [mlp(batch=8, width=128, hidden=256), encoder(seq=16, dim=64, ffn=128), cnn(batch=2, size=16, widths=(8, 16))]
+        benches = [mlp(batch=8, width=128, hidden=256), encoder(seq=16, dim=64, ffn=128), cnn(batch=2, size=16, widths=(8, 16)),
+                   audio_front_end(batch=2, seconds=0.5)]
     else:
-        benches = [mlp(), encoder(seq=64), encoder(seq=256), cnn()]
+        benches = [mlp(), encoder(seq=64), encoder(seq=256), cnn(), audio_front_end()]
     for path in args.model:
         from onnxruntime_ep_mlx.feeds import make_feeds
 

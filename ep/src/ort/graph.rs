@@ -176,10 +176,13 @@ pub fn value_ref(info: *const sys::OrtValueInfo) -> Result<ValueInfo, String> {
     // SAFETY: a tensor type info casts to its tensor info (owned by the type info).
     check(unsafe { call!(api.CastTypeInfoToTensorInfo(type_info, &mut tensor)) })?;
     let (elem, shape) = tensor_type_and_shape(tensor)?;
+    // A value of unknown rank reads as rank 0: only `HasShape` tells it from a scalar.
+    // SAFETY: `tensor` is live for the current call.
+    let has_shape = unsafe { call!(api.TensorTypeAndShape_HasShape(tensor)) };
     Ok(ValueInfo {
         name,
         elem,
-        shape: Some(shape),
+        shape: has_shape.then_some(shape),
     })
 }
 

@@ -3,6 +3,7 @@
 
 mod elementwise;
 mod fast;
+mod fft;
 mod linalg;
 mod quant;
 mod reduce;
@@ -10,6 +11,7 @@ mod shape;
 
 pub use elementwise::*;
 pub use fast::*;
+pub use fft::*;
 pub use linalg::*;
 pub use quant::*;
 pub use reduce::*;

@@ -1,4 +1,4 @@
-//! Signal processing: the cosine-sum windows HannWindow, HammingWindow and BlackmanWindow.
+//! The cosine-sum windows HannWindow, HammingWindow and BlackmanWindow.
 
 use mlx_kernels::{ops, Array, Dtype};
 
@@ -59,6 +59,11 @@ fn window_claim(node: &Node) -> Verdict {
              other types read it differently"
         ));
     }
+    output_datatype_claim(node)
+}
+
+/// A node whose `output_datatype` attribute (default float) names its output's type.
+pub(super) fn output_datatype_claim(node: &Node) -> Verdict {
     let declared = ElemType::from_code(node.attr_or("output_datatype", 1i64));
     if declared.is_none() || declared != node.output_type(0) {
         return Verdict::decline("output_datatype is not the output's type");
