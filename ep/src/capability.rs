@@ -26,10 +26,9 @@ pub const DISABLE_ENV: &str = "ONNXRUNTIME_EP_MLX_DISABLE";
 /// Comma-separated op types the EP leaves to ORT (for bisecting a numeric difference).
 pub const EXCLUDE_ENV: &str = "ONNXRUNTIME_EP_MLX_EXCLUDE_OPS";
 
-/// `in_subgraph`: the graph is the body of an If/Loop/Scan. ORT cannot host a plugin EP's
-/// fused nodes there (the body's opset imports do not know the EP's domain), so nothing in
-/// such a body is taken.
-pub fn analyse(nodes: &[Node], in_subgraph: bool) -> Capability {
+/// The decisions and clusters for a graph's nodes (never a control-flow body's: see
+/// `abi::ep::get_capability`).
+pub fn analyse(nodes: &[Node]) -> Capability {
     let disabled = std::env::var(DISABLE_ENV).is_ok_and(|v| v == "1");
     let excluded: Vec<String> = std::env::var(EXCLUDE_ENV)
         .unwrap_or_default()
@@ -43,12 +42,6 @@ pub fn analyse(nodes: &[Node], in_subgraph: bool) -> Capability {
                 Some(format!("{DISABLE_ENV}=1"))
             } else if excluded.iter().any(|op| op == &node.op_type) {
                 Some(format!("excluded by {EXCLUDE_ENV}"))
-            } else if in_subgraph {
-                Some(
-                    "nodes inside control-flow bodies (If, Loop, Scan) stay on ORT's CPU EP".into(),
-                )
-            } else if node.has_subgraphs {
-                Some("nodes with subgraphs (If, Loop, Scan) are not taken".into())
             } else {
                 match decide(node) {
                     Decision::Claim { .. } => None,

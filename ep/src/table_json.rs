@@ -150,6 +150,7 @@ impl AttrRow {
                 AttrKind::Floats => "floats",
                 AttrKind::Strings => "strings",
                 AttrKind::Tensor => "tensor",
+                AttrKind::Graph => "graph",
             },
             required: a.required,
             default: a.default,

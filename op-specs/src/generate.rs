@@ -5,17 +5,8 @@
 use mlx_kernels::{ops, Array, Dtype};
 
 use crate::shape::normalise_axis;
-use crate::table::consts::scalar;
+use crate::table::consts::{scalar, tensor_array};
 use crate::{onnx_op, Lower, OpError, Result, TensorValue};
-
-/// The host copy of a tensor attribute as an MLX array.
-fn tensor_array(value: &TensorValue) -> Result<Array> {
-    let dtype = value
-        .elem
-        .to_mlx()
-        .ok_or_else(|| OpError::new("a tensor attribute MLX cannot hold"))?;
-    Ok(Array::from_bytes(&value.bytes, &value.shape, dtype)?)
-}
 
 /// A tensor of the given shape filled with the one element of `value` (default: float32 zero).
 #[onnx_op(

@@ -16,6 +16,7 @@ mod cast;
 mod compare;
 mod contrib;
 mod contrib_norm;
+mod control;
 mod conv;
 mod generate;
 mod indexing;
@@ -45,7 +46,7 @@ pub use table::lower::{
     ConstantInputs, FromAttr, FromHost, HostKey, IntoOutputs, Lower, Lowered, OpError, Prepared,
     Result, RuntimeCheck, SharedDerivations,
 };
-pub use table::node::{AttrValue, Node, TensorValue, ValueInfo};
+pub use table::node::{AttrValue, Graph, Node, TensorValue, ValueInfo};
 pub use table::registry::{all, decide, lookup, overlaps, Decision};
 pub use table::spec::{
     AttrKind, AttrSpec, DtypeGate, OpSpec, Port, PortKind, ShapeSafety, TypeVar, Verdict,

@@ -115,6 +115,8 @@ pub struct OpArgs {
     pub ignores: Vec<Ignored>,
     pub inputs: Vec<Port>,
     pub outputs: Vec<Port>,
+    /// Variadic ports whose instances each bind the type variable on their own.
+    pub heterogeneous: Vec<Ident>,
     pub shape: Shape,
     pub claim: Option<Path>,
     pub declines: Option<LitStr>,
@@ -130,6 +132,7 @@ impl OpArgs {
         let mut range: Option<(LitInt, Option<LitInt>)> = None;
         let mut types = None;
         let mut ignores = Vec::new();
+        let mut heterogeneous = Vec::new();
         let mut inputs = None;
         let mut outputs = None;
         let mut shape = None;
@@ -183,6 +186,13 @@ impl OpArgs {
                         .into_iter()
                         .collect();
                 }
+                "heterogeneous" => {
+                    let content;
+                    syn::parenthesized!(content in meta.input);
+                    heterogeneous = Punctuated::<Ident, Token![,]>::parse_terminated(&content)?
+                        .into_iter()
+                        .collect();
+                }
                 "inputs" | "outputs" => {
                     let content;
                     syn::parenthesized!(content in meta.input);
@@ -208,7 +218,7 @@ impl OpArgs {
                 "claim" => claim = Some(meta.value()?.parse::<Path>()?),
                 _ => return Err(meta.error(
                     "unknown onnx_op argument; expected one of: op, domain, since, opset, types, \
-                         ignores, inputs, outputs, shape, claim, declines, numerics",
+                         ignores, inputs, outputs, heterogeneous, shape, claim, declines, numerics",
                 )),
             }
             Ok(())
@@ -227,6 +237,7 @@ impl OpArgs {
             ignores,
             inputs: inputs.unwrap_or_default(),
             outputs: outputs.ok_or_else(|| missing("outputs(Name: T, ...)"))?,
+            heterogeneous,
             shape: shape
                 .ok_or_else(|| missing("shape = Shapeless | ShapeKeyed | Eager | function"))?,
             claim,
@@ -249,6 +260,20 @@ impl OpArgs {
                     ),
                 ));
             }
+        }
+        // Whether a listed port is variadic is known only with the parameters (inputs take
+        // their kind from them): `expand` checks that; here, that it is a port at all.
+        if let Some(unknown) = self.heterogeneous.iter().find(|name| {
+            !self
+                .inputs
+                .iter()
+                .chain(&self.outputs)
+                .any(|p| &p.name == *name)
+        }) {
+            return Err(syn::Error::new(
+                unknown.span(),
+                format!("`{unknown}` in `heterogeneous(...)` is not a declared port"),
+            ));
         }
         Ok(())
     }

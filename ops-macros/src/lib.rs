@@ -14,6 +14,8 @@
 //! `ignores(name: Type [since N] [until N], ...)` (attributes accepted and validated by kind but
 //! never read: training-only knobs and hints), `inputs(Name: T, ...)`,
 //! `outputs(Name: T, ...)`, `shape = Shapeless | ShapeKeyed | Eager | function_of_node`,
+//! `heterogeneous(Name, ...)` (variadic ports whose instances each bind the type variable on
+//! their own, as ONNX's heterogeneous variadics: If's outputs, Loop's carried values),
 //! optionally `claim = function_of_node` (extra checks, each decline with a reason) and
 //! `declines = "..."` (what the custom claim declines, for the coverage doc).
 //! `numerics = "..."` (how the answer's rounding compares with ORT's CPU EP, where it differs
@@ -126,9 +128,10 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
                     Some(InputKind::Variadic) => quote!(Variadic),
                     Some(InputKind::Required) | None => quote!(Required),
                 };
+                let heterogeneous = args.heterogeneous.contains(&port.name);
                 quote!(#p::Port {
                     name: #port_name, type_var: #var, kind: #p::PortKind::#kind, since: #since,
-                    required_until: #required_until,
+                    required_until: #required_until, heterogeneous: #heterogeneous,
                 })
             })
             .collect()

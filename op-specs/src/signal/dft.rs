@@ -102,6 +102,13 @@ fn dft(
         None if bins == Bins::RealSignal => 2 * (samples - 1),
         None => samples,
     };
+    if length == 0 && bins != Bins::OneSided {
+        // An empty signal axis (an IRFFT of one bin) transforms to an empty one, as in ORT.
+        let mut dims = x.shape();
+        dims[resolved as usize] = 0;
+        dims[rank as usize - 1] = if bins == Bins::RealSignal { 1 } else { 2 };
+        return Ok(ops::broadcast_to(&scalar(0.0, x.dtype(), s)?, &dims, s)?);
+    }
     let t = Transform {
         length,
         inverse: inverse == 1,

@@ -66,6 +66,7 @@ fn kind_matches(kind: AttrKind, value: &AttrValue) -> bool {
             | (AttrKind::Floats, AttrValue::Floats(_))
             | (AttrKind::Strings, AttrValue::Strings(_))
             | (AttrKind::Tensor, AttrValue::Tensor(_))
+            | (AttrKind::Graph, AttrValue::Graph(_))
     )
 }
 
@@ -151,6 +152,9 @@ fn type_constraints(spec: &OpSpec, node: &Node) -> Result<(), String> {
                 var.name,
                 allowed.describe()
             ));
+        }
+        if port.heterogeneous {
+            continue;
         }
         match bound.get(var.name) {
             Some((first, first_port)) if *first != elem => {

@@ -2,7 +2,8 @@
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
-use super::lower::Result;
+use super::lower::{OpError, Result};
+use super::node::TensorValue;
 
 /// A 0-d array holding `value` converted to `dtype` (integers truncate toward zero, bool is
 /// `value != 0`), so that mixing it in never promotes the other operand's type.
@@ -39,4 +40,13 @@ fn negative_zero(value: f64) -> bool {
 /// `scalar(value, like.dtype())`.
 pub fn scalar_like(value: f64, like: &Array, stream: &Stream) -> Result<Array> {
     scalar(value, like.dtype(), stream)
+}
+
+/// The host copy of a tensor (an attribute's, a body's initializer) as an MLX array.
+pub fn tensor_array(value: &TensorValue) -> Result<Array> {
+    let dtype = value
+        .elem
+        .to_mlx()
+        .ok_or_else(|| OpError::new("a tensor of a type MLX cannot hold"))?;
+    Ok(Array::from_bytes(&value.bytes, &value.shape, dtype)?)
 }

@@ -433,7 +433,7 @@ macro_rules! from_attr {
     )*};
 }
 from_attr!(i64 => Int, f32 => Float, String => String, Vec<i64> => Ints, Vec<f32> => Floats, Vec<String> => Strings);
-from_attr!(super::node::TensorValue => Tensor);
+from_attr!(super::node::TensorValue => Tensor, std::sync::Arc<super::node::Graph> => Graph);
 
 /// An attribute value as the array input that later opsets turned it into (Clip's `min`,
 /// Pad's `value`, Upsample's `scales`): a scalar or a 1-D array.
@@ -528,13 +528,13 @@ impl FromHost for i64 {
     }
 }
 
-/// Reads an integer input's values on the host. Constants and values computed from shapes are
+/// Reads an integer (or bool: 0/1) input's values on the host. Constants and values computed from shapes are
 /// plain MLX arrays even inside a compiled trace; a value computed from the data cannot be
 /// read while tracing, and the resulting error sends the plan to its eager path.
 fn host_values(cx: &Lower, array: &Array, name: &str) -> Result<Vec<i64>> {
-    if !array.dtype().is_integer() {
+    if !array.dtype().is_integer() && array.dtype() != Dtype::Bool {
         return Err(OpError::new(format!(
-            "input '{name}' must be an integer tensor"
+            "input '{name}' must be an integer or bool tensor"
         )));
     }
     let wide = mlx_kernels::ops::astype(array, Dtype::I64, cx.stream())?;

@@ -1,5 +1,6 @@
 //! The table machinery; op declarations live in the family files beside this folder.
 
+pub mod body;
 pub mod claim;
 pub mod consts;
 pub mod coverage;

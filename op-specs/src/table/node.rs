@@ -1,6 +1,8 @@
 //! What the table may know about a node: an ORT-free view, so claims and lowerings can be
 //! tested without ORT, and the EP copies ORT's graph into it.
 
+use std::sync::Arc;
+
 use super::dtypes::ElemType;
 use super::lower::FromAttr;
 
@@ -23,7 +25,9 @@ pub enum AttrValue {
     Floats(Vec<f32>),
     Strings(Vec<String>),
     Tensor(TensorValue),
-    /// A kind the table has no use for (graph, sparse tensor, type proto...).
+    /// A control-flow body (If's branches, Loop's and Scan's bodies).
+    Graph(Arc<Graph>),
+    /// A kind the table has no use for (sparse tensor, type proto...).
     Other(&'static str),
 }
 
@@ -37,6 +41,7 @@ impl AttrValue {
             AttrValue::Floats(_) => "floats",
             AttrValue::Strings(_) => "strings",
             AttrValue::Tensor(_) => "tensor",
+            AttrValue::Graph(_) => "graph",
             AttrValue::Other(kind) => kind,
         }
     }
@@ -53,10 +58,21 @@ pub struct ValueInfo {
     pub shape: Option<Vec<Option<i64>>>,
 }
 
+/// A graph held by a node's attribute: its inputs and outputs, its nodes (ORT's order), and
+/// its initializers copied to the host. What its nodes read from enclosing scopes is not among
+/// its inputs: the node holding it lists those values after its own inputs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Graph {
+    pub inputs: Vec<ValueInfo>,
+    pub outputs: Vec<ValueInfo>,
+    pub nodes: Vec<Node>,
+    pub initializers: Vec<(String, TensorValue)>,
+}
+
 /// A node as the op table sees it: an owned, ORT-free copy. The EP fills it from ORT's graph
 /// (`ep/src/ort/graph.rs`); tests build it by hand with the builder methods below. One type for
 /// both, so every claim branch a graph can reach is reachable from a Rust test too.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Node {
     pub name: String,
     pub op_type: String,
@@ -64,13 +80,13 @@ pub struct Node {
     pub domain: String,
     /// The opset version of the schema the node was resolved against.
     pub since_version: i64,
-    /// Input slots in order; `None` for an absent optional input (empty name).
+    /// Input slots in order; `None` for an absent optional input (empty name). A node with
+    /// bodies (If, Loop, Scan) lists after its own inputs the values its bodies read from the
+    /// enclosing scopes (ORT's implicit inputs), so they are data dependencies like any input.
     pub inputs: Vec<Option<ValueInfo>>,
     /// Output slots in order; `None` for an absent optional output.
     pub outputs: Vec<Option<ValueInfo>>,
     pub attributes: Vec<(String, AttrValue)>,
-    /// Whether an attribute holds a subgraph (If/Loop/Scan bodies).
-    pub has_subgraphs: bool,
 }
 
 impl Node {
@@ -123,6 +139,19 @@ impl Node {
     /// The dims of output `index` when the graph declares (or ORT inferred) its shape.
     pub fn output_shape(&self, index: usize) -> Option<Vec<Option<i64>>> {
         self.outputs.get(index)?.as_ref()?.shape.clone()
+    }
+    /// Whether an attribute holds a body (If, Loop, Scan).
+    pub fn has_subgraphs(&self) -> bool {
+        self.attributes
+            .iter()
+            .any(|(_, v)| matches!(v, AttrValue::Graph(_)))
+    }
+    /// The body attribute `name` holds.
+    pub fn graph(&self, name: &str) -> Option<&Graph> {
+        self.attributes.iter().find_map(|(n, v)| match v {
+            AttrValue::Graph(graph) if n == name => Some(graph.as_ref()),
+            _ => None,
+        })
     }
     pub fn attribute_names(&self) -> Vec<String> {
         self.attributes.iter().map(|(n, _)| n.clone()).collect()

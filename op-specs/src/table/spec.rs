@@ -102,6 +102,9 @@ pub struct Port {
     pub since: i64,
     /// An optional input that was required up to this opset.
     pub required_until: Option<i64>,
+    /// A variadic port whose instances each bind the type variable on their own (ONNX's
+    /// heterogeneous variadics: If's outputs, Loop's carried values).
+    pub heterogeneous: bool,
 }
 
 impl Port {
@@ -122,6 +125,7 @@ pub enum AttrKind {
     Floats,
     Strings,
     Tensor,
+    Graph,
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,142 @@
+//! Control-flow bodies: the graphs a node holds as attributes (If's branches, Loop's and Scan's
+//! bodies), claimed and lowered node by node through the same table as the enclosing graph.
+//! ORT cannot run a plugin EP's fused node inside a body, so a body runs on MLX only as part
+//! of its control-flow node: whole, or not at all.
+
+use std::collections::HashMap;
+
+use mlx_kernels::Array;
+
+use super::consts::tensor_array;
+use super::lower::{Lower, OpError, Result};
+use super::node::{Graph, Node};
+use super::registry::{decide, Decision};
+use super::spec::{ShapeSafety, Verdict};
+
+/// Whether every node of `body` is claimed and every output is a tensor MLX holds; the first
+/// problem's reason otherwise. `what` names the body in the reason ("then_branch").
+pub fn claim_body(body: &Graph, what: &str) -> Verdict {
+    for node in &body.nodes {
+        if let Decision::Decline { reason } = decide(node) {
+            return Verdict::decline(format!(
+                "{what}: node '{}' ({}) stays on ORT's CPU EP: {reason}",
+                node.name, node.op_type
+            ));
+        }
+    }
+    if let Some(output) = body.outputs.iter().find(|v| v.elem.is_none()) {
+        return Verdict::decline(format!(
+            "{what}: output '{}' is not a tensor of an element type this EP knows",
+            output.name
+        ));
+    }
+    Verdict::Claim
+}
+
+/// The least compile-friendly shape safety among `body`'s nodes.
+pub fn body_shape_safety(body: &Graph) -> ShapeSafety {
+    body.nodes
+        .iter()
+        .map(|node| match decide(node) {
+            Decision::Claim { shape, .. } => shape,
+            Decision::Decline { .. } => ShapeSafety::Eager,
+        })
+        .max()
+        .unwrap_or(ShapeSafety::Shapeless)
+}
+
+/// Lowers `body` over `values` (every value its nodes read from outside it, by name: the
+/// enclosing scopes' and the body's own inputs) and its initializers; returns its outputs in
+/// order. The nodes' run-time checks become the enclosing node's.
+pub fn lower_body(
+    cx: &mut Lower,
+    body: &Graph,
+    mut values: HashMap<String, Array>,
+) -> Result<Vec<Array>> {
+    for (name, tensor) in &body.initializers {
+        values.insert(name.clone(), tensor_array(tensor)?);
+    }
+    // ORT lists a graph's nodes in topological order; a pass that finds a node whose inputs
+    // are not all ready yet keeps it for the next pass, so any order lowers.
+    let mut pending: Vec<&Node> = body.nodes.iter().collect();
+    while !pending.is_empty() {
+        let before = pending.len();
+        let mut later = Vec::new();
+        for node in pending {
+            if reads_ready(node, &values) {
+                lower_node(cx, node, &mut values)?;
+            } else {
+                later.push(node);
+            }
+        }
+        if later.len() == before {
+            return Err(OpError::new(format!(
+                "node '{}' ({}) of a body reads a value that nothing in or around the body \
+                 provides",
+                later[0].name, later[0].op_type
+            )));
+        }
+        pending = later;
+    }
+    body.outputs
+        .iter()
+        .map(|output| {
+            values.get(&output.name).cloned().ok_or_else(|| {
+                OpError::new(format!(
+                    "the body's output '{}' is never computed",
+                    output.name
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The names of the values `node` reads (connected slots only).
+fn read_names(node: &Node) -> impl Iterator<Item = &str> {
+    node.inputs
+        .iter()
+        .flatten()
+        .map(|v| v.name.as_str())
+        .filter(|name| !name.is_empty())
+}
+
+fn reads_ready(node: &Node, values: &HashMap<String, Array>) -> bool {
+    read_names(node).all(|name| values.contains_key(name))
+}
+
+fn lower_node(cx: &mut Lower, node: &Node, values: &mut HashMap<String, Array>) -> Result<()> {
+    let in_body = |message: &str| {
+        OpError::new(format!(
+            "node '{}' ({}) of a body: {message}",
+            node.name, node.op_type
+        ))
+    };
+    let spec = match decide(node) {
+        Decision::Claim { spec, .. } => spec,
+        Decision::Decline { reason } => return Err(in_body(&reason)),
+    };
+    let args: Vec<Option<Array>> = node
+        .inputs
+        .iter()
+        .map(|slot| {
+            slot.as_ref()
+                .filter(|v| !v.name.is_empty())
+                .and_then(|v| values.get(&v.name).cloned())
+        })
+        .collect();
+    let lowered = spec
+        .lower_node(cx.stream(), node, &args)
+        .map_err(|e| in_body(&e.message))?;
+    for check in lowered.checks {
+        cx.require(
+            &check.holds,
+            format!("node '{}' of a body: {}", node.name, check.message),
+        )?;
+    }
+    for (slot, array) in node.outputs.iter().zip(lowered.outputs) {
+        if let Some(value) = slot.as_ref().filter(|v| !v.name.is_empty()) {
+            values.insert(value.name.clone(), array);
+        }
+    }
+    Ok(())
+}
