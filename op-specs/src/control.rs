@@ -1,4 +1,4 @@
-//! Control flow: If, whose branch joins the enclosing MLX graph.
+//! Control flow: If, Loop and Scan, whose bodies join the enclosing MLX graph.
 //!
 //! ORT cannot place a plugin EP's fused node inside a control-flow body, so the EP claims the
 //! control-flow node itself, bodies and all ([`crate::table::body`]): a body whose every node
@@ -8,11 +8,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mlx_kernels::Array;
+use mlx_kernels::{ops, Array, Dtype};
 
 use crate::table::body::{body_shape_safety, claim_body, lower_body};
+use crate::table::consts::scalar;
 use crate::table::spec::ShapeSafety;
-use crate::{onnx_op, Graph, Lower, Node, OpError, Result, Verdict};
+use crate::{onnx_op, ElemType, Graph, Lower, Node, OpError, Result, ValueInfo, Verdict};
 
 const BRANCHES: [&str; 2] = ["then_branch", "else_branch"];
 
@@ -82,4 +83,295 @@ fn if_(
         }
     }
     Ok(outputs)
+}
+
+/// Every this many iterations an eager loop evaluates what it carries, so a long loop holds a
+/// bounded graph (inside a compiled trace the evaluation fails and the plan runs eagerly).
+const ITERATIONS_PER_EVALUATION: i64 = 64;
+
+/// The values of the enclosing scopes a body reads: the node's inputs after its own `own`.
+fn enclosing_values(cx: &Lower, own: usize, arrays: &[Array]) -> HashMap<String, Array> {
+    let names = cx
+        .node()
+        .inputs
+        .iter()
+        .skip(own)
+        .flatten()
+        .map(|v| v.name.clone());
+    names.zip(arrays.iter().cloned()).collect()
+}
+
+/// A single-element value read on the host as a bool.
+fn truth(cx: &Lower, value: &Array, what: &str) -> Result<bool> {
+    match mlx_kernels::ops::astype(value, Dtype::Bool, cx.stream())?
+        .to_vec::<bool>(cx.stream())?
+        .as_slice()
+    {
+        [one] => Ok(*one),
+        many => Err(OpError::new(format!(
+            "{what} must hold one value, not {}",
+            many.len()
+        ))),
+    }
+}
+
+/// Per-iteration values stacked along `axis` (in iteration order, or reversed); with no
+/// iteration, an empty tensor of the body output's declared shape (which must then be known).
+fn stack_iterations(
+    cx: &Lower,
+    slices: Vec<Array>,
+    axis: i64,
+    reverse: bool,
+    declared: &ValueInfo,
+) -> Result<Array> {
+    let s = cx.stream();
+    if slices.is_empty() {
+        let dims: Option<Vec<i64>> = declared
+            .shape
+            .as_ref()
+            .and_then(|d| d.iter().copied().collect());
+        let dtype = declared.elem.and_then(ElemType::carrier);
+        let (Some(mut dims), Some(dtype)) = (dims, dtype) else {
+            return Err(OpError::new(format!(
+                "no iteration ran, and the body's output '{}' has no static shape to make its \
+                 empty scan output from",
+                declared.name
+            )));
+        };
+        let at = resolve_axis(axis, dims.len() + 1)?;
+        dims.insert(at, 0);
+        return Ok(ops::broadcast_to(&scalar(0.0, dtype, s)?, &dims, s)?);
+    }
+    let at = resolve_axis(axis, slices[0].ndim() + 1)?;
+    let mut slices = slices;
+    if reverse {
+        slices.reverse();
+    }
+    Ok(ops::stack(&slices, at as i32, s)?)
+}
+
+fn resolve_axis(axis: i64, rank: usize) -> Result<usize> {
+    let rank = rank as i64;
+    let resolved = if axis < 0 { axis + rank } else { axis };
+    usize::try_from(resolved)
+        .ok()
+        .filter(|&a| (a as i64) < rank)
+        .ok_or_else(|| OpError::new(format!("axis {axis} is outside a rank-{rank} result")))
+}
+
+/// A Loop body that runs whole on MLX: it takes the iteration number, the condition and the
+/// carried values, and gives the condition, the carried values and the scan outputs.
+fn loop_claim(node: &Node) -> Verdict {
+    let Some(body) = node.graph("body") else {
+        return Verdict::decline("body is not a graph");
+    };
+    let Some(carried) = body.inputs.len().checked_sub(2) else {
+        return Verdict::decline("the body takes fewer than 2 inputs");
+    };
+    if body.outputs.len() < 1 + carried || node.output_count() != body.outputs.len() - 1 {
+        return Verdict::decline(format!(
+            "the body gives {} outputs for {carried} carried values and the node's {} outputs",
+            body.outputs.len(),
+            node.output_count()
+        ));
+    }
+    claim_body(body, "body")
+}
+
+/// The trip count and the conditions are read on the host: at least shape-keyed.
+fn loop_shape(node: &Node) -> ShapeSafety {
+    node.graph("body")
+        .map_or(ShapeSafety::Eager, body_shape_safety)
+        .max(ShapeSafety::ShapeKeyed)
+}
+
+/// The loop unrolled into the MLX graph: the body lowered once per iteration while the
+/// iteration number is below `M` and the condition holds, each iteration's carried values
+/// feeding the next; scan outputs stacked along a new first axis. `M` and the conditions are
+/// read on the host: a "for" loop over a constant count whose condition passes through (the
+/// usual export) compiles, keyed on the count; a condition computed from data runs eagerly.
+#[onnx_op(
+    op = "Loop", since = 1, types(I = I64, B = BOOL, V = ANY), inputs(M: I, cond: B, v_initial: V),
+    outputs(v_final_and_scan_outputs...: V), heterogeneous(v_initial, v_final_and_scan_outputs),
+    shape = loop_shape, claim = loop_claim,
+    declines = "a body with a node this EP declines or a non-tensor output (sequences, optionals), or whose outputs do not match the node's"
+)]
+fn loop_(
+    cx: &mut Lower,
+    #[host] m: Option<i64>,
+    #[host] cond: Option<i64>,
+    values: Vec<Array>,
+    #[attr] body: Arc<Graph>,
+) -> Result<Vec<Array>> {
+    let carried_count = body.inputs.len() - 2;
+    if values.len() < carried_count {
+        return Err(OpError::new(format!(
+            "{} initial values for {carried_count} carried ones",
+            values.len()
+        )));
+    }
+    let enclosing = enclosing_values(cx, 2 + carried_count, &values[carried_count..]);
+    let mut carried = values[..carried_count].to_vec();
+    let scan_count = body.outputs.len() - 1 - carried_count;
+    let mut scans: Vec<Vec<Array>> = vec![Vec::new(); scan_count];
+    let mut going = cond.is_none_or(|c| c != 0);
+    let mut iteration = 0i64;
+    while going && m.is_none_or(|m| iteration < m) {
+        let s = cx.stream();
+        let mut values = enclosing.clone();
+        values.insert(
+            body.inputs[0].name.clone(),
+            scalar(iteration as f64, Dtype::I64, s)?,
+        );
+        values.insert(
+            body.inputs[1].name.clone(),
+            scalar(f64::from(u8::from(going)), Dtype::Bool, s)?,
+        );
+        for (input, value) in body.inputs[2..].iter().zip(&carried) {
+            values.insert(input.name.clone(), value.clone());
+        }
+        let mut outputs = lower_body(cx, &body, values)?.into_iter();
+        let condition = outputs
+            .next()
+            .expect("the claim checked the body's outputs");
+        carried = outputs.by_ref().take(carried_count).collect();
+        for (scan, element) in scans.iter_mut().zip(outputs) {
+            scan.push(element);
+        }
+        going = truth(cx, &condition, "the body's condition")?;
+        iteration += 1;
+        if iteration % ITERATIONS_PER_EVALUATION == 0 {
+            let held: Vec<Array> = carried
+                .iter()
+                .chain(scans.iter().flatten())
+                .cloned()
+                .collect();
+            Array::eval_all(&held)?;
+        }
+    }
+    let declared = &body.outputs[1 + carried_count..];
+    let stacked = scans
+        .into_iter()
+        .zip(declared)
+        .map(|(slices, output)| stack_iterations(cx, slices, 0, false, output));
+    carried.into_iter().map(Ok).chain(stacked).collect()
+}
+
+/// A Scan body that runs whole on MLX, with as many state values as inputs minus scan inputs.
+fn scan_claim(node: &Node) -> Verdict {
+    let Some(body) = node.graph("body") else {
+        return Verdict::decline("body is not a graph");
+    };
+    let scan_inputs = node.attr_or("num_scan_inputs", 0i64);
+    let states = body.inputs.len() as i64 - scan_inputs;
+    if scan_inputs < 1 || states < 0 || body.outputs.len() as i64 != node.output_count() as i64 {
+        return Verdict::decline(format!(
+            "num_scan_inputs {scan_inputs} with a body of {} inputs and {} outputs for the \
+             node's {} outputs",
+            body.inputs.len(),
+            body.outputs.len(),
+            node.output_count()
+        ));
+    }
+    claim_body(body, "body")
+}
+
+/// The sequence length is the scan inputs' axis: at least shape-keyed.
+fn scan_shape(node: &Node) -> ShapeSafety {
+    node.graph("body")
+        .map_or(ShapeSafety::Eager, body_shape_safety)
+        .max(ShapeSafety::ShapeKeyed)
+}
+
+/// One of a Scan's per-input or per-output lists, or its default (axis 0, forward).
+fn per_value(list: &Option<Vec<i64>>, index: usize, what: &str) -> Result<i64> {
+    match list {
+        None => Ok(0),
+        Some(values) => values
+            .get(index)
+            .copied()
+            .ok_or_else(|| OpError::new(format!("{what} has {} entries, too few", values.len()))),
+    }
+}
+
+/// Scan unrolled over the scan inputs' axis (its length known from their shapes): each step
+/// lowers the body on the state and one slice of every scan input, in its direction; the
+/// scan outputs stack each step's elements along their axis, in their direction.
+#[onnx_op(
+    op = "Scan", since = 9, types(V = ANY), inputs(initial_state_and_scan_inputs: V),
+    outputs(final_state_and_scan_outputs...: V),
+    heterogeneous(initial_state_and_scan_inputs, final_state_and_scan_outputs),
+    shape = scan_shape, claim = scan_claim,
+    declines = "a body with a node this EP declines or a non-tensor output, or whose inputs and outputs do not match num_scan_inputs and the node's outputs"
+)]
+#[allow(clippy::too_many_arguments)] // ONNX's attribute list
+fn scan(
+    cx: &mut Lower,
+    values: Vec<Array>,
+    #[attr] body: Arc<Graph>,
+    #[attr] num_scan_inputs: i64,
+    #[attr] scan_input_axes: Option<Vec<i64>>,
+    #[attr] scan_input_directions: Option<Vec<i64>>,
+    #[attr] scan_output_axes: Option<Vec<i64>>,
+    #[attr] scan_output_directions: Option<Vec<i64>>,
+) -> Result<Vec<Array>> {
+    let s = cx.stream();
+    let scan_inputs = num_scan_inputs as usize;
+    let states = body.inputs.len() - scan_inputs;
+    if values.len() < states + scan_inputs {
+        return Err(OpError::new(format!(
+            "{} inputs for {states} states and {scan_inputs} scan inputs",
+            values.len()
+        )));
+    }
+    let enclosing = enclosing_values(cx, states + scan_inputs, &values[states + scan_inputs..]);
+    let mut sequences = Vec::with_capacity(scan_inputs);
+    let mut length = None;
+    for (index, input) in values[states..states + scan_inputs].iter().enumerate() {
+        let axis = resolve_axis(
+            per_value(&scan_input_axes, index, "scan_input_axes")?,
+            input.ndim(),
+        )?;
+        let reverse = per_value(&scan_input_directions, index, "scan_input_directions")? == 1;
+        let steps = input.shape()[axis];
+        if *length.get_or_insert(steps) != steps {
+            return Err(OpError::new(format!(
+                "scan inputs of {steps} and {} steps",
+                length.unwrap_or(0)
+            )));
+        }
+        sequences.push((input, axis, reverse));
+    }
+    let length = length.unwrap_or(0);
+    let mut state = values[..states].to_vec();
+    let output_count = body.outputs.len() - states;
+    let mut scans: Vec<Vec<Array>> = vec![Vec::new(); output_count];
+    for step in 0..length {
+        let mut values = enclosing.clone();
+        for (input, value) in body.inputs.iter().zip(&state) {
+            values.insert(input.name.clone(), value.clone());
+        }
+        for (input, (sequence, axis, reverse)) in body.inputs[states..].iter().zip(&sequences) {
+            let at = if *reverse { length - 1 - step } else { step };
+            let slice = ops::take(
+                sequence,
+                &scalar(at as f64, Dtype::I32, s)?,
+                *axis as i32,
+                s,
+            )?;
+            values.insert(input.name.clone(), slice);
+        }
+        let mut outputs = lower_body(cx, &body, values)?.into_iter();
+        state = outputs.by_ref().take(states).collect();
+        for (scan, element) in scans.iter_mut().zip(outputs) {
+            scan.push(element);
+        }
+    }
+    let mut results = state;
+    for (index, (slices, declared)) in scans.into_iter().zip(&body.outputs[states..]).enumerate() {
+        let axis = per_value(&scan_output_axes, index, "scan_output_axes")?;
+        let reverse = per_value(&scan_output_directions, index, "scan_output_directions")? == 1;
+        results.push(stack_iterations(cx, slices, axis, reverse, declared)?);
+    }
+    Ok(results)
 }

@@ -114,3 +114,99 @@ def test_a_branch_with_a_declined_node_keeps_the_if_on_the_cpu_ep_with_the_reaso
     ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
     records = [line for line in report.read_text().splitlines() if '"choose"' in line]
     assert records and '"claimed": false' in records[-1] and "else_branch: node" in records[-1], records
+
+
+def loop_model(trip=None, cond=None, cond_out="keep", scan=True, body_extra=(), fed_trip=False):
+    """Loop over x (carried): x <- x * 0.5 + i (the iteration number as float) + outer b; the
+    scan output collects each iteration's x. ``cond_out``: "keep" passes the condition through,
+    "small" continues while sum(x) < 40 (from data)."""
+    n = helper.make_node
+    body_nodes = [
+        n("Cast", ["i"], ["i_f"], to=TensorProto.FLOAT),
+        n("Mul", ["x_in", "half"], ["halved"]),
+        n("Add", ["halved", "i_f"], ["stepped"]),
+        n("Add", ["stepped", "b"], ["x_out"]),
+        n("Identity", ["x_out"], ["x_scan"]),
+    ]
+    if cond_out == "keep":
+        body_nodes.append(n("Identity", ["c_in"], ["c_out"]))
+    else:
+        body_nodes += [n("ReduceSum", ["x_out"], ["total"], keepdims=0), n("Less", ["total", "limit"], ["c_out"])]
+    body_nodes += list(body_extra)
+    outputs = [tensor("c_out", TensorProto.BOOL, []), tensor("x_out", shape=[3])] + ([tensor("x_scan", shape=[3])] if scan else [])
+    body = helper.make_graph(body_nodes, "body", [tensor("i", TensorProto.INT64, []), tensor("c_in", TensorProto.BOOL, []),
+                                                 tensor("x_in", shape=[3])], outputs)
+    loop_outputs = ["x_final"] + (["xs"] if scan else [])
+    node = n("Loop", ["trip" if trip is not None or fed_trip else "", "cond" if cond is not None else "", "x0"], loop_outputs,
+             body=body, name="repeat")
+    constants = [numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+                 numpy_helper.from_array(np.array([1.0, -1.0, 0.5], np.float32), "b"),
+                 numpy_helper.from_array(np.array(40.0, np.float32), "limit")]
+    if trip is not None and not fed_trip:
+        constants.append(numpy_helper.from_array(np.array(trip, np.int64), "trip"))
+    if cond is not None:
+        constants.append(numpy_helper.from_array(np.array(cond), "cond"))
+    inputs = [tensor("x0", shape=[3])] + ([tensor("trip", TensorProto.INT64, [])] if fed_trip else [])
+    return make_model([node], inputs, [tensor(o) for o in loop_outputs], constants)
+
+
+X0 = np.array([1.0, 2.0, -3.0], np.float32)
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+@pytest.mark.parametrize("form", ["for", "while_from_data", "zero_trips", "long"])
+def test_loops_unroll_on_mlx_and_match_the_cpu_ep(form, mode, monkeypatch):
+    set_env(monkeypatch, COMPILE_MODES[mode])
+    model = {
+        "for": lambda: loop_model(trip=5),
+        "while_from_data": lambda: loop_model(cond=True, cond_out="small"),
+        "zero_trips": lambda: loop_model(trip=0),
+        "long": lambda: loop_model(trip=150),  # past an eager loop's periodic evaluation
+    }[form]()
+    feeds = {"x0": X0}
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    want = cpu_outputs(model, feeds)
+    for _ in range(3):  # eager, then compiled (or eager again), then replayed
+        got = run.session.run(None, feeds)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_a_fed_trip_count_changes_the_unrolling_from_run_to_run():
+    model = loop_model(fed_trip=True)
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()
+    for trips in [3, 1, 3, 0, 6]:
+        feeds = {"x0": X0, "trip": np.array(trips, np.int64)}
+        for g, w in zip(session.run(None, feeds), cpu_outputs(model, feeds)):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def scan_model(input_directions, output_directions, output_axes):
+    """Scan over the rows of s ([4, 3]) with a running sum (state) and, per step, the row
+    times the state (a scan output laid out by ``output_axes`` / ``output_directions``)."""
+    n = helper.make_node
+    body = helper.make_graph(
+        [n("Add", ["sum_in", "row"], ["sum_out"]), n("Mul", ["row", "sum_out"], ["product"])], "body",
+        [tensor("sum_in", shape=[3]), tensor("row", shape=[3])], [tensor("sum_out", shape=[3]), tensor("product", shape=[3])])
+    node = n("Scan", ["init", "s"], ["final", "products"], body=body, num_scan_inputs=1, name="scan",
+             scan_input_directions=input_directions, scan_output_directions=output_directions, scan_output_axes=output_axes)
+    return make_model([node], [tensor("init", shape=[3]), tensor("s", shape=["steps", 3])], [tensor("final"), tensor("products")],
+                      opset=16)
+
+
+@pytest.mark.parametrize("input_directions, output_directions, output_axes", [
+    ([0], [0], [0]), ([1], [0], [0]), ([0], [1], [1]), ([1], [1], [-1]),
+])
+def test_scan_steps_in_its_directions_and_lays_outputs_on_their_axes(input_directions, output_directions, output_axes):
+    model = scan_model(input_directions, output_directions, output_axes)
+    rng = np.random.default_rng(2)
+    for steps in [4, 1, 4]:
+        feeds = {"init": rng.standard_normal(3).astype(np.float32), "s": rng.standard_normal((steps, 3)).astype(np.float32)}
+        run = Run(model, feeds)
+        run.assert_all_on_mlx()
+        for g, w in zip(run.outputs, cpu_outputs(model, feeds)):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
