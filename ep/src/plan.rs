@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use mlx_kernels::{ops, Array, Stream};
 use op_specs::{
     decide, ConstantInputs, Decision, ElemType, HostKey, Lower, Node, OpSpec, Prepared,
-    ShapeSafety, SharedDerivations,
+    ShapeSafety, SharedDerivations, ValueInfo,
 };
 
 use crate::device;
@@ -291,16 +291,19 @@ impl Plan {
                     ))
                 }
             };
-            let inputs = node
+            // Input slots, then the implicit inputs (what the node's bodies read), which its
+            // lowering receives after the inputs.
+            let read: Vec<Option<&ValueInfo>> = node
                 .inputs
                 .iter()
-                .map(|v| {
-                    v.as_ref()
-                        .filter(|v| !v.name.is_empty())
-                        .map(|v| slots.of(&v.name))
-                })
+                .map(Option::as_ref)
+                .chain(node.implicit_inputs.iter().map(Some))
+                .collect();
+            let inputs = read
+                .iter()
+                .map(|v| v.filter(|v| !v.name.is_empty()).map(|v| slots.of(&v.name)))
                 .collect::<Vec<_>>();
-            for (value, s) in node.inputs.iter().zip(&inputs) {
+            for (value, s) in read.iter().zip(&inputs) {
                 if let (Some(value), Some(s)) = (value, s) {
                     if !available.get(*s).copied().unwrap_or(false) {
                         return Err(format!(

@@ -3,9 +3,8 @@
 //! ORT cannot place a plugin EP's fused node inside a control-flow body, so the EP claims the
 //! control-flow node itself, bodies and all ([`crate::table::body`]): a body whose every node
 //! the table claims is lowered into the same MLX graph as the node around it, reading the
-//! enclosing scopes' values (ORT's implicit inputs, which follow the node's own inputs).
+//! enclosing scopes' values (the node's implicit inputs, [`Lower::enclosing`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use mlx_kernels::{ops, Array, Dtype};
@@ -52,27 +51,18 @@ fn if_shape(node: &Node) -> ShapeSafety {
 /// nothing in a compiled trace (which is keyed on it); one computed from data is read once
 /// per run, on the eager path.
 #[onnx_op(
-    op = "If", since = 1, types(B = BOOL, V = ANY), inputs(cond: B, outer: V), outputs(outputs...: V),
-    heterogeneous(outer, outputs), shape = if_shape, claim = if_claim,
+    op = "If", since = 1, types(B = BOOL, V = ANY), inputs(cond: B), outputs(outputs...: V),
+    heterogeneous(outputs), shape = if_shape, claim = if_claim,
     declines = "a branch with a node this EP declines, an output that is not a tensor (sequences, optionals), or another output count than the node's"
 )]
 fn if_(
     cx: &mut Lower,
     #[host] cond: i64,
-    outer: Vec<Array>,
     #[attr] then_branch: Arc<Graph>,
     #[attr] else_branch: Arc<Graph>,
 ) -> Result<Vec<Array>> {
     let branch = if cond != 0 { then_branch } else { else_branch };
-    let names = cx
-        .node()
-        .inputs
-        .iter()
-        .skip(1)
-        .flatten()
-        .map(|v| v.name.clone());
-    let values: HashMap<String, Array> = names.zip(outer).collect();
-    let outputs = lower_body(cx, &branch, values)?;
+    let outputs = lower_body(cx, &branch, cx.enclosing().clone())?;
     for (index, output) in outputs.iter().enumerate() {
         let declared = cx.output_dtype(index)?;
         if output.dtype() != declared {
@@ -88,18 +78,6 @@ fn if_(
 /// Every this many iterations an eager loop evaluates what it carries, so a long loop holds a
 /// bounded graph (inside a compiled trace the evaluation fails and the plan runs eagerly).
 const ITERATIONS_PER_EVALUATION: i64 = 64;
-
-/// The values of the enclosing scopes a body reads: the node's inputs after its own `own`.
-fn enclosing_values(cx: &Lower, own: usize, arrays: &[Array]) -> HashMap<String, Array> {
-    let names = cx
-        .node()
-        .inputs
-        .iter()
-        .skip(own)
-        .flatten()
-        .map(|v| v.name.clone());
-    names.zip(arrays.iter().cloned()).collect()
-}
 
 /// A single-element value read on the host as a bool.
 fn truth(cx: &Lower, value: &Array, what: &str) -> Result<bool> {
@@ -204,14 +182,14 @@ fn loop_(
     #[attr] body: Arc<Graph>,
 ) -> Result<Vec<Array>> {
     let carried_count = body.inputs.len() - 2;
-    if values.len() < carried_count {
+    if values.len() != carried_count {
         return Err(OpError::new(format!(
-            "{} initial values for {carried_count} carried ones",
+            "{} initial values for the body's {carried_count} carried ones",
             values.len()
         )));
     }
-    let enclosing = enclosing_values(cx, 2 + carried_count, &values[carried_count..]);
-    let mut carried = values[..carried_count].to_vec();
+    let enclosing = cx.enclosing().clone();
+    let mut carried = values;
     let scan_count = body.outputs.len() - 1 - carried_count;
     let mut scans: Vec<Vec<Array>> = vec![Vec::new(); scan_count];
     let mut going = cond.is_none_or(|c| c != 0);
@@ -318,13 +296,13 @@ fn scan(
     let s = cx.stream();
     let scan_inputs = num_scan_inputs as usize;
     let states = body.inputs.len() - scan_inputs;
-    if values.len() < states + scan_inputs {
+    if values.len() != states + scan_inputs {
         return Err(OpError::new(format!(
             "{} inputs for {states} states and {scan_inputs} scan inputs",
             values.len()
         )));
     }
-    let enclosing = enclosing_values(cx, states + scan_inputs, &values[states + scan_inputs..]);
+    let enclosing = cx.enclosing().clone();
     let mut sequences = Vec::with_capacity(scan_inputs);
     let mut length = None;
     for (index, input) in values[states..states + scan_inputs].iter().enumerate() {

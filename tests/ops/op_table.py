@@ -87,7 +87,7 @@ class Port:
 @dataclass(frozen=True)
 class Attr:
     name: str
-    kind: str  # "int" | "float" | "string" | "ints" | "floats" | "strings"
+    kind: str  # "int" | "float" | "string" | "ints" | "floats" | "strings" | "tensor" | "graph"
     required: bool
     default: str | None
 

@@ -188,6 +188,12 @@ fn build_plan(
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
+    if let Some(value) = fused.implicit_inputs.first() {
+        return Err(format!(
+            "ORT gave the fused node an implicit input ('{}'), which its kernel cannot read",
+            value.name
+        ));
+    }
     let inputs: Vec<String> = fused
         .inputs
         .iter()

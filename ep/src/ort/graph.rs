@@ -25,9 +25,7 @@ pub fn predecessors(nodes: &[Node]) -> Vec<Vec<usize>> {
         .iter()
         .map(|n| {
             let mut preds: Vec<usize> = n
-                .inputs
-                .iter()
-                .flatten()
+                .reads()
                 .filter_map(|v| producer.get(v.name.as_str()).copied())
                 .collect();
             preds.sort_unstable();
@@ -99,9 +97,10 @@ pub fn read_node(node: *const sys::OrtNode) -> Result<Node, String> {
     // SAFETY: ORT's strings are valid for the current call; we copy them.
     let (name, op_type, domain) =
         unsafe { (owned_str(name), owned_str(op_type), owned_str(domain)) };
-    let mut inputs = values(node, Direction::Inputs)?;
-    // What the node's bodies read from the enclosing scopes: data dependencies like any input.
-    inputs.extend(values(node, Direction::ImplicitInputs)?);
+    let implicit_inputs = values(node, Direction::ImplicitInputs)?
+        .into_iter()
+        .flatten()
+        .collect();
     let mut attributes = attributes(node)?;
     for (attribute, body) in subgraphs(node)? {
         match attributes.iter_mut().find(|(n, _)| *n == attribute) {
@@ -114,7 +113,8 @@ pub fn read_node(node: *const sys::OrtNode) -> Result<Node, String> {
         op_type,
         domain,
         since_version: i64::from(since),
-        inputs,
+        inputs: values(node, Direction::Inputs)?,
+        implicit_inputs,
         outputs: values(node, Direction::Outputs)?,
         attributes,
     })

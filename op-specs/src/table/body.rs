@@ -9,7 +9,7 @@ use mlx_kernels::Array;
 
 use super::consts::tensor_array;
 use super::lower::{Lower, OpError, Result};
-use super::node::{Graph, Node};
+use super::node::{Graph, Node, ValueInfo};
 use super::registry::{decide, Decision};
 use super::spec::{ShapeSafety, Verdict};
 
@@ -91,17 +91,8 @@ pub fn lower_body(
         .collect()
 }
 
-/// The names of the values `node` reads (connected slots only).
-fn read_names(node: &Node) -> impl Iterator<Item = &str> {
-    node.inputs
-        .iter()
-        .flatten()
-        .map(|v| v.name.as_str())
-        .filter(|name| !name.is_empty())
-}
-
 fn reads_ready(node: &Node, values: &HashMap<String, Array>) -> bool {
-    read_names(node).all(|name| values.contains_key(name))
+    node.reads().all(|v| values.contains_key(&v.name))
 }
 
 fn lower_node(cx: &mut Lower, node: &Node, values: &mut HashMap<String, Array>) -> Result<()> {
@@ -115,14 +106,12 @@ fn lower_node(cx: &mut Lower, node: &Node, values: &mut HashMap<String, Array>) 
         Decision::Claim { spec, .. } => spec,
         Decision::Decline { reason } => return Err(in_body(&reason)),
     };
+    let value = |v: &ValueInfo| values.get(&v.name).cloned();
     let args: Vec<Option<Array>> = node
         .inputs
         .iter()
-        .map(|slot| {
-            slot.as_ref()
-                .filter(|v| !v.name.is_empty())
-                .and_then(|v| values.get(&v.name).cloned())
-        })
+        .map(|slot| slot.as_ref().filter(|v| !v.name.is_empty()).and_then(value))
+        .chain(node.implicit_inputs.iter().map(value))
         .collect();
     let lowered = spec
         .lower_node(cx.stream(), node, &args)

@@ -10,6 +10,7 @@ use super::spec::{gate_label, AttrKind, OpSpec, Port, PortKind, Verdict};
 pub fn check(spec: &OpSpec, node: &Node) -> Verdict {
     let verdict = attributes(spec, node)
         .and_then(|()| ports(spec, node))
+        .and_then(|()| implicit_inputs(node))
         .and_then(|()| type_constraints(spec, node))
         .and_then(|()| dims_fit(spec, node));
     match (verdict, spec.custom_claim) {
@@ -68,6 +69,22 @@ fn kind_matches(kind: AttrKind, value: &AttrValue) -> bool {
             | (AttrKind::Tensor, AttrValue::Tensor(_))
             | (AttrKind::Graph, AttrValue::Graph(_))
     )
+}
+
+/// What a node's bodies read from the enclosing scopes becomes an array of the lowering: it
+/// must be a tensor MLX holds.
+fn implicit_inputs(node: &Node) -> Result<(), String> {
+    match node
+        .implicit_inputs
+        .iter()
+        .find(|v| v.elem.and_then(ElemType::carrier).is_none())
+    {
+        Some(value) => Err(format!(
+            "'{}', which a body reads, is not a tensor of an element type MLX holds",
+            value.name
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The declared port for slot `index`, following a variadic last port.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use mlx_kernels::{Array, Dtype, Stream};
 
 use super::dtypes::ElemType;
-use super::node::{AttrValue, Node};
+use super::node::{AttrValue, Node, ValueInfo};
 use super::spec::AttrKind;
 
 /// A lowering failure. The EP adds the node's name and op type when it reports one.
@@ -196,6 +196,8 @@ pub struct Lower<'a> {
     /// Host reads served from `ConstantInputs::host_values`, and the traced arrays they stand
     /// for.
     host_keys: Vec<(HostKey, Array)>,
+    /// The node's implicit inputs, by name (see [`Lower::enclosing`]).
+    enclosing: HashMap<String, Array>,
 }
 
 impl fmt::Debug for Lower<'_> {
@@ -213,7 +215,35 @@ impl<'a> Lower<'a> {
             written_rows: Vec::new(),
             constants: None,
             host_keys: Vec::new(),
+            enclosing: HashMap::new(),
         }
+    }
+
+    /// The arrays of the node's implicit inputs, by name.
+    pub(super) fn set_enclosing(
+        &mut self,
+        names: &[ValueInfo],
+        arrays: &[Option<Array>],
+    ) -> Result<()> {
+        if names.len() != arrays.len() {
+            return Err(OpError::new(format!(
+                "{} arrays for the node's {} implicit inputs",
+                arrays.len(),
+                names.len()
+            )));
+        }
+        for (value, array) in names.iter().zip(arrays) {
+            let array = array.clone().ok_or_else(|| {
+                OpError::new(format!("implicit input '{}' was not given", value.name))
+            })?;
+            self.enclosing.insert(value.name.clone(), array);
+        }
+        Ok(())
+    }
+
+    /// What the node's bodies read from the enclosing scopes (its implicit inputs), by name.
+    pub fn enclosing(&self) -> &HashMap<String, Array> {
+        &self.enclosing
     }
 
     /// The context inside a plan, which knows its constants and keeps what is prepared from

@@ -60,7 +60,7 @@ pub struct ValueInfo {
 
 /// A graph held by a node's attribute: its inputs and outputs, its nodes (ORT's order), and
 /// its initializers copied to the host. What its nodes read from enclosing scopes is not among
-/// its inputs: the node holding it lists those values after its own inputs.
+/// its inputs: the node holding it lists those values as its implicit inputs.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Graph {
     pub inputs: Vec<ValueInfo>,
@@ -80,10 +80,12 @@ pub struct Node {
     pub domain: String,
     /// The opset version of the schema the node was resolved against.
     pub since_version: i64,
-    /// Input slots in order; `None` for an absent optional input (empty name). A node with
-    /// bodies (If, Loop, Scan) lists after its own inputs the values its bodies read from the
-    /// enclosing scopes (ORT's implicit inputs), so they are data dependencies like any input.
+    /// Input slots in order; `None` for an absent optional input (empty name).
     pub inputs: Vec<Option<ValueInfo>>,
+    /// What the node's bodies (If, Loop, Scan) read from the enclosing scopes (ORT's implicit
+    /// inputs): data dependencies like inputs, but no ports. A plan feeds them after the
+    /// inputs, and the lowering finds them by name in [`crate::Lower::enclosing`].
+    pub implicit_inputs: Vec<ValueInfo>,
     /// Output slots in order; `None` for an absent optional output.
     pub outputs: Vec<Option<ValueInfo>>,
     pub attributes: Vec<(String, AttrValue)>,
@@ -139,6 +141,14 @@ impl Node {
     /// The dims of output `index` when the graph declares (or ORT inferred) its shape.
     pub fn output_shape(&self, index: usize) -> Option<Vec<Option<i64>>> {
         self.outputs.get(index)?.as_ref()?.shape.clone()
+    }
+    /// Every value the node reads: its connected inputs, then its implicit inputs.
+    pub fn reads(&self) -> impl Iterator<Item = &ValueInfo> {
+        self.inputs
+            .iter()
+            .flatten()
+            .chain(&self.implicit_inputs)
+            .filter(|v| !v.name.is_empty())
     }
     /// Whether an attribute holds a body (If, Loop, Scan).
     pub fn has_subgraphs(&self) -> bool {

@@ -210,9 +210,13 @@ impl OpSpec {
 
     /// [`OpSpec::lower_node`] in a context the caller made (a plan's, which knows its
     /// constants).
+    /// `inputs` holds an array per input slot, then one per implicit input (what the node's
+    /// bodies read from the enclosing scopes), which the lowering finds by name.
     pub fn lower_in(&self, mut cx: Lower, inputs: &[Option<Array>]) -> Result<Lowered> {
         let node = cx.node();
-        let outputs = (self.lower)(&mut cx, inputs)?;
+        let (own, implicit) = inputs.split_at(node.input_count().min(inputs.len()));
+        cx.set_enclosing(&node.implicit_inputs, implicit)?;
+        let outputs = (self.lower)(&mut cx, own)?;
         // Trailing slots left unnamed (`["y", "", "", ""]`, as exporters write them) need no array.
         let needed = (0..node.output_count())
             .rev()
