@@ -235,6 +235,50 @@ fn loop_(
     carried.into_iter().map(Ok).chain(stacked).collect()
 }
 
+/// One scan input: stepped along `axis`, from the end when `reverse`.
+struct Sequence {
+    input: Array,
+    axis: usize,
+    reverse: bool,
+}
+
+/// `length` steps of a Scan body: each lowers the body on the state and one slice of every
+/// sequence; returns the final state and, per scan output, each step's element.
+fn scan_steps(
+    cx: &mut Lower,
+    body: &Graph,
+    mut state: Vec<Array>,
+    sequences: &[Sequence],
+    length: i64,
+) -> Result<(Vec<Array>, Vec<Vec<Array>>)> {
+    let s = cx.stream();
+    let states = state.len();
+    let enclosing = cx.enclosing().clone();
+    let mut scans: Vec<Vec<Array>> = vec![Vec::new(); body.outputs.len() - states];
+    for step in 0..length {
+        let mut values = enclosing.clone();
+        for (input, value) in body.inputs.iter().zip(&state) {
+            values.insert(input.name.clone(), value.clone());
+        }
+        for (input, sequence) in body.inputs[states..].iter().zip(sequences) {
+            let at = if sequence.reverse {
+                length - 1 - step
+            } else {
+                step
+            };
+            let index = scalar(at as f64, Dtype::I32, s)?;
+            let slice = ops::take(&sequence.input, &index, sequence.axis as i32, s)?;
+            values.insert(input.name.clone(), slice);
+        }
+        let mut outputs = lower_body(cx, body, values)?.into_iter();
+        state = outputs.by_ref().take(states).collect();
+        for (scan, element) in scans.iter_mut().zip(outputs) {
+            scan.push(element);
+        }
+    }
+    Ok((state, scans))
+}
+
 /// A Scan body that runs whole on MLX, with as many state values as inputs minus scan inputs.
 fn scan_claim(node: &Node) -> Verdict {
     let Some(body) = node.graph("body") else {
@@ -293,7 +337,6 @@ fn scan(
     #[attr] scan_output_axes: Option<Vec<i64>>,
     #[attr] scan_output_directions: Option<Vec<i64>>,
 ) -> Result<Vec<Array>> {
-    let s = cx.stream();
     let scan_inputs = num_scan_inputs as usize;
     let states = body.inputs.len() - scan_inputs;
     if values.len() != states + scan_inputs {
@@ -302,7 +345,6 @@ fn scan(
             values.len()
         )));
     }
-    let enclosing = cx.enclosing().clone();
     let mut sequences = Vec::with_capacity(scan_inputs);
     let mut length = None;
     for (index, input) in values[states..states + scan_inputs].iter().enumerate() {
@@ -318,33 +360,19 @@ fn scan(
                 length.unwrap_or(0)
             )));
         }
-        sequences.push((input, axis, reverse));
+        sequences.push(Sequence {
+            input: input.clone(),
+            axis,
+            reverse,
+        });
     }
-    let length = length.unwrap_or(0);
-    let mut state = values[..states].to_vec();
-    let output_count = body.outputs.len() - states;
-    let mut scans: Vec<Vec<Array>> = vec![Vec::new(); output_count];
-    for step in 0..length {
-        let mut values = enclosing.clone();
-        for (input, value) in body.inputs.iter().zip(&state) {
-            values.insert(input.name.clone(), value.clone());
-        }
-        for (input, (sequence, axis, reverse)) in body.inputs[states..].iter().zip(&sequences) {
-            let at = if *reverse { length - 1 - step } else { step };
-            let slice = ops::take(
-                sequence,
-                &scalar(at as f64, Dtype::I32, s)?,
-                *axis as i32,
-                s,
-            )?;
-            values.insert(input.name.clone(), slice);
-        }
-        let mut outputs = lower_body(cx, &body, values)?.into_iter();
-        state = outputs.by_ref().take(states).collect();
-        for (scan, element) in scans.iter_mut().zip(outputs) {
-            scan.push(element);
-        }
-    }
+    let (state, scans) = scan_steps(
+        cx,
+        &body,
+        values[..states].to_vec(),
+        &sequences,
+        length.unwrap_or(0),
+    )?;
     let mut results = state;
     for (index, (slices, declared)) in scans.into_iter().zip(&body.outputs[states..]).enumerate() {
         let axis = per_value(&scan_output_axes, index, "scan_output_axes")?;
@@ -352,4 +380,106 @@ fn scan(
         results.push(stack_iterations(cx, slices, axis, reverse, declared)?);
     }
     Ok(results)
+}
+
+/// Scan-8: every input has a batch axis first and the scan axis second. Each batch entry is
+/// scanned on its own slices, for its `sequence_lens` steps (all of them by default; forward,
+/// or from its last valid step back); its scan outputs are zero-padded to the sequence axis,
+/// and the entries are stacked back along the batch axis.
+#[onnx_op(
+    op = "Scan", opset = 8..=8, types(I = I64, V = ANY),
+    inputs(sequence_lens: I, initial_state_and_scan_inputs: V),
+    outputs(final_state_and_scan_outputs...: V),
+    heterogeneous(initial_state_and_scan_inputs, final_state_and_scan_outputs),
+    shape = scan_shape, claim = scan_claim,
+    declines = "a body with a node this EP declines or a non-tensor output, or whose inputs and outputs do not match num_scan_inputs and the node's outputs"
+)]
+fn scan_batched(
+    cx: &mut Lower,
+    #[host] sequence_lens: Option<Vec<i64>>,
+    values: Vec<Array>,
+    #[attr] body: Arc<Graph>,
+    #[attr] num_scan_inputs: i64,
+    #[attr] directions: Option<Vec<i64>>,
+) -> Result<Vec<Array>> {
+    let s = cx.stream();
+    let scan_inputs = num_scan_inputs as usize;
+    let states = body.inputs.len() - scan_inputs;
+    if values.len() != states + scan_inputs || scan_inputs == 0 {
+        return Err(OpError::new(format!(
+            "{} inputs for {states} states and {scan_inputs} scan inputs",
+            values.len()
+        )));
+    }
+    let first = &values[states];
+    let (batch, steps) = match first.shape()[..] {
+        [batch, steps, ..] => (batch, steps),
+        _ => return Err(OpError::new("a scan input must be [batch, sequence, ...]")),
+    };
+    if values.iter().any(|v| v.shape().first() != Some(&batch))
+        || values[states..]
+            .iter()
+            .any(|v| v.shape().get(1) != Some(&steps))
+    {
+        return Err(OpError::new(
+            "every input must share the batch axis, and every scan input the sequence axis",
+        ));
+    }
+    if batch == 0 {
+        return Err(OpError::new(
+            "an empty batch: no entry to scan and no element shape to build the outputs from",
+        ));
+    }
+    let lengths = sequence_lens.unwrap_or_else(|| vec![steps; batch as usize]);
+    // ORT refuses a length of 0 too.
+    if lengths.len() != batch as usize || lengths.iter().any(|l| !(1..=steps).contains(l)) {
+        return Err(OpError::new(format!(
+            "sequence_lens {lengths:?} must hold {batch} lengths in 1..={steps}"
+        )));
+    }
+    let entry = |value: &Array, b: i64| -> Result<Array> {
+        Ok(ops::take(value, &scalar(b as f64, Dtype::I32, s)?, 0, s)?)
+    };
+    let mut per_entry: Vec<Vec<Array>> = Vec::with_capacity(batch as usize);
+    for (b, &length) in lengths.iter().enumerate() {
+        let b = b as i64;
+        let state = values[..states]
+            .iter()
+            .map(|v| entry(v, b))
+            .collect::<Result<Vec<_>>>()?;
+        let mut sequences = Vec::with_capacity(scan_inputs);
+        for (index, input) in values[states..].iter().enumerate() {
+            sequences.push(Sequence {
+                input: entry(input, b)?,
+                axis: 0,
+                reverse: per_value(&directions, index, "directions")? == 1,
+            });
+        }
+        let (state, scans) = scan_steps(cx, &body, state, &sequences, length)?;
+        let mut results = state;
+        for (slices, declared) in scans.into_iter().zip(&body.outputs[states..]) {
+            let stacked = stack_iterations(cx, slices, 0, false, declared)?;
+            results.push(pad_steps(cx, stacked, steps)?);
+        }
+        per_entry.push(results);
+    }
+    (0..body.outputs.len())
+        .map(|output| {
+            let entries: Vec<Array> = per_entry.iter().map(|e| e[output].clone()).collect();
+            Ok(ops::stack(&entries, 0, s)?)
+        })
+        .collect()
+}
+
+/// `stacked` (`[length, ...]`) padded with zeros to `steps` along its first axis.
+fn pad_steps(cx: &Lower, stacked: Array, steps: i64) -> Result<Array> {
+    let s = cx.stream();
+    let dims = stacked.shape();
+    if dims[0] == steps {
+        return Ok(stacked);
+    }
+    let mut padding = dims.clone();
+    padding[0] = steps - dims[0];
+    let zeros = ops::broadcast_to(&scalar(0.0, stacked.dtype(), s)?, &padding, s)?;
+    Ok(ops::concatenate(&[stacked, zeros], 0, s)?)
 }

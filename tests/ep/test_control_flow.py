@@ -210,3 +210,39 @@ def test_scan_steps_in_its_directions_and_lays_outputs_on_their_axes(input_direc
         run.assert_all_on_mlx()
         for g, w in zip(run.outputs, cpu_outputs(model, feeds)):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def scan8_model(directions):
+    """Scan-8 over [batch, steps, 3] with a per-entry running sum and the products, like
+    ``scan_model`` with a batch axis first and optional sequence lengths."""
+    n = helper.make_node
+    body = helper.make_graph(
+        [n("Add", ["sum_in", "row"], ["sum_out"]), n("Mul", ["row", "sum_out"], ["product"])], "body",
+        [tensor("sum_in", shape=[3]), tensor("row", shape=[3])], [tensor("sum_out", shape=[3]), tensor("product", shape=[3])])
+    node = n("Scan", ["lens", "init", "s"], ["final", "products"], body=body, num_scan_inputs=1, directions=directions)
+    inputs = [tensor("lens", TensorProto.INT64, ["batch"]), tensor("init", shape=["batch", 3]), tensor("s", shape=["batch", "steps", 3])]
+    return make_model([node], inputs, [tensor("final"), tensor("products")], opset=8)
+
+
+@pytest.mark.parametrize("directions", [[0], [1]])
+@pytest.mark.parametrize("lengths", [[4, 4], [4, 2], [1, 3]])
+def test_scan8_scans_each_batch_entry_for_its_length(directions, lengths):
+    model = scan8_model(directions)
+    rng = np.random.default_rng(4)
+    feeds = {"lens": np.array(lengths, np.int64), "init": rng.standard_normal((2, 3)).astype(np.float32),
+             "s": rng.standard_normal((2, 4, 3)).astype(np.float32)}
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    for g, w in zip(run.outputs, cpu_outputs(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_scan8_refuses_a_zero_length_as_the_cpu_ep_does():
+    model = scan8_model([0])
+    feeds = {"lens": np.array([0, 3], np.int64), "init": np.zeros((2, 3), np.float32), "s": np.ones((2, 4, 3), np.float32)}
+    with pytest.raises(Exception):
+        cpu_outputs(model, feeds)
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()
+    with pytest.raises(Exception, match="Scan.*sequence_lens"):
+        session.run(None, feeds)

@@ -17,5 +17,6 @@ SPECS[("", "Loop")] = OpSpec(
 )
 SPECS[("", "Scan")] = OpSpec(
     ref=None,
-    elsewhere=(_WHERE, "state and scan outputs, both input and output directions, output axes"),
+    elsewhere=(_WHERE, "state and scan outputs, both input and output directions, output axes; Scan-8's batch axis and "
+                       "sequence lengths"),
 )
