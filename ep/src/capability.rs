@@ -27,8 +27,8 @@ pub const DISABLE_ENV: &str = "ONNXRUNTIME_EP_MLX_DISABLE";
 pub const EXCLUDE_ENV: &str = "ONNXRUNTIME_EP_MLX_EXCLUDE_OPS";
 
 /// The decisions and clusters for a graph's nodes (never a control-flow body's: see
-/// `abi::ep::get_capability`).
-pub fn analyse(nodes: &[Node]) -> Capability {
+/// `abi::ep::get_capability`), whose outputs are `graph_outputs`.
+pub fn analyse(nodes: &[Node], graph_outputs: &[String]) -> Capability {
     let disabled = std::env::var(DISABLE_ENV).is_ok_and(|v| v == "1");
     let excluded: Vec<String> = std::env::var(EXCLUDE_ENV)
         .unwrap_or_default()
@@ -56,15 +56,81 @@ pub fn analyse(nodes: &[Node]) -> Capability {
         })
         .collect();
     let predecessors = graph::predecessors(nodes);
-    let claimed: Vec<bool> = decisions.iter().map(|d| d.claimed).collect();
-    let clusters = partition::clusters(&predecessors, &claimed);
-    for (c, cluster) in clusters.iter().enumerate() {
-        for &v in cluster {
-            decisions[v].cluster = Some(c);
+    let clusters = loop {
+        let claimed: Vec<bool> = decisions.iter().map(|d| d.claimed).collect();
+        let clusters = partition::clusters(&predecessors, &claimed);
+        let mut cluster_of = vec![None; nodes.len()];
+        for (c, cluster) in clusters.iter().enumerate() {
+            for &v in cluster {
+                cluster_of[v] = Some(c);
+            }
         }
-    }
+        let crossing = sequences_crossing(nodes, graph_outputs, &cluster_of);
+        if crossing.is_empty() {
+            for (decision, cluster) in decisions.iter_mut().zip(cluster_of) {
+                decision.cluster = cluster;
+            }
+            break clusters;
+        }
+        // Each round declines at least one claimed node, so this ends.
+        for (node, sequence) in crossing {
+            decisions[node] = NodeDecision {
+                claimed: false,
+                reason: Some(format!(
+                    "its sequence '{sequence}' would cross the edge of the MLX subgraph (ORT \
+                     passes only tensors into and out of a fused node)"
+                )),
+                cluster: None,
+            };
+        }
+    };
     Capability {
         decisions,
         clusters,
     }
+}
+
+/// Claimed nodes that read a sequence from outside their cluster, or write one that something
+/// outside it reads or that the graph outputs, with that sequence.
+fn sequences_crossing(
+    nodes: &[Node],
+    graph_outputs: &[String],
+    cluster_of: &[Option<usize>],
+) -> Vec<(usize, String)> {
+    let mut producer = std::collections::HashMap::new();
+    let mut consumers: std::collections::HashMap<&str, Vec<usize>> = Default::default();
+    for (i, node) in nodes.iter().enumerate() {
+        for value in node.outputs.iter().flatten() {
+            producer.insert(value.name.as_str(), i);
+        }
+        for value in node.reads() {
+            consumers.entry(value.name.as_str()).or_default().push(i);
+        }
+    }
+    let mut crossing = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let Some(cluster) = cluster_of[i] else {
+            continue;
+        };
+        let outside = |j: &usize| cluster_of[*j] != Some(cluster);
+        let read = node
+            .reads()
+            .filter(|v| v.sequence)
+            .find(|v| producer.get(v.name.as_str()).is_none_or(outside));
+        let written = node
+            .outputs
+            .iter()
+            .flatten()
+            .filter(|v| v.sequence)
+            .find(|v| {
+                graph_outputs.contains(&v.name)
+                    || consumers
+                        .get(v.name.as_str())
+                        .is_none_or(|readers| readers.iter().any(outside))
+            });
+        if let Some(value) = read.or(written) {
+            crossing.push((i, value.name.clone()));
+        }
+    }
+    crossing
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use mlx_kernels::{ops, Array, Stream};
 use op_specs::{
     decide, ConstantInputs, Decision, ElemType, HostKey, Lower, Node, OpSpec, Prepared,
-    ShapeSafety, SharedDerivations, ValueInfo,
+    ShapeSafety, SharedDerivations, Value, ValueInfo,
 };
 
 use crate::device;
@@ -661,14 +661,22 @@ impl Plan {
         for (slot, array) in part.seeds {
             env[slot] = array;
         }
+        // Sequences live only between the nodes of one lowering (ORT passes tensors across a
+        // fused node, and the partition keeps a sequence's producer and consumers together).
+        let mut sequences: HashMap<usize, Vec<Array>> = HashMap::new();
         let mut lowered_part = PartLowering::default();
         let shared = RefCell::new(SharedDerivations::default());
         for index in part.nodes {
             let planned = &self.nodes[index];
-            let args: Vec<Option<Array>> = planned
+            let args: Vec<Option<Value>> = planned
                 .inputs
                 .iter()
-                .map(|s| s.and_then(|s| env[s].clone()))
+                .map(|s| {
+                    s.and_then(|s| match &env[s] {
+                        Some(array) => Some(Value::Tensor(array.clone())),
+                        None => sequences.get(&s).cloned().map(Value::Sequence),
+                    })
+                })
                 .collect();
             let host_values: Vec<Option<Vec<i64>>> = if part.host_values.is_empty() {
                 Vec::new()
@@ -695,8 +703,12 @@ impl Plan {
             if let Some(profile) = profile.as_deref_mut() {
                 let lowered_in = lowering_started.elapsed();
                 let evaluating = Instant::now();
-                Array::eval_all(&lowered.outputs)
-                    .map_err(|e| node_error(&planned.node, &e.to_string()))?;
+                let arrays: Vec<Array> = lowered
+                    .outputs
+                    .iter()
+                    .flat_map(|v| v.arrays().to_vec())
+                    .collect();
+                Array::eval_all(&arrays).map_err(|e| node_error(&planned.node, &e.to_string()))?;
                 profile.record(
                     &diagnostics::qualified_op(&planned.node),
                     lowered_in,
@@ -727,8 +739,14 @@ impl Plan {
                 }
             }
             for (slot, result) in planned.outputs.iter().zip(lowered.outputs) {
-                if let Some(slot) = slot {
-                    env[*slot] = Some(without_kernel_if_empty(result)?);
+                match (slot, result) {
+                    (Some(slot), Value::Tensor(array)) => {
+                        env[*slot] = Some(without_kernel_if_empty(array)?)
+                    }
+                    (Some(slot), Value::Sequence(arrays)) => {
+                        sequences.insert(*slot, arrays);
+                    }
+                    (None, _) => {}
                 }
             }
         }

@@ -266,7 +266,7 @@ mod tests {
         Some(ValueInfo {
             name: name.into(),
             elem: Some(elem),
-            shape: None,
+            ..ValueInfo::default()
         })
     }
 

@@ -106,6 +106,8 @@ struct PortRow {
     since: i64,
     /// An optional input that was required up to this opset.
     required_until: Option<i64>,
+    /// A sequence of tensors of the type variable's type.
+    sequence: bool,
 }
 
 impl PortRow {
@@ -120,6 +122,7 @@ impl PortRow {
             },
             since: p.since,
             required_until: p.required_until,
+            sequence: p.sequence,
         }
     }
 }

@@ -633,7 +633,7 @@ mod cost_tests {
 
     use crate::normalization::float32_constant;
     use crate::table::registry::{decide, Decision};
-    use crate::table::testing::stream;
+    use crate::table::testing::{stream, tensors};
     use crate::{ElemType as E, Lower, Node};
 
     /// The arrays lowering `node` builds for float16 `x` `[1, 1, 64]` (and a skip like it when
@@ -659,6 +659,7 @@ mod cost_tests {
         let Decision::Claim { spec, .. } = decide(node) else {
             panic!("declined")
         };
+        let inputs = tensors(&inputs);
         let before = arrays_created();
         spec.lower_node(&s, node, &inputs).unwrap();
         arrays_created() - before - preparing

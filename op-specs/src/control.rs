@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use mlx_kernels::{ops, Array, Dtype};
 
+use crate::shape::normalise_axis;
 use crate::table::body::{body_shape_safety, claim_body, lower_body};
 use crate::table::consts::scalar;
 use crate::table::spec::ShapeSafety;
@@ -116,25 +117,16 @@ fn stack_iterations(
                 declared.name
             )));
         };
-        let at = resolve_axis(axis, dims.len() + 1)?;
+        let at = normalise_axis(axis, dims.len() + 1)?;
         dims.insert(at, 0);
         return Ok(ops::broadcast_to(&scalar(0.0, dtype, s)?, &dims, s)?);
     }
-    let at = resolve_axis(axis, slices[0].ndim() + 1)?;
+    let at = normalise_axis(axis, slices[0].ndim() + 1)?;
     let mut slices = slices;
     if reverse {
         slices.reverse();
     }
     Ok(ops::stack(&slices, at as i32, s)?)
-}
-
-fn resolve_axis(axis: i64, rank: usize) -> Result<usize> {
-    let rank = rank as i64;
-    let resolved = if axis < 0 { axis + rank } else { axis };
-    usize::try_from(resolved)
-        .ok()
-        .filter(|&a| (a as i64) < rank)
-        .ok_or_else(|| OpError::new(format!("axis {axis} is outside a rank-{rank} result")))
 }
 
 /// A Loop body that runs whole on MLX: it takes the iteration number, the condition and the
@@ -348,7 +340,7 @@ fn scan(
     let mut sequences = Vec::with_capacity(scan_inputs);
     let mut length = None;
     for (index, input) in values[states..states + scan_inputs].iter().enumerate() {
-        let axis = resolve_axis(
+        let axis = normalise_axis(
             per_value(&scan_input_axes, index, "scan_input_axes")?,
             input.ndim(),
         )?;

@@ -35,6 +35,7 @@ mod recurrent;
 mod reduce;
 mod resize;
 mod select;
+mod sequence;
 mod shape;
 mod signal;
 mod softmax;
@@ -44,7 +45,7 @@ pub use table::dtypes::sets as dtypes;
 pub use table::dtypes::{DtypeSet, ElemType};
 pub use table::lower::{
     ConstantInputs, FromAttr, FromHost, HostKey, IntoOutputs, Lower, Lowered, OpError, Prepared,
-    Result, RuntimeCheck, SharedDerivations,
+    Result, RuntimeCheck, Sequence, SharedDerivations, Value,
 };
 pub use table::node::{AttrValue, Graph, Node, TensorValue, ValueInfo};
 pub use table::registry::{all, decide, lookup, overlaps, Decision};
@@ -57,9 +58,10 @@ pub use table::spec::{
 pub mod __private {
     pub use crate::table::dtypes::DtypeSet;
     pub use crate::table::lower::{
-        host_input, optional_host_input, optional_input, required_input, variadic_inputs,
+        host_input, optional_host_input, optional_input, required_input, sequence_input,
+        variadic_inputs,
     };
-    pub use crate::table::lower::{AttrArray, FromAttr, IntoOutputs, Lower, Result};
+    pub use crate::table::lower::{AttrArray, FromAttr, IntoOutputs, Lower, Result, Value};
     pub use crate::table::spec::{
         AttrSpec, DtypeGate, OpSpec, Port, PortKind, ShapeRule, ShapeSafety, TypeVar,
     };

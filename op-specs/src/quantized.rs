@@ -796,7 +796,7 @@ mod nbits_tests {
 
     use super::{affine_weights, Layout};
     use crate::table::registry::{decide, Decision};
-    use crate::table::testing::stream;
+    use crate::table::testing::{stream, tensors};
     use crate::{AttrValue, ElemType as E, Node};
 
     /// MatMulNBits as genai's builder writes it for int4 weights: bits 4, block 32, no zero
@@ -821,8 +821,9 @@ mod nbits_tests {
         let Decision::Claim { spec, .. } = decide(node) else {
             panic!("declined")
         };
+        let inputs = tensors(inputs);
         let before = arrays_created();
-        spec.lower_node(&stream(), node, inputs).unwrap();
+        spec.lower_node(&stream(), node, &inputs).unwrap();
         arrays_created() - before
     }
 
@@ -869,7 +870,7 @@ mod gather_cost_tests {
 
     use super::{table_views, PackedTable};
     use crate::table::registry::{decide, Decision};
-    use crate::table::testing::stream;
+    use crate::table::testing::{stream, tensors};
     use crate::{AttrValue, ElemType as E, Lower, Node};
 
     /// The embedding of genai's int4 decoders: a uint8 table of 4-bit values in blocks of 32,
@@ -914,9 +915,13 @@ mod gather_cost_tests {
         let Decision::Claim { spec, .. } = decide(&node) else {
             panic!("declined")
         };
-        let inputs = [Some(data.clone()), Some(ids), Some(scales.clone())];
+        let inputs = tensors(&[Some(data.clone()), Some(ids), Some(scales.clone())]);
         let before = arrays_created();
         let out = spec.lower_node(&s, &node, &inputs).unwrap().outputs;
+        let out: Vec<Array> = out
+            .into_iter()
+            .map(|v| v.into_tensor("out").unwrap())
+            .collect();
         // The range test and wrap of the ids (4), the rows' words and scales (2), the unit
         // scales and midpoint biases shaped to the rows (2), dequantize, its blocks, the
         // scaling, the mask of out-of-range ids and its shape (2), the output's shape.

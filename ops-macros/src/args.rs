@@ -7,11 +7,12 @@ use syn::{Expr, ExprLit, Ident, Lit, LitInt, LitStr, Path, Token};
 
 /// One `Name: TypeVar` entry of `inputs(...)` / `outputs(...)`; `Name...: TypeVar` marks a
 /// variadic output and `Name?: TypeVar` an optional one (inputs take their kind from the
-/// parameter's type).
+/// parameter's type); `Name: [TypeVar]` a sequence of tensors of that type.
 pub struct Port {
     pub name: Ident,
     pub variadic: bool,
     pub optional: bool,
+    pub sequence: bool,
     pub type_var: Ident,
 }
 
@@ -21,11 +22,19 @@ impl Parse for Port {
         let variadic = input.parse::<Option<Token![...]>>()?.is_some();
         let optional = input.parse::<Option<Token![?]>>()?.is_some();
         input.parse::<Token![:]>()?;
+        let (sequence, type_var) = if input.peek(syn::token::Bracket) {
+            let content;
+            syn::bracketed!(content in input);
+            (true, content.parse()?)
+        } else {
+            (false, input.parse()?)
+        };
         Ok(Port {
             name,
             variadic,
             optional,
-            type_var: input.parse()?,
+            sequence,
+            type_var,
         })
     }
 }

@@ -22,7 +22,8 @@
 //! from computing in the node's type: for the coverage doc).
 //!
 //! Parameters after the context bind, in order, to the declared inputs: `Array` (required),
-//! `Option<Array>` (optional), `Vec<Array>` (variadic, last), or `#[host] v: Vec<i64>` / `i64`
+//! `Option<Array>` (optional), `Vec<Array>` (variadic, last), `Sequence` (an input declared
+//! `Name: [T]`, a sequence of tensors of type `T`), or `#[host] v: Vec<i64>` / `i64`
 //! (optionally in an `Option`) for an input whose value the lowering needs on the host (a
 //! constant, or computed from shapes; else the value is read back from MLX, which a compiled
 //! trace cannot do, so such plans fall back to eager). An input's opset history inside its row:
@@ -126,12 +127,14 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
                     _ if port.optional => quote!(Optional),
                     Some(InputKind::Optional) => quote!(Optional),
                     Some(InputKind::Variadic) => quote!(Variadic),
-                    Some(InputKind::Required) | None => quote!(Required),
+                    Some(InputKind::Required | InputKind::Sequence) | None => quote!(Required),
                 };
                 let heterogeneous = args.heterogeneous.contains(&port.name);
+                let sequence = port.sequence;
                 quote!(#p::Port {
                     name: #port_name, type_var: #var, kind: #p::PortKind::#kind, since: #since,
                     required_until: #required_until, heterogeneous: #heterogeneous,
+                    sequence: #sequence,
                 })
             })
             .collect()
@@ -222,6 +225,7 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
             (None, InputKind::Required) => quote!(let #binding = #p::required_input(inputs, #index, #port)?;),
             (None, InputKind::Optional) => quote!(let #binding = #p::optional_input(inputs, #index);),
             (None, InputKind::Variadic) => quote!(let #binding = #p::variadic_inputs(inputs, #index, #port)?;),
+            (_, InputKind::Sequence) => quote!(let #binding = #p::sequence_input(inputs, #index, #port)?;),
         }
     });
     let attr_bindings = signature.attrs.iter().map(|a| {
@@ -263,8 +267,8 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
         #[allow(non_snake_case)]
         fn #lower(
             cx: &mut #p::Lower<'_>,
-            inputs: &[::core::option::Option<#p::Array>],
-        ) -> #p::Result<::std::vec::Vec<#p::Array>> {
+            inputs: &[::core::option::Option<#p::Value>],
+        ) -> #p::Result<::std::vec::Vec<#p::Value>> {
             #(#input_bindings)*
             #(#attr_bindings)*
             // `self::` so that a parameter named like the function cannot shadow it.

@@ -8,6 +8,8 @@ pub enum InputKind {
     Required,
     Optional,
     Variadic,
+    /// A `Sequence` parameter: one input holding a sequence of tensors.
+    Sequence,
 }
 
 pub struct Input {
@@ -254,6 +256,10 @@ fn parse_attr(binding: Ident, marker: &syn::Attribute, ty: &Type) -> syn::Result
 fn input_kind(ty: &Type) -> Option<InputKind> {
     if is_array(ty) {
         return Some(InputKind::Required);
+    }
+    if matches!(ty, Type::Path(p) if p.qself.is_none() && p.path.segments.last().is_some_and(|s| s.ident == "Sequence" && s.arguments.is_none()))
+    {
+        return Some(InputKind::Sequence);
     }
     if generic_inner(ty, "Option").is_some_and(is_array) {
         return Some(InputKind::Optional);

@@ -89,7 +89,7 @@ unsafe extern "C" fn get_capability(
         }
         let (nodes, handles): (Vec<Node>, Vec<*const sys::OrtNode>) =
             graph::nodes(graph)?.into_iter().unzip();
-        let capability = analyse(&nodes);
+        let capability = analyse(&nodes, &graph::output_names(graph)?);
         report_capability(&ep.flags, &nodes, &capability);
         if let Ok(mut stats) = ep.stats.lock() {
             // ORT may ask about the same graph more than once; the last answer is the one used.

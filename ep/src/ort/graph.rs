@@ -177,6 +177,14 @@ fn read_graph(graph: *const sys::OrtGraph) -> Result<Option<Graph>, String> {
     }))
 }
 
+/// The names of a graph's outputs.
+pub fn output_names(graph: *const sys::OrtGraph) -> Result<Vec<String>, String> {
+    Ok(graph_values(graph, Direction::Outputs)?
+        .into_iter()
+        .map(|v| v.name)
+        .collect())
+}
+
 /// A graph's inputs or outputs.
 fn graph_values(
     graph: *const sys::OrtGraph,
@@ -259,11 +267,13 @@ pub fn value_ref(info: *const sys::OrtValueInfo) -> Result<ValueInfo, String> {
     let mut onnx_type = sys::ONNXType::ONNX_TYPE_UNKNOWN;
     // SAFETY: `type_info` is live.
     check(unsafe { call!(api.GetOnnxTypeFromTypeInfo(type_info, &mut onnx_type)) })?;
+    if onnx_type == sys::ONNXType::ONNX_TYPE_SEQUENCE {
+        return sequence_ref(name, type_info);
+    }
     if onnx_type != sys::ONNXType::ONNX_TYPE_TENSOR {
         return Ok(ValueInfo {
             name,
-            elem: None,
-            shape: None,
+            ..ValueInfo::default()
         });
     }
     let mut tensor = ptr::null();
@@ -277,6 +287,37 @@ pub fn value_ref(info: *const sys::OrtValueInfo) -> Result<ValueInfo, String> {
         name,
         elem,
         shape: has_shape.then_some(shape),
+        sequence: false,
+    })
+}
+
+/// A sequence value: of tensors (their element type), or of anything else (no type).
+fn sequence_ref(name: String, type_info: *const sys::OrtTypeInfo) -> Result<ValueInfo, String> {
+    let mut sequence = ptr::null();
+    // SAFETY: a sequence type info casts to its sequence info (owned by the type info).
+    check(unsafe { call!(api.CastTypeInfoToSequenceTypeInfo(type_info, &mut sequence)) })?;
+    let mut element = ptr::null_mut();
+    // SAFETY: `sequence` is live; on success `element` is a new type info we release below.
+    check(unsafe { call!(api.GetSequenceElementType(sequence, &mut element)) })?;
+    let elem = (|| {
+        let mut onnx_type = sys::ONNXType::ONNX_TYPE_UNKNOWN;
+        // SAFETY: `element` is live until released below.
+        check(unsafe { call!(api.GetOnnxTypeFromTypeInfo(element, &mut onnx_type)) })?;
+        if onnx_type != sys::ONNXType::ONNX_TYPE_TENSOR {
+            return Ok(None);
+        }
+        let mut tensor = ptr::null();
+        // SAFETY: a tensor type info casts to its tensor info (owned by `element`).
+        check(unsafe { call!(api.CastTypeInfoToTensorInfo(element, &mut tensor)) })?;
+        Ok::<_, String>(tensor_type_and_shape(tensor)?.0)
+    })();
+    // SAFETY: releasing the element type info we own, once.
+    unsafe { call!(api.ReleaseTypeInfo(element)) };
+    Ok(ValueInfo {
+        name,
+        elem: elem?,
+        shape: None,
+        sequence: true,
     })
 }
 

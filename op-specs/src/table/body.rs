@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use mlx_kernels::Array;
 
 use super::consts::tensor_array;
-use super::lower::{Lower, OpError, Result};
+use super::lower::{Lower, OpError, Result, Value};
 use super::node::{Graph, Node, ValueInfo};
 use super::registry::{decide, Decision};
 use super::spec::{ShapeSafety, Verdict};
@@ -24,7 +24,7 @@ pub fn claim_body(body: &Graph, what: &str) -> Verdict {
             ));
         }
     }
-    if let Some(output) = body.outputs.iter().find(|v| v.elem.is_none()) {
+    if let Some(output) = body.outputs.iter().find(|v| v.elem.is_none() || v.sequence) {
         return Verdict::decline(format!(
             "{what}: output '{}' is not a tensor of an element type this EP knows",
             output.name
@@ -51,10 +51,14 @@ pub fn body_shape_safety(body: &Graph) -> ShapeSafety {
 pub fn lower_body(
     cx: &mut Lower,
     body: &Graph,
-    mut values: HashMap<String, Array>,
+    given: HashMap<String, Array>,
 ) -> Result<Vec<Array>> {
+    let mut values: HashMap<String, Value> = given
+        .into_iter()
+        .map(|(name, array)| (name, Value::Tensor(array)))
+        .collect();
     for (name, tensor) in &body.initializers {
-        values.insert(name.clone(), tensor_array(tensor)?);
+        values.insert(name.clone(), Value::Tensor(tensor_array(tensor)?));
     }
     // ORT lists a graph's nodes in topological order; a pass that finds a node whose inputs
     // are not all ready yet keeps it for the next pass, so any order lowers.
@@ -81,21 +85,21 @@ pub fn lower_body(
     body.outputs
         .iter()
         .map(|output| {
-            values.get(&output.name).cloned().ok_or_else(|| {
-                OpError::new(format!(
-                    "the body's output '{}' is never computed",
-                    output.name
-                ))
-            })
+            let what = format!("the body's output '{}'", output.name);
+            values
+                .get(&output.name)
+                .cloned()
+                .ok_or_else(|| OpError::new(format!("{what} is never computed")))?
+                .into_tensor(&what)
         })
         .collect()
 }
 
-fn reads_ready(node: &Node, values: &HashMap<String, Array>) -> bool {
+fn reads_ready(node: &Node, values: &HashMap<String, Value>) -> bool {
     node.reads().all(|v| values.contains_key(&v.name))
 }
 
-fn lower_node(cx: &mut Lower, node: &Node, values: &mut HashMap<String, Array>) -> Result<()> {
+fn lower_node(cx: &mut Lower, node: &Node, values: &mut HashMap<String, Value>) -> Result<()> {
     let in_body = |message: &str| {
         OpError::new(format!(
             "node '{}' ({}) of a body: {message}",
@@ -107,7 +111,7 @@ fn lower_node(cx: &mut Lower, node: &Node, values: &mut HashMap<String, Array>) 
         Decision::Decline { reason } => return Err(in_body(&reason)),
     };
     let value = |v: &ValueInfo| values.get(&v.name).cloned();
-    let args: Vec<Option<Array>> = node
+    let args: Vec<Option<Value>> = node
         .inputs
         .iter()
         .map(|slot| slot.as_ref().filter(|v| !v.name.is_empty()).and_then(value))

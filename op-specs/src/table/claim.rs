@@ -77,7 +77,7 @@ fn implicit_inputs(node: &Node) -> Result<(), String> {
     match node
         .implicit_inputs
         .iter()
-        .find(|v| v.elem.and_then(ElemType::carrier).is_none())
+        .find(|v| v.sequence || v.elem.and_then(ElemType::carrier).is_none())
     {
         Some(value) => Err(format!(
             "'{}', which a body reads, is not a tensor of an element type MLX holds",
@@ -134,6 +134,7 @@ fn type_constraints(spec: &OpSpec, node: &Node) -> Result<(), String> {
                 port_for(spec.inputs, i),
                 node.input_present(i),
                 node.input_type(i),
+                node.input_is_sequence(i),
             )
         })
         .chain((0..node.output_count()).map(|i| {
@@ -141,10 +142,22 @@ fn type_constraints(spec: &OpSpec, node: &Node) -> Result<(), String> {
                 port_for(spec.outputs, i),
                 node.output_present(i),
                 node.output_type(i),
+                node.output_is_sequence(i),
             )
         }));
-    for (port, present, elem) in slots {
+    for (port, present, elem, sequence) in slots {
         let Some(port) = port else { continue };
+        if present && sequence != port.sequence {
+            let (is, takes) = if sequence {
+                ("a sequence", "a tensor")
+            } else {
+                ("a tensor", "a sequence")
+            };
+            return Err(format!(
+                "'{}' is {is} where the op takes {takes}",
+                port.name
+            ));
+        }
         let elem = match (present, elem) {
             (false, _) => continue,
             (true, Some(elem)) => elem,

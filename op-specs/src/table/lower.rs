@@ -94,11 +94,43 @@ impl fmt::Debug for HostKey {
 /// values made it depend on.
 #[derive(Debug)]
 pub struct Lowered {
-    pub outputs: Vec<Array>,
+    pub outputs: Vec<Value>,
     pub checks: Vec<RuntimeCheck>,
     pub written_rows: Vec<WrittenRows>,
     pub host_keys: Vec<HostKey>,
 }
+
+/// A value a lowering reads or writes: a tensor, or a sequence of tensors (ONNX's
+/// `seq(tensor)`, which lives only inside a plan: ORT passes tensors across a fused node).
+#[derive(Debug, Clone)]
+pub enum Value {
+    Tensor(Array),
+    Sequence(Vec<Array>),
+}
+
+impl Value {
+    /// The tensor, or an error naming `what` when the value is a sequence.
+    pub fn into_tensor(self, what: &str) -> Result<Array> {
+        match self {
+            Value::Tensor(array) => Ok(array),
+            Value::Sequence(_) => Err(OpError::new(format!(
+                "{what} is a sequence where a tensor is expected"
+            ))),
+        }
+    }
+
+    /// Every array the value holds (one for a tensor).
+    pub fn arrays(&self) -> &[Array] {
+        match self {
+            Value::Tensor(array) => std::slice::from_ref(array),
+            Value::Sequence(arrays) => arrays,
+        }
+    }
+}
+
+/// A sequence-valued parameter or result of a lowering (a port declared `Name: [T]`).
+#[derive(Debug, Clone, Default)]
+pub struct Sequence(pub Vec<Array>);
 
 /// Arrays derived from a plan's constants alone (a weight's repacked scales), computed and
 /// evaluated at the first run that needs them and reused by every later run of the plan,
@@ -223,20 +255,22 @@ impl<'a> Lower<'a> {
     pub(super) fn set_enclosing(
         &mut self,
         names: &[ValueInfo],
-        arrays: &[Option<Array>],
+        values: &[Option<Value>],
     ) -> Result<()> {
-        if names.len() != arrays.len() {
+        if names.len() != values.len() {
             return Err(OpError::new(format!(
-                "{} arrays for the node's {} implicit inputs",
-                arrays.len(),
+                "{} values for the node's {} implicit inputs",
+                values.len(),
                 names.len()
             )));
         }
-        for (value, array) in names.iter().zip(arrays) {
-            let array = array.clone().ok_or_else(|| {
-                OpError::new(format!("implicit input '{}' was not given", value.name))
-            })?;
-            self.enclosing.insert(value.name.clone(), array);
+        for (info, value) in names.iter().zip(values) {
+            let what = format!("implicit input '{}'", info.name);
+            let array = value
+                .clone()
+                .ok_or_else(|| OpError::new(format!("{what} was not given")))?
+                .into_tensor(&what)?;
+            self.enclosing.insert(info.name.clone(), array);
         }
         Ok(())
     }
@@ -497,39 +531,65 @@ impl AttrArray for Vec<i64> {
 
 /// What a lowering returns: one array or several.
 pub trait IntoOutputs {
-    fn into_outputs(self) -> Result<Vec<Array>>;
+    fn into_outputs(self) -> Result<Vec<Value>>;
 }
 
 impl IntoOutputs for Array {
-    fn into_outputs(self) -> Result<Vec<Array>> {
-        Ok(vec![self])
+    fn into_outputs(self) -> Result<Vec<Value>> {
+        Ok(vec![Value::Tensor(self)])
     }
 }
 
 impl IntoOutputs for Vec<Array> {
-    fn into_outputs(self) -> Result<Vec<Array>> {
+    fn into_outputs(self) -> Result<Vec<Value>> {
+        Ok(self.into_iter().map(Value::Tensor).collect())
+    }
+}
+
+impl IntoOutputs for Sequence {
+    fn into_outputs(self) -> Result<Vec<Value>> {
+        Ok(vec![Value::Sequence(self.0)])
+    }
+}
+
+impl IntoOutputs for Vec<Value> {
+    fn into_outputs(self) -> Result<Vec<Value>> {
         Ok(self)
     }
 }
 
-pub fn required_input(inputs: &[Option<Array>], index: usize, name: &str) -> Result<Array> {
-    inputs
-        .get(index)
-        .cloned()
-        .flatten()
+/// Input `index` as a tensor (the generic claim has checked that a tensor port gets one).
+fn tensor_at(inputs: &[Option<Value>], index: usize, name: &str) -> Result<Option<Array>> {
+    match inputs.get(index).cloned().flatten() {
+        None => Ok(None),
+        Some(value) => value.into_tensor(&format!("input '{name}'")).map(Some),
+    }
+}
+
+pub fn required_input(inputs: &[Option<Value>], index: usize, name: &str) -> Result<Array> {
+    tensor_at(inputs, index, name)?
         .ok_or_else(|| OpError::new(format!("required input '{name}' is missing")))
 }
 
-pub fn optional_input(inputs: &[Option<Array>], index: usize) -> Option<Array> {
-    inputs.get(index).cloned().flatten()
+pub fn optional_input(inputs: &[Option<Value>], index: usize) -> Option<Array> {
+    tensor_at(inputs, index, "").ok().flatten()
 }
 
-pub fn variadic_inputs(inputs: &[Option<Array>], from: usize, name: &str) -> Result<Vec<Array>> {
-    inputs
-        .iter()
-        .skip(from)
-        .map(|a| {
-            a.clone()
+/// A sequence input (`Name: [T]`).
+pub fn sequence_input(inputs: &[Option<Value>], index: usize, name: &str) -> Result<Sequence> {
+    match inputs.get(index).cloned().flatten() {
+        Some(Value::Sequence(arrays)) => Ok(Sequence(arrays)),
+        Some(Value::Tensor(_)) => Err(OpError::new(format!(
+            "input '{name}' is a tensor where a sequence is expected"
+        ))),
+        None => Err(OpError::new(format!("required input '{name}' is missing"))),
+    }
+}
+
+pub fn variadic_inputs(inputs: &[Option<Value>], from: usize, name: &str) -> Result<Vec<Array>> {
+    (from..inputs.len())
+        .map(|index| {
+            tensor_at(inputs, index, name)?
                 .ok_or_else(|| OpError::new(format!("variadic input '{name}' has an empty slot")))
         })
         .collect()
@@ -573,7 +633,7 @@ fn host_values(cx: &Lower, array: &Array, name: &str) -> Result<Vec<i64>> {
 
 pub fn host_input<T: FromHost>(
     cx: &mut Lower,
-    inputs: &[Option<Array>],
+    inputs: &[Option<Value>],
     index: usize,
     name: &str,
 ) -> Result<T> {
@@ -583,7 +643,7 @@ pub fn host_input<T: FromHost>(
 
 pub fn optional_host_input<T: FromHost>(
     cx: &mut Lower,
-    inputs: &[Option<Array>],
+    inputs: &[Option<Value>],
     index: usize,
     name: &str,
 ) -> Result<Option<T>> {
@@ -691,7 +751,10 @@ mod host_key_tests {
             host_values: &known,
             shared: &shared,
         });
-        let inputs = [Some(traced.clone()), Some(traced)];
+        let inputs = [
+            Some(Value::Tensor(traced.clone())),
+            Some(Value::Tensor(traced)),
+        ];
         let value: i64 = host_input(&mut cx, &inputs, 0, "n").unwrap();
         assert_eq!(value, 7);
         // Input 1 has no known value: its own is read, and nothing is keyed by it.
@@ -724,7 +787,9 @@ mod host_key_tests {
             host_values: &known,
             shared: &shared,
         });
-        let inputs = [Some(Array::from_slice(&[0i64, 0], &[2]).unwrap())];
+        let inputs = [Some(Value::Tensor(
+            Array::from_slice(&[0i64, 0], &[2]).unwrap(),
+        ))];
         let values: Vec<i64> = host_input(&mut cx, &inputs, 0, "shape").unwrap();
         assert_eq!(values, [4, 5]);
         let (_, _, keys) = cx.into_records();

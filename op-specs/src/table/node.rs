@@ -47,15 +47,17 @@ impl AttrValue {
     }
 }
 
-/// A graph value a node reads or writes: its name and, when it is a tensor, its element type and
-/// (possibly symbolic) shape.
+/// A graph value a node reads or writes: its name and, when it is a tensor (or a sequence of
+/// tensors), its element type and (possibly symbolic) shape.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ValueInfo {
     pub name: String,
-    /// `None` for non-tensor values (sequences, maps, optionals) and unknown element types.
+    /// `None` for other values (maps, optionals) and unknown element types.
     pub elem: Option<ElemType>,
-    /// `None` for an unknown rank; `None` dimensions are symbolic.
+    /// `None` for an unknown rank (and for a sequence); `None` dimensions are symbolic.
     pub shape: Option<Vec<Option<i64>>>,
+    /// A sequence of tensors of type `elem` (`seq(tensor)`), not a tensor.
+    pub sequence: bool,
 }
 
 /// A graph held by a node's attribute: its inputs and outputs, its nodes (ORT's order), and
@@ -113,6 +115,18 @@ impl Node {
     /// is not a tensor of a known element type.
     pub fn input_type(&self, index: usize) -> Option<ElemType> {
         self.inputs.get(index)?.as_ref()?.elem
+    }
+    /// Whether input `index` is a sequence of tensors.
+    pub fn input_is_sequence(&self, index: usize) -> bool {
+        self.inputs
+            .get(index)
+            .is_some_and(|v| v.as_ref().is_some_and(|v| v.sequence))
+    }
+    /// Whether output `index` is a sequence of tensors.
+    pub fn output_is_sequence(&self, index: usize) -> bool {
+        self.outputs
+            .get(index)
+            .is_some_and(|v| v.as_ref().is_some_and(|v| v.sequence))
     }
     /// Whether input slot `index` is connected (whatever its type).
     pub fn input_present(&self, index: usize) -> bool {
@@ -208,7 +222,7 @@ impl Node {
         self.inputs.push(Some(ValueInfo {
             name,
             elem: Some(t),
-            shape: None,
+            ..ValueInfo::default()
         }));
         self
     }
@@ -223,7 +237,7 @@ impl Node {
         self.outputs.push(Some(ValueInfo {
             name,
             elem: Some(t),
-            shape: None,
+            ..ValueInfo::default()
         }));
         self
     }

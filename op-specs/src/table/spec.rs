@@ -1,9 +1,9 @@
 //! The table's row type, filled in by `#[onnx_op]`.
 
 use super::dtypes::DtypeSet;
-use super::lower::{Lower, Lowered, OpError, Result};
+use super::lower::{Lower, Lowered, OpError, Result, Value};
 use super::node::Node;
-use mlx_kernels::{Array, Stream};
+use mlx_kernels::Stream;
 
 /// Whether a node can live inside a compiled MLX closure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -105,6 +105,8 @@ pub struct Port {
     /// A variadic port whose instances each bind the type variable on their own (ONNX's
     /// heterogeneous variadics: If's outputs, Loop's carried values).
     pub heterogeneous: bool,
+    /// The port holds a sequence of tensors of its type variable's type (`seq(tensor(T))`).
+    pub sequence: bool,
 }
 
 impl Port {
@@ -149,7 +151,7 @@ impl AttrSpec {
     }
 }
 
-pub type LowerFn = fn(&mut Lower<'_>, &[Option<Array>]) -> Result<Vec<Array>>;
+pub type LowerFn = fn(&mut Lower<'_>, &[Option<Value>]) -> Result<Vec<Value>>;
 
 /// One row of the op table: an ONNX op over one opset range.
 #[derive(Clone, Copy)]
@@ -203,7 +205,7 @@ impl OpSpec {
         &self,
         stream: &Stream,
         node: &Node,
-        inputs: &[Option<Array>],
+        inputs: &[Option<Value>],
     ) -> Result<Lowered> {
         self.lower_in(Lower::new(stream, node), inputs)
     }
@@ -212,7 +214,7 @@ impl OpSpec {
     /// constants).
     /// `inputs` holds an array per input slot, then one per implicit input (what the node's
     /// bodies read from the enclosing scopes), which the lowering finds by name.
-    pub fn lower_in(&self, mut cx: Lower, inputs: &[Option<Array>]) -> Result<Lowered> {
+    pub fn lower_in(&self, mut cx: Lower, inputs: &[Option<Value>]) -> Result<Lowered> {
         let node = cx.node();
         let (own, implicit) = inputs.split_at(node.input_count().min(inputs.len()));
         cx.set_enclosing(&node.implicit_inputs, implicit)?;

@@ -6,6 +6,7 @@
 use mlx_kernels::{Array, Stream};
 
 use super::dtypes::ElemType;
+use super::lower::Value;
 use super::node::Node;
 use super::registry::{decide, Decision};
 
@@ -44,7 +45,7 @@ pub fn decline_reason(node: &Node) -> String {
 pub fn run(node: &Node, inputs: &[Option<Array>]) -> Result<Vec<Array>, String> {
     let lowered = match decide(node) {
         Decision::Claim { spec, .. } => spec
-            .lower_node(&stream(), node, inputs)
+            .lower_node(&stream(), node, &tensors(inputs))
             .map_err(|e| e.to_string())?,
         Decision::Decline { reason } => panic!("{} declined: {reason}", node.op_type),
     };
@@ -57,7 +58,19 @@ pub fn run(node: &Node, inputs: &[Option<Array>]) -> Result<Vec<Array>, String> 
             return Err(check.message.clone());
         }
     }
-    Ok(lowered.outputs)
+    lowered
+        .outputs
+        .into_iter()
+        .map(|v| v.into_tensor("an output").map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// Tensor inputs as a lowering takes them.
+pub fn tensors(inputs: &[Option<Array>]) -> Vec<Option<Value>> {
+    inputs
+        .iter()
+        .map(|a| a.clone().map(Value::Tensor))
+        .collect()
 }
 
 /// The first output of a node that must run.

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
-use op_specs::{decide, AttrValue, Decision, ElemType, Node};
+use op_specs::{decide, AttrValue, Decision, ElemType, Node, Value};
 
 pub fn stream() -> Stream {
     Stream::best().expect("MLX has a default device")
@@ -35,9 +35,14 @@ pub fn with_attr(n: Node, name: &str, value: AttrValue) -> Node {
 /// check that does not hold is an error, as in the EP.
 pub fn run(node: &Node, inputs: &[Option<Array>]) -> Result<Vec<Array>, String> {
     let lowered = match decide(node) {
-        Decision::Claim { spec, .. } => spec
-            .lower_node(&stream(), node, inputs)
-            .map_err(|e| e.to_string())?,
+        Decision::Claim { spec, .. } => {
+            let inputs: Vec<Option<Value>> = inputs
+                .iter()
+                .map(|a| a.clone().map(Value::Tensor))
+                .collect();
+            spec.lower_node(&stream(), node, &inputs)
+                .map_err(|e| e.to_string())?
+        }
         Decision::Decline { reason } => panic!("{} declined: {reason}", node.op_type),
     };
     for check in &lowered.checks {
@@ -49,7 +54,11 @@ pub fn run(node: &Node, inputs: &[Option<Array>]) -> Result<Vec<Array>, String> 
             return Err(check.message.clone());
         }
     }
-    Ok(lowered.outputs)
+    lowered
+        .outputs
+        .into_iter()
+        .map(|v| v.into_tensor("an output").map_err(|e| e.to_string()))
+        .collect()
 }
 
 pub fn decline_reason(node: &Node) -> Option<String> {
