@@ -65,7 +65,7 @@ pub fn analyse(nodes: &[Node], graph_outputs: &[String]) -> Capability {
                 cluster_of[v] = Some(c);
             }
         }
-        let crossing = sequences_crossing(nodes, graph_outputs, &cluster_of);
+        let crossing = non_tensors_crossing(nodes, graph_outputs, &cluster_of);
         if crossing.is_empty() {
             for (decision, cluster) in decisions.iter_mut().zip(cluster_of) {
                 decision.cluster = cluster;
@@ -73,12 +73,12 @@ pub fn analyse(nodes: &[Node], graph_outputs: &[String]) -> Capability {
             break clusters;
         }
         // Each round declines at least one claimed node, so this ends.
-        for (node, sequence) in crossing {
+        for (node, value) in crossing {
             decisions[node] = NodeDecision {
                 claimed: false,
                 reason: Some(format!(
-                    "its sequence '{sequence}' would cross the edge of the MLX subgraph (ORT \
-                     passes only tensors into and out of a fused node)"
+                    "its value '{value}' (not a tensor) would cross the edge of the MLX \
+                     subgraph (ORT passes only tensors into and out of a fused node)"
                 )),
                 cluster: None,
             };
@@ -90,9 +90,9 @@ pub fn analyse(nodes: &[Node], graph_outputs: &[String]) -> Capability {
     }
 }
 
-/// Claimed nodes that read a sequence from outside their cluster, or write one that something
-/// outside it reads or that the graph outputs, with that sequence.
-fn sequences_crossing(
+/// Claimed nodes that read a sequence or an optional from outside their cluster, or write one
+/// that something outside it reads or that the graph outputs, with that value.
+fn non_tensors_crossing(
     nodes: &[Node],
     graph_outputs: &[String],
     cluster_of: &[Option<usize>],
@@ -115,13 +115,13 @@ fn sequences_crossing(
         let outside = |j: &usize| cluster_of[*j] != Some(cluster);
         let read = node
             .reads()
-            .filter(|v| v.sequence)
+            .filter(|v| !v.is_tensor())
             .find(|v| producer.get(v.name.as_str()).is_none_or(outside));
         let written = node
             .outputs
             .iter()
             .flatten()
-            .filter(|v| v.sequence)
+            .filter(|v| !v.is_tensor())
             .find(|v| {
                 graph_outputs.contains(&v.name)
                     || consumers

@@ -108,6 +108,8 @@ struct PortRow {
     required_until: Option<i64>,
     /// A sequence of tensors of the type variable's type.
     sequence: bool,
+    /// An optional tensor of the type variable's type.
+    optional_value: bool,
 }
 
 impl PortRow {
@@ -123,6 +125,7 @@ impl PortRow {
             since: p.since,
             required_until: p.required_until,
             sequence: p.sequence,
+            optional_value: p.optional_value,
         }
     }
 }

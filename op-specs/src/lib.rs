@@ -26,6 +26,7 @@ mod logic;
 mod math;
 mod moe;
 mod normalization;
+mod optional;
 mod packing;
 mod pool;
 mod qdq;

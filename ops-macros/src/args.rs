@@ -7,12 +7,14 @@ use syn::{Expr, ExprLit, Ident, Lit, LitInt, LitStr, Path, Token};
 
 /// One `Name: TypeVar` entry of `inputs(...)` / `outputs(...)`; `Name...: TypeVar` marks a
 /// variadic output and `Name?: TypeVar` an optional one (inputs take their kind from the
-/// parameter's type); `Name: [TypeVar]` a sequence of tensors of that type.
+/// parameter's type); `Name: [TypeVar]` a sequence of tensors of that type, `Name: ?TypeVar`
+/// an optional tensor (ONNX's `optional(tensor)`).
 pub struct Port {
     pub name: Ident,
     pub variadic: bool,
     pub optional: bool,
     pub sequence: bool,
+    pub optional_value: bool,
     pub type_var: Ident,
 }
 
@@ -22,6 +24,7 @@ impl Parse for Port {
         let variadic = input.parse::<Option<Token![...]>>()?.is_some();
         let optional = input.parse::<Option<Token![?]>>()?.is_some();
         input.parse::<Token![:]>()?;
+        let optional_value = input.parse::<Option<Token![?]>>()?.is_some();
         let (sequence, type_var) = if input.peek(syn::token::Bracket) {
             let content;
             syn::bracketed!(content in input);
@@ -34,6 +37,7 @@ impl Parse for Port {
             variadic,
             optional,
             sequence,
+            optional_value,
             type_var,
         })
     }

@@ -23,7 +23,8 @@
 //!
 //! Parameters after the context bind, in order, to the declared inputs: `Array` (required),
 //! `Option<Array>` (optional), `Vec<Array>` (variadic, last), `Sequence` (an input declared
-//! `Name: [T]`, a sequence of tensors of type `T`), or `#[host] v: Vec<i64>` / `i64`
+//! `Name: [T]`, a sequence of tensors of type `T`; `Name: ?T` declares an optional tensor, which
+//! binds as the tensor it holds), or `#[host] v: Vec<i64>` / `i64`
 //! (optionally in an `Option`) for an input whose value the lowering needs on the host (a
 //! constant, or computed from shapes; else the value is read back from MLX, which a compiled
 //! trace cannot do, so such plans fall back to eager). An input's opset history inside its row:
@@ -130,11 +131,11 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
                     Some(InputKind::Required | InputKind::Sequence) | None => quote!(Required),
                 };
                 let heterogeneous = args.heterogeneous.contains(&port.name);
-                let sequence = port.sequence;
+                let (sequence, optional_value) = (port.sequence, port.optional_value);
                 quote!(#p::Port {
                     name: #port_name, type_var: #var, kind: #p::PortKind::#kind, since: #since,
                     required_until: #required_until, heterogeneous: #heterogeneous,
-                    sequence: #sequence,
+                    sequence: #sequence, optional_value: #optional_value,
                 })
             })
             .collect()

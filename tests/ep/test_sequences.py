@@ -118,3 +118,32 @@ def test_a_sequence_leaving_the_subgraph_keeps_its_nodes_on_the_cpu_ep_with_the_
     records = explain_records(report)
     assert '"claimed": false' in records["split"] and "would cross the edge" in records["split"], records
     assert '"claimed": false' in records["count"] and '"claimed": true' in records["add"], records
+
+
+def test_optional_tensors_inside_a_subgraph_run_on_mlx():
+    """x -> Optional -> OptionalGetElement + 1, and OptionalHasElement, at opsets 15 and 18."""
+    nodes = [n("Optional", ["x"], ["o"]), n("OptionalHasElement", ["o"], ["has"]), n("OptionalGetElement", ["o"], ["got"]),
+             n("Add", ["got", "x"], ["out"])]
+    for opset in (15, 18):
+        model = make_model(nodes, [tensor("x", shape=[2, 3])], [tensor("has", TensorProto.BOOL), tensor("out")], opset=opset)
+        run = Run(model, {"x": X})
+        run.assert_all_on_mlx()
+        for g, w in zip(run.outputs, cpu_outputs(model, {"x": X})):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_an_optional_graph_input_keeps_its_readers_on_the_cpu_ep(tmp_path, monkeypatch):
+    """An optional fed from outside may be empty, and cannot enter a fused node: its reader
+    stays on the CPU EP, with the reason."""
+    optional_input = helper.make_value_info(
+        "o", helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2, 3])))
+    nodes = [n("OptionalHasElement", ["o"], ["has"], name="has"), n("Add", ["x", "x"], ["twice"], name="add")]
+    model = make_model(nodes, [optional_input, tensor("x", shape=[2, 3])], [tensor("has", TensorProto.BOOL), tensor("twice")],
+                       opset=18)
+    report = tmp_path / "explain.jsonl"
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_EXPLAIN", str(report))
+    run = Run(model, {"o": X, "x": X})
+    assert run.outputs[0] == np.array(True)
+    records = explain_records(report)
+    assert '"claimed": false' in records["has"] and "not a tensor" in records["has"], records
+    assert '"claimed": true' in records["add"], records

@@ -100,12 +100,12 @@ def test_every_table_entry_is_generated():
     only in a file of its own (no case to start from) is the exception, and says where."""
     for key, why in unfuzzed().items():
         assert why.startswith("tested in tests/"), (key, why)
-    # The exceptions are control flow (a body is a graph reading the enclosing one) and sequences
-    # (a sequence cannot cross a fused node's edge): neither has a one-node case; and ops whose
+    # The exceptions are control flow (a body is a graph reading the enclosing one), sequences and
+    # optionals (neither crosses a fused node's edge): none has a one-node case; and ops whose
     # inputs must agree with each other (packed/paged attention's cumulative lengths and block
     # tables, DMMHA's beam indirection): at most 2% of the table.
     no_one_node_case = {e.key for e in entries() if any(a.kind == "graph" for a in e.attributes)
-                        or any(p.sequence for p in e.inputs + e.outputs)}
+                        or any(p.sequence or p.optional_value for p in e.inputs + e.outputs)}
     agreeing = set(unfuzzed()) - no_one_node_case
     assert len(agreeing) <= len(entries()) // 50, f"most entries must be fuzzed: {sorted(agreeing)}"
     for seed in (0, SLICE_SEED):

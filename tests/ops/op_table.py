@@ -83,6 +83,7 @@ class Port:
     type_var: str
     kind: str  # "required" | "optional" | "variadic"
     sequence: bool = False  # a sequence of tensors of type_var
+    optional_value: bool = False  # an optional tensor of type_var
 
 
 @dataclass(frozen=True)
@@ -238,9 +239,11 @@ def _entry_of(r: dict, since: int, until: int | None, types: dict[str, list[str]
             family=r.get("family", ""),
             doc=r.get("doc", ""),
             types=types,
-            inputs=[Port(p["name"], p["type_var"], _kind_at(p, since), p.get("sequence", False)) for p in r["inputs"]
+            inputs=[Port(p["name"], p["type_var"], _kind_at(p, since), p.get("sequence", False), p.get("optional_value", False))
+                    for p in r["inputs"]
                     if int(p.get("since", 0)) <= since],
-            outputs=[Port(p["name"], p["type_var"], p["kind"], p.get("sequence", False)) for p in r["outputs"]],
+            outputs=[Port(p["name"], p["type_var"], p["kind"], p.get("sequence", False), p.get("optional_value", False))
+                     for p in r["outputs"]],
             attributes=[
                 Attr(a["name"], a["kind"], bool(a.get("required", False)), a.get("default"))
                 for a in r.get("attributes", []) if exists(a)

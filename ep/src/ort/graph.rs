@@ -270,6 +270,9 @@ pub fn value_ref(info: *const sys::OrtValueInfo) -> Result<ValueInfo, String> {
     if onnx_type == sys::ONNXType::ONNX_TYPE_SEQUENCE {
         return sequence_ref(name, type_info);
     }
+    if onnx_type == sys::ONNXType::ONNX_TYPE_OPTIONAL {
+        return optional_ref(name, type_info);
+    }
     if onnx_type != sys::ONNXType::ONNX_TYPE_TENSOR {
         return Ok(ValueInfo {
             name,
@@ -287,7 +290,45 @@ pub fn value_ref(info: *const sys::OrtValueInfo) -> Result<ValueInfo, String> {
         name,
         elem,
         shape: has_shape.then_some(shape),
-        sequence: false,
+        ..ValueInfo::default()
+    })
+}
+
+/// An optional value: of a tensor or of a sequence of tensors (else of no known type).
+fn optional_ref(name: String, type_info: *const sys::OrtTypeInfo) -> Result<ValueInfo, String> {
+    let mut optional = ptr::null();
+    // SAFETY: an optional type info casts to its optional info (owned by the type info).
+    check(unsafe { call!(api.CastTypeInfoToOptionalTypeInfo(type_info, &mut optional)) })?;
+    let mut contained = ptr::null_mut();
+    // SAFETY: `optional` is live; on success `contained` is a new type info we release below.
+    check(unsafe { call!(api.GetOptionalContainedTypeInfo(optional, &mut contained)) })?;
+    let inner = (|| {
+        let mut onnx_type = sys::ONNXType::ONNX_TYPE_UNKNOWN;
+        // SAFETY: `contained` is live until released below.
+        check(unsafe { call!(api.GetOnnxTypeFromTypeInfo(contained, &mut onnx_type)) })?;
+        match onnx_type {
+            sys::ONNXType::ONNX_TYPE_SEQUENCE => sequence_ref(name.clone(), contained),
+            sys::ONNXType::ONNX_TYPE_TENSOR => {
+                let mut tensor = ptr::null();
+                // SAFETY: a tensor type info casts to its tensor info (owned by `contained`).
+                check(unsafe { call!(api.CastTypeInfoToTensorInfo(contained, &mut tensor)) })?;
+                Ok(ValueInfo {
+                    name: name.clone(),
+                    elem: tensor_type_and_shape(tensor)?.0,
+                    ..ValueInfo::default()
+                })
+            }
+            _ => Ok(ValueInfo {
+                name: name.clone(),
+                ..ValueInfo::default()
+            }),
+        }
+    })();
+    // SAFETY: releasing the contained type info we own, once.
+    unsafe { call!(api.ReleaseTypeInfo(contained)) };
+    Ok(ValueInfo {
+        optional: true,
+        ..inner?
     })
 }
 
@@ -316,8 +357,8 @@ fn sequence_ref(name: String, type_info: *const sys::OrtTypeInfo) -> Result<Valu
     Ok(ValueInfo {
         name,
         elem: elem?,
-        shape: None,
         sequence: true,
+        ..ValueInfo::default()
     })
 }
 

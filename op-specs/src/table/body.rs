@@ -24,7 +24,11 @@ pub fn claim_body(body: &Graph, what: &str) -> Verdict {
             ));
         }
     }
-    if let Some(output) = body.outputs.iter().find(|v| v.elem.is_none() || v.sequence) {
+    if let Some(output) = body
+        .outputs
+        .iter()
+        .find(|v| v.elem.is_none() || !v.is_tensor())
+    {
         return Verdict::decline(format!(
             "{what}: output '{}' is not a tensor of an element type this EP knows",
             output.name

@@ -71,13 +71,23 @@ fn kind_matches(kind: AttrKind, value: &AttrValue) -> bool {
     )
 }
 
+/// "a tensor", "a sequence", "an optional tensor" or "an optional sequence".
+fn kind_name((sequence, optional): (bool, bool)) -> &'static str {
+    match (sequence, optional) {
+        (false, false) => "a tensor",
+        (true, false) => "a sequence",
+        (false, true) => "an optional tensor",
+        (true, true) => "an optional sequence",
+    }
+}
+
 /// What a node's bodies read from the enclosing scopes becomes an array of the lowering: it
 /// must be a tensor MLX holds.
 fn implicit_inputs(node: &Node) -> Result<(), String> {
     match node
         .implicit_inputs
         .iter()
-        .find(|v| v.sequence || v.elem.and_then(ElemType::carrier).is_none())
+        .find(|v| !v.is_tensor() || v.elem.and_then(ElemType::carrier).is_none())
     {
         Some(value) => Err(format!(
             "'{}', which a body reads, is not a tensor of an element type MLX holds",
@@ -134,7 +144,7 @@ fn type_constraints(spec: &OpSpec, node: &Node) -> Result<(), String> {
                 port_for(spec.inputs, i),
                 node.input_present(i),
                 node.input_type(i),
-                node.input_is_sequence(i),
+                node.input_kind(i),
             )
         })
         .chain((0..node.output_count()).map(|i| {
@@ -142,20 +152,17 @@ fn type_constraints(spec: &OpSpec, node: &Node) -> Result<(), String> {
                 port_for(spec.outputs, i),
                 node.output_present(i),
                 node.output_type(i),
-                node.output_is_sequence(i),
+                node.output_kind(i),
             )
         }));
-    for (port, present, elem, sequence) in slots {
+    for (port, present, elem, kind) in slots {
         let Some(port) = port else { continue };
-        if present && sequence != port.sequence {
-            let (is, takes) = if sequence {
-                ("a sequence", "a tensor")
-            } else {
-                ("a tensor", "a sequence")
-            };
+        if present && kind != (port.sequence, port.optional_value) {
             return Err(format!(
-                "'{}' is {is} where the op takes {takes}",
-                port.name
+                "'{}' is {} where the op takes {}",
+                port.name,
+                kind_name(kind),
+                kind_name((port.sequence, port.optional_value))
             ));
         }
         let elem = match (present, elem) {

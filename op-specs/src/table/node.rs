@@ -58,6 +58,15 @@ pub struct ValueInfo {
     pub shape: Option<Vec<Option<i64>>>,
     /// A sequence of tensors of type `elem` (`seq(tensor)`), not a tensor.
     pub sequence: bool,
+    /// An optional (`optional(tensor)` or `optional(seq(tensor))`), which may hold nothing.
+    pub optional: bool,
+}
+
+impl ValueInfo {
+    /// Whether the value is a plain tensor: the only kind that crosses a fused node's edge.
+    pub fn is_tensor(&self) -> bool {
+        !self.sequence && !self.optional
+    }
 }
 
 /// A graph held by a node's attribute: its inputs and outputs, its nodes (ORT's order), and
@@ -116,17 +125,19 @@ impl Node {
     pub fn input_type(&self, index: usize) -> Option<ElemType> {
         self.inputs.get(index)?.as_ref()?.elem
     }
-    /// Whether input `index` is a sequence of tensors.
-    pub fn input_is_sequence(&self, index: usize) -> bool {
+    /// The kind of input `index`: (a sequence, an optional); (false, false) for a tensor.
+    pub fn input_kind(&self, index: usize) -> (bool, bool) {
         self.inputs
             .get(index)
-            .is_some_and(|v| v.as_ref().is_some_and(|v| v.sequence))
+            .and_then(Option::as_ref)
+            .map_or((false, false), |v| (v.sequence, v.optional))
     }
-    /// Whether output `index` is a sequence of tensors.
-    pub fn output_is_sequence(&self, index: usize) -> bool {
+    /// The kind of output `index`, as [`Node::input_kind`].
+    pub fn output_kind(&self, index: usize) -> (bool, bool) {
         self.outputs
             .get(index)
-            .is_some_and(|v| v.as_ref().is_some_and(|v| v.sequence))
+            .and_then(Option::as_ref)
+            .map_or((false, false), |v| (v.sequence, v.optional))
     }
     /// Whether input slot `index` is connected (whatever its type).
     pub fn input_present(&self, index: usize) -> bool {

@@ -107,6 +107,8 @@ pub struct Port {
     pub heterogeneous: bool,
     /// The port holds a sequence of tensors of its type variable's type (`seq(tensor(T))`).
     pub sequence: bool,
+    /// The port holds an optional tensor (`optional(tensor(T))`), which may be empty.
+    pub optional_value: bool,
 }
 
 impl Port {
