@@ -10,9 +10,8 @@ use std::sync::Arc;
 use mlx_kernels::{ops, Array, Dtype};
 
 use crate::shape::normalise_axis;
-use crate::table::body::{body_shape_safety, claim_body, lower_body};
+use crate::table::body::{bodies_shape_safety, claim_body, lower_body};
 use crate::table::consts::scalar;
-use crate::table::spec::ShapeSafety;
 use crate::{onnx_op, ElemType, Graph, Lower, Node, OpError, Result, ValueInfo, Verdict};
 
 const BRANCHES: [&str; 2] = ["then_branch", "else_branch"];
@@ -37,23 +36,13 @@ fn if_claim(node: &Node) -> Verdict {
     Verdict::Claim
 }
 
-/// The condition is read on the host (a trace is keyed on it), so at least shape-keyed; and
-/// no more compile-friendly than either branch.
-fn if_shape(node: &Node) -> ShapeSafety {
-    BRANCHES
-        .iter()
-        .filter_map(|name| node.graph(name))
-        .map(body_shape_safety)
-        .fold(ShapeSafety::ShapeKeyed, ShapeSafety::max)
-}
-
 /// The branch `cond` names, lowered in place: only that branch's work is in the MLX graph.
 /// The condition is read on the host: a constant or a value computed from shapes costs
 /// nothing in a compiled trace (which is keyed on it); one computed from data is read once
 /// per run, on the eager path.
 #[onnx_op(
     op = "If", since = 1, types(B = BOOL, V = ANY), inputs(cond: B), outputs(outputs...: V),
-    heterogeneous(outputs), shape = if_shape, claim = if_claim,
+    heterogeneous(outputs), shape = bodies_shape_safety, claim = if_claim,
     declines = "a branch with a node this EP declines, an output that is not a tensor (sequences, optionals), or another output count than the node's"
 )]
 fn if_(
@@ -148,13 +137,6 @@ fn loop_claim(node: &Node) -> Verdict {
     claim_body(body, "body")
 }
 
-/// The trip count and the conditions are read on the host: at least shape-keyed.
-fn loop_shape(node: &Node) -> ShapeSafety {
-    node.graph("body")
-        .map_or(ShapeSafety::Eager, body_shape_safety)
-        .max(ShapeSafety::ShapeKeyed)
-}
-
 /// The loop unrolled into the MLX graph: the body lowered once per iteration while the
 /// iteration number is below `M` and the condition holds, each iteration's carried values
 /// feeding the next; scan outputs stacked along a new first axis. `M` and the conditions are
@@ -163,7 +145,7 @@ fn loop_shape(node: &Node) -> ShapeSafety {
 #[onnx_op(
     op = "Loop", since = 1, types(I = I64, B = BOOL, V = ANY), inputs(M: I, cond: B, v_initial: V),
     outputs(v_final_and_scan_outputs...: V), heterogeneous(v_initial, v_final_and_scan_outputs),
-    shape = loop_shape, claim = loop_claim,
+    shape = bodies_shape_safety, claim = loop_claim,
     declines = "a body with a node this EP declines or a non-tensor output (sequences, optionals), or whose outputs do not match the node's"
 )]
 fn loop_(
@@ -290,13 +272,6 @@ fn scan_claim(node: &Node) -> Verdict {
     claim_body(body, "body")
 }
 
-/// The sequence length is the scan inputs' axis: at least shape-keyed.
-fn scan_shape(node: &Node) -> ShapeSafety {
-    node.graph("body")
-        .map_or(ShapeSafety::Eager, body_shape_safety)
-        .max(ShapeSafety::ShapeKeyed)
-}
-
 /// One of a Scan's per-input or per-output lists, or its default (axis 0, forward).
 fn per_value(list: &Option<Vec<i64>>, index: usize, what: &str) -> Result<i64> {
     match list {
@@ -315,7 +290,7 @@ fn per_value(list: &Option<Vec<i64>>, index: usize, what: &str) -> Result<i64> {
     op = "Scan", since = 9, types(V = ANY), inputs(initial_state_and_scan_inputs: V),
     outputs(final_state_and_scan_outputs...: V),
     heterogeneous(initial_state_and_scan_inputs, final_state_and_scan_outputs),
-    shape = scan_shape, claim = scan_claim,
+    shape = bodies_shape_safety, claim = scan_claim,
     declines = "a body with a node this EP declines or a non-tensor output, or whose inputs and outputs do not match num_scan_inputs and the node's outputs"
 )]
 #[allow(clippy::too_many_arguments)] // ONNX's attribute list
@@ -383,7 +358,7 @@ fn scan(
     inputs(sequence_lens: I, initial_state_and_scan_inputs: V),
     outputs(final_state_and_scan_outputs...: V),
     heterogeneous(initial_state_and_scan_inputs, final_state_and_scan_outputs),
-    shape = scan_shape, claim = scan_claim,
+    shape = bodies_shape_safety, claim = scan_claim,
     declines = "a body with a node this EP declines or a non-tensor output, or whose inputs and outputs do not match num_scan_inputs and the node's outputs"
 )]
 fn scan_batched(

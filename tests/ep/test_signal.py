@@ -2,12 +2,18 @@
 log) fully on MLX against ORT's CPU EP; a DFT long enough for MLX's FFT against numpy; and the
 inputs ORT's CPU EP refuses (or crashes on) failing the MLX run with the node's name."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import MLX, Run, cpu_outputs, make_model, tensor
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from bench_models import audio_front_end  # noqa: E402
 
 
 def i64(name, value):
@@ -18,23 +24,10 @@ def f32(name, value):
     return numpy_helper.from_array(np.array(value, np.float32), name)
 
 
-def front_end_model(n_fft=400, hop=160, mels=80, rate=16000):
-    """Whisper-style log-mel features: [batch, samples] -> [batch, frames, mels]."""
-    n = helper.make_node
-    nodes = [
-        n("HannWindow", ["n_fft"], ["window"]),
-        n("Unsqueeze", ["audio", "last"], ["signal"]),
-        n("STFT", ["signal", "hop", "window", "n_fft"], ["spectrum"]),
-        n("Mul", ["spectrum", "spectrum"], ["squares"]),
-        n("ReduceSum", ["squares", "last"], ["power"], keepdims=0),
-        n("MelWeightMatrix", ["mels", "n_fft", "rate", "low", "high"], ["bank"]),
-        n("MatMul", ["power", "bank"], ["mel"]),
-        n("Max", ["mel", "floor"], ["clipped"]),
-        n("Log", ["clipped"], ["features"]),
-    ]
-    constants = [i64("n_fft", n_fft), i64("hop", hop), i64("last", [-1]), i64("mels", mels), i64("rate", rate),
-                 f32("low", 0.0), f32("high", rate / 2), f32("floor", 1e-10)]
-    return make_model(nodes, [tensor("audio", shape=["batch", "samples"])], [tensor("features")], constants)
+def front_end_model():
+    """Whisper-style log-mel features, [batch, samples] -> [batch, frames, mels]: the model
+    `make bench` times (scripts/bench_models.py)."""
+    return audio_front_end(batch=1, seconds=0.1).model
 
 
 def log_mel_in_float64(audio, n_fft=400, hop=160, bank=None):

@@ -9,7 +9,7 @@ use mlx_kernels::Array;
 
 use super::consts::tensor_array;
 use super::lower::{Lower, OpError, Result, Value};
-use super::node::{Graph, Node, ValueInfo};
+use super::node::{AttrValue, Graph, Node, ValueInfo};
 use super::registry::{decide, Decision};
 use super::spec::{ShapeSafety, Verdict};
 
@@ -37,16 +37,22 @@ pub fn claim_body(body: &Graph, what: &str) -> Verdict {
     Verdict::Claim
 }
 
-/// The least compile-friendly shape safety among `body`'s nodes.
-pub fn body_shape_safety(body: &Graph) -> ShapeSafety {
-    body.nodes
+/// A control-flow node's shape safety: no more compile-friendly than any node of its bodies,
+/// and at least shape-keyed, since what picks the work (If's condition, Loop's trip count and
+/// conditions, Scan's sequence length) is read on the host or from shapes.
+pub fn bodies_shape_safety(node: &Node) -> ShapeSafety {
+    node.attributes
         .iter()
+        .filter_map(|(_, value)| match value {
+            AttrValue::Graph(body) => Some(body),
+            _ => None,
+        })
+        .flat_map(|body| &body.nodes)
         .map(|node| match decide(node) {
             Decision::Claim { shape, .. } => shape,
             Decision::Decline { .. } => ShapeSafety::Eager,
         })
-        .max()
-        .unwrap_or(ShapeSafety::Shapeless)
+        .fold(ShapeSafety::ShapeKeyed, ShapeSafety::max)
 }
 
 /// Lowers `body` over `values` (every value its nodes read from outside it, by name: the
