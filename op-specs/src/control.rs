@@ -71,7 +71,7 @@ const ITERATIONS_PER_EVALUATION: i64 = 64;
 
 /// A single-element value read on the host as a bool.
 fn truth(cx: &Lower, value: &Array, what: &str) -> Result<bool> {
-    match mlx_kernels::ops::astype(value, Dtype::Bool, cx.stream())?
+    match ops::astype(value, Dtype::Bool, cx.stream())?
         .to_vec::<bool>(cx.stream())?
         .as_slice()
     {

@@ -147,3 +147,19 @@ def test_an_optional_graph_input_keeps_its_readers_on_the_cpu_ep(tmp_path, monke
     records = explain_records(report)
     assert '"claimed": false' in records["has"] and "not a tensor" in records["has"], records
     assert '"claimed": true' in records["add"], records
+
+
+def test_a_sequence_inside_a_branch_stays_inside_it_on_mlx():
+    """An If branch builds a sequence and joins it: the sequence never leaves the body."""
+    then_branch = helper.make_graph(
+        [n("SequenceConstruct", ["x", "y"], ["s"]), n("ConcatFromSequence", ["s"], ["t"], axis=0)], "then", [],
+        [tensor("t", shape=None)])
+    else_branch = helper.make_graph([n("Concat", ["y", "x"], ["e"], axis=0)], "else", [], [tensor("e", shape=None)])
+    model = make_model([n("If", ["c"], ["out"], then_branch=then_branch, else_branch=else_branch)],
+                       [tensor("x", shape=[2, 3]), tensor("y", shape=[2, 3]), tensor("c", TensorProto.BOOL, [])],
+                       [tensor("out")], opset=17)
+    for cond in (True, False):
+        feeds = {"x": X, "y": Y, "c": np.array(cond)}
+        run = Run(model, feeds)
+        run.assert_all_on_mlx()
+        np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
