@@ -29,7 +29,7 @@ use crate::op_profile;
 use crate::plan::{
     Constants, EvalError, Evaluated, InPlace, Lowering, NodeCheck, Plan, RunTimes, Runtime, SlotKey,
 };
-use crate::split::Split;
+use crate::split::{self, Split};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
@@ -185,6 +185,9 @@ enum TraceOf {
     Body(Arc<Split>, HashMap<usize, Vec<i64>>),
 }
 
+/// The inputs a split takes into its prologue, and whether they changed in value only.
+type SplitKey = (Vec<bool>, bool);
+
 /// The compiled path of one plan (owned by the plan's thread, like its runtime).
 pub struct Capture {
     path: Path,
@@ -196,11 +199,15 @@ pub struct Capture {
     /// The previous run's input shapes, to see which inputs changed.
     last_shapes: Vec<Vec<i64>>,
     /// Per set of changed inputs: its split, `None` when the plan cannot be split there.
-    splits: Vec<(Vec<bool>, Option<Arc<Split>>)>,
+    splits: Vec<(SplitKey, Option<Arc<Split>>)>,
     /// Compiled runs of a split body, and why runs stopped being split (a split trace or
     /// replay failed where the eager path did not).
     pub split_runs: u64,
     pub split_fallback: Option<String>,
+    /// A trace read data on the host (an If's condition computed from an input): runs then
+    /// split off the small integer and bool inputs, and key each trace on what the prologue
+    /// computes from them, instead of running eagerly for good.
+    keyed_on_values: bool,
 }
 
 impl Capture {
@@ -221,6 +228,7 @@ impl Capture {
             splits: Vec::new(),
             split_runs: 0,
             split_fallback: None,
+            keyed_on_values: false,
         }
     }
 
@@ -275,7 +283,8 @@ impl Capture {
     }
 
     /// The split for this run: on the shape-keyed path, when some inputs (not all) changed
-    /// shape since the last run and the plan can be split there.
+    /// shape since the last run, or (once a trace read data on the host) at the small integer
+    /// and bool inputs, and the plan can be split there.
     fn split_for(&mut self, plan: &Plan, arrays: &[Array]) -> Option<Arc<Split>> {
         let shapes: Vec<Vec<i64>> = arrays.iter().map(Array::shape).collect();
         let last = std::mem::replace(&mut self.last_shapes, shapes.clone());
@@ -286,20 +295,25 @@ impl Capture {
         {
             return None;
         }
-        let changed: Vec<bool> = shapes.iter().zip(&last).map(|(a, b)| a != b).collect();
+        let mut changed: Vec<bool> = shapes.iter().zip(&last).map(|(a, b)| a != b).collect();
+        let by_value = self.keyed_on_values && !changed.contains(&true);
+        if by_value {
+            changed = arrays.iter().map(split::is_host_value).collect();
+        }
         if !changed.contains(&true) || !changed.contains(&false) {
             return None;
         }
-        if let Some((_, split)) = self.splits.iter().find(|(c, _)| *c == changed) {
+        let key = (changed, by_value);
+        if let Some((_, split)) = self.splits.iter().find(|(k, _)| *k == key) {
             return split.clone();
         }
-        let split = Split::of(plan, &changed).map(Arc::new);
+        let split = Split::of(plan, &key.0, by_value).map(Arc::new);
         // Bounded like the cache: a plan whose inputs change in ever new combinations keeps
         // the latest ones.
         if self.splits.len() >= self.settings.capacity {
             self.splits.remove(0);
         }
-        self.splits.push((changed, split.clone()));
+        self.splits.push((key, split.clone()));
         split
     }
 
@@ -367,7 +381,19 @@ impl Capture {
         times: &mut RunTimes,
         reason: String,
     ) -> Result<Evaluated, String> {
+        let small_inputs = inputs.iter().flatten().any(split::is_host_value);
         let evaluated = plan.run(runtime, inputs, times, self.settings.profile_ops)?;
+        // MLX's words for a host read inside a trace: once, try keying traces on the values.
+        if reason.contains("during function transformations")
+            && small_inputs
+            && !self.keyed_on_values
+            && self.path == Path::ShapeKeyed
+            && self.settings.split
+            && self.split_fallback.is_none()
+        {
+            self.keyed_on_values = true;
+            return Ok(evaluated);
+        }
         self.path = Path::Eager;
         self.cache.clear();
         self.fallback = Some(reason);

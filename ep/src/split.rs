@@ -48,16 +48,19 @@ pub struct Prologue {
     host: Option<Stream>,
 }
 
-/// Whether a prologue result is read on the host for the body: a small integer array.
-fn is_host_value(array: &Array) -> bool {
-    array.dtype().is_integer() && array.size() <= HOST_VALUE_LIMIT
+/// Whether a prologue result is read on the host for the body: a small integer (or bool:
+/// an If's condition) array.
+pub(crate) fn is_host_value(array: &Array) -> bool {
+    (array.dtype().is_integer() || array.dtype() == Dtype::Bool) && array.size() <= HOST_VALUE_LIMIT
 }
 
 impl Split {
     /// The split of `plan` where the inputs marked in `varying` changed shape: `None` when a
     /// node outside the prologue reads one of them (or one is a plan output), so the body's
-    /// shapes would change as well.
-    pub fn of(plan: &Plan, varying: &[bool]) -> Option<Split> {
+    /// shapes would change as well. With `by_value` the inputs vary in value only (small
+    /// integer and bool inputs whose values the body reads on the host): the body may then read
+    /// them too, handed over with the prologue's results.
+    pub fn of(plan: &Plan, varying: &[bool], by_value: bool) -> Option<Split> {
         // Slots the prologue can compute: constants, the changed inputs, and its own results.
         let mut known = vec![false; plan.slot_count()];
         for slot in plan.constant_slots() {
@@ -89,12 +92,13 @@ impl Split {
             .flat_map(|&i| plan.nodes[i].inputs.iter().flatten().copied())
             .chain(plan.outputs.iter().map(|o| o.slot))
             .collect();
-        if body_reads.iter().any(|slot| varying_slots.contains(slot)) {
+        let read_varying = |slot: &usize| varying_slots.contains(slot);
+        if !by_value && body_reads.iter().any(read_varying) {
             return None;
         }
         let mut frontier: Vec<usize> = Vec::new();
         for &slot in &body_reads {
-            if produced_by_prologue(slot) && !frontier.contains(&slot) {
+            if (produced_by_prologue(slot) || read_varying(&slot)) && !frontier.contains(&slot) {
                 frontier.push(slot);
             }
         }
@@ -343,7 +347,7 @@ mod tests {
     #[test]
     fn the_nodes_reading_only_the_changed_input_form_the_prologue() {
         let plan = masked_scale();
-        let split = Split::of(&plan, &[false, true]).expect("m reaches only the prologue");
+        let split = Split::of(&plan, &[false, true], false).expect("m reaches only the prologue");
         let ops = |nodes: &[usize]| -> Vec<String> {
             nodes
                 .iter()
@@ -357,7 +361,7 @@ mod tests {
         assert_eq!(split.frontier.len(), 2);
         assert_eq!(split.prologue_inputs, [false, true]);
         // x is read by the body itself: changing it leaves nothing to split off.
-        assert!(Split::of(&plan, &[true, false]).is_none());
+        assert!(Split::of(&plan, &[true, false], false).is_none());
     }
 
     #[test]
@@ -365,7 +369,7 @@ mod tests {
         let plan = masked_scale();
         let runtime = plan.start().unwrap();
         let (stream, constants) = (&runtime.stream, &runtime.constants);
-        let split = Split::of(&plan, &[false, true]).unwrap();
+        let split = Split::of(&plan, &[false, true], false).unwrap();
         let x = Array::from_slice(&[1f32, -2.0, 3.0, 0.5, 0.0, 4.0], &[2, 3]).unwrap();
         let m = Array::from_slice(&[1i64, 1, 0, 1], &[1, 4]).unwrap();
         let inputs = [x, m];
@@ -434,7 +438,7 @@ mod tests {
         .unwrap();
         let runtime = plan.start().unwrap();
         let (stream, constants) = (&runtime.stream, &runtime.constants);
-        let split = Split::of(&plan, &[false, true]).unwrap();
+        let split = Split::of(&plan, &[false, true], false).unwrap();
         for width in [3, 4] {
             let n = Array::from_slice(&[10i64, 20], &[2]).unwrap();
             let m = Array::from_slice(&vec![1i64; width], &[1, width as i64]).unwrap();

@@ -246,3 +246,36 @@ def test_scan8_refuses_a_zero_length_as_the_cpu_ep_does():
     session.disable_fallback()
     with pytest.raises(Exception, match="Scan.*sequence_lens"):
         session.run(None, feeds)
+
+
+def sr_model():
+    """Silero's shape: cond = Equal(rate, 16000) from a small int64 input; the branches differ."""
+    nodes = [helper.make_node("Equal", ["rate", "sixteen_k"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], name="by_rate",
+                              then_branch=branch("then", [helper.make_node("Mul", ["x0", "x0"], ["t"])], "t"),
+                              else_branch=branch("else", [helper.make_node("Add", ["x0", "x0"], ["e"])], "e"))]
+    return make_model(nodes, [tensor("x0", shape=[2, 3]), tensor("rate", TensorProto.INT64, [])], [tensor("y")],
+                      [numpy_helper.from_array(np.array(16000, np.int64), "sixteen_k")])
+
+
+@pytest.mark.parametrize("model", [SIMPLE, sr_model()], ids=["cond_fed", "cond_from_a_small_input"])
+def test_a_condition_from_a_small_input_keys_compiled_traces_on_its_value(model, monkeypatch, capfd):
+    """The first trace cannot read the condition (data); the plan then splits the small inputs
+    off into an eager prologue and keys each compiled trace on the condition's value: one trace
+    per branch, replayed, never eager for good."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_COMPILE_AFTER", "0")
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()
+    small = "cond" if "cond" in {i.name for i in session.get_inputs()} else "rate"
+    values = [np.array(v) for v in (True, False, True, True, False)] if small == "cond" else \
+        [np.array(v, np.int64) for v in (16000, 8000, 16000, 16000, 8000)]
+    for value in values:
+        feeds = {"x0": X, small: value}
+        np.testing.assert_array_equal(session.run(None, feeds)[0], cpu_outputs(model, feeds)[0])
+    del session
+    gc.collect()
+    summary = capfd.readouterr().err
+    # Run 1 traces and finds the host read (eager); runs 2-5 split: a trace for each branch
+    # (runs 2 and 3), replayed by runs 4 and 5.
+    assert "fell back" not in summary and "3 trace(s), 2 cache hit(s) (4 with an eager prologue)" in summary, summary
