@@ -11,7 +11,8 @@ use mlx_kernels::{ops, Array, Dtype};
 
 use crate::shape::normalise_axis;
 use crate::table::body::{bodies_shape_safety, claim_body, lower_body};
-use crate::table::consts::scalar;
+use crate::table::consts::{scalar, zeros};
+use crate::table::lower::{host_values, FromHost};
 use crate::{onnx_op, ElemType, Graph, Lower, Node, OpError, Result, ValueInfo, Verdict};
 
 const BRANCHES: [&str; 2] = ["then_branch", "else_branch"];
@@ -69,20 +70,6 @@ fn if_(
 /// bounded graph (inside a compiled trace the evaluation fails and the plan runs eagerly).
 const ITERATIONS_PER_EVALUATION: i64 = 64;
 
-/// A single-element value read on the host as a bool.
-fn truth(cx: &Lower, value: &Array, what: &str) -> Result<bool> {
-    match ops::astype(value, Dtype::Bool, cx.stream())?
-        .to_vec::<bool>(cx.stream())?
-        .as_slice()
-    {
-        [one] => Ok(*one),
-        many => Err(OpError::new(format!(
-            "{what} must hold one value, not {}",
-            many.len()
-        ))),
-    }
-}
-
 /// Per-iteration values stacked along `axis` (in iteration order, or reversed); with no
 /// iteration, an empty tensor of the body output's declared shape (which must then be known).
 fn stack_iterations(
@@ -108,7 +95,7 @@ fn stack_iterations(
         };
         let at = normalise_axis(axis, dims.len() + 1)?;
         dims.insert(at, 0);
-        return Ok(ops::broadcast_to(&scalar(0.0, dtype, s)?, &dims, s)?);
+        return zeros(&dims, dtype, s);
     }
     let at = normalise_axis(axis, slices[0].ndim() + 1)?;
     let mut slices = slices;
@@ -190,7 +177,8 @@ fn loop_(
         for (scan, element) in scans.iter_mut().zip(outputs) {
             scan.push(element);
         }
-        going = truth(cx, &condition, "the body's condition")?;
+        let what = "the body's condition";
+        going = i64::from_host(host_values(cx, &condition, what)?, what)? != 0;
         iteration += 1;
         if iteration % ITERATIONS_PER_EVALUATION == 0 {
             let held: Vec<Array> = carried
@@ -447,6 +435,6 @@ fn pad_steps(cx: &Lower, stacked: Array, steps: i64) -> Result<Array> {
     }
     let mut padding = dims.clone();
     padding[0] = steps - dims[0];
-    let zeros = ops::broadcast_to(&scalar(0.0, stacked.dtype(), s)?, &padding, s)?;
-    Ok(ops::concatenate(&[stacked, zeros], 0, s)?)
+    let padding = zeros(&padding, stacked.dtype(), s)?;
+    Ok(ops::concatenate(&[stacked, padding], 0, s)?)
 }

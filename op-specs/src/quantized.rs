@@ -24,7 +24,7 @@ use mlx_kernels::{cuda, Array, Dtype, Stream};
 
 use crate::normalization::cast;
 use crate::packing::{expect_one_of, expect_shape, repeat_last, take_first, unpack};
-use crate::table::consts::{scalar, scalar_like};
+use crate::table::consts::{scalar, scalar_like, zeros};
 use crate::table::dtypes::ElemType;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
@@ -39,11 +39,6 @@ const MIN_AFFINE_K: i64 = 128;
 
 fn power_of_two_block(block: i64) -> bool {
     block >= 16 && block & (block - 1) == 0
-}
-
-/// Zeros of `shape` in `dtype`.
-fn zeros(shape: &[i64], dtype: Dtype, s: &Stream) -> Result<Array> {
-    Ok(ops::broadcast_to(&scalar(0.0, dtype, s)?, shape, s)?)
 }
 
 /// The attributes of a MatMulNBits node, checked against its inputs.

@@ -16,6 +16,7 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::{fused_attention, mix, scores, softmax_rows, AttentionMask};
+use crate::table::consts::zeros;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 /// Which keys each batch entry keeps, before the causal mask.
@@ -172,11 +173,6 @@ fn additive_mask(
 /// `[B]` as `[B, 1]`.
 fn column(a: &Array, b: i64, s: &Stream) -> Result<Array> {
     Ok(ops::reshape(a, &[b, 1], s)?)
-}
-
-fn zeros(shape: &[i64], dtype: Dtype, s: &Stream) -> Result<Array> {
-    let zero = ops::astype(&Array::scalar(0f32)?, dtype, s)?;
-    Ok(ops::broadcast_to(&zero, shape, s)?)
 }
 
 pub(super) fn dims4(a: &Array) -> Result<[i64; 4]> {

@@ -199,10 +199,6 @@ struct Direction {
     c0: Array,
 }
 
-fn zeros(shape: &[i64], dtype: Dtype, s: &Stream) -> Result<Array> {
-    Ok(ops::broadcast_to(&scalar(0.0, dtype, s)?, shape, s)?)
-}
-
 /// Columns `[from, to)` of a matrix (or of the last axis).
 fn columns(a: &Array, from: i64, to: i64, s: &Stream) -> Result<Array> {
     let dims = a.shape();

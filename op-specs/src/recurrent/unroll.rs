@@ -4,8 +4,8 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use super::activation::Activation;
-use super::{columns, gates, gru, lstm, rnn, zeros, Cell, Config, Direction, Inputs};
-use crate::table::consts::scalar;
+use super::{columns, gates, gru, lstm, rnn, Cell, Config, Direction, Inputs};
+use crate::table::consts::{scalar, zeros};
 use crate::table::lower::float32;
 use crate::{Lower, OpError, Result};
 

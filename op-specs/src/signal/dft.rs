@@ -15,7 +15,7 @@ use mlx_kernels::{ops, Array, Dtype};
 use crate::table::lower::float32;
 
 use super::spectrum::{transform, Bins, Transform};
-use crate::table::consts::scalar;
+use crate::table::consts::{scalar, zeros};
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 /// A DFT whose form ORT answers as ONNX defines it.
@@ -107,7 +107,7 @@ fn dft(
         let mut dims = x.shape();
         dims[resolved as usize] = 0;
         dims[rank as usize - 1] = if bins == Bins::RealSignal { 1 } else { 2 };
-        return Ok(ops::broadcast_to(&scalar(0.0, x.dtype(), s)?, &dims, s)?);
+        return zeros(&dims, x.dtype(), s);
     }
     let t = Transform {
         length,

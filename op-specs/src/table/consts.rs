@@ -42,6 +42,15 @@ pub fn scalar_like(value: f64, like: &Array, stream: &Stream) -> Result<Array> {
     scalar(value, like.dtype(), stream)
 }
 
+/// Zeros of `shape` in `dtype` (a broadcast scalar: nothing is allocated until it is used).
+pub fn zeros(shape: &[i64], dtype: Dtype, stream: &Stream) -> Result<Array> {
+    Ok(ops::broadcast_to(
+        &scalar(0.0, dtype, stream)?,
+        shape,
+        stream,
+    )?)
+}
+
 /// The host copy of a tensor (an attribute's, a body's initializer) as an MLX array.
 pub fn tensor_array(value: &TensorValue) -> Result<Array> {
     let dtype = value

@@ -621,7 +621,7 @@ impl FromHost for i64 {
 /// Reads an integer (or bool: 0/1) input's values on the host. Constants and values computed from shapes are
 /// plain MLX arrays even inside a compiled trace; a value computed from the data cannot be
 /// read while tracing, and the resulting error sends the plan to its eager path.
-fn host_values(cx: &Lower, array: &Array, name: &str) -> Result<Vec<i64>> {
+pub(crate) fn host_values(cx: &Lower, array: &Array, name: &str) -> Result<Vec<i64>> {
     if !array.dtype().is_integer() && array.dtype() != Dtype::Bool {
         return Err(OpError::new(format!(
             "input '{name}' must be an integer or bool tensor"
