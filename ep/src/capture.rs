@@ -384,7 +384,7 @@ impl Capture {
         let small_inputs = inputs.iter().flatten().any(split::is_host_value);
         let evaluated = plan.run(runtime, inputs, times, self.settings.profile_ops)?;
         // MLX's words for a host read inside a trace: once, try keying traces on the values.
-        if reason.contains("during function transformations")
+        if reason.contains(mlx_kernels::EVAL_WHILE_TRACING)
             && small_inputs
             && !self.keyed_on_values
             && self.path == Path::ShapeKeyed

@@ -154,6 +154,15 @@ impl Stats {
                     mib(c.prepared_bytes)
                 );
             }
+            let b = &c.bodies;
+            if b.bodies > 0 {
+                let _ = write!(
+                    out,
+                    "; {} body(ies) compiled for their steps: {} trace(s), {} step(s) replayed, \
+                     {} lowered node by node",
+                    b.bodies, b.traces, b.replayed, b.lowered
+                );
+            }
             if let Some(reason) = &report.fallback {
                 let _ = write!(out, "; fell back to eager: {reason}");
             }

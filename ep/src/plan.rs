@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use mlx_kernels::{ops, Array, Stream};
 use op_specs::{
-    decide, ConstantInputs, Decision, ElemType, HostKey, Lower, Node, OpSpec, Prepared,
-    ShapeSafety, SharedDerivations, Value, ValueInfo,
+    decide, BodiesReport, ConstantInputs, Decision, ElemType, HostKey, Lower, Node, OpSpec,
+    Prepared, ShapeSafety, SharedDerivations, Value, ValueInfo,
 };
 
 use crate::device;
@@ -92,6 +92,8 @@ pub struct ConstantsReport {
     pub prepare_runs: u64,
     pub prepare_time: Duration,
     pub prepared_bytes: usize,
+    /// What the control-flow bodies compiled once for their steps did.
+    pub bodies: BodiesReport,
 }
 
 #[derive(Debug)]
@@ -430,6 +432,7 @@ impl Plan {
             prepare_runs: prepared.computed,
             prepare_time: prepared.time,
             prepared_bytes: prepared.bytes,
+            bodies: prepared.bodies(),
         }
     }
 

@@ -37,6 +37,10 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// MLX's words when something evaluates an array (or reads it on the host) while a closure is
+/// being traced for compilation: the traced function needs that value on the host.
+pub const EVAL_WHILE_TRACING: &str = "during function transformations";
+
 thread_local! {
     static LAST_MLX_ERROR: RefCell<Option<String>> = const { RefCell::new(None) };
 }

@@ -24,7 +24,7 @@ mod vector;
 pub use array::{arrays_created, Array};
 pub use closure::{set_kernel_fusion, Closure};
 pub use dtype::{Dtype, Element};
-pub use error::{Error, Result};
+pub use error::{Error, Result, EVAL_WHILE_TRACING};
 pub use runtime::{init, mlx_version};
 pub use shape::to_mlx_shape;
 pub use stream::{DeviceKind, Stream};

@@ -83,6 +83,23 @@ impl Stream {
     }
 }
 
+impl Clone for Stream {
+    /// Another handle to the same MLX stream.
+    fn clone(&self) -> Stream {
+        // SAFETY: an owned empty handle that mlx_stream_set points at `self`'s stream; setting a
+        // live handle from a live one cannot fail.
+        let raw = unsafe {
+            let mut raw = sys::mlx_stream_new();
+            sys::mlx_stream_set(&mut raw, self.raw);
+            raw
+        };
+        Stream {
+            raw,
+            kind: self.kind,
+        }
+    }
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
         // SAFETY: each Stream owns one handle, freed exactly once.

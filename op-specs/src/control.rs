@@ -10,7 +10,7 @@ use std::sync::Arc;
 use mlx_kernels::{ops, Array, Dtype};
 
 use crate::shape::normalise_axis;
-use crate::table::body::{bodies_shape_safety, claim_body, lower_body};
+use crate::table::body::{bodies_shape_safety, claim_body, lower_body, CompiledBody};
 use crate::table::consts::{scalar, zeros};
 use crate::table::lower::{host_values, FromHost};
 use crate::{onnx_op, ElemType, Graph, Lower, Node, OpError, Result, ValueInfo, Verdict};
@@ -67,7 +67,9 @@ fn if_(
 }
 
 /// Every this many iterations an eager loop evaluates what it carries, so a long loop holds a
-/// bounded graph (inside a compiled trace the evaluation fails and the plan runs eagerly).
+/// bounded graph. Inside a compiled trace the evaluation fails and the plan runs eagerly, each
+/// iteration a replay of the compiled body: tracing a longer loop unrolled would fuse (and, on
+/// the CPU backend, C++-compile) kernels for every iteration, minutes for a few hundred.
 const ITERATIONS_PER_EVALUATION: i64 = 64;
 
 /// Per-iteration values stacked along `axis` (in iteration order, or reversed); with no
@@ -149,7 +151,7 @@ fn loop_(
             values.len()
         )));
     }
-    let enclosing = cx.enclosing().clone();
+    let step = CompiledBody::of(cx, "body", &body)?;
     let mut carried = values;
     let scan_count = body.outputs.len() - 1 - carried_count;
     let mut scans: Vec<Vec<Array>> = vec![Vec::new(); scan_count];
@@ -157,19 +159,12 @@ fn loop_(
     let mut iteration = 0i64;
     while going && m.is_none_or(|m| iteration < m) {
         let s = cx.stream();
-        let mut values = enclosing.clone();
-        values.insert(
-            body.inputs[0].name.clone(),
+        let own = [
             scalar(iteration as f64, Dtype::I64, s)?,
-        );
-        values.insert(
-            body.inputs[1].name.clone(),
             scalar(f64::from(u8::from(going)), Dtype::Bool, s)?,
-        );
-        for (input, value) in body.inputs[2..].iter().zip(&carried) {
-            values.insert(input.name.clone(), value.clone());
-        }
-        let mut outputs = lower_body(cx, &body, values)?.into_iter();
+        ];
+        let own = own.into_iter().chain(carried).collect();
+        let mut outputs = step.run(cx, &body, own)?.into_iter();
         let condition = outputs
             .next()
             .expect("the claim checked the body's outputs");
@@ -208,31 +203,27 @@ struct Sequence {
 /// sequence; returns the final state and, per scan output, each step's element.
 fn scan_steps(
     cx: &mut Lower,
-    body: &Graph,
+    body: &Arc<Graph>,
     mut state: Vec<Array>,
     sequences: &[Sequence],
     length: i64,
 ) -> Result<(Vec<Array>, Vec<Vec<Array>>)> {
     let s = cx.stream();
     let states = state.len();
-    let enclosing = cx.enclosing().clone();
+    let step = CompiledBody::of(cx, "body", body)?;
     let mut scans: Vec<Vec<Array>> = vec![Vec::new(); body.outputs.len() - states];
-    for step in 0..length {
-        let mut values = enclosing.clone();
-        for (input, value) in body.inputs.iter().zip(&state) {
-            values.insert(input.name.clone(), value.clone());
-        }
-        for (input, sequence) in body.inputs[states..].iter().zip(sequences) {
+    for index in 0..length {
+        let mut own = state;
+        for sequence in sequences {
             let at = if sequence.reverse {
-                length - 1 - step
+                length - 1 - index
             } else {
-                step
+                index
             };
-            let index = scalar(at as f64, Dtype::I32, s)?;
-            let slice = ops::take(&sequence.input, &index, sequence.axis as i32, s)?;
-            values.insert(input.name.clone(), slice);
+            let at = scalar(at as f64, Dtype::I32, s)?;
+            own.push(ops::take(&sequence.input, &at, sequence.axis as i32, s)?);
         }
-        let mut outputs = lower_body(cx, body, values)?.into_iter();
+        let mut outputs = step.run(cx, body, own)?.into_iter();
         state = outputs.by_ref().take(states).collect();
         for (scan, element) in scans.iter_mut().zip(outputs) {
             scan.push(element);

@@ -42,6 +42,7 @@ mod signal;
 mod softmax;
 
 pub use ops_macros::onnx_op;
+pub use table::body::BodiesReport;
 pub use table::dtypes::sets as dtypes;
 pub use table::dtypes::{DtypeSet, ElemType};
 pub use table::lower::{

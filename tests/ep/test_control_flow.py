@@ -4,8 +4,10 @@ values; nested Ifs; the condition from shapes (compiled, keyed on it) or from da
 branch with a node the table declines keeps the whole If on ORT's CPU EP, with the reason."""
 
 import gc
+import re
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -172,6 +174,109 @@ def test_loops_unroll_on_mlx_and_match_the_cpu_ep(form, mode, monkeypatch):
         for g, w in zip(got, want):
             assert g.shape == w.shape
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def bodies_summary(capfd):
+    """The session summary's line on the bodies compiled for their steps (the caller releases
+    the session first: the summary is written then)."""
+    gc.collect()
+    summary = capfd.readouterr().err
+    found = re.search(r"(\d+) body\(ies\) compiled for their steps: (\d+) trace\(s\), (\d+) step\(s\) replayed, "
+                      r"(\d+) lowered node by node", summary)
+    assert found, summary
+    return tuple(int(g) for g in found.groups())
+
+
+def eager_session(model, monkeypatch):
+    set_env(monkeypatch, dict(COMPILE_MODES["eager_only"], ONNXRUNTIME_EP_MLX_VERBOSE="1"))
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()
+    return session
+
+
+def test_a_loop_whose_condition_comes_from_data_replays_its_body_compiled_once(monkeypatch, capfd):
+    """The condition is read after every step, so the loop runs eagerly; each step replays the
+    body traced at the first one instead of lowering its nodes again."""
+    model = loop_model(cond=True, cond_out="small")
+    session = eager_session(model, monkeypatch)
+    feeds = {"x0": X0}
+    want = cpu_outputs(model, feeds)
+    for _ in range(3):
+        for g, w in zip(session.run(None, feeds), want):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    steps = want[1].shape[0]
+    assert steps > 3
+    del session
+    assert bodies_summary(capfd) == (1, 1, 3 * steps, 0)
+
+
+def test_a_body_reading_the_iteration_number_on_the_host_is_lowered_node_by_node(monkeypatch, capfd):
+    """Slice at the iteration number reads it on the host, which a trace cannot: the first step
+    finds that and every step lowers the body's nodes instead, with the same results."""
+    n = helper.make_node
+    extra = [n("Unsqueeze", ["i", "axes"], ["start"]), n("Add", ["start", "one"], ["end"]),
+             n("Slice", ["table", "start", "end"], ["picked"]), n("Add", ["x_out", "picked"], ["x_picked"])]
+    proto = onnx.load_from_string(loop_model(trip=4, body_extra=extra))
+    body = next(a.g for a in proto.graph.node[0].attribute if a.name == "body")
+    body.output[2].name = "x_picked"  # the scan output: each step's x plus table[i]
+    proto.graph.initializer.extend([numpy_helper.from_array(np.array([0], np.int64), "axes"),
+                                    numpy_helper.from_array(np.array([1], np.int64), "one"),
+                                    numpy_helper.from_array(np.array([10.0, 20.0, 30.0, 40.0], np.float32), "table")])
+    model = proto.SerializeToString()
+    session = eager_session(model, monkeypatch)
+    feeds = {"x0": X0}
+    for _ in range(2):
+        for g, w in zip(session.run(None, feeds), cpu_outputs(model, feeds)):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    del session
+    assert bodies_summary(capfd) == (1, 1, 0, 8)
+
+
+def test_a_body_whose_carried_value_grows_stops_tracing_after_eight_shapes(monkeypatch, capfd):
+    """x grows by one element a step: every step is a new shape, so after eight traces the
+    remaining steps lower the body node by node."""
+    n = helper.make_node
+    body = helper.make_graph(
+        [n("Concat", ["x_in", "tail"], ["x_out"], axis=0), n("Identity", ["c_in"], ["c_out"])], "body",
+        [tensor("i", TensorProto.INT64, []), tensor("c_in", TensorProto.BOOL, []), tensor("x_in", shape=None)],
+        [tensor("c_out", TensorProto.BOOL, []), tensor("x_out", shape=None)])
+    model = make_model([n("Loop", ["trip", "", "x0"], ["x_final"], body=body)], [tensor("x0", shape=[3])],
+                       [tensor("x_final")], [numpy_helper.from_array(np.array(12, np.int64), "trip"),
+                                             numpy_helper.from_array(np.array([7.0], np.float32), "tail")])
+    session = eager_session(model, monkeypatch)
+    feeds = {"x0": X0}
+    got = session.run(None, feeds)[0]
+    np.testing.assert_array_equal(got, cpu_outputs(model, feeds)[0])
+    assert got.shape == (15,)
+    del session
+    assert bodies_summary(capfd) == (1, 8, 8, 4)
+
+
+def test_a_check_of_a_compiled_body_fails_the_run_at_the_step_that_breaks_it(monkeypatch):
+    """Gather at a carried index that walks the table while it is below `stop`: with `stop` past
+    the table's end the sixth step reads out of range; ORT's CPU EP fails the run, and so does
+    the EP, naming the body's node, though the body is replayed."""
+    n = helper.make_node
+    body = helper.make_graph(
+        [n("Gather", ["table", "k_in"], ["picked"], name="lookup"), n("Add", ["k_in", "one"], ["k_out"]),
+         n("Add", ["x_in", "picked"], ["x_out"]), n("Less", ["k_out", "stop"], ["c_out"])], "body",
+        [tensor("i", TensorProto.INT64, []), tensor("c_in", TensorProto.BOOL, []), tensor("k_in", TensorProto.INT64, []),
+         tensor("x_in", shape=[])],
+        [tensor("c_out", TensorProto.BOOL, []), tensor("k_out", TensorProto.INT64, []), tensor("x_out", shape=[])])
+    model = make_model([n("Loop", ["", "cond", "k0", "x0"], ["k_final", "x_final"], body=body, name="walk")],
+                       [tensor("k0", TensorProto.INT64, []), tensor("x0", shape=[]), tensor("stop", TensorProto.INT64, [])],
+                       [tensor("k_final", TensorProto.INT64), tensor("x_final")],
+                       [numpy_helper.from_array(np.array(True), "cond"), numpy_helper.from_array(np.array(1, np.int64), "one"),
+                        numpy_helper.from_array(np.arange(5, dtype=np.float32), "table")])
+    session = eager_session(model, monkeypatch)
+    fine = {"k0": np.array(0, np.int64), "x0": np.array(0.0, np.float32), "stop": np.array(5, np.int64)}
+    for g, w in zip(session.run(None, fine), cpu_outputs(model, fine)):
+        np.testing.assert_array_equal(g, w)
+    broken = dict(fine, stop=np.array(8, np.int64))
+    with pytest.raises(Exception):
+        cpu_outputs(model, broken)
+    with pytest.raises(Exception, match="lookup.*out of range"):
+        session.run(None, broken)
 
 
 def test_a_fed_trip_count_changes_the_unrolling_from_run_to_run():

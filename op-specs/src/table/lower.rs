@@ -5,6 +5,7 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -135,9 +136,12 @@ pub struct Sequence(pub Vec<Array>);
 /// Arrays derived from a plan's constants alone (a weight's repacked scales), computed and
 /// evaluated at the first run that needs them and reused by every later run of the plan,
 /// compiled or eager. Keyed by the node's position in the plan and a tag of the lowering's.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Prepared {
     entries: HashMap<(usize, &'static str), Vec<Array>>,
+    /// What a lowering keeps for later runs besides arrays (a body compiled into an MLX
+    /// closure), by the same key (see [`Lower::kept`]).
+    kept: HashMap<(usize, &'static str), Rc<dyn Any>>,
     /// How many times a preparation ran (once per key, unless it failed), how long they took
     /// in all, and the memory MLX held more after them.
     pub computed: u64,
@@ -153,6 +157,29 @@ impl Prepared {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+impl Prepared {
+    /// What the bodies compiled for control-flow nodes did so far.
+    pub fn bodies(&self) -> super::body::BodiesReport {
+        let mut report = super::body::BodiesReport::default();
+        for kept in self.kept.values() {
+            if let Some(body) = kept.downcast_ref::<super::body::CompiledBody>() {
+                report.add(body);
+            }
+        }
+        report
+    }
+}
+
+impl fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prepared")
+            .field("entries", &self.entries.len())
+            .field("kept", &self.kept.len())
+            .field("computed", &self.computed)
+            .finish()
     }
 }
 
@@ -330,6 +357,37 @@ impl<'a> Lower<'a> {
         prepared.bytes += after.saturating_sub(before);
         prepared.entries.insert(key, arrays.clone());
         Ok(arrays)
+    }
+
+    /// Whether what [`Lower::kept`] keeps outlives this lowering (inside a plan).
+    pub fn keeps_across_runs(&self) -> bool {
+        self.constants.is_some()
+    }
+
+    /// The object `make` builds, kept for the plan's later runs under `tag` (made once, at the
+    /// first run that asks): state a lowering carries between runs that is not an array, such
+    /// as a body compiled into an MLX closure. Without a plan's context (unit tests, nodes of
+    /// a body) `make` runs every time.
+    pub fn kept<T: 'static>(
+        &mut self,
+        tag: &'static str,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<Rc<T>> {
+        let Some(constants) = self.constants else {
+            return make().map(Rc::new);
+        };
+        let key = (constants.node, tag);
+        let found = constants.prepared.borrow().kept.get(&key).cloned();
+        if let Some(kept) = found.and_then(|k| k.downcast::<T>().ok()) {
+            return Ok(kept);
+        }
+        let made = Rc::new(make()?);
+        constants
+            .prepared
+            .borrow_mut()
+            .kept
+            .insert(key, made.clone() as Rc<dyn Any>);
+        Ok(made)
     }
 
     /// What `compute` derives (lazy arrays, in any structure) from `inputs` (arrays this node
