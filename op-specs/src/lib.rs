@@ -24,6 +24,7 @@ mod layout;
 mod linalg;
 mod logic;
 mod math;
+mod ml;
 mod moe;
 mod normalization;
 mod optional;

@@ -1,0 +1,220 @@
+"""ai.onnx.ml's numeric ops through the EP (op-specs/src/ml/): each model runs with every node
+on MLX and matches ORT's CPU EP; the string forms and malformed attributes stay on ORT's CPU EP
+or fail the run as ORT's kernel does."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from conftest import MLX, Run, cpu_outputs, make_model, tensor
+
+ML = "ai.onnx.ml"
+F, I64, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
+NP = {F: np.float32, I64: np.int64, I32: np.int32}
+
+
+def ml_model(op, inputs, outputs, ml_opset=3, **attributes):
+    """One ai.onnx.ml node over `inputs` [(name, type, shape)] giving `outputs` [(name, type)]."""
+    node = helper.make_node(op, [n for n, _, _ in inputs], [n for n, _ in outputs], domain=ML, name="ml", **attributes)
+    return make_model([node], [tensor(n, t, s) for n, t, s in inputs], [tensor(n, t) for n, t in outputs],
+                      opset=17, domains=[(ML, ml_opset)])
+
+
+def assert_on_mlx_matches_cpu(model, feeds, rtol=1e-6, atol=1e-6):
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    for got, want in zip(run.outputs, cpu_outputs(model, feeds)):
+        assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+def features(elem=F, rows=4, columns=3, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, columns)) * 4
+    return (x if elem == F else np.round(x)).astype(NP[elem])
+
+
+@pytest.mark.parametrize("elem", [F, I64, I32])
+@pytest.mark.parametrize("offset, scale", [([0.5], [2.0]), ([0.5, -1.0, 2.0], [1.0, 0.25, -3.0])])
+def test_scaler(elem, offset, scale):
+    model = ml_model("Scaler", [("x", elem, [None, 3])], [("y", F)], offset=offset, scale=scale)
+    assert_on_mlx_matches_cpu(model, {"x": features(elem)})
+
+
+def assert_declined_and_refused_as_on_the_cpu_ep(model, match):
+    """The EP declines the node, so ORT's CPU kernel refuses it as it does without the EP."""
+    with pytest.raises(Exception, match=match):
+        cpu_outputs(model, {})
+    with pytest.raises(Exception, match=match):
+        ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+
+
+def test_scaler_with_offset_and_scale_of_different_lengths_is_left_to_orts_refusal():
+    model = ml_model("Scaler", [("x", F, [None, 3])], [("y", F)], offset=[1.0, 2.0, 3.0], scale=[0.5])
+    assert_declined_and_refused_as_on_the_cpu_ep(model, "Scale size")
+
+
+@pytest.mark.parametrize("elem", [F, I64, I32])
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+@pytest.mark.parametrize("shape", [[4, 3], [3]])
+def test_normalizer(elem, norm, shape):
+    x = features(elem).reshape(-1)[: int(np.prod(shape))].reshape(shape)
+    if len(shape) == 2:
+        x[1] = 0  # a row whose divisor is 0
+        x[2] = -np.abs(x[2])  # a row of negatives: MAX divides by a negative maximum
+    model = ml_model("Normalizer", [("x", elem, shape)], [("y", F)], norm=norm)
+    assert_on_mlx_matches_cpu(model, {"x": x})
+
+
+def test_binarizer():
+    x = features()
+    x[0, 0] = 0.5
+    model = ml_model("Binarizer", [("x", F, [4, 3])], [("y", F)], threshold=0.5)
+    assert_on_mlx_matches_cpu(model, {"x": x})
+
+
+def assert_run_fails_as_on_the_cpu_ep(model, feeds, match):
+    with pytest.raises(Exception):
+        cpu_outputs(model, feeds)
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()
+    with pytest.raises(Exception, match=match):
+        session.run(None, feeds)
+
+
+def test_binarizer_fails_on_nan_as_orts_kernel_does():
+    x = features()
+    x[1, 1] = np.nan
+    model = ml_model("Binarizer", [("x", F, [4, 3])], [("y", F)], threshold=0.5)
+    assert_run_fails_as_on_the_cpu_ep(model, {"x": x}, "NaN")
+
+
+@pytest.mark.parametrize("replaced", [np.nan, 0.0, 2.0])
+@pytest.mark.parametrize("imputed", [[9.0], [7.0, 8.0, 9.0]])
+def test_imputer_floats(replaced, imputed):
+    x = features()
+    x[0, 0], x[1, 2], x[2, 1], x[3, 0] = np.nan, 0.0, 2.0, np.nan
+    model = ml_model("Imputer", [("x", F, [4, 3])], [("y", F)], imputed_value_floats=imputed, replaced_value_float=replaced)
+    assert_on_mlx_matches_cpu(model, {"x": x})
+
+
+def test_imputer_integers():
+    x = features(I64)
+    x[0, 0] = x[2, 2] = -1
+    model = ml_model("Imputer", [("x", I64, [4, 3])], [("y", I64)], imputed_value_int64s=[5, 6, 7], replaced_value_int64=-1)
+    assert_on_mlx_matches_cpu(model, {"x": x})
+
+
+@pytest.mark.parametrize("elem", [F, I64, I32])
+@pytest.mark.parametrize("shape", [[4, 3], [2, 2, 3], [3]])
+def test_array_feature_extractor(elem, shape):
+    x = features(elem, rows=4, columns=3).reshape(-1)[: int(np.prod(shape))].reshape(shape)
+    model = ml_model("ArrayFeatureExtractor", [("x", elem, shape), ("i", I64, [None])], [("z", elem)])
+    assert_on_mlx_matches_cpu(model, {"x": x, "i": np.array([2, 0, 2], np.int64)})
+
+
+def test_array_feature_extractor_out_of_range_fails_the_run_as_orts_kernel_does():
+    model = ml_model("ArrayFeatureExtractor", [("x", F, [4, 3]), ("i", I64, [None])], [("z", F)])
+    assert_run_fails_as_on_the_cpu_ep(model, {"x": features(), "i": np.array([3], np.int64)}, "out of range")
+
+
+def test_feature_vectorizer_cuts_and_pads_each_input_to_its_width():
+    for elem in [F, I64, I32]:
+        model = ml_model("FeatureVectorizer", [("a", elem, [4, 3]), ("b", elem, [4, 2]), ("c", elem, [4, 1])], [("y", F)],
+                         inputdimensions=[2, 2, 3])
+        feeds = {"a": features(elem), "b": features(elem, columns=2, seed=1), "c": features(elem, columns=1, seed=2)}
+        assert_on_mlx_matches_cpu(model, feeds)
+
+
+@pytest.mark.parametrize("elem", [F, I64])
+@pytest.mark.parametrize("shape", [[5], [5, 1], [2, 3]])
+def test_one_hot_encoder(elem, shape):
+    x = np.array([3, 1, 4, 1, 5, 9][: int(np.prod(shape))], NP[elem]).reshape(shape)
+    model = ml_model("OneHotEncoder", [("x", elem, shape)], [("y", F)], cats_int64s=[1, 3, 4, 5, 9, 2], zeros=1)
+    assert_on_mlx_matches_cpu(model, {"x": x})
+
+
+def test_one_hot_encoder_with_zeros_0_fails_on_an_unknown_category_as_orts_kernel_does():
+    model = ml_model("OneHotEncoder", [("x", I64, [3])], [("y", F)], cats_int64s=[1, 2], zeros=0)
+    assert_on_mlx_matches_cpu(model, {"x": np.array([1, 2, 1], np.int64)})
+    assert_run_fails_as_on_the_cpu_ep(model, {"x": np.array([1, 7, 1], np.int64)}, "cats_int64s")
+
+
+@pytest.mark.parametrize("keys, values, x", [
+    ("keys_int64s", "values_floats", np.array([[1, 2], [5, 7]], np.int64)),
+    ("keys_int64s", "values_int64s", np.array([1, 9, 3, 7], np.int64)),
+    ("keys_floats", "values_int64s", np.array([1.5, np.nan, 2.0, 0.25], np.float32)),
+    ("keys_floats", "values_floats", np.array([1.5, np.nan, 2.0, -0.0], np.float32)),
+])
+@pytest.mark.parametrize("ml_opset", [2, 4])
+def test_label_encoder_numeric(keys, values, x, ml_opset):
+    key_values = [1, 3, 7] if keys == "keys_int64s" else [1.5, np.nan, 0.25]
+    value_values = [10, 30, 70] if values == "values_int64s" else [0.5, -3.0, 7.25]
+    out = I64 if values == "values_int64s" else F
+    model = ml_model("LabelEncoder", [("x", I64 if keys == "keys_int64s" else F, list(x.shape))], [("y", out)],
+                     ml_opset=ml_opset, **{keys: key_values, values: value_values})
+    assert_on_mlx_matches_cpu(model, {"x": x})
+
+
+def test_label_encoder_tensors_and_default():
+    keys = helper.make_tensor("k", I64, [3], [4, 5, 6])
+    values = helper.make_tensor("v", F, [3], [0.5, 1.5, 2.5])
+    default = helper.make_tensor("d", F, [1], [42.0])
+    model = ml_model("LabelEncoder", [("x", I64, [5])], [("y", F)], ml_opset=4, keys_tensor=keys, values_tensor=values,
+                     default_tensor=default)
+    assert_on_mlx_matches_cpu(model, {"x": np.array([4, 6, 9, 5, -1], np.int64)})
+
+
+def test_per_feature_lists_follow_orts_channel_rule_on_rank_3():
+    """ORT picks a per-feature value by `flat index % dims[1]`, not by the last axis's position."""
+    x = features(rows=2, columns=12).reshape(2, 3, 4)
+    model = ml_model("Scaler", [("x", F, [2, 3, 4])], [("y", F)], offset=[0.5, -1.0, 2.0], scale=[1.0, 0.25, -3.0])
+    assert_on_mlx_matches_cpu(model, {"x": x})
+    model = ml_model("Imputer", [("x", F, [2, 3, 4])], [("y", F)], imputed_value_floats=[7.0, 8.0, 9.0],
+                     replaced_value_float=0.0)
+    assert_on_mlx_matches_cpu(model, {"x": np.where(x > 1, 0.0, x).astype(np.float32)})
+
+
+def test_imputer_with_a_list_of_another_length_takes_its_first_value_as_orts_kernel_does():
+    x = features()
+    x[0, 0] = x[3, 2] = np.nan
+    model = ml_model("Imputer", [("x", F, [4, 3])], [("y", F)], imputed_value_floats=[7.0, 8.0], replaced_value_float=np.nan)
+    assert_on_mlx_matches_cpu(model, {"x": x})
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+def test_normalizer_edges(norm):
+    """NaN (skipped by MAX), tiny values whose squares underflow, and int32 squares that wrap."""
+    x = np.array([[np.nan, 2.0, -1.0], [1e-30, 0.0, 0.0], [-0.0, 3.0, 4.0]], np.float32)
+    assert_on_mlx_matches_cpu(ml_model("Normalizer", [("x", F, [3, 3])], [("y", F)], norm=norm), {"x": x})
+    big = np.array([[70000, 3, -5], [-2**31, 1, 2]], np.int32)
+    assert_on_mlx_matches_cpu(ml_model("Normalizer", [("x", I32, [2, 3])], [("y", F)], norm=norm), {"x": big})
+
+
+def test_one_hot_encoder_duplicates_truncation_and_non_numbers():
+    x = np.array([1.9, -1.5, 2.0, np.nan, np.inf, 1e30, 3.0], np.float32)
+    model = ml_model("OneHotEncoder", [("x", F, [7])], [("y", F)], cats_int64s=[1, 2, -1, 1, 3], zeros=1)
+    assert_on_mlx_matches_cpu(model, {"x": x})
+
+
+def test_feature_vectorizer_flattens_rows_and_takes_a_1d_input_as_one_row():
+    model = ml_model("FeatureVectorizer", [("a", F, [1, 2, 3]), ("b", F, [2])], [("y", F)], inputdimensions=[4, 3])
+    assert_on_mlx_matches_cpu(model, {"a": features(rows=1, columns=6).reshape(1, 2, 3), "b": np.array([5, 6], np.float32)})
+
+
+def test_feature_vectorizer_refuses_inputs_of_different_rows_as_orts_kernel_does():
+    model = ml_model("FeatureVectorizer", [("a", F, [2, 3]), ("b", F, [3, 1])], [("y", F)], inputdimensions=[3, 1])
+    assert_run_fails_as_on_the_cpu_ep(model, {"a": features(rows=2), "b": features(rows=3, columns=1)}, "rows")
+
+
+def test_array_feature_extractor_refuses_empty_indices_as_orts_kernel_does():
+    model = ml_model("ArrayFeatureExtractor", [("x", F, [4, 3]), ("i", I64, [None])], [("z", F)])
+    assert_run_fails_as_on_the_cpu_ep(model, {"x": features(), "i": np.zeros([0], np.int64)}, "indices")
+
+
+@pytest.mark.parametrize("ml_opset", [2, 4])
+def test_label_encoder_takes_the_first_of_duplicate_keys(ml_opset):
+    model = ml_model("LabelEncoder", [("x", I64, [3])], [("y", I64)], ml_opset=ml_opset, keys_int64s=[1, 2, 1],
+                     values_int64s=[10, 20, 30])
+    assert_on_mlx_matches_cpu(model, {"x": np.array([1, 2, 3], np.int64)})
