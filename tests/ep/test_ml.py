@@ -363,3 +363,156 @@ def onnx_with(model, **attributes):
     proto = onnx.load_from_string(model)
     proto.graph.node[0].attribute.extend(helper.make_attribute(k, v) for k, v in attributes.items())
     return proto.SerializeToString()
+
+
+# --------------------------------------------------------------------------------------------
+# Tree ensembles, scikit-learn's through skl2onnx and hand-built ones for ORT's rules.
+
+def sklearn_data(rows=300, columns=6, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, columns)).astype(np.float32)
+    return x, x[:, 0] + 0.5 * x[:, 1] * x[:, 2] - x[:, 3]
+
+
+def exported(estimator, x, **options):
+    import warnings
+
+    from skl2onnx import to_onnx
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return to_onnx(estimator, x[:1], target_opset={"": 17, ML: 3}, options=options or None).SerializeToString()
+
+
+def sklearn_models():
+    from sklearn.ensemble import (GradientBoostingClassifier, GradientBoostingRegressor, RandomForestClassifier,
+                                  RandomForestRegressor)
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC, SVR
+    from sklearn.tree import DecisionTreeClassifier
+    x, signal = sklearn_data()
+    binary, three = (signal > 0).astype(np.int64), np.digitize(signal, [-0.7, 0.7]).astype(np.int64)
+    two_targets = np.stack([signal, x[:, 4] - x[:, 5]], 1)
+    no_zipmap = {"zipmap": False}
+    return x, {
+        "scaler+random_forest_binary": (make_pipeline(StandardScaler(), RandomForestClassifier(8, max_depth=6, random_state=0)).fit(x, binary), no_zipmap),
+        "scaler+random_forest_3_classes": (make_pipeline(StandardScaler(), RandomForestClassifier(8, max_depth=6, random_state=0)).fit(x, three), no_zipmap),
+        "gradient_boosting_binary": (GradientBoostingClassifier(n_estimators=10, random_state=0).fit(x, binary), no_zipmap),
+        "gradient_boosting_3_classes": (GradientBoostingClassifier(n_estimators=10, random_state=0).fit(x, three), no_zipmap),
+        "decision_tree_3_classes": (DecisionTreeClassifier(max_depth=8, random_state=0).fit(x, three), no_zipmap),
+        "gradient_boosting_regressor": (GradientBoostingRegressor(n_estimators=20, random_state=0).fit(x, signal), {}),
+        "random_forest_regressor_2_targets": (RandomForestRegressor(6, max_depth=7, random_state=0).fit(x, two_targets), {}),
+        "scaler+logistic_regression": (make_pipeline(StandardScaler(), LogisticRegression()).fit(x, three), no_zipmap),
+        "scaler+logistic_regression_binary": (make_pipeline(StandardScaler(), LogisticRegression()).fit(x, binary), no_zipmap),
+        "scaler+linear_regression": (make_pipeline(StandardScaler(), LinearRegression()).fit(x, signal), {}),
+        "svc_rbf_3_classes": (SVC(kernel="rbf").fit(x, three), no_zipmap),
+        "svr_poly": (SVR(kernel="poly", degree=3).fit(x, signal), {}),
+    }
+
+
+SKLEARN = None
+
+
+def sklearn_model(name):
+    global SKLEARN
+    if SKLEARN is None:
+        x, models = sklearn_models()
+        SKLEARN = x, {key: exported(estimator, x, **options) for key, (estimator, options) in models.items()}
+    return SKLEARN[0], SKLEARN[1][name]
+
+
+@pytest.mark.parametrize("name", ["scaler+random_forest_binary", "scaler+random_forest_3_classes", "gradient_boosting_binary",
+                                  "gradient_boosting_3_classes", "decision_tree_3_classes", "gradient_boosting_regressor",
+                                  "random_forest_regressor_2_targets", "scaler+logistic_regression",
+                                  "scaler+logistic_regression_binary", "scaler+linear_regression", "svc_rbf_3_classes",
+                                  "svr_poly"])
+def test_sklearn_models_run_every_node_on_mlx(name):
+    x, model = sklearn_model(name)
+    feeds = {"X": x}
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    for got, want in zip(run.outputs, cpu_outputs(model, feeds)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        if got.dtype == np.int64:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def forest(op, modes, thresholds, tracks=None, ml_opset=3, elem=F, **attributes):
+    """One tree over feature 0: root (node 0) -> true node 1, false node 2, both leaves; the
+    node list comes from `modes` / `thresholds` (3 entries)."""
+    nodes = dict(nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0], nodes_modes=modes,
+                 nodes_values=thresholds, nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0])
+    if tracks is not None:
+        nodes["nodes_missing_value_tracks_true"] = tracks
+    outputs = [("y", F)] if op == "TreeEnsembleRegressor" else [("label", I64), ("scores", F)]
+    return ml_model(op, [("x", elem, [None, 1])], outputs, ml_opset=ml_opset, **nodes, **attributes)
+
+
+EDGES = np.array([[0.4], [0.5], [0.6], [np.nan], [np.inf], [-np.inf]], np.float32)
+
+
+@pytest.mark.parametrize("mode", ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"])
+@pytest.mark.parametrize("tracks", [None, [1, 0, 0], [0, 0, 0]])
+def test_tree_modes_and_nan_routing(mode, tracks):
+    model = forest("TreeEnsembleRegressor", [mode, "LEAF", "LEAF"], [0.5, 0.0, 0.0], tracks, n_targets=1,
+                   target_treeids=[0, 0], target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[1.0, 2.0])
+    assert_on_mlx_matches_cpu(model, {"x": EDGES})
+
+
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MIN", "MAX"])
+@pytest.mark.parametrize("post_transform", TRANSFORMS)
+@pytest.mark.parametrize("targets", [1, 3])
+def test_tree_regressor_aggregates_and_transforms(aggregate, post_transform, targets):
+    """Three stumps; leaves vote for some targets only (a target without a vote is 0), one leaf
+    has no weight (a single target then takes its nodes_values entry)."""
+    trees, nodes = [t for t in range(3) for _ in range(3)], [0, 1, 2] * 3
+    weights = dict(target_treeids=[0, 0, 0, 1, 1, 2], target_nodeids=[1, 2, 2, 1, 2, 1],
+                   target_ids=[0, 1, 0, 0, 2, 0] if targets == 3 else [0] * 6,
+                   target_weights=[0.2, 0.5, -0.1, 0.05, 0.3, 0.1])
+    model = ml_model("TreeEnsembleRegressor", [("x", F, [None, 2])], [("y", F)], n_targets=targets,
+                     aggregate_function=aggregate, post_transform=post_transform,
+                     base_values=[0.1] * targets, nodes_treeids=trees, nodes_nodeids=nodes,
+                     nodes_featureids=[0, 0, 0, 1, 0, 0, 0, 0, 0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"] * 3,
+                     nodes_values=[0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 1.0, 0.0, 0.25], nodes_truenodeids=[1, 0, 0] * 3,
+                     nodes_falsenodeids=[2, 0, 0] * 3, **weights)
+    x = features(rows=8, columns=2) * 0.25
+    assert_on_mlx_matches_cpu(model, {"x": x.astype(np.float32)}, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("post_transform", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
+@pytest.mark.parametrize("ids, weights", [([0, 0], [0.3, 0.8]), ([0, 0], [-0.3, 0.8]), ([1, 1], [0.3, 0.8]),
+                                          ([0, 1], [0.7, 0.3]), ([0, 1], [0.2, -0.6])])
+@pytest.mark.parametrize("base", [None, [0.2], [0.1, -0.3]])
+@pytest.mark.parametrize("elem", [F, I64])
+def test_tree_classifier_two_classes_follow_orts_binary_rules(post_transform, ids, weights, base, elem):
+    if base == [0.2] and len(set(ids)) == 2:
+        pytest.skip("declined: ORT leaves the second score unwritten")
+    extra = {} if base is None else {"base_values": base}
+    model = forest("TreeEnsembleClassifier", ["BRANCH_LEQ", "LEAF", "LEAF"], [0.5, 0.0, 0.0], elem=elem,
+                   classlabels_int64s=[10, 20], class_treeids=[0, 0], class_nodeids=[1, 2], class_ids=ids,
+                   class_weights=weights, post_transform=post_transform, **extra)
+    x = np.array([[0.0], [1.0], [0.5], [3.0]], NP[elem])
+    assert_on_mlx_matches_cpu(model, {"x": x}, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("base", [None, [0.0, 0.0, -5.0]])
+def test_tree_classifier_three_classes_label_only_scored_classes(base):
+    extra = {} if base is None else {"base_values": base}
+    model = forest("TreeEnsembleClassifier", ["BRANCH_LEQ", "LEAF", "LEAF"], [0.5, 0.0, 0.0], classlabels_int64s=[1, 2, 3],
+                   class_treeids=[0, 0, 0], class_nodeids=[1, 1, 2], class_ids=[2, 1, 2], class_weights=[-1.0, -1.0, 0.5],
+                   post_transform="SOFTMAX", **extra)
+    assert_on_mlx_matches_cpu(model, {"x": np.array([[0.0], [1.0]], np.float32)})
+
+
+def test_tree_declines_what_orts_kernel_builds_by_accident():
+    """A tree id in two runs (ORT splits it into two trees) stays on ORT's CPU EP."""
+    model = ml_model("TreeEnsembleRegressor", [("x", F, [None, 1])], [("y", F)], n_targets=1,
+                     nodes_treeids=[0, 1, 0], nodes_nodeids=[0, 0, 1], nodes_featureids=[0, 0, 0],
+                     nodes_modes=["LEAF", "LEAF", "LEAF"], nodes_values=[0.0, 0.0, 0.0], nodes_truenodeids=[0, 0, 0],
+                     nodes_falsenodeids=[0, 0, 0], target_treeids=[0, 1, 0], target_nodeids=[0, 0, 1], target_ids=[0, 0, 0],
+                     target_weights=[1.0, 100.0, 1.0])
+    run = Run(model, {"x": np.zeros((2, 1), np.float32)})
+    assert run.providers_of_kernels() == {"CPUExecutionProvider"}

@@ -17,7 +17,7 @@ pub enum PostTransform {
 }
 
 impl PostTransform {
-    /// The attribute's string form (opsets before TreeEnsemble-5).
+    /// The attribute's value.
     pub fn named(name: &str) -> Result<PostTransform> {
         Ok(match name {
             "NONE" => PostTransform::None,
@@ -29,22 +29,6 @@ impl PostTransform {
                 return Err(OpError::new(format!(
                     "post_transform '{other}' is none of NONE, LOGISTIC, SOFTMAX, SOFTMAX_ZERO, \
                      PROBIT"
-                )))
-            }
-        })
-    }
-
-    /// The integer form of TreeEnsemble-5.
-    pub fn numbered(code: i64) -> Result<PostTransform> {
-        Ok(match code {
-            0 => PostTransform::None,
-            1 => PostTransform::Softmax,
-            2 => PostTransform::Logistic,
-            3 => PostTransform::SoftmaxZero,
-            4 => PostTransform::Probit,
-            other => {
-                return Err(OpError::new(format!(
-                    "post_transform {other} is not one of 0 (NONE) to 4 (PROBIT)"
                 )))
             }
         })
