@@ -406,7 +406,8 @@ def parse_coverage(path: Path = COVERAGE_MD) -> list[Entry]:
         if line.startswith("## "):
             family = line[3:].strip()
             continue
-        if not line.startswith("| ai.onnx") and not line.startswith("| com.microsoft"):
+        # Entry rows live under a family's heading (the summary tables above them count).
+        if not family or not (line.startswith("| ai.onnx") or line.startswith("| com.microsoft")):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         domain, op, opsets, types_cell, attrs_cell, shape, declines = cells[:7]

@@ -27,7 +27,11 @@ pub fn markdown() -> String {
          when this file is stale. Each row is one `#[onnx_op]` declaration. A node outside a row's \
          types, or with an attribute the row does not name, is declined with that reason and runs \
          on ORT's CPU EP. Opsets older than a row's first one (the legacy `consumed_inputs` and \
-         `broadcast`/`axis` attribute forms) are not claimed.\n\n",
+         `broadcast`/`axis` attribute forms) are not claimed.\n\n\
+         String ops stay on ORT's CPU EP by design: MLX has no string type (StringNormalizer, \
+         RegexFullMatch, CategoryMapper, the string forms of LabelEncoder and of the classifiers' \
+         labels), and ZipMap, CastMap and DictVectorizer read or write maps, which ORT never passes \
+         across a fused node.\n\n",
     );
     let _ = writeln!(
         out,
@@ -35,6 +39,18 @@ pub fn markdown() -> String {
         specs.len(),
         distinct(&specs)
     );
+    let mut domains: BTreeMap<&str, Vec<&OpSpec>> = BTreeMap::new();
+    for spec in &specs {
+        domains
+            .entry(domain_name(spec.domain))
+            .or_default()
+            .push(spec);
+    }
+    out.push_str("| domain | entries | ops |\n|---|---|---|\n");
+    for (domain, list) in &domains {
+        let _ = writeln!(out, "| {domain} | {} | {} |", list.len(), distinct(list));
+    }
+    out.push('\n');
     out.push_str("| family | entries | ops |\n|---|---|---|\n");
     for (family, list) in &families {
         let _ = writeln!(out, "| {family} | {} | {} |", list.len(), distinct(list));
@@ -47,11 +63,7 @@ pub fn markdown() -> String {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} | {} | {} |",
-                if spec.domain.is_empty() {
-                    "ai.onnx"
-                } else {
-                    spec.domain
-                },
+                domain_name(spec.domain),
                 spec.op,
                 spec.opsets(),
                 types(spec),
@@ -135,5 +147,14 @@ fn shape(spec: &OpSpec) -> String {
     match spec.shape {
         ShapeRule::Fixed(s) => format!("{s:?}"),
         ShapeRule::OfNode(_) => "per node".into(),
+    }
+}
+
+/// The domain as ONNX names it (the default domain is `ai.onnx`).
+fn domain_name(domain: &str) -> &str {
+    if domain.is_empty() {
+        "ai.onnx"
+    } else {
+        domain
     }
 }
