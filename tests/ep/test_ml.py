@@ -516,3 +516,62 @@ def test_tree_declines_what_orts_kernel_builds_by_accident():
                      target_weights=[1.0, 100.0, 1.0])
     run = Run(model, {"x": np.zeros((2, 1), np.float32)})
     assert run.providers_of_kernels() == {"CPUExecutionProvider"}
+
+
+def v5_forest(rng, trees=4, depth=3, features=3, targets=2, members=True):
+    """A random TreeEnsemble-5 forest: full binary trees of `depth` levels, every mode (MEMBER
+    with small and big sets when `members`), some NaN flags; one (target, weight) a leaf."""
+    modes, feats, splits, t_ids, t_leaf, f_ids, f_leaf, tracks, sets, roots = [], [], [], [], [], [], [], [], [], []
+    leaf_targets, leaf_weights = [], []
+
+    def grow(level):
+        if level == depth:
+            leaf_targets.append(int(rng.integers(targets)))
+            leaf_weights.append(float(np.round(rng.standard_normal(), 3)))
+            return len(leaf_weights) - 1, 1
+        index = len(modes)
+        mode = int(rng.integers(7 if members else 6))
+        modes.append(mode)
+        feats.append(int(rng.integers(features)))
+        splits.append(float(rng.integers(-2, 3)) if mode in (4, 5) else float(np.round(rng.standard_normal(), 2)))
+        tracks.append(int(rng.integers(2)))
+        if mode == 6:
+            sets.append([0.0, 1.0, 2.0] if rng.integers(2) else [-1.0, 1.0, 40.0])
+        for ids, leafs in ((t_ids, t_leaf), (f_ids, f_leaf)):
+            ids.append(0)
+            leafs.append(0)
+        child_t, leaf_t = grow(level + 1)
+        child_f, leaf_f = grow(level + 1)
+        t_ids[index], t_leaf[index], f_ids[index], f_leaf[index] = child_t, leaf_t, child_f, leaf_f
+        return index, 0
+
+    for _ in range(trees):
+        roots.append(grow(0)[0])
+    membership = [v for set_ in sets for v in set_ + [np.nan]]
+    attributes = dict(
+        tree_roots=roots, nodes_featureids=feats, nodes_modes=helper.make_tensor("m", TensorProto.UINT8, [len(modes)], modes),
+        nodes_splits=helper.make_tensor("s", F, [len(splits)], splits), nodes_truenodeids=t_ids, nodes_trueleafs=t_leaf,
+        nodes_falsenodeids=f_ids, nodes_falseleafs=f_leaf, nodes_missing_value_tracks_true=tracks, leaf_targetids=leaf_targets,
+        leaf_weights=helper.make_tensor("w", F, [len(leaf_weights)], leaf_weights), n_targets=targets)
+    if membership:
+        attributes["membership_values"] = helper.make_tensor("v", F, [len(membership)], membership)
+    return attributes
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("aggregate", [0, 1, 2, 3])
+@pytest.mark.parametrize("post_transform", [0, 1, 2, 3, 4])
+def test_tree_ensemble_5_matches_orts_kernel(seed, aggregate, post_transform):
+    """Random forests of every branch mode and membership sets small (equality) and big
+    (truncation), over rows with NaN, infinities, set members and their neighbours; ORT's
+    post_transform numbering (1 LOGISTIC, 2 SOFTMAX)."""
+    rng = np.random.default_rng(seed)
+    targets = 1 if seed % 3 == 0 else 3
+    attributes = v5_forest(rng, targets=targets)
+    model = ml_model("TreeEnsemble", [("x", F, [None, 3])], [("y", F)], ml_opset=5, aggregate_function=aggregate,
+                     post_transform=post_transform, **attributes)
+    x = np.array([[0.0, 1.0, 2.0], [1.5, -0.999, 40.9], [np.nan, np.inf, -np.inf], [-1.5, 0.5, 30.0], [2.0, -2.0, 1.0],
+                  [0.3, -0.7, 1.2]], np.float32)
+    if post_transform == 4:
+        x = np.abs(np.nan_to_num(x, nan=0.1, posinf=0.9, neginf=0.2)) % 1
+    assert_on_mlx_matches_cpu(model, {"x": x.astype(np.float32)}, rtol=1e-5, atol=1e-6)

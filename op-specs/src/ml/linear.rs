@@ -205,7 +205,7 @@ fn linear_classifier_claim(node: &Node) -> Verdict {
     if node.attr_as::<Vec<String>>("classlabels_strings").is_some() {
         return Verdict::decline("string labels (MLX holds no strings)");
     }
-    if classes == 0 || coefficients % classes != 0 {
+    if classes == 0 || !coefficients.is_multiple_of(classes) {
         return Verdict::decline(format!(
             "{classes} intercepts for {coefficients} coefficients (ORT's kernel refuses these)"
         ));

@@ -161,7 +161,7 @@ fn svm_regressor_claim(node: &Node) -> Verdict {
     let rho = node.attr_as::<Vec<f32>>("rho").map_or(0, |r| r.len());
     let fits = rho > 0
         && coefficients > 0
-        && (count == 0 || (coefficients >= count && vectors > 0 && vectors % count == 0));
+        && (count == 0 || (coefficients >= count && vectors > 0 && vectors.is_multiple_of(count)));
     if !fits {
         return Verdict::decline(format!(
             "{count} support vectors with {vectors} values, {coefficients} coefficients and \

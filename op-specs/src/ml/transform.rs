@@ -76,7 +76,8 @@ fn softmax(x: &Array, keep_zeros: bool, s: &Stream) -> Result<Array> {
     Ok(ops::divide(&values, &sum, s)?)
 }
 
-/// `√2 · erfinv(2x - 1)` with ORT's erfinv: Winitzki's approximation (a = 0.147), in float32.
+/// `√2 · erfinv(2x - 1)` with ORT's erfinv: Winitzki's approximation (a = 0.147), in float32
+/// with float32's π and √2.
 fn probit(x: &Array, s: &Stream) -> Result<Array> {
     let c = |v: f64| scalar_like(v, x, s);
     let y = ops::subtract(&ops::multiply(x, &c(2.0)?, s)?, &c(1.0)?, s)?;
@@ -85,7 +86,7 @@ fn probit(x: &Array, s: &Stream) -> Result<Array> {
     let w = ops::multiply(&ops::subtract(&one, &y, s)?, &ops::add(&one, &y, s)?, s)?;
     let log = ops::log(&w, s)?;
     let a = ops::add(
-        &c(f64::from(2.0f32 / (3.14159f32 * 0.147f32)))?,
+        &c(f64::from(2.0f32 / (std::f32::consts::PI * 0.147f32)))?,
         &ops::multiply(&c(0.5)?, &log, s)?,
         s,
     )?;
@@ -93,5 +94,9 @@ fn probit(x: &Array, s: &Stream) -> Result<Array> {
     let root = ops::sqrt(&ops::subtract(&ops::square(&a, s)?, &b, s)?, s)?;
     let inner = ops::sqrt(&ops::subtract(&root, &a, s)?, s)?;
     let erfinv = ops::multiply(&sign, &inner, s)?;
-    Ok(ops::multiply(&c(f64::from(1.41421356f32))?, &erfinv, s)?)
+    Ok(ops::multiply(
+        &c(f64::from(std::f32::consts::SQRT_2))?,
+        &erfinv,
+        s,
+    )?)
 }

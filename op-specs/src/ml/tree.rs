@@ -25,6 +25,14 @@ const LESS: u8 = 1;
 const EQUAL: u8 = 2;
 const GREATER: u8 = 4;
 const NAN: u8 = 8;
+/// TreeEnsemble-5's set test: the feature is in the node's set (`MEMBER`), compared after
+/// truncation to an integer for what ORT calls a big set (`BIG`).
+const MEMBER: u8 = 16;
+const BIG: u8 = 32;
+
+/// The most values in a set ORT tests by equality (in 0..=30); a larger one (or one with other
+/// values) it tests by `(int32) x`.
+const SMALL_SET: usize = 30;
 
 /// The most levels a tree may have: each is one gather step of the evaluation.
 const MOST_LEVELS: usize = 512;
@@ -93,6 +101,8 @@ struct Forest {
     value: Vec<f32>,
     outputs: usize,
     base: Vec<f32>,
+    /// Per node, a MEMBER node's set (empty for the others).
+    members: Vec<Vec<f32>>,
 }
 
 impl Forest {
@@ -159,6 +169,7 @@ impl Forest {
             value: values,
             outputs,
             base: floats(node, "base_values")?.unwrap_or_default(),
+            members: vec![Vec::new(); count],
         };
         for g in 0..count {
             if modes[g] == "LEAF" {
@@ -217,6 +228,155 @@ impl Forest {
                 forest.weights[g].push((output, *weight));
             }
         }
+        Ok(forest)
+    }
+
+    /// TreeEnsemble-5's forest: interior nodes by index, then the leaves (`nodes_*leafs`
+    /// say which kind a successor is), each leaf with one (target, weight); trees in
+    /// `tree_roots` order. Float32 tensors only (ORT's kernel needs the input's type).
+    fn of_v5(node: &Node, outputs: usize) -> std::result::Result<Forest, String> {
+        let ints = |name: &str| node.attr_as::<Vec<i64>>(name).unwrap_or_default();
+        let tensor = |name: &str| -> std::result::Result<TensorValue, String> {
+            node.attr_as::<TensorValue>(name)
+                .ok_or_else(|| format!("{name} is missing"))
+        };
+        let float_tensor = |name: &str| -> std::result::Result<Vec<f32>, String> {
+            let t = tensor(name)?;
+            if t.elem != ElemType::Float {
+                return Err(format!("{name} holds {:?}, not the input's float", t.elem));
+            }
+            Ok(t.bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                .collect())
+        };
+        let features = ints("nodes_featureids");
+        let (true_ids, true_leafs) = (ints("nodes_truenodeids"), ints("nodes_trueleafs"));
+        let (false_ids, false_leafs) = (ints("nodes_falsenodeids"), ints("nodes_falseleafs"));
+        let tracks = ints("nodes_missing_value_tracks_true");
+        let splits = float_tensor("nodes_splits")?;
+        let modes = tensor("nodes_modes")?;
+        if modes.elem != ElemType::Uint8 {
+            return Err("nodes_modes is not a uint8 tensor".into());
+        }
+        let modes = modes.bytes;
+        let weights = float_tensor("leaf_weights")?;
+        let targets = ints("leaf_targetids");
+        let interior = features.len();
+        let lengths = [
+            splits.len(),
+            modes.len(),
+            true_ids.len(),
+            true_leafs.len(),
+            false_ids.len(),
+            false_leafs.len(),
+        ];
+        if lengths.iter().any(|&n| n != interior) || targets.len() != weights.len() {
+            return Err(format!("node attributes of different lengths ({interior} features, {lengths:?}), or {} leaf targets for {} weights", targets.len(), weights.len()));
+        }
+        let count = interior + weights.len();
+        let successor = |id: i64, leaf: i64| -> std::result::Result<i32, String> {
+            let (base, limit) = if leaf != 0 {
+                (interior, weights.len())
+            } else {
+                (0, interior)
+            };
+            usize::try_from(id)
+                .ok()
+                .filter(|&i| i < limit)
+                .map(|i| (base + i) as i32)
+                .ok_or_else(|| format!("a successor {id} outside its {limit} nodes"))
+        };
+        let mut sets = node
+            .attr_as::<TensorValue>("membership_values")
+            .map(|_| float_tensor("membership_values"))
+            .transpose()?
+            .unwrap_or_default()
+            .split(|v| v.is_nan())
+            .map(<[f32]>::to_vec)
+            .collect::<Vec<_>>()
+            .into_iter();
+        let mut forest = Forest {
+            feature: vec![0; count],
+            threshold: splits
+                .iter()
+                .copied()
+                .chain(weights.iter().copied())
+                .collect(),
+            bits: vec![0; count],
+            on_true: (0..count as i32).collect(),
+            on_false: (0..count as i32).collect(),
+            roots: Vec::new(),
+            levels: 0,
+            weights: vec![Vec::new(); count],
+            value: vec![0.0; count],
+            outputs,
+            base: Vec::new(),
+            members: vec![Vec::new(); count],
+        };
+        for g in 0..interior {
+            let tracks_true = if tracks.get(g) == Some(&1) { NAN } else { 0 };
+            forest.bits[g] = tracks_true
+                | match modes[g] {
+                    0 => LESS | EQUAL,
+                    1 => LESS,
+                    2 => GREATER | EQUAL,
+                    3 => GREATER,
+                    4 => EQUAL,
+                    5 => LESS | GREATER | NAN,
+                    6 => {
+                        let set = sets
+                            .next()
+                            .filter(|set| !set.is_empty())
+                            .ok_or("a BRANCH_MEMBER node with an empty set")?;
+                        let small =
+                            set.len() <= SMALL_SET && set.iter().all(|v| (0.0..=30.0).contains(v));
+                        if !small
+                            && set
+                                .iter()
+                                .any(|v| v.fract() != 0.0 || v.abs() > 16_777_216.0)
+                        {
+                            return Err("a big membership set with values that are not integers of at most 2^24".into());
+                        }
+                        forest.members[g] = set;
+                        MEMBER | if small { 0 } else { BIG }
+                    }
+                    other => return Err(format!("node mode {other} is unknown")),
+                };
+            forest.feature[g] = i32::try_from(features[g])
+                .ok()
+                .filter(|&f| f >= 0)
+                .ok_or_else(|| format!("feature id {} of a branch", features[g]))?;
+            forest.on_true[g] = successor(true_ids[g], true_leafs[g])?;
+            forest.on_false[g] = successor(false_ids[g], false_leafs[g])?;
+        }
+        for (l, (&target, &weight)) in targets.iter().zip(&weights).enumerate() {
+            let target = usize::try_from(target)
+                .ok()
+                .filter(|&t| t < outputs)
+                .ok_or_else(|| format!("leaf target {target} outside 0..{outputs}"))?;
+            if !weight.is_finite() {
+                return Err(format!("a leaf weight of {weight}"));
+            }
+            forest.weights[interior + l].push((target, weight));
+            forest.value[interior + l] = weight;
+        }
+        for &root in &ints("tree_roots") {
+            let r = usize::try_from(root)
+                .ok()
+                .filter(|&r| r < interior)
+                .ok_or_else(|| format!("tree root {root} outside the nodes"))?;
+            // A tree of one leaf: a root whose two successors are the same leaf.
+            let single = true_leafs[r] != 0 && false_leafs[r] != 0 && true_ids[r] == false_ids[r];
+            forest
+                .roots
+                .push(if single { forest.on_true[r] } else { r as i32 });
+        }
+        if forest.roots.is_empty() {
+            return Err("no tree_roots".into());
+        }
+        forest.check_equal_chains(&tracks)?;
+        forest.levels = forest.depth()?;
         Ok(forest)
     }
 
@@ -293,6 +453,7 @@ impl Forest {
         let bits = Array::from_slice(&self.bits, &[self.bits.len() as i64])?;
         let roots = Array::from_slice(&self.roots, &[1, self.roots.len() as i64])?;
         let mut at = ops::broadcast_to(&roots, &[n, self.roots.len() as i64], s)?;
+        let sets = Sets::of(&self.members)?;
         let bit = |mask: &Array, b: u8| -> Result<Array> {
             let set = ops::bitwise_and(mask, &Array::scalar(b)?, s)?;
             Ok(ops::not_equal(&set, &Array::scalar(0u8)?, s)?)
@@ -315,7 +476,15 @@ impl Forest {
                     Some(so_far) => ops::logical_or(&so_far, &term, s)?,
                 });
             }
-            let go_true = go_true.expect("four tests");
+            let mut go_true = go_true.expect("four tests");
+            if let Some(sets) = &sets {
+                let term = ops::logical_and(
+                    &bit(&mask, MEMBER)?,
+                    &sets.holds(&x, &at, &bit(&mask, BIG)?, s)?,
+                    s,
+                )?;
+                go_true = ops::logical_or(&go_true, &term, s)?;
+            }
             at = ops::where_(
                 &go_true,
                 &ops::take(&on_true, &at, 0, s)?,
@@ -351,6 +520,40 @@ impl Forest {
     }
 }
 
+/// The MEMBER nodes' sets as one `[nodes, widest]` table padded with NaN (which equals nothing).
+struct Sets {
+    table: Array,
+}
+
+impl Sets {
+    fn of(members: &[Vec<f32>]) -> Result<Option<Sets>> {
+        let widest = members.iter().map(Vec::len).max().unwrap_or(0);
+        if widest == 0 {
+            return Ok(None);
+        }
+        let mut table = vec![f32::NAN; members.len() * widest];
+        for (g, set) in members.iter().enumerate() {
+            table[g * widest..g * widest + set.len()].copy_from_slice(set);
+        }
+        let table = Array::from_slice(&table, &[members.len() as i64, widest as i64])?;
+        Ok(Some(Sets { table }))
+    }
+
+    /// Whether `x` (at nodes `at`) is in each node's set: by equality, or for a big set
+    /// (`big`) by `(int32) x`, which ORT computes as int32's minimum for NaN, infinities and
+    /// values past int32's range (never a member: such sets are declined).
+    fn holds(&self, x: &Array, at: &Array, big: &Array, s: &Stream) -> Result<Array> {
+        let limit = scalar_like(2_147_483_648.0, x, s)?;
+        let in_range = ops::less(&ops::abs(x, s)?, &limit, s)?;
+        let truncated = ops::where_(&in_range, &ops::trunc(x, s)?, &ops::negative(&limit, s)?, s)?;
+        let key = ops::where_(big, &truncated, x, s)?;
+        let set = ops::take(&self.table, at, 0, s)?;
+        let hits = ops::equal(&ops::expand_dims(&key, &[-1], s)?, &set, s)?;
+        let count = ops::sum(&ops::astype(&hits, Dtype::I32, s)?, &[-1], false, s)?;
+        Ok(ops::greater(&count, &Array::scalar(0i32)?, s)?)
+    }
+}
+
 /// `post_transform` other than ORT's five, or a forest ORT refuses: declined with the reason.
 fn forest_claim(node: &Node, leaves: Leaves, outputs: usize) -> Verdict {
     let post = node.attr_or("post_transform", "NONE".to_string());
@@ -373,9 +576,7 @@ fn rows(x: &Array, s: &Stream) -> Result<Array> {
 }
 
 /// Sums (or averages, minima, maxima) of the trees' leaf weights per target, plus the base
-/// values. One target: each leaf's first weight (its `nodes_values` entry when it has none),
-/// and only PROBIT applies. Several: every weight, a target no leaf voted for is 0, and the
-/// transform applies to the row.
+/// values ([`regress`]).
 #[onnx_op(
     domain = "ai.onnx.ml", op = "TreeEnsembleRegressor", since = 1, types(T = F32), inputs(X: T), outputs(Y: T),
     shape = ShapeKeyed, claim = regressor_claim,
@@ -413,7 +614,22 @@ fn tree_ensemble_regressor(
     let forest = Forest::of(cx.node(), Leaves::Target, targets).map_err(forest_error)?;
     let transform = PostTransform::named(post_transform.as_deref().unwrap_or("NONE"))?;
     let aggregate = aggregate_function.unwrap_or_else(|| "SUM".into());
-    let leaves = forest.leaves(&rows(&x, s)?, s)?;
+    regress(&forest, &x, &aggregate, transform, s)
+}
+
+/// The regression of `forest` over the rows `x`: per target, the trees' leaf weights combined
+/// by `aggregate` (SUM, AVERAGE, MIN, MAX) plus the base values, transformed. One target: each
+/// leaf's first weight (its `nodes_values` entry when it has none), and only PROBIT applies.
+/// Several: every weight, a target no leaf voted for is 0, and the transform takes the row.
+fn regress(
+    forest: &Forest,
+    x: &Array,
+    aggregate: &str,
+    transform: PostTransform,
+    s: &Stream,
+) -> Result<Array> {
+    let targets = forest.outputs;
+    let leaves = forest.leaves(&rows(x, s)?, s)?;
     if targets == 1 {
         let first: Vec<f32> = (0..forest.weights.len())
             .map(|g| {
@@ -429,7 +645,7 @@ fn tree_ensemble_regressor(
             s,
         )?;
         let base = forest.base.first().copied().unwrap_or(0.0);
-        let mut y = combine(&per_tree, &aggregate, forest.trees(), s)?;
+        let mut y = combine(&per_tree, aggregate, forest.trees(), s)?;
         y = ops::add(&y, &scalar_like(f64::from(base), &y, s)?, s)?;
         let y = ops::expand_dims(&y, &[1], s)?;
         return match transform {
@@ -437,9 +653,9 @@ fn tree_ensemble_regressor(
             _ => Ok(y),
         };
     }
-    let (sum, voted) = match aggregate.as_str() {
+    let (sum, voted) = match aggregate {
         "SUM" | "AVERAGE" => forest.sums(&leaves, s)?,
-        _ => extreme_per_target(&forest, &leaves, aggregate == "MAX", s)?,
+        _ => extreme_per_target(forest, &leaves, aggregate == "MAX", s)?,
     };
     let mut y = if aggregate == "AVERAGE" {
         ops::divide(&sum, &scalar_like(forest.trees() as f64, &sum, s)?, s)?
@@ -529,6 +745,79 @@ fn regressor_claim(node: &Node) -> Verdict {
         ));
     }
     forest_claim(node, Leaves::Target, targets as usize)
+}
+
+/// TreeEnsemble-5: the regression of [`regress`] over a forest given as interior nodes and
+/// leaves, with set-membership branches. `aggregate_function` 0-3 is AVERAGE, SUM, MIN, MAX;
+/// `post_transform` follows ORT's numbering, 1 LOGISTIC and 2 SOFTMAX (ONNX's text swaps them;
+/// ORT is the oracle).
+#[onnx_op(
+    domain = "ai.onnx.ml", op = "TreeEnsemble", since = 5, types(T = F32), inputs(X: T), outputs(Y: T),
+    shape = ShapeKeyed, claim = tree_ensemble_claim,
+    declines = "float64 (MLX's GPUs have none); forests ORT refuses; big membership sets with values past 2^24; non-finite weights; an input of rank other than 1 or 2"
+)]
+#[allow(clippy::too_many_arguments)] // ONNX's attribute list
+fn tree_ensemble(
+    cx: &mut Lower,
+    x: Array,
+    #[attr] aggregate_function: Option<i64>,
+    #[attr] n_targets: Option<i64>,
+    #[attr] post_transform: Option<i64>,
+    // The forest's attributes are read through the node by `Forest::of_v5`, the claim's reader.
+    #[attr(name = "tree_roots")] _roots: Option<Vec<i64>>,
+    #[attr(name = "nodes_featureids")] _features: Option<Vec<i64>>,
+    #[attr(name = "nodes_splits")] _splits: Option<TensorValue>,
+    #[attr(name = "nodes_modes")] _modes: Option<TensorValue>,
+    #[attr(name = "nodes_truenodeids")] _true: Option<Vec<i64>>,
+    #[attr(name = "nodes_trueleafs")] _true_leafs: Option<Vec<i64>>,
+    #[attr(name = "nodes_falsenodeids")] _false: Option<Vec<i64>>,
+    #[attr(name = "nodes_falseleafs")] _false_leafs: Option<Vec<i64>>,
+    #[attr(name = "nodes_missing_value_tracks_true")] _tracks: Option<Vec<i64>>,
+    #[attr(name = "nodes_hitrates")] _hitrates: Option<TensorValue>,
+    #[attr(name = "leaf_targetids")] _targets: Option<Vec<i64>>,
+    #[attr(name = "leaf_weights")] _weights: Option<TensorValue>,
+    #[attr(name = "membership_values")] _members: Option<TensorValue>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let targets = n_targets.unwrap_or(0).max(0) as usize;
+    let forest = Forest::of_v5(cx.node(), targets).map_err(forest_error)?;
+    let transform = ensemble_transform(post_transform.unwrap_or(0))?;
+    let aggregate = ensemble_aggregate(aggregate_function.unwrap_or(1))?;
+    regress(&forest, &x, aggregate, transform, s)
+}
+
+fn ensemble_transform(code: i64) -> Result<PostTransform> {
+    let name = ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"]
+        .get(code as usize)
+        .filter(|_| code >= 0)
+        .ok_or_else(|| OpError::new(format!("post_transform {code} is not one of 0-4")))?;
+    PostTransform::named(name)
+}
+
+fn ensemble_aggregate(code: i64) -> Result<&'static str> {
+    ["AVERAGE", "SUM", "MIN", "MAX"]
+        .get(code as usize)
+        .filter(|_| code >= 0)
+        .copied()
+        .ok_or_else(|| OpError::new(format!("aggregate_function {code} is not one of 0-3")))
+}
+
+fn tree_ensemble_claim(node: &Node) -> Verdict {
+    let targets = node.attr_or("n_targets", 0i64);
+    if targets < 1 {
+        return Verdict::decline("n_targets is absent or below 1 (ORT refuses it)");
+    }
+    let codes = (
+        ensemble_transform(node.attr_or("post_transform", 0i64)),
+        ensemble_aggregate(node.attr_or("aggregate_function", 1i64)),
+    );
+    if let (Err(e), _) | (_, Err(e)) = codes {
+        return Verdict::decline(e.message);
+    }
+    if let Err(reason) = Forest::of_v5(node, targets as usize) {
+        return Verdict::decline(reason);
+    }
+    rank_1_or_2(node)
 }
 
 /// The classes' summed leaf weights, with ORT's rules for labels and scores: with three or

@@ -11,6 +11,6 @@ from op_specs import SPECS, OpSpec
 _WHY = ("the attributes are a model (coefficients, forests, categories, per-feature values) a generic case cannot "
         "invent; each op is tested against ORT's CPU EP per rule and through scikit-learn models")
 for _op in ["Scaler", "Normalizer", "Binarizer", "Imputer", "ArrayFeatureExtractor", "FeatureVectorizer", "OneHotEncoder",
-            "LabelEncoder", "LinearRegressor", "LinearClassifier", "SVMRegressor", "SVMClassifier",
+            "LabelEncoder", "LinearRegressor", "LinearClassifier", "SVMRegressor", "SVMClassifier", "TreeEnsemble",
             "TreeEnsembleRegressor", "TreeEnsembleClassifier"]:
     SPECS[("ai.onnx.ml", _op)] = OpSpec(ref=None, elsewhere=("tests/ep/test_ml.py", _WHY))
