@@ -458,33 +458,46 @@ impl Forest {
             let set = ops::bitwise_and(mask, &Array::scalar(b)?, s)?;
             Ok(ops::not_equal(&set, &Array::scalar(0u8)?, s)?)
         };
+        // The branches of most forests (scikit-learn's: all BRANCH_LEQ, no NaN flags) share one
+        // test, which then needs no per-node mask.
+        let branches = || (0..self.bits.len()).filter(|&g| self.on_true[g] as usize != g);
+        let uniform = branches()
+            .map(|g| self.bits[g])
+            .try_fold(None, |common, b| match common {
+                Some(c) if c != b => Err(()),
+                _ => Ok(Some(b)),
+            })
+            .ok()
+            .flatten()
+            .filter(|b| b & (MEMBER | BIG) == 0);
         for _ in 0..self.levels {
             let x = ops::take_along_axis(rows, &ops::take(&feature, &at, 0, s)?, 1, s)?;
             let t = ops::take(&threshold, &at, 0, s)?;
-            let mask = ops::take(&bits, &at, 0, s)?;
-            let tests = [
-                (LESS, ops::less(&x, &t, s)?),
-                (EQUAL, ops::equal(&x, &t, s)?),
-                (GREATER, ops::greater(&x, &t, s)?),
-                (NAN, ops::isnan(&x, s)?),
-            ];
-            let mut go_true: Option<Array> = None;
-            for (b, holds) in tests {
-                let term = ops::logical_and(&bit(&mask, b)?, &holds, s)?;
-                go_true = Some(match go_true {
-                    None => term,
-                    Some(so_far) => ops::logical_or(&so_far, &term, s)?,
-                });
-            }
-            let mut go_true = go_true.expect("four tests");
-            if let Some(sets) = &sets {
-                let term = ops::logical_and(
-                    &bit(&mask, MEMBER)?,
-                    &sets.holds(&x, &at, &bit(&mask, BIG)?, s)?,
-                    s,
-                )?;
-                go_true = ops::logical_or(&go_true, &term, s)?;
-            }
+            let go_true = match uniform {
+                Some(bits) => comparison(&x, &t, bits, s)?,
+                None => {
+                    let mask = ops::take(&bits, &at, 0, s)?;
+                    let mut go_true: Option<Array> = None;
+                    for b in [LESS, EQUAL, GREATER, NAN] {
+                        let term =
+                            ops::logical_and(&bit(&mask, b)?, &comparison(&x, &t, b, s)?, s)?;
+                        go_true = Some(match go_true {
+                            None => term,
+                            Some(so_far) => ops::logical_or(&so_far, &term, s)?,
+                        });
+                    }
+                    let mut go_true = go_true.expect("four tests");
+                    if let Some(sets) = &sets {
+                        let term = ops::logical_and(
+                            &bit(&mask, MEMBER)?,
+                            &sets.holds(&x, &at, &bit(&mask, BIG)?, s)?,
+                            s,
+                        )?;
+                        go_true = ops::logical_or(&go_true, &term, s)?;
+                    }
+                    go_true
+                }
+            };
             at = ops::where_(
                 &go_true,
                 &ops::take(&on_true, &at, 0, s)?,
@@ -517,6 +530,42 @@ impl Forest {
             s,
         )?;
         Ok((sum, any))
+    }
+}
+
+/// Whether `x` passes the comparisons in `bits` against `t` (any of them).
+fn comparison(x: &Array, t: &Array, bits: u8, s: &Stream) -> Result<Array> {
+    let mut holds: Option<Array> = None;
+    let mut add = |test: Array| -> Result<()> {
+        holds = Some(match holds.take() {
+            None => test,
+            Some(so_far) => ops::logical_or(&so_far, &test, s)?,
+        });
+        Ok(())
+    };
+    match bits & (LESS | EQUAL | GREATER) {
+        b if b == LESS | EQUAL => add(ops::less_equal(x, t, s)?)?,
+        b if b == GREATER | EQUAL => add(ops::greater_equal(x, t, s)?)?,
+        b => {
+            type Test = fn(&Array, &Array, &Stream) -> mlx_kernels::Result<Array>;
+            let tests: [(u8, Test); 3] = [
+                (LESS, ops::less),
+                (EQUAL, ops::equal),
+                (GREATER, ops::greater),
+            ];
+            for (bit, test) in tests {
+                if b & bit != 0 {
+                    add(test(x, t, s)?)?;
+                }
+            }
+        }
+    }
+    if bits & NAN != 0 {
+        add(ops::isnan(x, s)?)?;
+    }
+    match holds {
+        Some(holds) => Ok(holds),
+        None => Ok(ops::broadcast_to(&Array::scalar(false)?, &x.shape(), s)?),
     }
 }
 
