@@ -243,6 +243,59 @@ def audio_front_end(batch: int = 16, seconds: float = 10.0, rate: int = 16000, n
                  model, feeds, direct)
 
 
+def forest(rows: int = 20000, features: int = 20, trees: int = 100, depth: int = 10) -> Bench:
+    """A random-forest regressor as scikit-learn exports it (ai.onnx.ml TreeEnsembleRegressor,
+    BRANCH_LEQ): `trees` full trees of `depth` levels over `features` features."""
+    per_tree = 2 ** (depth + 1) - 1
+    branches = 2**depth - 1
+    ids = np.arange(per_tree)
+    feature = RNG.integers(0, features, (trees, per_tree))
+    threshold = (RNG.standard_normal((trees, per_tree)) * 0.7).astype(np.float32)
+    leaf_weight = (RNG.standard_normal((trees, per_tree - branches)) * 0.1).astype(np.float32)
+    is_branch = ids < branches
+    attributes = dict(
+        n_targets=1, aggregate_function="SUM", nodes_treeids=np.repeat(np.arange(trees), per_tree).tolist(),
+        nodes_nodeids=np.tile(ids, trees).tolist(), nodes_featureids=np.where(is_branch, feature, 0).reshape(-1).tolist(),
+        nodes_modes=np.tile(np.where(is_branch, "BRANCH_LEQ", "LEAF"), trees).tolist(),
+        nodes_values=np.where(is_branch, threshold, 0).reshape(-1).tolist(),
+        nodes_truenodeids=np.tile(np.where(is_branch, 2 * ids + 1, 0), trees).tolist(),
+        nodes_falsenodeids=np.tile(np.where(is_branch, 2 * ids + 2, 0), trees).tolist(),
+        target_treeids=np.repeat(np.arange(trees), per_tree - branches).tolist(),
+        target_nodeids=np.tile(ids[branches:], trees).tolist(), target_ids=[0] * (trees * (per_tree - branches)),
+        target_weights=leaf_weight.reshape(-1).tolist())
+    node = helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", **attributes)
+    graph = helper.make_graph([node], "bench", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", features])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    imports = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    model = helper.make_model(graph, opset_imports=imports, ir_version=10).SerializeToString()
+    feeds = {"x": RNG.standard_normal((rows, features)).astype(np.float32)}
+
+    def direct():
+        import mlx.core as mx
+
+        # The same level-by-level walk over one node table: a leaf is its own successor.
+        offsets = (np.arange(trees) * per_tree)[:, None]
+        on_true = np.where(is_branch, 2 * ids + 1, ids) + offsets
+        on_false = np.where(is_branch, 2 * ids + 2, ids) + offsets
+        weights = np.concatenate([np.zeros((trees, branches), np.float32), leaf_weight], 1)
+        tables = [mx.array(a.reshape(-1)) for a in (feature.astype(np.int32), threshold, on_true.astype(np.int32),
+                                                     on_false.astype(np.int32), weights)]
+        feat, thr, yes, no, w = tables
+        roots = mx.array((np.arange(trees) * per_tree).astype(np.int32))
+
+        def f(x):
+            at = mx.broadcast_to(roots[None, :], (x.shape[0], trees))
+            for _ in range(depth):
+                value = mx.take_along_axis(x, mx.take(feat, at), axis=1)
+                at = mx.where(value <= mx.take(thr, at), mx.take(yes, at), mx.take(no, at))
+            return mx.sum(mx.take(w, at), axis=1, keepdims=True)
+
+        return mx.compile(f)
+
+    return Bench(f"random forest regressor, {trees} trees of depth {depth}, {rows} rows x {features} features", model, feeds,
+                 direct)
+
+
 def median_ms(run: Callable[[], object], runs: int) -> float:
     for _ in range(3):
         run()
@@ -305,9 +358,9 @@ def main() -> None:
     mlx_ep.register_execution_provider_library()
     if args.quick:
         benches = [mlp(batch=8, width=128, hidden=256), encoder(seq=16, dim=64, ffn=128), cnn(batch=2, size=16, widths=(8, 16)),
-                   audio_front_end(batch=2, seconds=0.5)]
+                   audio_front_end(batch=2, seconds=0.5), forest(rows=64, trees=4, depth=4)]
     else:
-        benches = [mlp(), encoder(seq=64), encoder(seq=256), cnn(), audio_front_end()]
+        benches = [mlp(), encoder(seq=64), encoder(seq=256), cnn(), audio_front_end(), forest()]
     for path in args.model:
         from onnxruntime_ep_mlx.feeds import make_feeds
 

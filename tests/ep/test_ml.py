@@ -575,3 +575,13 @@ def test_tree_ensemble_5_matches_orts_kernel(seed, aggregate, post_transform):
     if post_transform == 4:
         x = np.abs(np.nan_to_num(x, nan=0.1, posinf=0.9, neginf=0.2)) % 1
     assert_on_mlx_matches_cpu(model, {"x": x.astype(np.float32)}, rtol=1e-5, atol=1e-6)
+
+
+def test_the_benchmark_forest_runs_on_mlx():
+    """`make bench`'s forest (scripts/bench_models.py), small: every node on MLX, as ORT's CPU EP."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from bench_models import forest
+    bench = forest(rows=64, trees=4, depth=4)
+    assert_on_mlx_matches_cpu(bench.model, bench.feeds, rtol=1e-5, atol=1e-6)
