@@ -585,3 +585,40 @@ def test_the_benchmark_forest_runs_on_mlx():
     from bench_models import forest
     bench = forest(rows=64, trees=4, depth=4)
     assert_on_mlx_matches_cpu(bench.model, bench.feeds, rtol=1e-5, atol=1e-6)
+
+
+def scalar_input_models():
+    """0-d inputs, which ORT's kernels refuse or treat as one value."""
+    yield ml_model("Normalizer", [("x", F, [])], [("y", F)], norm="L2")
+    yield ml_model("Binarizer", [("x", F, [])], [("y", F)], threshold=0.5)
+    yield ml_model("Scaler", [("x", F, [])], [("y", F)], offset=[0.5], scale=[2.0])
+    yield ml_model("FeatureVectorizer", [("a", F, []), ("b", F, [2])], [("y", F)], inputdimensions=[1, 2])
+    yield ml_model("OneHotEncoder", [("x", I64, [])], [("y", F)], cats_int64s=[1, 2])
+    yield ml_model("LinearRegressor", [("x", F, [])], [("y", F)], coefficients=[1.0])
+    yield ml_model("SVMRegressor", [("x", F, [])], [("y", F)], ml_opset=1, kernel_params=[0.1, 0.0, 0.0], coefficients=[1.0],
+                   rho=[0.0], n_supports=0)
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_scalar_inputs_fail_or_match_never_crash(index):
+    """A 0-d input: the EP gives ORT's answer, or fails the run (or declines) where ORT fails."""
+    model = list(scalar_input_models())[index]
+    import onnx
+    proto = onnx.load_from_string(model)
+    feeds = {}
+    for value in proto.graph.input:
+        elem = value.type.tensor_type.elem_type
+        dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        feeds[value.name] = np.ones(dims, NP[elem]) * 0.75 if elem == F else np.ones(dims, NP[elem])
+    try:
+        want = cpu_outputs(model, feeds)
+    except Exception:
+        want = None
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()
+    if want is None:
+        with pytest.raises(Exception):
+            session.run(None, feeds)
+    else:
+        for got, w in zip(session.run(None, feeds), want):
+            np.testing.assert_allclose(got, w, rtol=1e-6, atol=1e-6)

@@ -244,14 +244,19 @@ fn feature_vectorizer(
         )));
     }
     // A 1-d input is one row; any other its first axis's rows, the rest flattened into each.
+    if let Some(index) = inputs.iter().position(|x| x.ndim() == 0) {
+        return Err(OpError::new(format!(
+            "input {index} must have at least 1 dimension"
+        )));
+    }
     let rows_of = |x: &Array| if x.ndim() == 1 { 1 } else { x.shape()[0] };
     let rows = inputs.first().map_or(1, rows_of);
     let mut parts = Vec::with_capacity(inputs.len());
     for (index, (x, &width)) in inputs.iter().zip(&dimensions).enumerate() {
-        if x.ndim() == 0 || width < 0 || rows_of(x) != rows {
+        if width < 0 || rows_of(x) != rows {
             return Err(OpError::new(format!(
                 "input {index} of shape {:?} with inputdimensions {width}: every input needs \
-                 at least 1 dimension, the same rows ({rows}) and a width of 0 or more",
+                 the same rows ({rows}) and a width of 0 or more",
                 x.shape()
             )));
         }
