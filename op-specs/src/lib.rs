@@ -33,6 +33,7 @@ mod pool;
 mod qdq;
 mod quantized;
 mod quantized_int;
+mod random;
 mod recurrent;
 mod reduce;
 mod resize;

@@ -6,6 +6,7 @@ mod fast;
 mod fft;
 mod linalg;
 mod quant;
+mod random;
 mod reduce;
 mod shape;
 
@@ -14,6 +15,7 @@ pub use fast::*;
 pub use fft::*;
 pub use linalg::*;
 pub use quant::*;
+pub use random::*;
 pub use reduce::*;
 pub use shape::*;
 
