@@ -47,7 +47,13 @@ fn next_key(cx: &mut Lower, seed: Option<f32>) -> Result<Array> {
 }
 
 /// Normal draws of `shape` with `mean` and standard deviation `scale`, in the output's type.
-fn normal(cx: &mut Lower, shape: &[i64], mean: f32, scale: f32, seed: Option<f32>) -> Result<Array> {
+fn normal(
+    cx: &mut Lower,
+    shape: &[i64],
+    mean: f32,
+    scale: f32,
+    seed: Option<f32>,
+) -> Result<Array> {
     let key = next_key(cx, seed)?;
     let dtype = cx.output_dtype(0)?;
     // Drawn in float32 and rounded once: MLX's float16 draws would round mean and scale first.
@@ -60,7 +66,10 @@ fn uniform(cx: &mut Lower, shape: &[i64], low: f32, high: f32, seed: Option<f32>
     let key = next_key(cx, seed)?;
     let s = cx.stream();
     let dtype = cx.output_dtype(0)?;
-    let (low, high) = (scalar(f64::from(low), Dtype::F32, s)?, scalar(f64::from(high), Dtype::F32, s)?);
+    let (low, high) = (
+        scalar(f64::from(low), Dtype::F32, s)?,
+        scalar(f64::from(high), Dtype::F32, s)?,
+    );
     let draws = ops::random_uniform(&low, &high, shape, Dtype::F32, &key, s)?;
     Ok(ops::astype(&draws, dtype, s)?)
 }
