@@ -370,6 +370,23 @@ impl Mapping {
     }
 }
 
+/// A LabelEncoder list given as a tensor, as int64s or as floats (the first given), 1-d.
+fn numeric_list(
+    tensor: Option<TensorValue>,
+    ints: Option<Vec<i64>>,
+    floats: Option<Vec<f32>>,
+    what: &str,
+    s: &Stream,
+) -> Result<Array> {
+    let list = match (tensor, ints, floats) {
+        (Some(t), _, _) => crate::table::consts::tensor_array(&t)?,
+        (_, Some(v), _) => Array::from_slice(&v, &[v.len() as i64])?,
+        (_, _, Some(v)) => Array::from_slice(&v, &[v.len() as i64])?,
+        _ => return Err(OpError::new(format!("no numeric {what}"))),
+    };
+    Ok(ops::reshape(&list, &[-1], s)?)
+}
+
 /// LabelEncoder-2: `keys_int64s` or `keys_floats` to `values_int64s` or `values_floats`.
 #[onnx_op(
     domain = "ai.onnx.ml", op = "LabelEncoder", opset = 2..=3, types(T1 = F32 | I64, T2 = F32 | I64),
@@ -391,21 +408,13 @@ fn label_encoder(
     #[attr] default_string: Option<String>,
 ) -> Result<Array> {
     let _ = (keys_strings, values_strings, default_string);
-    let keys = match (keys_int64s, keys_floats) {
-        (Some(k), _) => Array::from_slice(&k, &[k.len() as i64])?,
-        (_, Some(k)) => Array::from_slice(&k, &[k.len() as i64])?,
-        _ => return Err(OpError::new("no numeric keys")),
-    };
-    let (values, default) = match (values_int64s, values_floats) {
-        (Some(v), _) => (
-            Array::from_slice(&v, &[v.len() as i64])?,
-            Array::scalar(default_int64.unwrap_or(-1))?,
-        ),
-        (_, Some(v)) => (
-            Array::from_slice(&v, &[v.len() as i64])?,
-            Array::scalar(default_float.unwrap_or(-0.0))?,
-        ),
-        _ => return Err(OpError::new("no numeric values")),
+    let s = cx.stream();
+    let out = cx.output_dtype(0)?;
+    let keys = numeric_list(None, keys_int64s, keys_floats, "keys", s)?;
+    let values = numeric_list(None, values_int64s, values_floats, "values", s)?;
+    let default = match out {
+        Dtype::F32 => scalar(f64::from(default_float.unwrap_or(-0.0)), out, s)?,
+        _ => scalar(default_int64.unwrap_or(-1) as f64, out, s)?,
     };
     let nan_matches_nan = false;
     Mapping {
@@ -414,7 +423,7 @@ fn label_encoder(
         default,
         nan_matches_nan,
     }
-    .apply(&x, cx.stream())
+    .apply(&x, s)
 }
 
 fn label_encoder_claim(node: &Node) -> Verdict {
@@ -459,18 +468,8 @@ fn label_encoder4(
     let _ = (keys_strings, values_strings, default_string);
     let s = cx.stream();
     let out = cx.output_dtype(0)?;
-    let keys = match (keys_tensor, keys_int64s, keys_floats) {
-        (Some(t), _, _) => crate::table::consts::tensor_array(&t)?,
-        (_, Some(k), _) => Array::from_slice(&k, &[k.len() as i64])?,
-        (_, _, Some(k)) => Array::from_slice(&k, &[k.len() as i64])?,
-        _ => return Err(OpError::new("no numeric keys")),
-    };
-    let values = match (values_tensor, values_int64s, values_floats) {
-        (Some(t), _, _) => crate::table::consts::tensor_array(&t)?,
-        (_, Some(v), _) => Array::from_slice(&v, &[v.len() as i64])?,
-        (_, _, Some(v)) => Array::from_slice(&v, &[v.len() as i64])?,
-        _ => return Err(OpError::new("no numeric values")),
-    };
+    let keys = numeric_list(keys_tensor, keys_int64s, keys_floats, "keys", s)?;
+    let values = numeric_list(values_tensor, values_int64s, values_floats, "values", s)?;
     let default = match default_tensor {
         Some(t) => ops::reshape(&crate::table::consts::tensor_array(&t)?, &[], s)?,
         None => match out {
@@ -478,8 +477,7 @@ fn label_encoder4(
             _ => scalar(default_int64.unwrap_or(-1) as f64, out, s)?,
         },
     };
-    let keys = ops::reshape(&keys, &[-1], s)?;
-    let values = ops::reshape(&ops::astype(&values, out, s)?, &[-1], s)?;
+    let values = ops::astype(&values, out, s)?;
     let x = ops::astype(&x, keys.dtype(), s)?;
     let default = ops::astype(&default, out, s)?;
     let nan_matches_nan = true;

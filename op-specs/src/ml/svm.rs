@@ -59,6 +59,23 @@ fn kernel_values(
     })
 }
 
+/// The kernel values ([N, V]) between the input rows, checked against the support vectors'
+/// width, and the `count` support vectors `vectors` (row-major).
+fn against_support_vectors(
+    x: &Array,
+    vectors: &[f32],
+    count: usize,
+    kernel: Option<&str>,
+    params: &[f32],
+    what: &str,
+    s: &Stream,
+) -> Result<Array> {
+    let features = vectors.len() / count;
+    let rows = rows_of_width(x, features, what, s)?;
+    let vectors = Array::from_slice(vectors, &[count as i64, features as i64])?;
+    kernel_values(&rows, &vectors, kernel.unwrap_or("LINEAR"), params, s)
+}
+
 /// Declines what ORT's SVM kernels refuse when the session starts: an unknown kernel or
 /// transform, `kernel_params` of other than 0 or 3 values.
 fn svm_attributes(node: &Node) -> Verdict {
@@ -116,17 +133,9 @@ fn svm_regressor(
     let y = if count > 0 {
         let count = count as usize;
         let vectors = support_vectors.unwrap_or_default();
-        let features = vectors.len() / count;
-        let rows = rows_of_width(&x, features, "SVMRegressor", s)?;
-        let vectors = Array::from_slice(&vectors, &[count as i64, features as i64])?;
-        let kernel = kernel_type.as_deref().unwrap_or("LINEAR");
-        let k = kernel_values(
-            &rows,
-            &vectors,
-            kernel,
-            &kernel_params.unwrap_or_default(),
-            s,
-        )?;
+        let params = kernel_params.unwrap_or_default();
+        let kernel = kernel_type.as_deref();
+        let k = against_support_vectors(&x, &vectors, count, kernel, &params, "SVMRegressor", s)?;
         let weights = Array::from_slice(&coefficients[..count], &[count as i64, 1])?;
         ops::matmul(&k, &weights, s)?
     } else {
@@ -282,15 +291,15 @@ fn svm_classifier(
         ]);
     }
     let vectors = support_vectors.unwrap_or_default();
-    let features = vectors.len() / classes.total;
-    let rows = rows_of_width(&x, features, "SVMClassifier", s)?;
-    let vectors = Array::from_slice(&vectors, &[classes.total as i64, features as i64])?;
-    let kernel = kernel_type.as_deref().unwrap_or("LINEAR");
-    let k = kernel_values(
-        &rows,
+    let params = kernel_params.unwrap_or_default();
+    let kernel = kernel_type.as_deref();
+    let k = against_support_vectors(
+        &x,
         &vectors,
+        classes.total,
         kernel,
-        &kernel_params.unwrap_or_default(),
+        &params,
+        "SVMClassifier",
         s,
     )?;
     let pairs = classes.pairs();
