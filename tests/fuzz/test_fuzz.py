@@ -106,7 +106,13 @@ def test_every_table_entry_is_generated():
     # tables, DMMHA's beam indirection): at most 2% of the table.
     no_one_node_case = {e.key for e in entries() if any(a.kind == "graph" for a in e.attributes)
                         or any(p.sequence or p.optional_value for p in e.inputs + e.outputs)}
-    agreeing = set(unfuzzed()) - no_one_node_case
+    # Nor do two families the fuzzer cannot judge: random generators have no oracle (MLX cannot
+    # repeat ORT's stream), and ai.onnx.ml's models are their attributes (forests,
+    # coefficients, category lists), which no generic case can invent. Their own files
+    # (tests/ep/test_random.py, tests/ep/test_ml.py) test them, bad attributes and 0-d inputs
+    # included.
+    no_oracle_case = {e.key for e in entries() if e.family == "random" or e.domain == "ai.onnx.ml"}
+    agreeing = set(unfuzzed()) - no_one_node_case - no_oracle_case
     assert len(agreeing) <= len(entries()) // 50, f"most entries must be fuzzed: {sorted(agreeing)}"
     for seed in (0, SLICE_SEED):
         seen = [make_case(*t) for t in tasks(seed, 1)]

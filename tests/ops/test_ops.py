@@ -84,7 +84,8 @@ def test_ports_match_onnx_schemas():
     kinds = {"Single": "required", "Optional": "optional", "Variadic": "variadic"}
     diffs, names = [], []
     for e in TABLE.entries:
-        s = _schema(e.op, e.since if e.domain == "" else 1, e.domain)
+        # com.microsoft's schemas are all version 1; ONNX's domains version theirs.
+        s = _schema(e.op, 1 if e.domain == "com.microsoft" else e.since, e.domain)
         if s is None:
             diffs.append(f"{e.key}: ORT knows no schema for it")
             continue
