@@ -55,6 +55,9 @@ KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
 NOT_RUN = {
     "StringNormalizer": "not run: ORT's StringNormalizer needs the host's en_US.UTF-8 locale, so the outcome depends on the machine",
 }
+# Why a case whose nodes never reached the EP ran without it.
+FOLDED_BY_ORT = "ORT's optimizer folded every node into constants before partitioning: no node reached any EP"
+
 # Cases held to a wider rtol than their own, each for a reason shown in docs/CONFORMANCE.md and
 # checked by tests/conformance/test_precision.py. Only where the MLX EP's answer is provably no
 # worse than the stored expected output (which numpy computed at float16 precision).
@@ -404,6 +407,10 @@ class Runner:
         for record in records:
             if not record.claimed:
                 declines[record.reason or "(no reason given)"].add(record.qualified_op)
+        if not records and not result.mlx_kernels:
+            # The EP was never asked about a node: ORT's optimizer had folded them all (a Shape of
+            # a statically shaped input, an EyeLike of one) before partitioning.
+            declines[FOLDED_BY_ORT].add(result.op)
         result.declines = {reason: sorted(ops) for reason, ops in sorted(declines.items())}
 
         if mlx_error is None and mlx_mismatch is None:
