@@ -67,21 +67,27 @@ impl Leaves {
     }
 }
 
-/// A float list given as `name` or as `name_as_tensor` (float32 elements only: the others
-/// belong to float64 inputs, which are not claimed).
+/// The values of the tensor attribute `name`, which must hold float32 (the input's type: a
+/// float64 one belongs to a float64 input, which is not claimed).
+fn float32_values(t: &TensorValue, name: &str) -> std::result::Result<Vec<f32>, String> {
+    if t.elem != ElemType::Float {
+        return Err(format!("{name} holds {:?}, not the input's float", t.elem));
+    }
+    Ok(t.bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+/// A float list given as `name` or as `name_as_tensor`.
 fn floats(node: &Node, name: &str) -> std::result::Result<Option<Vec<f32>>, String> {
+    let tensor_name = format!("{name}_as_tensor");
     let listed = node.attr_as::<Vec<f32>>(name);
-    let tensor = node.attr_as::<TensorValue>(&format!("{name}_as_tensor"));
+    let tensor = node.attr_as::<TensorValue>(&tensor_name);
     match (listed, tensor) {
-        (Some(_), Some(_)) => Err(format!("both {name} and {name}_as_tensor are given")),
+        (Some(_), Some(_)) => Err(format!("both {name} and {tensor_name} are given")),
         (Some(values), None) => Ok(Some(values)),
-        (None, Some(t)) if t.elem == ElemType::Float => Ok(Some(
-            t.bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-        )),
-        (None, Some(t)) => Err(format!("{name}_as_tensor holds {:?}, not float", t.elem)),
+        (None, Some(t)) => float32_values(&t, &tensor_name).map(Some),
         (None, None) => Ok(None),
     }
 }
@@ -240,16 +246,7 @@ impl Forest {
             node.attr_as::<TensorValue>(name)
                 .ok_or_else(|| format!("{name} is missing"))
         };
-        let float_tensor = |name: &str| -> std::result::Result<Vec<f32>, String> {
-            let t = tensor(name)?;
-            if t.elem != ElemType::Float {
-                return Err(format!("{name} holds {:?}, not the input's float", t.elem));
-            }
-            Ok(t.bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-                .collect())
-        };
+        let float_tensor = |name: &str| float32_values(&tensor(name)?, name);
         let features = ints("nodes_featureids");
         let (true_ids, true_leafs) = (ints("nodes_truenodeids"), ints("nodes_trueleafs"));
         let (false_ids, false_leafs) = (ints("nodes_falsenodeids"), ints("nodes_falseleafs"));
@@ -615,10 +612,6 @@ fn forest_claim(node: &Node, leaves: Leaves, outputs: usize) -> Verdict {
     rank_1_or_2(node)
 }
 
-fn forest_error(reason: String) -> OpError {
-    OpError::new(reason)
-}
-
 /// The rows `[N, F]` float32 (integers rounded to float32 as ORT converts them).
 fn rows(x: &Array, s: &Stream) -> Result<Array> {
     super::linear::feature_rows(&float32(x, s)?, s)
@@ -660,7 +653,7 @@ fn tree_ensemble_regressor(
 ) -> Result<Array> {
     let s = cx.stream();
     let targets = n_targets.unwrap_or(0).max(0) as usize;
-    let forest = Forest::of(cx.node(), Leaves::Target, targets).map_err(forest_error)?;
+    let forest = Forest::of(cx.node(), Leaves::Target, targets).map_err(OpError::new)?;
     let transform = PostTransform::named(post_transform.as_deref().unwrap_or("NONE"))?;
     let aggregate = aggregate_function.unwrap_or_else(|| "SUM".into());
     regress(&forest, &x, &aggregate, transform, s)
@@ -829,7 +822,7 @@ fn tree_ensemble(
 ) -> Result<Array> {
     let s = cx.stream();
     let targets = n_targets.unwrap_or(0).max(0) as usize;
-    let forest = Forest::of_v5(cx.node(), targets).map_err(forest_error)?;
+    let forest = Forest::of_v5(cx.node(), targets).map_err(OpError::new)?;
     let transform = ensemble_transform(post_transform.unwrap_or(0))?;
     let aggregate = ensemble_aggregate(aggregate_function.unwrap_or(1))?;
     regress(&forest, &x, aggregate, transform, s)
@@ -907,7 +900,7 @@ fn tree_ensemble_classifier(
 ) -> Result<Vec<Array>> {
     let s = cx.stream();
     let labels = classlabels_int64s.unwrap_or_default();
-    let forest = Forest::of(cx.node(), Leaves::Class, labels.len()).map_err(forest_error)?;
+    let forest = Forest::of(cx.node(), Leaves::Class, labels.len()).map_err(OpError::new)?;
     let transform = PostTransform::named(post_transform.as_deref().unwrap_or("NONE"))?;
     let leaves = forest.leaves(&rows(&x, s)?, s)?;
     let (sum, voted) = forest.sums(&leaves, s)?;
