@@ -157,8 +157,8 @@ type Signature = Vec<(Vec<i64>, Dtype)>;
 
 /// A body compiled into an MLX closure once and replayed at every step of its loop: a step
 /// then costs a replay of the traced graph, not a lowering of every node (an eager loop runs
-/// 1.7-2.4x faster on the CPU backend, see `docs/DESIGN.md`). Inside an enclosing
-/// trace the replay inlines the traced graph. A body that cannot be traced (one of its nodes
+/// 1.7-2.4x faster on the CPU backend, see `docs/DESIGN.md`). Inside an enclosing trace MLX
+/// runs the body again at every step, which unrolls it into that trace. A body that cannot be traced (one of its nodes
 /// reads a traced value on the host, such as a Slice at the iteration number) or that keeps
 /// changing shape is lowered node by node from then on.
 #[derive(Debug)]
