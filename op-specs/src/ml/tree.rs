@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
-use super::linear::{first_max, label_of, rank_1_or_2};
+use super::linear::{binary_columns, first_max, label_of, rank_1_or_2};
 use super::transform::{logistic, PostTransform};
 use crate::table::consts::scalar_like;
 use crate::table::lower::float32;
@@ -989,19 +989,8 @@ fn two_classes(
         ops::astype(&index, Dtype::I64, s)?
     };
     let both = transform.apply(&ops::concatenate(&[p0_or_0.clone(), p1_or_0], 1, s)?, s)?;
-    let one = ops::concatenate(
-        &[ops::subtract(&c(1.0)?, &p0_or_0, s)?, p0_or_0.clone()],
-        1,
-        s,
-    )?;
     let single = if binary && all_positive {
-        match transform {
-            PostTransform::Logistic => {
-                let p = logistic(&p0_or_0, s)?;
-                ops::concatenate(&[ops::subtract(&c(1.0)?, &p, s)?, p], 1, s)?
-            }
-            _ => one,
-        }
+        binary_columns(&p0_or_0, transform, s)?
     } else {
         match transform {
             PostTransform::Logistic => ops::concatenate(
