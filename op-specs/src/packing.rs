@@ -12,20 +12,29 @@ pub(crate) fn unpack(x: &Array, bits: i64, s: &Stream) -> Result<Array> {
     if bits == 8 {
         return Ok(x.clone());
     }
-    let per = 8 / bits;
-    let mask = scalar(((1 << bits) - 1) as f64, Dtype::U8, s)?;
-    let parts = (0..per)
-        .map(|j| {
-            let shifted = ops::right_shift(x, &scalar((j * bits) as f64, Dtype::U8, s)?, s)?;
-            Ok(ops::bitwise_and(&shifted, &mask, s)?)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let stacked = ops::stack(&parts, -1, s)?;
     let mut shape = x.shape();
     if let Some(last) = shape.last_mut() {
-        *last *= per;
+        *last *= 8 / bits;
     }
-    Ok(ops::reshape(&stacked, &shape, s)?)
+    Ok(ops::reshape(&unpack_lanes(x, bits, s)?, &shape, s)?)
+}
+
+/// uint8 `x [..., L]` -> `[..., L, 8/bits]`: each byte's values, low bits first, on a new last
+/// axis. One shift and one mask broadcast over that axis, both elementwise: a compiled plan
+/// fuses them with what follows (a dequantisation) into one pass over the packed bytes.
+pub(crate) fn unpack_lanes(x: &Array, bits: i64, s: &Stream) -> Result<Array> {
+    let bytes = ops::expand_dims(x, &[-1], s)?;
+    if bits == 8 {
+        return Ok(bytes);
+    }
+    let shifts: Vec<u8> = (0..8 / bits).map(|j| (j * bits) as u8).collect();
+    let shifts = Array::from_slice(&shifts, &[shifts.len() as i64])?;
+    let mask = scalar(((1 << bits) - 1) as f64, Dtype::U8, s)?;
+    Ok(ops::bitwise_and(
+        &ops::right_shift(&bytes, &shifts, s)?,
+        &mask,
+        s,
+    )?)
 }
 
 /// `x [..., L]` with each element repeated `times` along the last axis: `[..., L·times]`.

@@ -3,7 +3,9 @@
 //! embeddings).
 //!
 //! Both dequantise exactly, `w = (q - zero_point) * scale` in float32, as ORT's CPU kernels do
-//! (16-bit activations and scales are widened to float32, the result rounded once).
+//! (16-bit activations and scales are widened to float32, the result rounded once), with one
+//! exception for speed: a float16/bfloat16 MatMulNBits with more rows than a decode step (a
+//! prefill) multiplies in its own type (see `half_prefill`).
 //!
 //! MatMulNBits packs `bits`-wide values low bits first into the bytes of `B [N, K/block,
 //! block*bits/8]`. On a little-endian host those bytes, read as `uint32`, are exactly MLX's
@@ -20,10 +22,10 @@
 //! in the graph.
 
 use mlx_kernels::ops::{self, Quantized};
-use mlx_kernels::{cuda, Array, Dtype, Stream};
+use mlx_kernels::{cuda, Array, DeviceKind, Dtype, Stream};
 
 use crate::normalization::cast;
-use crate::packing::{expect_one_of, expect_shape, repeat_last, take_first, unpack};
+use crate::packing::{expect_one_of, expect_shape, repeat_last, take_first, unpack, unpack_lanes};
 use crate::table::consts::{scalar, scalar_like, zeros};
 use crate::table::dtypes::ElemType;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
@@ -110,7 +112,8 @@ fn scales_f32(scales: &Array, layout: &Layout, s: &Stream) -> Result<Array> {
 /// - zero_point) * scale`, zero points absent (`2^(bits-1)`), packed uint8, or floats of the
 /// scales' type; `g_idx` maps each row of K to its block. Computed in float32 and rounded once
 /// to A's type, as ORT's CPU kernel does (it has no bfloat16 kernel: bfloat16 is computed the
-/// same way). `accuracy_level` is read and does not change the answer: at level 4 ORT's CPU
+/// same way), except a 16-bit prefill off Metal (`half_prefill`): weights dequantised in A's
+/// type, products accumulated in float32. `accuracy_level` is read and does not change the answer: at level 4 ORT's CPU
 /// kernel quantises A to int8 per block (an error of about 0.5% of the output's range); ours
 /// is the exact float32 product of the dequantised weights at every level. Scales of ±inf give
 /// NaN where ORT may give ±inf (MLX's affine form `scale·q + bias`).
@@ -123,7 +126,7 @@ fn scales_f32(scales: &Array, layout: &Layout, s: &Stream) -> Result<Array> {
     ignores(accuracy_level: i64, weight_prepacked: i64),
     shape = ShapeKeyed, claim = matmul_n_bits_claim,
     declines = "bits other than 2, 4, 8 and block sizes that are not a power of two >= 16 (ORT's kernel refuses them); weight_prepacked != 0 (another EP's layout); K or N < 1; float zero points of a type other than the scales', or with 8 bits (ORT's kernel fails); g_idx unless bits = 4 with no or float zero points (ORT's kernel gives another answer there, or fails)",
-    numerics = "the exact float32 product of A and the dequantised weights, rounded once to A's type, at every accuracy_level. ORT's CPU kernel computes the same at levels 0-3; at level 4 (what onnxruntime-genai's builder emits) it quantises each block of A to int8 first, so ORT is the less accurate side there: against a float64 reference ORT's error there is 0.3-0.5% of the output's largest magnitude (K = 512, bits 2/4/8, blocks 16-256), ours below 1e-5 in float32 (tests/ep/test_quantized.py)"
+    numerics = "the exact float32 product of A and the dequantised weights, rounded once to A's type, at every accuracy_level; except float16/bfloat16 A with more than 8 rows (a prefill; not on Metal), whose weights MLX dequantises in A's type (scale·q + bias, up to three roundings: within 3/256 of a quantisation step of the exact weight in float16, 3/32 in bfloat16) before a product accumulated in float32. ORT's CPU kernel computes the same at levels 0-3; at level 4 (what onnxruntime-genai's builder emits) it quantises each block of A to int8 first, so ORT is the less accurate side there: against a float64 reference ORT's error there is 0.3-0.5% of the output's largest magnitude (K = 512, bits 2/4/8, blocks 16-256), ours below 1e-5 in float32 (tests/ep/test_quantized.py)"
 )]
 fn matmul_n_bits(
     cx: &mut Lower,
@@ -185,38 +188,86 @@ fn matmul_n_bits(
     if let Some(y) = cuda_matvec(&a, &b, &scales, &layout, plain, s)? {
         return Ok(ops::reshape(&y, &out_shape, s)?);
     }
-    // A in float32, its leading axes kept (both products take `[.., K]`); a vector as one row.
-    let x = cast(&a, Dtype::F32, s)?;
-    let x = if x.ndim() < 2 {
-        ops::reshape(&x, &[1, k], s)?
+    let rows: i64 = out_shape.iter().rev().skip(1).product();
+    // Both products take `[.., K]`, A's leading axes kept; a vector as one row.
+    let a = if a.ndim() < 2 {
+        ops::reshape(&a, &[1, k], s)?
     } else {
-        x
+        a
     };
-    // MLX's CUDA quantized_matmul returned uninitialised values for K = 64 (H200, op suite
-    // b4_bs64 and fuzz s1-MatMulNBits-1-39); K from 128 up matched the CPU backend. Smaller K
-    // dequantises, whose O(N·K) cost is small there.
-    let mut y = if block_size >= 32 && g_idx.is_none() && k >= MIN_AFFINE_K {
-        // Inputs 1-3 (B, scales, zero_points): with constant weights, repacked once per plan.
-        let weights = cx.prepared("affine", &[1, 2, 3], || {
-            affine_weights(&b, &scales, zero_points.as_ref(), &layout, s)
+    let affine = block_size >= 32 && g_idx.is_none() && k >= MIN_AFFINE_K;
+    let mut y = if affine && half_prefill(out_dtype, rows, s) {
+        // Inputs 1-3: with constant weights, repacked once per plan (a key of its own: on
+        // the CPU backend the same node also runs decode rows in float32).
+        let weights = cx.prepared("affine in A's type", &[1, 2, 3], || {
+            affine_weights(&b, &scales, zero_points.as_ref(), &layout, out_dtype, s)
         })?;
-        affine_product(&x, weights, &layout, s)?
+        // `[N, padded K]`: the last block's padding dropped.
+        let w = take_first(&ops::dequantize(&quantized(weights, &layout)?, s)?, k, s)?;
+        let y = ops::matmul(&a, &ops::transpose(&w, &[1, 0], s)?, s)?;
+        match bias {
+            Some(bias) => ops::add(&y, &bias, s)?,
+            None => y,
+        }
     } else {
-        // Lazy on purpose: the dequantised weights are float32, 8x a 4-bit B; a plan that
-        // kept them would hold the float copy the packed weights exist to avoid.
-        let zero_points = zero_points_f32(zero_points.as_ref(), &layout, s)?;
-        let scales = scales_f32(&scales, &layout, s)?;
-        dequantised_product(&x, &b, &scales, &zero_points, g_idx.as_ref(), &layout, s)?
+        let y = float32_product(cx, &a, &b, &scales, zero_points, g_idx.as_ref(), &layout)?;
+        match bias {
+            Some(bias) => {
+                // Input 5: a constant bias is widened once per plan.
+                let wide = cx.prepared("bias", &[5], || Ok(vec![cast(&bias, Dtype::F32, s)?]))?;
+                ops::add(&y, &wide[0], s)?
+            }
+            None => y,
+        }
     };
-    if let Some(bias) = bias {
-        // Input 5: a constant bias is widened once per plan.
-        let wide = cx.prepared("bias", &[5], || Ok(vec![cast(&bias, Dtype::F32, s)?]))?;
-        y = ops::add(&y, &wide[0], s)?;
-    }
     if y.shape() != out_shape {
         y = ops::reshape(&y, &out_shape, s)?;
     }
     cast(&y, out_dtype, s)
+}
+
+/// Whether a float16 or bfloat16 A of more than a decode's rows (a prefill) is multiplied in
+/// its own type: `B` dequantised to it by MLX (`scale·q + bias` in that type, see
+/// [`affine_weights`]), then MLX's matmul, which accumulates in float32 on tensor cores. Measured
+/// on an H200 (MLX 0.32.4, one process) for the 1.1B int4 decoder's prefill of 144 tokens: 20.8
+/// ms against 24.3 through MLX's float16 `quantized_matmul` and 34.9 with each weight rounded
+/// once by a fused elementwise dequantisation (MLX's own dequantize kernel reads the packed bytes
+/// faster); the float32 product took 47 in another run. Not on Metal, where MLX's quantized matmul
+/// reads the packed weights in place and a per-run dequantisation would cost unified memory's
+/// bandwidth (not measured: no Metal machine here).
+fn half_prefill(a: Dtype, rows: i64, s: &Stream) -> bool {
+    let metal = cfg!(target_os = "macos") && s.kind() == DeviceKind::Gpu;
+    matches!(a, Dtype::F16 | Dtype::BF16) && rows > cuda::QUANTIZED_MATVEC_MAX_ROWS && !metal
+}
+
+/// `a [.., K] · dequant(B)ᵀ` in float32: MLX's `quantized_matmul` over the affine form of `B`
+/// where MLX takes it, else the dequantised weights.
+fn float32_product(
+    cx: &mut Lower,
+    a: &Array,
+    b: &Array,
+    scales: &Array,
+    zero_points: Option<Array>,
+    g_idx: Option<&Array>,
+    layout: &Layout,
+) -> Result<Array> {
+    let s = cx.stream();
+    let x = cast(a, Dtype::F32, s)?;
+    // MLX's CUDA quantized_matmul returned uninitialised values for K = 64 (H200, op suite
+    // b4_bs64 and fuzz s1-MatMulNBits-1-39); K from 128 up matched the CPU backend. Smaller K
+    // dequantises, whose O(N·K) cost is small there.
+    if layout.block >= 32 && g_idx.is_none() && layout.k >= MIN_AFFINE_K {
+        // Inputs 1-3 (B, scales, zero_points): with constant weights, repacked once per plan.
+        let weights = cx.prepared("affine", &[1, 2, 3], || {
+            affine_weights(b, scales, zero_points.as_ref(), layout, Dtype::F32, s)
+        })?;
+        return affine_product(&x, weights, layout, s);
+    }
+    // Lazy on purpose: the dequantised weights are float32, 8x a 4-bit B; a plan that kept
+    // them would hold the float copy the packed weights exist to avoid.
+    let zero_points = zero_points_f32(zero_points.as_ref(), layout, s)?;
+    let w = dense_weights(b, scales, &zero_points, g_idx, layout, s)?;
+    Ok(ops::matmul(&x, &ops::transpose(&w, &[1, 0], s)?, s)?)
 }
 
 /// A decode-sized product (a few rows of A) on MLX's CUDA backend: the hand-written kernel
@@ -254,14 +305,15 @@ fn cuda_matvec(
 }
 
 /// MLX's affine form of `B`: `[weight, scales, biases]`, the weight `B`'s bytes viewed as
-/// MLX's `uint32` packing (no copy), scales and `-scale * zero_point` biases repeated per MLX
-/// group, float32. No larger than B's scales times two (for groups of 32 and 64): what a plan
-/// keeps when B is constant.
+/// MLX's `uint32` packing (no copy), scales and `-scale * zero_point` biases (computed in
+/// float32, rounded once to `dtype`) repeated per MLX group. No larger than B's scales times
+/// two (for groups of 32 and 64): what a plan keeps when B is constant.
 fn affine_weights(
     b: &Array,
     scales: &Array,
     zero_points: Option<&Array>,
     layout: &Layout,
+    dtype: Dtype,
     s: &Stream,
 ) -> Result<Vec<Array>> {
     let Layout { n, block, bits, .. } = *layout;
@@ -273,41 +325,53 @@ fn affine_weights(
     let biases = ops::negative(&ops::multiply(&scales, &zero_points, s)?, s)?;
     // Row-contiguous scales and biases: MLX's CUDA kernels have no implementation for the
     // strides a repeat leaves (seen on an H200: "No implementation for problem shape").
-    Ok(vec![
+    let per_group = |v: &Array| -> Result<Array> {
+        Ok(ops::contiguous(
+            &repeat_last(&cast(v, dtype, s)?, per_block, s)?,
+            s,
+        )?)
+    };
+    Ok(vec![weight, per_group(&scales)?, per_group(&biases)?])
+}
+
+/// [`affine_weights`] as MLX's quantised matrix.
+fn quantized(weights: Vec<Array>, layout: &Layout) -> Result<Quantized> {
+    let [weight, scales, biases]: [Array; 3] = weights
+        .try_into()
+        .map_err(|_| OpError::new("affine weights: three arrays expected (table bug)"))?;
+    Ok(Quantized {
         weight,
-        ops::contiguous(&repeat_last(&scales, per_block, s)?, s)?,
-        ops::contiguous(&repeat_last(&biases, per_block, s)?, s)?,
-    ])
+        scales,
+        biases,
+        group_size: layout.block.min(MLX_MAX_GROUP) as i32,
+        bits: layout.bits as i32,
+    })
 }
 
 /// `x [.., K] · wᵀ` through MLX's `quantized_matmul` over [`affine_weights`].
 fn affine_product(x: &Array, weights: Vec<Array>, layout: &Layout, s: &Stream) -> Result<Array> {
-    let Layout { k, block, bits, .. } = *layout;
-    let padded = layout.padded_k();
-    let [weight, scales, biases]: [Array; 3] = weights
-        .try_into()
-        .map_err(|_| OpError::new("affine weights: three arrays expected (table bug)"))?;
-    let quantized = Quantized {
-        weight,
-        scales,
-        biases,
-        group_size: block.min(MLX_MAX_GROUP) as i32,
-        bits: bits as i32,
-    };
+    let (k, padded) = (layout.k, layout.padded_k());
     // The padding of the last block meets zeros.
     let x = if padded > k {
-        let zero = scalar(0.0, Dtype::F32, s)?;
+        let zero = scalar(0.0, x.dtype(), s)?;
         let last = x.ndim() as i32 - 1;
         ops::pad(x, &[last], &[0], &[(padded - k) as i32], &zero, false, s)?
     } else {
         x.clone()
     };
-    Ok(ops::quantized_matmul(&x, &quantized, true, s)?)
+    Ok(ops::quantized_matmul(
+        &x,
+        &quantized(weights, layout)?,
+        true,
+        s,
+    )?)
 }
 
-/// `x [.., K] · wᵀ` with `w [N, K]` dequantised in the graph (blocks of 16, `g_idx`).
-fn dequantised_product(
-    x: &Array,
+/// `B` dequantised to float32 `w [N, K]`: `(q - zero_point) * scale`, exact (an integer of at
+/// most 8 bits times a scale of at most 24). Without `g_idx` every step is elementwise over
+/// `[N, blocks, bytes, values per byte]` with the block's scale and zero point broadcast, so a
+/// compiled plan runs it as one kernel that reads the packed bytes once.
+fn dense_weights(
     b: &Array,
     scales: &Array,
     zero_points: &Array,
@@ -322,27 +386,38 @@ fn dequantised_product(
         bits,
         k_blocks,
     } = *layout;
-    let bytes = ops::reshape(b, &[n, k_blocks * block * bits / 8], s)?;
-    let q = ops::astype(&take_first(&unpack(&bytes, bits, s)?, k, s)?, Dtype::F32, s)?;
-    // Per row of K: its block's scale and zero point.
-    let per_k = |v: &Array| -> Result<Array> {
-        if v.ndim() == 0 {
-            return Ok(v.clone());
+    let scales = ops::reshape(scales, &[n, k_blocks], s)?;
+    let w = match g_idx {
+        None => {
+            let bytes = ops::reshape(b, &[n, k_blocks, block * bits / 8], s)?;
+            let q = ops::astype(&unpack_lanes(&bytes, bits, s)?, Dtype::F32, s)?;
+            // Per block: `[N, blocks, 1, 1]` against q's `[N, blocks, bytes, values]`.
+            let per_block = |v: &Array| -> Result<Array> {
+                if v.ndim() == 0 {
+                    return Ok(v.clone());
+                }
+                Ok(ops::reshape(v, &[n, k_blocks, 1, 1], s)?)
+            };
+            let scales = ops::astype(&per_block(&scales)?, Dtype::F32, s)?;
+            let w = ops::multiply(&ops::subtract(&q, &per_block(zero_points)?, s)?, &scales, s)?;
+            ops::reshape(&w, &[n, k_blocks * block], s)?
         }
-        match g_idx {
-            Some(g) => {
-                let g = take_first(&ops::reshape(g, &[-1], s)?, k, s)?;
+        Some(g) => {
+            let bytes = ops::reshape(b, &[n, k_blocks * block * bits / 8], s)?;
+            let q = ops::astype(&take_first(&unpack(&bytes, bits, s)?, k, s)?, Dtype::F32, s)?;
+            // Per row of K: its block's scale and zero point, as g_idx maps them.
+            let g = take_first(&ops::reshape(g, &[-1], s)?, k, s)?;
+            let per_k = |v: &Array| -> Result<Array> {
+                if v.ndim() == 0 {
+                    return Ok(v.clone());
+                }
                 Ok(ops::take(v, &g, 1, s)?)
-            }
-            None => take_first(&repeat_last(v, block, s)?, k, s),
+            };
+            let scales = ops::astype(&per_k(&scales)?, Dtype::F32, s)?;
+            ops::multiply(&ops::subtract(&q, &per_k(zero_points)?, s)?, &scales, s)?
         }
     };
-    let w = ops::multiply(
-        &ops::subtract(&q, &per_k(zero_points)?, s)?,
-        &per_k(scales)?,
-        s,
-    )?;
-    Ok(ops::matmul(x, &ops::transpose(&w, &[1, 0], s)?, s)?)
+    take_first(&w, k, s)
 }
 
 fn matmul_n_bits_claim(node: &Node) -> Verdict {
@@ -849,7 +924,7 @@ mod nbits_tests {
             // In a plan the weights are prepared once from the constant B and scales; outside
             // one (here) every lowering prepares them, counted apart.
             let before = arrays_created();
-            affine_weights(&b, &scales, None, &layout, &s).unwrap();
+            affine_weights(&b, &scales, None, &layout, Dtype::F32, &s).unwrap();
             let preparing = arrays_created() - before;
             let inputs = [Some(a), Some(b.clone()), Some(scales)];
             // float16: A to float32, quantized_matmul, back to float16; float32: the product.

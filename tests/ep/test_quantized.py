@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -107,6 +108,29 @@ def test_decode_rows_are_the_exact_product(rows, k, n, block, dtype):
     run.assert_all_on_mlx()
     bound = 1e-5 if dtype == np.float32 else 1e-3
     assert relative_error(run.outputs[0], ref) <= bound
+
+
+@pytest.mark.parametrize("layout", [dict(), dict(zp="uint8"), dict(block=64, bias=True), dict(k=200)],
+                         ids=["midpoint", "zero_points", "block64_bias", "padded_k"])
+def test_float16_prefill_weights_are_within_a_fraction_of_a_step(layout):
+    """More rows than a decode step in float16 multiply in float16 (MLX dequantises the weights
+    in A's type, `scale·q + bias`): each weight within 3/256 of its block's scale of the exact
+    one, the products accumulated in float32, the output rounded once. The bound per element is
+    that weight error over |A|, plus the output's rounding: a wrong weight dequantisation or a
+    float16 accumulation breaks it."""
+    layout = dict(layout)
+    k = layout.pop("k", 256)
+    rows, n, block = 24, 48, layout.get("block", 32)
+    model, feeds, ref = nbits_model((rows, k), k, n, dtype=np.float16, seed=7, **layout)
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    graph = onnx.load_from_string(model).graph
+    scales = numpy_helper.to_array(next(t for t in graph.initializer if t.name == "scales"))
+    per_k = np.repeat(scales.astype(np.float64).reshape(n, -1), block, axis=1)[:, :k]  # [N, K]
+    weight_slack = (3 / 256) * np.abs(feeds["A"].astype(np.float64)) @ per_k.T
+    bound = weight_slack + 2.0**-11 * np.abs(ref) + 1e-6
+    err = np.abs(run.outputs[0].astype(np.float64) - ref)
+    assert (err <= bound).all(), f"worst excess {float((err - bound).max()):.3g}"
 
 
 def test_llm_sized_projection_decode_and_prefill():

@@ -311,10 +311,17 @@ fn group_query_attention(
             )?
         };
         if plain_softmax {
-            // MLX's fused attention: the same softmax over the visible keys. 16-bit operands go
-            // in as float32: ORT scores them in float32, and MLX's composed fallback (its CPU
-            // backend) would round the scores to the element type.
-            let wide = |x: &Array| ops::astype(x, Dtype::F32, s);
+            // MLX's fused attention: the same softmax over the visible keys, scored in float32
+            // as ORT scores it. 16-bit operands stay 16-bit where MLX's kernel scores them in
+            // float32 (cuDNN's flash attention, which rounds only the probabilities to the
+            // operands' type for their product with V); elsewhere MLX's composed fallback would
+            // round the scores, so they go in as float32.
+            let operand = if ops::scores_in_float32(dtype, seq, head, head, s) {
+                dtype
+            } else {
+                Dtype::F32
+            };
+            let wide = |x: &Array| ops::astype(x, operand, s);
             let mask = match &bias {
                 Some(b) => masked(&wide(b)?, &keep, f32::NEG_INFINITY, s)?,
                 None => keep.clone(),
