@@ -42,6 +42,7 @@ mod sequence;
 mod shape;
 mod signal;
 mod softmax;
+mod vision;
 
 pub use ops_macros::onnx_op;
 pub use table::body::BodiesReport;

@@ -75,6 +75,12 @@ _DFT_SPECIALS = ("DFT/STFT over a signal holding inf/NaN: every bin sums every s
                  "(skipping unit twiddles) and the EP's one matrix product (op-specs/src/signal/spectrum.rs) each "
                  "put them elsewhere; finite signals match (tests/ops/specs/signal.py, tests/ep/test_signal.py)")
 
+_GRID_UB = ("GridSample at coordinates that are NaN, infinite or past int64 (a grid value of 3e38 scaled by the "
+             "image size, or one of a symbolic re-run's special-float feeds): ORT's kernel turns them into pixel "
+             "indices with an undefined float-to-integer conversion (x86: INT64_MIN, so border padding reads the "
+             "first pixel and reflection reads outside the image) and weights them with what that leaves; the EP "
+             "saturates the index as ORT on ARM64 does (NaN at the first pixel) and keeps the NaN/inf weights")
+
 # case id (s<seed>-<entry key>-<k>) -> (category, why it is still open)
 KNOWN: dict[str, tuple[str, str]] = {
     "s20261201-DynamicQuantizeLinear-11-2": ("wrong", "DynamicQuantizeLinear over a row holding NaN: ORT's range "
@@ -105,6 +111,15 @@ KNOWN: dict[str, tuple[str, str]] = {
     "s20261201-DFT-20-7": ("wrong", _DFT_SPECIALS),
     "s20261201-DFT-20-9": ("wrong", _DFT_SPECIALS),
     "s20261201-STFT-17-4": ("wrong", _DFT_SPECIALS),
+    "s20261201-GridSample-16..21-0": ("wrong", _GRID_UB),
+    "s20261201-GridSample-16..21-3": ("wrong", _GRID_UB),
+    "s20261201-GridSample-16..21-1": ("wrong", _GRID_UB),
+    "s20261201-GridSample-16..21-2": ("wrong", _GRID_UB),
+    "s20261201-GridSample-16..21-8": ("wrong", _GRID_UB),
+    "s20261201-GridSample-22-1": ("wrong", _GRID_UB),
+    "s20261201-GridSample-22-2": ("wrong", _GRID_UB),
+    "s20261201-GridSample-22-7": ("wrong", _GRID_UB),
+    "s20261201-GridSample-22-11": ("wrong", _GRID_UB),
 }
 
 # `make fuzz` (seed 1, ~50 per entry) on the CPU backend and the same cases eager on the H200: the
@@ -236,4 +251,36 @@ KNOWN_FULL_RUN: dict[str, tuple[str, str]] = {
     "s1-com.microsoft.MoE-1-49": ("wrong", _ORT_MOE_IN_PLACE),
     "s1-com.microsoft.GroupQueryAttention-1-30": ("lost_fallback", _ORT130_GQA),
     "s1-com.microsoft.GroupQueryAttention-1-8": ("lost_fallback", _ORT130_GQA),
+    "s1-GridSample-16..21-2": ("wrong", _GRID_UB),
+    "s1-GridSample-16..21-4": ("wrong", _GRID_UB),
+    "s1-GridSample-16..21-12": ("wrong", _GRID_UB),
+    "s1-GridSample-16..21-14": ("wrong", _GRID_UB),
+    "s1-GridSample-16..21-16": ("wrong", _GRID_UB),
+    "s1-GridSample-16..21-17": ("wrong", _GRID_UB),
+    "s1-GridSample-16..21-19": ("wrong", _GRID_UB),
+    "s1-GridSample-16..21-23": ("wrong", _GRID_UB),
+    "s1-GridSample-16..21-25": ("wrong", _GRID_UB),
+    "s1-GridSample-16..21-26": ("wrong", _GRID_UB),
+    "s1-GridSample-16..21-33": ("wrong", _GRID_UB),
+    "s1-GridSample-16..21-38": ("wrong", _GRID_UB),
+    "s1-GridSample-16..21-43": ("wrong", _GRID_UB),
+    "s1-GridSample-22-2": ("wrong", _GRID_UB),
+    "s1-GridSample-22-9": ("wrong", _GRID_UB),
+    "s1-GridSample-22-10": ("wrong", _GRID_UB),
+    "s1-GridSample-22-11": ("wrong", _GRID_UB),
+    "s1-GridSample-22-14": ("wrong", _GRID_UB),
+    "s1-GridSample-22-16": ("wrong", _GRID_UB),
+    "s1-GridSample-22-19": ("wrong", _GRID_UB),
+    "s1-GridSample-22-21": ("wrong", _GRID_UB),
+    "s1-GridSample-22-22": ("wrong", _GRID_UB),
+    "s1-GridSample-22-30": ("wrong", _GRID_UB),
+    "s1-GridSample-22-32": ("wrong", _GRID_UB),
+    "s1-GridSample-22-35": ("wrong", _GRID_UB),
+    "s1-GridSample-22-37": ("wrong", _GRID_UB),
+    "s1-GridSample-22-38": ("wrong", _GRID_UB),
+    "s1-GridSample-22-39": ("wrong", _GRID_UB),
+    "s1-GridSample-22-40": ("wrong", _GRID_UB),
+    "s1-GridSample-22-42": ("wrong", _GRID_UB),
+    "s1-GridSample-22-43": ("wrong", _GRID_UB),
+    "s1-GridSample-22-44": ("wrong", _GRID_UB),
 }

@@ -308,6 +308,8 @@ def choose_opset(case: Case, latest=False) -> int | None:
         return None if model_types_ok(case, CONTRIB_DEFAULT_OPSET) else -1
     top = min(e.until if e.until is not None else ORT_MAX_OPSET, ORT_MAX_OPSET)
     low = max(e.since, case.variant.min_opset)
+    if case.variant.max_opset is not None:
+        top = min(top, case.variant.max_opset)
     if case.layout in BROADCASTING and len(case.present()) > 1:
         low = max(low, case.spec.broadcast_since)
     versions = range(top, low - 1, -1) if latest else range(low, top + 1)
@@ -399,6 +401,9 @@ def build_cases(entries: list[Entry]) -> list[Case]:
             # A variant setting an attribute this entry does not have belongs to another opset
             # range of the op (Shape-15's start/end, Reshape-14's allowzero).
             if rep and not set(variant.attrs_for(rep)) <= known:
+                continue
+            # A variant that only older opsets accept (GridSample's `bilinear` before 20).
+            if variant.max_opset is not None and variant.max_opset < e.since:
                 continue
             for combo in combos if variant.sweep else ([rep] if rep else []):
                 if variant.when is None or variant.when(combo):

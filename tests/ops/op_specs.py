@@ -210,6 +210,7 @@ class Variant:
     constants: dict = field(default_factory=dict)  # host-known inputs by port (None: absent)
     shapes: list | None = None  # fed input shapes of the basic layout (default: the scheme's)
     min_opset: int = 0  # e.g. 11 for negative axes, which older schemas reject
+    max_opset: int | None = None  # e.g. 19 for GridSample's `bilinear`, which ORT refuses from 20
     sweep: bool = True  # every dtype combination, or only the representative one
     when: Callable[[dict], bool] | None = None  # dtype-combination filter
     domains: dict = field(default_factory=dict)  # per-port domain overrides
