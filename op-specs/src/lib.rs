@@ -18,6 +18,7 @@ mod contrib;
 mod contrib_norm;
 mod control;
 mod conv;
+mod detection;
 mod generate;
 mod indexing;
 mod layout;

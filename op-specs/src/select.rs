@@ -1,4 +1,5 @@
-//! Selecting and reordering along an axis: TopK, ReverseSequence, Compress, CenterCropPad.
+//! Selecting and reordering along an axis: TopK, ReverseSequence, Compress, NonZero,
+//! CenterCropPad.
 
 use mlx_kernels::{ops, Array, Dtype};
 
@@ -190,6 +191,40 @@ fn compress(
     let keep: Vec<i32> = keep.into_iter().filter(|&i| i < dim).collect();
     let index = Array::from_slice(&keep, &[keep.len() as i64])?;
     Ok(ops::take(&source, &index, axis as i32, s)?)
+}
+
+/// The coordinates of the non-zero elements (NaN counts, -0.0 does not), `[rank, count]` in
+/// row-major order; a 0-d input reads as a one-element vector, as ORT reads it. The count is
+/// the data's, so the node runs eagerly and reads a mask of its input on the host.
+#[onnx_op(
+    op = "NonZero", since = 9, types(T = ANY, I = I64), inputs(X: T), outputs(Y: I), shape = Eager
+)]
+fn non_zero(cx: &mut Lower, x: Array) -> Result<Array> {
+    let s = cx.stream();
+    let zero = crate::table::consts::scalar_like(0.0, &x, s)?;
+    let mask = ops::not_equal(&x, &zero, s)?.to_vec::<bool>(s)?;
+    let dims = match x.shape() {
+        shape if shape.is_empty() => vec![1],
+        shape => shape,
+    };
+    let hits: Vec<usize> = mask
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &set)| set.then_some(i))
+        .collect();
+    let mut coordinates = vec![0i64; dims.len() * hits.len()];
+    let mut stride = 1usize;
+    for (axis, &dim) in dims.iter().enumerate().rev() {
+        let row = &mut coordinates[axis * hits.len()..(axis + 1) * hits.len()];
+        for (slot, &flat) in row.iter_mut().zip(&hits) {
+            *slot = ((flat / stride) % dim as usize) as i64;
+        }
+        stride *= dim as usize;
+    }
+    Ok(Array::from_slice(
+        &coordinates,
+        &[dims.len() as i64, hits.len() as i64],
+    )?)
 }
 
 /// Crops (centred) or zero-pads (centred) each of `axes` to the given `shape`.

@@ -1,4 +1,4 @@
-"""TopK, ReverseSequence, Compress, CenterCropPad (op-specs/src/select.rs)."""
+"""TopK, ReverseSequence, Compress, NonZero, CenterCropPad (op-specs/src/select.rs)."""
 
 from __future__ import annotations
 
@@ -72,4 +72,17 @@ SPECS[("", "Compress")] = OpSpec(
 SPECS[("", "CenterCropPad")] = OpSpec(
     ref=_center_crop_pad, exact=True, scheme={"basic": [[4, 3, 2]]}, constants={"shape": _i64(3, 5, 2)},
     variants=[Variant(), _rep(Variant("axes", {"axes": [-1, 0]}, constants={"shape": _i64(5, 1)}))],
+)
+
+
+def _non_zero(xs, a):
+    x = xs[0]
+    return np.array(np.nonzero(x.reshape(1) if x.ndim == 0 else x), dtype=np.int64).reshape(max(x.ndim, 1), -1)
+
+
+SPECS[("", "NonZero")] = OpSpec(
+    ref=_non_zero, exact=True, domains={"X": _ties},
+    scheme={"basic": [[3, 4]], "scalar": [[]], "empty": [[0, 3]],
+            "dynamic": [[[3, 4]], [[2, 5]], [[1, 1]]]},
+    variants=[Variant(), _rep(Variant("rank3", shapes=[[2, 3, 4]])), _rep(Variant("vector", shapes=[[7]]))],
 )
