@@ -30,6 +30,7 @@ mod moe;
 mod normalization;
 mod optional;
 mod packing;
+mod patches;
 mod pool;
 mod qdq;
 mod quantized;
