@@ -1,4 +1,5 @@
-//! Indexing: Gather, GatherElements-style take/put, GatherND, ScatterElements, ScatterND, Scatter.
+//! Indexing: Gather, GatherElements-style take/put, GatherND, ScatterElements, ScatterND, Scatter,
+//! TensorScatter.
 
 use mlx_kernels::{ops, Array};
 
@@ -474,6 +475,117 @@ fn scatter_legacy(
     #[attr(default = 0)] axis: i64,
 ) -> Result<Array> {
     scatter_elements(cx, data, indices, updates, axis, "none".into())
+}
+
+/// A KV-cache update: `past_cache` with `update`'s rows written along `axis` from each batch
+/// row's `write_indices` (0 when absent), wrapping around the cache in `circular` mode. Every
+/// cache row takes either the update row that lands there or its past value, so the output is
+/// one gather and one select, shape-static: the write positions stay on the device. A
+/// negative write index, or (linear mode) rows past the cache's end, fail the run as on ORT.
+#[onnx_op(
+    op = "TensorScatter", since = 24, types(T = ANY, I = I64),
+    inputs(past_cache: T, update: T, write_indices: I), outputs(present_cache: T),
+    shape = ShapeKeyed, claim = tensor_scatter_claim,
+    declines = "a mode other than linear and circular"
+)]
+fn tensor_scatter(
+    cx: &mut Lower,
+    past: Array,
+    update: Array,
+    write_indices: Option<Array>,
+    #[attr(default = -2)] axis: i64,
+    #[attr(default = "linear")] mode: String,
+) -> Result<Array> {
+    let s = cx.stream();
+    let (past_shape, update_shape) = (past.shape(), update.shape());
+    let rank = past_shape.len();
+    let axis = normalise_axis(axis, rank)?;
+    let fits = rank >= 2
+        && axis >= 1
+        && update_shape.len() == rank
+        && (0..rank).all(|d| d == axis || past_shape[d] == update_shape[d]);
+    if !fits {
+        return Err(crate::OpError::new(format!(
+            "past_cache {past_shape:?} and update {update_shape:?} must match except on axis {axis} (not the batch axis)"
+        )));
+    }
+    let (batch, capacity, rows) = (past_shape[0], past_shape[axis], update_shape[axis]);
+    if rows > capacity {
+        return Err(crate::OpError::new(format!(
+            "update holds {rows} rows along axis {axis}, more than the cache's {capacity}"
+        )));
+    }
+    let starts = match write_indices {
+        Some(w) => {
+            if w.shape() != [batch] {
+                return Err(crate::OpError::new(format!(
+                    "write_indices has shape {:?}: expected [{batch}]",
+                    w.shape()
+                )));
+            }
+            let limit = if mode == "circular" {
+                i64::MAX
+            } else {
+                capacity - rows
+            };
+            cx.require_in_range(
+                &w,
+                0,
+                limit,
+                format!("a write index is negative, or (linear mode) writes past the cache's {capacity} rows"),
+            )?;
+            ops::astype(&w, mlx_kernels::Dtype::I64, s)?
+        }
+        None => crate::table::consts::zeros(&[batch], mlx_kernels::Dtype::I64, s)?,
+    };
+    // Checked first: ORT refuses a bad write index even when nothing would be written.
+    if rows == 0 || past.size() == 0 {
+        return Ok(past);
+    }
+    // Per batch row and cache row j: the update row that lands on j, `j - start` (mod the
+    // capacity when circular), if it is one of the update's rows.
+    let mut column = vec![1i64; rank];
+    column[axis] = capacity;
+    let cache_rows = ops::reshape(
+        &ops::arange(0.0, capacity as f64, 1.0, mlx_kernels::Dtype::I64, s)?,
+        &column,
+        s,
+    )?;
+    let mut per_batch = vec![1i64; rank];
+    per_batch[0] = batch;
+    let offset = ops::subtract(&cache_rows, &ops::reshape(&starts, &per_batch, s)?, s)?;
+    let source = if mode == "circular" {
+        let cap = crate::table::consts::scalar(capacity as f64, mlx_kernels::Dtype::I64, s)?;
+        ops::remainder(&offset, &cap, s)?
+    } else {
+        offset
+    };
+    let zero = crate::table::consts::scalar(0.0, mlx_kernels::Dtype::I64, s)?;
+    let last = crate::table::consts::scalar((rows - 1) as f64, mlx_kernels::Dtype::I64, s)?;
+    let lands = ops::logical_and(
+        &ops::greater_equal(&source, &zero, s)?,
+        &ops::less_equal(&source, &last, s)?,
+        s,
+    )?;
+    let picked = ops::minimum(&ops::maximum(&source, &zero, s)?, &last, s)?;
+    let mut gather_shape = update_shape.clone();
+    gather_shape[axis] = capacity;
+    let index = ops::broadcast_to(
+        &ops::astype(&picked, mlx_kernels::Dtype::I32, s)?,
+        &gather_shape,
+        s,
+    )?;
+    let written = ops::take_along_axis(&update, &index, axis as i32, s)?;
+    Ok(ops::where_(&lands, &written, &past, s)?)
+}
+
+fn tensor_scatter_claim(node: &crate::Node) -> crate::Verdict {
+    match node.attr_or("mode", "linear".to_string()).as_str() {
+        "linear" | "circular" => crate::Verdict::Claim,
+        other => crate::Verdict::decline(format!(
+            "mode {other:?}; TensorScatter has linear and circular"
+        )),
+    }
 }
 
 #[cfg(test)]

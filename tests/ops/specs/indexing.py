@@ -106,3 +106,42 @@ SPECS[("", "Scatter")] = OpSpec(
     scheme={"basic": [[2, 3, 4], [2, 2, 4], [2, 2, 4]]},
     variants=[Variant(attrs={"axis": 1})],
 )
+
+
+def _tensor_scatter(xs, a):
+    past, update = xs[0], xs[1]
+    axis = a.get("axis", -2) % past.ndim
+    starts = xs[2] if len(xs) > 2 and xs[2] is not None else np.zeros(past.shape[0], np.int64)
+    out = past.copy()
+    capacity, rows = past.shape[axis], update.shape[axis]
+    for b in range(past.shape[0]):
+        for r in range(rows):
+            j = int(starts[b]) + r
+            if a.get("mode", "linear") == "circular":
+                j %= capacity
+            dst = [b] + [slice(None)] * (past.ndim - 1)
+            src = list(dst)
+            dst[axis], src[axis] = j, r
+            out[tuple(dst)] = update[tuple(src)]
+    return out
+
+
+def _write_starts(limit):
+    def make(dtype, shape, rng, dtypes):
+        return rng.integers(0, limit + 1, size=shape).astype(np.int64)
+
+    return make
+
+
+SPECS[("", "TensorScatter")] = OpSpec(
+    ref=_tensor_scatter, exact=True,
+    domains={"write_indices": _write_starts(3)},  # capacity 5, 2 rows: starts 0..3 stay inside
+    scheme={"basic": [[2, 3, 5, 4], [2, 3, 2, 4], [2]]},
+    variants=[
+        Variant(),
+        _rep(Variant("circular", {"mode": "circular"}, domains={"write_indices": _write_starts(9)})),
+        _rep(Variant("no_write_indices", present=("past_cache", "update"))),
+        _rep(Variant("axis1", {"axis": 1}, shapes=[[2, 6, 3], [2, 4, 3], [2]], domains={"write_indices": _write_starts(2)})),
+        _rep(Variant("last_axis", {"axis": -1}, shapes=[[3, 2, 7], [3, 2, 7], [3]], domains={"write_indices": _write_starts(0)})),
+    ],
+)
