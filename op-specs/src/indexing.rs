@@ -291,7 +291,7 @@ fn scatter_claim(node: &crate::Node) -> crate::Verdict {
 /// winning: MLX's GPU scatter writes duplicate rows in no fixed order (and the halves of a
 /// 64-bit value independently), so each row's last writer is found first (a 32-bit max
 /// scatter of update numbers) and its update gathered.
-fn scatter_rows(
+pub(crate) fn scatter_rows(
     a: &Array,
     rows: &Array,
     updates: &Array,

@@ -1,6 +1,6 @@
 //! Windowed pooling: MaxPool, AveragePool and LpPool (strides, dilations, pads and auto_pad,
 //! ceil_mode, count_include_pad), as reductions over a strided view of the padded input;
-//! GlobalLpPool.
+//! GlobalLpPool; MaxUnpool, which puts MaxPool's maxima back where its indices say.
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
@@ -633,6 +633,85 @@ fn lp_pool(
 fn global_lp_pool(cx: &mut Lower, x: Array, #[attr(default = 2)] p: i64) -> Result<Array> {
     only_n_may_be_empty(&x)?;
     lp_norm(&x, p, &spatial_axes(&x)?, true, cx.stream())
+}
+
+/// MaxPool's inverse: `Y` of zeros with each element of `X` written at its index in `I`, a
+/// flat index into the whole of `Y` (batch and channels included, as MaxPool's Indices are).
+/// `Y`'s shape is `output_shape` when given, else each spatial axis `(in - 1)·stride + kernel -
+/// pads`. Where several elements share an index the last one wins, as in ORT's loop; an index
+/// outside `Y` fails the run, as on ORT.
+#[onnx_op(
+    op = "MaxUnpool", since = 9, types(T1 = FLOAT, T2 = I64),
+    inputs(X: T1, I: T2, output_shape: T2), outputs(output: T1),
+    shape = ShapeKeyed
+)]
+fn max_unpool(
+    cx: &mut Lower,
+    x: Array,
+    indices: Array,
+    #[host] output_shape: Option<Vec<i64>>,
+    #[attr] kernel_shape: Vec<i64>,
+    #[attr] pads: Option<Vec<i64>>,
+    #[attr] strides: Option<Vec<i64>>,
+) -> Result<Array> {
+    let s = cx.stream();
+    let dims = x.shape();
+    let r = kernel_shape.len();
+    if dims.len() != r + 2 || indices.shape() != dims {
+        return Err(OpError::new(format!(
+            "X {dims:?} and I {:?} must have the same shape, with {r} spatial axes (kernel_shape {kernel_shape:?})",
+            indices.shape()
+        )));
+    }
+    let strides = strides.unwrap_or_else(|| vec![1; r]);
+    let pads = pads.unwrap_or_else(|| vec![0; 2 * r]);
+    if strides.len() != r || pads.len() != 2 * r {
+        return Err(OpError::new(format!(
+            "strides {strides:?} and pads {pads:?} do not fit kernel_shape {kernel_shape:?}"
+        )));
+    }
+    let out_shape =
+        match output_shape {
+            Some(shape) => shape,
+            None => {
+                let mut shape = dims[..2].to_vec();
+                shape.extend((0..r).map(|d| {
+                    (dims[d + 2] - 1) * strides[d] + kernel_shape[d] - pads[d] - pads[r + d]
+                }));
+                shape
+            }
+        };
+    if out_shape.len() != dims.len()
+        || out_shape.iter().any(|&d| d < 0)
+        || out_shape[..2] != dims[..2]
+    {
+        return Err(OpError::new(format!(
+            "the output shape {out_shape:?} does not fit X {dims:?} (batch and channels must match)"
+        )));
+    }
+    let total: i64 = out_shape.iter().product();
+    let count = x.size() as i64;
+    if count == 0 || total == 0 {
+        if count > 0 {
+            return Err(OpError::new(format!(
+                "X holds {count} elements but the output {out_shape:?} none: every index is out of bounds"
+            )));
+        }
+        return crate::table::consts::zeros(&out_shape, x.dtype(), s);
+    }
+    let flat_indices = ops::reshape(&indices, &[count], s)?;
+    cx.require_in_range(
+        &flat_indices,
+        0,
+        total - 1,
+        format!("an index of I is out of bounds: the valid range is [0, {total})"),
+    )?;
+    // Kept in bounds whatever the check finds: MLX's scatter does not check.
+    let rows = crate::indexing::in_bounds(&flat_indices, total, s)?;
+    let empty = crate::table::consts::zeros(&[total], x.dtype(), s)?;
+    let values = ops::reshape(&x, &[count, 1], s)?;
+    let y = crate::indexing::scatter_rows(&empty, &rows, &values, ops::ScatterMode::Set, s)?;
+    Ok(ops::reshape(&y, &out_shape, s)?)
 }
 
 #[cfg(test)]

@@ -130,3 +130,47 @@ SPECS[("", "GlobalLpPool")] = OpSpec(
     scheme=_GLOBAL_POOL_SCHEME,
     variants=[Variant(), _rep(Variant("p1", {"p": 1})), _rep(Variant("p3", {"p": 3}))],
 )
+
+
+def _max_unpool(xs, a):
+    x, idx = xs[0], xs[1].astype(np.int64)
+    k, r = a["kernel_shape"], len(a["kernel_shape"])
+    strides, pads = a.get("strides", [1] * r), a.get("pads", [0] * (2 * r))
+    if len(xs) > 2 and xs[2] is not None:
+        shape = [int(v) for v in xs[2]]
+    else:
+        shape = list(x.shape[:2]) + [(x.shape[2 + d] - 1) * strides[d] + k[d] - pads[d] - pads[r + d] for d in range(r)]
+    y = np.zeros(int(np.prod(shape)), x.dtype)
+    for i, v in zip(idx.reshape(-1), x.reshape(-1)):  # the last write wins, as in ORT's loop
+        y[i] = v
+    return y.reshape(shape)
+
+
+def _unpool_indices(total, repeats=False):
+    """Flat indices into an output of `total` elements: distinct, or (repeats) with duplicates."""
+
+    def make(dtype, shape, rng, dtypes):
+        n = int(np.prod(shape))
+        picked = rng.integers(0, total, size=n) if repeats else rng.choice(total, size=n, replace=False)
+        return picked.reshape(shape).astype(np.int64)
+
+    return make
+
+
+SPECS[("", "MaxUnpool")] = OpSpec(
+    ref=_max_unpool, exact=True,
+    domains={"I": _unpool_indices(2 * 3 * 4 * 6)},
+    scheme={"basic": [[2, 3, 2, 3], [2, 3, 2, 3]]},
+    variants=[
+        Variant(attrs={"kernel_shape": [2, 2], "strides": [2, 2]}, present=("X", "I")),
+        _rep(Variant("repeated_indices", {"kernel_shape": [2, 2], "strides": [2, 2]}, present=("X", "I"),
+                     domains={"I": _unpool_indices(2 * 3 * 4 * 6, repeats=True)})),
+        _rep(Variant("pads", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 0, 1]}, present=("X", "I"),
+                     domains={"I": _unpool_indices(2 * 3 * 4 * 5)})),
+        _rep(Variant("output_shape", {"kernel_shape": [2, 2], "strides": [2, 2]},
+                     constants={"output_shape": np.array([2, 3, 5, 7], np.int64)},
+                     domains={"I": _unpool_indices(2 * 3 * 5 * 7)})),
+        _rep(Variant("one_d", {"kernel_shape": [3], "strides": [2]}, present=("X", "I"),
+                     shapes=[[1, 2, 4], [1, 2, 4]], domains={"I": _unpool_indices(1 * 2 * 9)})),
+    ],
+)
