@@ -1,4 +1,4 @@
-//! Matrix products: MatMul, Gemm, Einsum, and com.microsoft FusedMatMul.
+//! Matrix products: MatMul, Gemm, Einsum, and com.microsoft FusedMatMul; Det.
 
 use mlx_kernels::{ops, Array, Dtype};
 
@@ -350,6 +350,101 @@ fn einsum_terms(equation: &str) -> Option<usize> {
 /// ONNX allows spaces in an equation; MLX's parser does not.
 fn without_spaces(equation: &str) -> String {
     equation.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+/// The determinant of each trailing `[n, n]` matrix, by LU decomposition with partial
+/// pivoting (Eigen's `determinant()`, which ORT calls): at step k the row with the largest
+/// |a[i, k]| (the first of equals) comes up, the rows below lose their multiple of it, and the
+/// determinant is the product of the pivots, negated once per row swap. A zero column leaves
+/// its pivot 0 (no division), so a singular matrix gives 0. Float32 (16-bit inputs widened),
+/// unrolled over n steps of whole-batch array ops.
+#[onnx_op(
+    op = "Det", since = 11, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
+    numerics = "float32 LU with partial pivoting as Eigen's; the product of the pivots is taken in order (Eigen may reduce it pairwise), so results can differ from ORT's in the last bits"
+)]
+fn det(cx: &mut Lower, x: Array) -> Result<Array> {
+    let s = cx.stream();
+    let dims = x.shape();
+    let rank = dims.len();
+    if rank < 2 || dims[rank - 1] != dims[rank - 2] {
+        return Err(OpError::new(format!(
+            "X has shape {dims:?}: expected [.., n, n]"
+        )));
+    }
+    let n = dims[rank - 1];
+    let batch_shape = &dims[..rank - 2];
+    let batch: i64 = batch_shape.iter().product();
+    let dtype = x.dtype();
+    if batch == 0 {
+        return crate::table::consts::zeros(batch_shape, dtype, s);
+    }
+    let f = |v: f64| crate::table::consts::scalar(v, Dtype::F32, s);
+    let mut a = ops::reshape(&ops::astype(&x, Dtype::F32, s)?, &[batch, n, n], s)?;
+    let mut det = ops::broadcast_to(&f(1.0)?, &[batch], s)?;
+    let rows = ops::arange(0.0, n as f64, 1.0, Dtype::I32, s)?;
+    for k in 0..n {
+        let ki = k as i32;
+        // Column k below the diagonal (rows < k are masked out of the pivot search).
+        let column = ops::squeeze(
+            &ops::slice(
+                &a,
+                &[0, 0, ki],
+                &[batch as i32, n as i32, ki + 1],
+                &[1, 1, 1],
+                s,
+            )?,
+            &[2],
+            s,
+        )?;
+        let below = ops::greater_equal(
+            &rows,
+            &crate::table::consts::scalar(k as f64, Dtype::I32, s)?,
+            s,
+        )?;
+        let candidates = ops::where_(&below, &ops::abs(&column, s)?, &f(-1.0)?, s)?;
+        let pivot_row = ops::astype(&ops::argmax(&candidates, 1, true, s)?, Dtype::I32, s)?; // [B, 1]
+                                                                                             // Swap rows k and pivot_row.
+        let kk = crate::table::consts::scalar(k as f64, Dtype::I32, s)?;
+        let order = ops::where_(
+            &ops::equal(&rows, &kk, s)?,
+            &pivot_row,
+            &ops::where_(&ops::equal(&rows, &pivot_row, s)?, &kk, &rows, s)?,
+            s,
+        )?; // [B, n]
+        let order = ops::broadcast_to(&ops::expand_dims(&order, &[2], s)?, &[batch, n, n], s)?;
+        a = ops::take_along_axis(&a, &order, 1, s)?;
+        let swapped = ops::not_equal(&ops::squeeze(&pivot_row, &[1], s)?, &kk, s)?;
+        det = ops::where_(&swapped, &ops::negative(&det, s)?, &det, s)?;
+        let pivot_line = ops::slice(
+            &a,
+            &[0, ki, 0],
+            &[batch as i32, ki + 1, n as i32],
+            &[1, 1, 1],
+            s,
+        )?; // [B,1,n]
+        let pivot = ops::slice(
+            &pivot_line,
+            &[0, 0, ki],
+            &[batch as i32, 1, ki + 1],
+            &[1, 1, 1],
+            s,
+        )?; // [B,1,1]
+        det = ops::multiply(&det, &ops::reshape(&pivot, &[batch], s)?, s)?;
+        // Rows below k lose factor · row k; a zero pivot divides nothing.
+        let column = ops::slice(
+            &a,
+            &[0, 0, ki],
+            &[batch as i32, n as i32, ki + 1],
+            &[1, 1, 1],
+            s,
+        )?; // [B,n,1]
+        let zero_pivot = ops::equal(&pivot, &f(0.0)?, s)?;
+        let factor = ops::where_(&zero_pivot, &f(0.0)?, &ops::divide(&column, &pivot, s)?, s)?;
+        let lower = ops::reshape(&ops::greater(&rows, &kk, s)?, &[1, n, 1], s)?;
+        let factor = ops::where_(&lower, &factor, &f(0.0)?, s)?;
+        a = ops::subtract(&a, &ops::multiply(&factor, &pivot_line, s)?, s)?;
+    }
+    Ok(ops::astype(&ops::reshape(&det, batch_shape, s)?, dtype, s)?)
 }
 
 #[cfg(test)]

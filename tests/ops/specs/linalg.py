@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from op_specs import SPECS, OpSpec, Variant, _rep
+from op_table import np_dtype
 
 
 def _gemm(xs, a):
@@ -87,5 +88,30 @@ SPECS[("", "Einsum")] = OpSpec(
         _rep(Variant("dot", {"equation": "i,i"}, shapes=[[5], [5]])),
         _rep(Variant("three", {"equation": "ij,jk,kl->il"}, n_variadic=3, shapes=[[2, 3], [3, 4], [4, 2]])),
         _rep(Variant("broadcast_ellipsis", {"equation": "ab...,b->a..."}, shapes=[[2, 3, 4], [3]])),
+    ],
+)
+
+
+def _singular(dtype, shape, rng, dtypes):
+    """Small integers with one column all zeros (an exact 0) or two equal rows."""
+    x = rng.integers(-3, 4, size=shape).astype(np.float32)
+    x[..., :, 0] = 0
+    x[..., 1, :] = x[..., -1, :]
+    return x.astype(np_dtype(dtype))
+
+
+def _det(xs, a):
+    return np.linalg.det(xs[0].astype(np.float64)).astype(xs[0].dtype)
+
+
+SPECS[("", "Det")] = OpSpec(
+    ref=_det, tolerance_scale=10.0,
+    scheme={"basic": [[3, 3]], "dynamic": [[[2, 4, 4]], [[3, 2, 2]], [[1, 1, 1]]]},
+    variants=[
+        Variant(),
+        _rep(Variant("batched", shapes=[[2, 3, 5, 5]])),
+        _rep(Variant("one_by_one", shapes=[[4, 1, 1]])),
+        _rep(Variant("empty_matrix", shapes=[[2, 0, 0]])),
+        _rep(Variant("singular", shapes=[[3, 4, 4]], domains={"X": _singular})),
     ],
 )
