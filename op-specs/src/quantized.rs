@@ -36,7 +36,7 @@ use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 /// A block of 128 is two groups of 64 with the same scale and bias, so nothing is lost.
 const MLX_MAX_GROUP: i64 = 64;
 
-/// The smallest K handed to MLX's `quantized_matmul` (see `matmul_n_bits`).
+/// The smallest K handed to MLX's `quantized_matmul` (see `Layout::affine`).
 const MIN_AFFINE_K: i64 = 128;
 
 fn power_of_two_block(block: i64) -> bool {
@@ -56,6 +56,14 @@ struct Layout {
 impl Layout {
     fn padded_k(&self) -> i64 {
         self.k_blocks * self.block
+    }
+
+    /// Whether MLX's affine form holds `B` (groups of 32 and up, no g_idx). MLX's CUDA
+    /// quantized_matmul returned uninitialised values for K = 64 (H200, op suite b4_bs64 and
+    /// fuzz s1-MatMulNBits-1-39); K from 128 up matched the CPU backend. Smaller K dequantises,
+    /// whose O(N·K) cost is small there.
+    fn affine(&self, g_idx: bool) -> bool {
+        self.block >= 32 && !g_idx && self.k >= MIN_AFFINE_K
     }
 }
 
@@ -113,9 +121,10 @@ fn scales_f32(scales: &Array, layout: &Layout, s: &Stream) -> Result<Array> {
 /// scales' type; `g_idx` maps each row of K to its block. Computed in float32 and rounded once
 /// to A's type, as ORT's CPU kernel does (it has no bfloat16 kernel: bfloat16 is computed the
 /// same way), except a 16-bit prefill off Metal (`half_prefill`): weights dequantised in A's
-/// type, products accumulated in float32. `accuracy_level` is read and does not change the answer: at level 4 ORT's CPU
-/// kernel quantises A to int8 per block (an error of about 0.5% of the output's range); ours
-/// is the exact float32 product of the dequantised weights at every level. Scales of ±inf give
+/// type, products accumulated in float32. `accuracy_level` is read and does not change the
+/// answer: at level 4 ORT's CPU kernel quantises A to int8 per block (an error of about 0.5% of
+/// the output's range); ours is the exact float32 product of the dequantised weights at every
+/// level. Scales of ±inf give
 /// NaN where ORT may give ±inf (MLX's affine form `scale·q + bias`).
 #[allow(clippy::too_many_arguments)] // six inputs and six attributes, as ORT has them
 #[onnx_op(
@@ -195,8 +204,7 @@ fn matmul_n_bits(
     } else {
         a
     };
-    let affine = block_size >= 32 && g_idx.is_none() && k >= MIN_AFFINE_K;
-    let mut y = if affine && half_prefill(out_dtype, rows, s) {
+    let mut y = if layout.affine(g_idx.is_some()) && half_prefill(out_dtype, rows, s) {
         // Inputs 1-3: with constant weights, repacked once per plan (a key of its own: on
         // the CPU backend the same node also runs decode rows in float32).
         let weights = cx.prepared("affine in A's type", &[1, 2, 3], || {
@@ -253,10 +261,7 @@ fn float32_product(
 ) -> Result<Array> {
     let s = cx.stream();
     let x = cast(a, Dtype::F32, s)?;
-    // MLX's CUDA quantized_matmul returned uninitialised values for K = 64 (H200, op suite
-    // b4_bs64 and fuzz s1-MatMulNBits-1-39); K from 128 up matched the CPU backend. Smaller K
-    // dequantises, whose O(N·K) cost is small there.
-    if layout.block >= 32 && g_idx.is_none() && layout.k >= MIN_AFFINE_K {
+    if layout.affine(g_idx.is_some()) {
         // Inputs 1-3 (B, scales, zero_points): with constant weights, repacked once per plan.
         let weights = cx.prepared("affine", &[1, 2, 3], || {
             affine_weights(b, scales, zero_points.as_ref(), layout, Dtype::F32, s)
