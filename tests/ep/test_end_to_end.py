@@ -95,7 +95,7 @@ def test_runtime_mlx_errors_surface_as_ort_errors_and_the_process_lives_on():
 def test_explain_report_lists_every_node(tmp_path, monkeypatch):
     report = tmp_path / "explain.jsonl"
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_EXPLAIN", str(report))
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="r"), helper.make_node("Det", ["r"], ["y"], name="mm")]
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="r"), helper.make_node("Unique", ["r"], ["y"], name="mm")]
     model = make_model(nodes, [tensor("x", shape=[2, 2])], [tensor("y")])
     ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
     import json
