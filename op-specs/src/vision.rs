@@ -366,13 +366,18 @@ impl Sampler<'_> {
     /// The pixels `[N, C, P]` at one tap of every axis.
     fn read(&self, taps: &[&Tap]) -> Result<Array> {
         let s = self.s;
-        let mut flat: Option<Array> = None;
+        // Pixel numbers in int32: an image of 2^31 pixels is far past what MLX holds at once.
+        let mut index: Option<Array> = None;
         let mut inside: Option<Array> = None;
         let mut stride = 1i64;
         for (axis, tap) in taps.iter().enumerate().rev() {
-            let term = ops::multiply(&tap.index, &self.f(stride as f64)?, s)?;
-            flat = Some(match flat {
-                Some(f) => ops::add(&f, &term, s)?,
+            let term = ops::multiply(
+                &ops::astype(&tap.index, Dtype::I32, s)?,
+                &scalar(stride as f64, Dtype::I32, s)?,
+                s,
+            )?;
+            index = Some(match index {
+                Some(i) => ops::add(&i, &term, s)?,
                 None => term,
             });
             if let Some(i) = &tap.inside {
@@ -383,28 +388,7 @@ impl Sampler<'_> {
             }
             stride *= self.sizes[axis];
         }
-        let flat = flat.ok_or_else(|| OpError::new("GridSample: no spatial axis"))?;
-        // Pixel numbers fit int32 (an image of 2^31 pixels is far past what MLX holds at once);
-        // float32 holds them exactly up to 2^24, past which the index is rebuilt in int32.
-        let index = if stride <= 1 << 24 {
-            ops::astype(&flat, Dtype::I32, s)?
-        } else {
-            let mut index: Option<Array> = None;
-            let mut stride = 1i64;
-            for (axis, tap) in taps.iter().enumerate().rev() {
-                let term = ops::multiply(
-                    &ops::astype(&tap.index, Dtype::I32, s)?,
-                    &scalar(stride as f64, Dtype::I32, s)?,
-                    s,
-                )?;
-                index = Some(match index {
-                    Some(i) => ops::add(&i, &term, s)?,
-                    None => term,
-                });
-                stride *= self.sizes[axis];
-            }
-            index.ok_or_else(|| OpError::new("GridSample: no spatial axis"))?
-        };
+        let index = index.ok_or_else(|| OpError::new("GridSample: no spatial axis"))?;
         let shape = self.image.shape();
         let points = index.shape()[1];
         let index = ops::broadcast_to(
