@@ -1,6 +1,7 @@
 //! MLX's fused `fast` kernels: attention, normalisation, rotary embeddings.
 
 use std::ffi::CString;
+use std::sync::OnceLock;
 
 use super::optional;
 use crate::{sys, Array, DeviceKind, Dtype, Result, Stream};
@@ -51,32 +52,37 @@ pub fn scaled_dot_product_attention(
     })
 }
 
-/// Whether [`scaled_dot_product_attention`] over `dtype` operands on `stream` scores in float32,
-/// as ORT's attention kernels do: always for float32; for float16 and bfloat16 only where MLX
-/// 0.32's CUDA backend hands the call to cuDNN's flash attention (compute capability 8 or later,
-/// both head sizes a multiple of 8 up to 128, more than one query row, cuDNN not turned off with
-/// `MLX_CUDA_USE_CUDNN_SDPA=0`; the masks callers pass are arrays, never a causal mode with more
-/// queries than keys). Elsewhere MLX composes the attention in the operands' type and rounds the
-/// scores to it, so callers widen 16-bit operands to float32 first.
-pub fn scores_in_float32(
+/// The type to hand [`scaled_dot_product_attention`] `dtype` operands in so that it scores in
+/// float32, as ORT's attention kernels do: `dtype` itself for float32, and for float16 and
+/// bfloat16 where MLX 0.32's CUDA backend passes the call to cuDNN's flash attention (compute
+/// capability 8 or later, both head sizes a multiple of 8 up to 128, more than one query row,
+/// cuDNN not turned off with `MLX_CUDA_USE_CUDNN_SDPA=0`, which MLX too reads once; the masks
+/// callers pass are arrays, never a causal mode with more queries than keys). Elsewhere MLX
+/// composes the attention in the operands' type and would round the scores to it, so 16-bit
+/// operands go in as float32.
+pub fn attention_operand_dtype(
     dtype: Dtype,
     query_rows: i64,
     qk_head: i64,
     v_head: i64,
     stream: &Stream,
-) -> bool {
-    if dtype == Dtype::F32 {
-        return true;
-    }
+) -> Dtype {
+    static CUDNN_OFF: OnceLock<bool> = OnceLock::new();
+    let cudnn_off = *CUDNN_OFF
+        .get_or_init(|| std::env::var("MLX_CUDA_USE_CUDNN_SDPA").is_ok_and(|v| v.trim() == "0"));
     let head_fits = |d: i64| d > 0 && d % 8 == 0 && d <= 128;
-    let cudnn_off = std::env::var("MLX_CUDA_USE_CUDNN_SDPA").is_ok_and(|v| v.trim() == "0");
-    matches!(dtype, Dtype::F16 | Dtype::BF16)
+    let cudnn = matches!(dtype, Dtype::F16 | Dtype::BF16)
         && query_rows > 1
         && head_fits(qk_head)
         && head_fits(v_head)
         && !cudnn_off
         && stream.kind() == DeviceKind::Gpu
-        && crate::cuda::compute_capability().is_some_and(|(major, _)| major >= 8)
+        && crate::cuda::compute_capability().is_some_and(|(major, _)| major >= 8);
+    if dtype == Dtype::F32 || cudnn {
+        dtype
+    } else {
+        Dtype::F32
+    }
 }
 
 /// `x / sqrt(mean(x², last axis) + eps) * weight`.

@@ -316,11 +316,7 @@ fn group_query_attention(
             // float32 (cuDNN's flash attention, which rounds only the probabilities to the
             // operands' type for their product with V); elsewhere MLX's composed fallback would
             // round the scores, so they go in as float32.
-            let operand = if ops::scores_in_float32(dtype, seq, head, head, s) {
-                dtype
-            } else {
-                Dtype::F32
-            };
+            let operand = ops::attention_operand_dtype(dtype, seq, head, head, s);
             let wide = |x: &Array| ops::astype(x, operand, s);
             let mask = match &bias {
                 Some(b) => masked(&wide(b)?, &keep, f32::NEG_INFINITY, s)?,

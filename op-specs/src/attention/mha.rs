@@ -89,12 +89,8 @@ pub(super) fn attend(
         };
         // Scored in float32 whatever the node's type, rounded once at the end, as ORT computes
         // it: scores rounded to float16 would overflow where ORT's stay finite. 16-bit operands
-        // stay 16-bit only where MLX's kernel scores them in float32 (`scores_in_float32`).
-        let operand = if ops::scores_in_float32(q.dtype(), sq, h, hv, s) {
-            q.dtype()
-        } else {
-            Dtype::F32
-        };
+        // stay 16-bit only where MLX's kernel scores them in float32.
+        let operand = ops::attention_operand_dtype(q.dtype(), sq, h, hv, s);
         let cast = |a: &Array| ops::astype(a, operand, s);
         let o = fused_attention(&cast(q)?, &cast(k)?, &cast(v)?, scale, mask, s)?;
         let o = ops::astype(&o, step.out, s)?;
