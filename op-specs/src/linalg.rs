@@ -384,27 +384,23 @@ fn det(cx: &mut Lower, x: Array) -> Result<Array> {
     let rows = ops::arange(0.0, n as f64, 1.0, Dtype::I32, s)?;
     for k in 0..n {
         let ki = k as i32;
-        // Column k below the diagonal (rows < k are masked out of the pivot search).
-        let column = ops::squeeze(
-            &ops::slice(
-                &a,
+        let kk = crate::table::consts::scalar(k as f64, Dtype::I32, s)?;
+        // Column k of every matrix, `[B, n, 1]`.
+        let column_k = |a: &Array| {
+            ops::slice(
+                a,
                 &[0, 0, ki],
                 &[batch as i32, n as i32, ki + 1],
                 &[1, 1, 1],
                 s,
-            )?,
-            &[2],
-            s,
-        )?;
-        let below = ops::greater_equal(
-            &rows,
-            &crate::table::consts::scalar(k as f64, Dtype::I32, s)?,
-            s,
-        )?;
-        let candidates = ops::where_(&below, &ops::abs(&column, s)?, &f(-1.0)?, s)?;
+            )
+        };
+        // The pivot: the largest |a[i, k]| from row k down (rows above are masked out).
+        let below = ops::greater_equal(&rows, &kk, s)?;
+        let magnitudes = ops::abs(&ops::squeeze(&column_k(&a)?, &[2], s)?, s)?;
+        let candidates = ops::where_(&below, &magnitudes, &f(-1.0)?, s)?;
         let pivot_row = ops::astype(&ops::argmax(&candidates, 1, true, s)?, Dtype::I32, s)?; // [B, 1]
-                                                                                             // Swap rows k and pivot_row.
-        let kk = crate::table::consts::scalar(k as f64, Dtype::I32, s)?;
+                                                                                             // Rows k and pivot_row swap places.
         let order = ops::where_(
             &ops::equal(&rows, &kk, s)?,
             &pivot_row,
@@ -421,23 +417,17 @@ fn det(cx: &mut Lower, x: Array) -> Result<Array> {
             &[batch as i32, ki + 1, n as i32],
             &[1, 1, 1],
             s,
-        )?; // [B,1,n]
+        )?; // [B, 1, n]
         let pivot = ops::slice(
             &pivot_line,
             &[0, 0, ki],
             &[batch as i32, 1, ki + 1],
             &[1, 1, 1],
             s,
-        )?; // [B,1,1]
+        )?; // [B, 1, 1]
         det = ops::multiply(&det, &ops::reshape(&pivot, &[batch], s)?, s)?;
         // Rows below k lose factor · row k; a zero pivot divides nothing.
-        let column = ops::slice(
-            &a,
-            &[0, 0, ki],
-            &[batch as i32, n as i32, ki + 1],
-            &[1, 1, 1],
-            s,
-        )?; // [B,n,1]
+        let column = column_k(&a)?;
         let zero_pivot = ops::equal(&pivot, &f(0.0)?, s)?;
         let factor = ops::where_(&zero_pivot, &f(0.0)?, &ops::divide(&column, &pivot, s)?, s)?;
         let lower = ops::reshape(&ops::greater(&rows, &kk, s)?, &[1, n, 1], s)?;
