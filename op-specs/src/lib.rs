@@ -44,6 +44,7 @@ mod sequence;
 mod shape;
 mod signal;
 mod softmax;
+mod unique;
 mod vision;
 
 pub use ops_macros::onnx_op;

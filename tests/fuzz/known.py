@@ -85,6 +85,13 @@ _NMS_NAN = ("NonMaxSuppression over scores holding NaN without a score_threshold
             "std::priority_queue, whose heap needs a strict weak order that NaN breaks, so the order it pops "
             "boxes in is undefined; the EP takes NaN scores after every number (op-specs/src/detection.rs)")
 
+_UNIQUE_NAN = ("Unique over floats holding NaN: ORT keys a std::map by `<`, which NaN leaves without a strict weak "
+               "order, so which group a NaN joins depends on the tree's shape; the EP makes NaN one value above "
+               "every number (op-specs/src/unique.rs)")
+
+_ORT_UNIQUE_ABORT = ("ORT's CPU EP aborts (SIGABRT) on Unique along an axis whose slices are empty (a 0 in another "
+                     "dimension); the EP answers one group of them all")
+
 # case id (s<seed>-<entry key>-<k>) -> (category, why it is still open)
 KNOWN: dict[str, tuple[str, str]] = {
     "s20261201-DynamicQuantizeLinear-11-2": ("wrong", "DynamicQuantizeLinear over a row holding NaN: ORT's range "
@@ -288,4 +295,7 @@ KNOWN_FULL_RUN: dict[str, tuple[str, str]] = {
     "s1-GridSample-22-43": ("wrong", _GRID_UB),
     "s1-GridSample-22-44": ("wrong", _GRID_UB),
     "s1-NonMaxSuppression-10-4": ("wrong", _NMS_NAN),
+    "s1-Unique-11-24": ("wrong", _UNIQUE_NAN),
+    "s1-Unique-11-36": ("cpu_only_error", _ORT_UNIQUE_ABORT),
+    "s1-Unique-11-42": ("wrong", _UNIQUE_NAN),
 }
