@@ -92,6 +92,13 @@ _UNIQUE_NAN = ("Unique over floats holding NaN: ORT keys a std::map by `<`, whic
 _ORT_UNIQUE_ABORT = ("ORT's CPU EP aborts (SIGABRT) on Unique along an axis whose slices are empty (a 0 in another "
                      "dimension); the EP answers one group of them all")
 
+_ROI_UB = ("ROI pooling over boxes past int range (3.4e38, 1e30 after scaling): ORT converts the rounded or "
+           "ceiled float to int with C++'s undefined conversion (INT_MIN on x86, so such a box shrinks to a pixel "
+           "or samples nothing); the EP saturates, as ARM64 does (op-specs/src/detection.rs)")
+
+_ROI_EMPTY_IMAGE = ("RoiAlign over an image with an empty axis: ORT's kernel clamps sample rows to H - 1 = -1 and reads "
+                    "memory before the image; the EP reads 0")
+
 # case id (s<seed>-<entry key>-<k>) -> (category, why it is still open)
 KNOWN: dict[str, tuple[str, str]] = {
     "s20261201-DynamicQuantizeLinear-11-2": ("wrong", "DynamicQuantizeLinear over a row holding NaN: ORT's range "
@@ -295,7 +302,16 @@ KNOWN_FULL_RUN: dict[str, tuple[str, str]] = {
     "s1-GridSample-22-43": ("wrong", _GRID_UB),
     "s1-GridSample-22-44": ("wrong", _GRID_UB),
     "s1-NonMaxSuppression-10-4": ("wrong", _NMS_NAN),
+    "s1-MaxRoiPool-1-1": ("wrong", _ROI_UB),
+    "s1-MaxRoiPool-1-2": ("wrong", _ROI_UB),
+    "s1-MaxRoiPool-1-24": ("wrong", _ROI_UB),
+    "s1-RoiAlign-10-16": ("wrong", _ROI_EMPTY_IMAGE),
+    "s1-RoiAlign-10-39": ("lost_fallback", _ROI_UB),
     "s1-Unique-11-24": ("wrong", _UNIQUE_NAN),
+    "s20261201-MaxRoiPool-1-11": ("wrong", _ROI_UB),
+    "s20261201-Unique-11-8": ("wrong", _UNIQUE_NAN),
+    "s20261201-Unique-11-10": ("wrong", _UNIQUE_NAN),
+    "s20261201-Unique-11-11": ("wrong", _UNIQUE_NAN),
     "s1-Unique-11-36": ("cpu_only_error", _ORT_UNIQUE_ABORT),
     "s1-Unique-11-42": ("wrong", _UNIQUE_NAN),
 }

@@ -584,7 +584,7 @@ def reference(case: Case, inputs: dict[str, np.ndarray]) -> list[np.ndarray] | N
         xs.pop()
     with np.errstate(all="ignore"):
         # `_n_outputs`: how many outputs the node has (Split's equal parts).
-        res = case.spec.ref(xs, dict(case.attrs, _n_outputs=len(case.output_instances())))
+        res = case.spec.ref(xs, dict(case.attrs, _n_outputs=len(case.output_instances()), _opset=case.opset))
     res = res if isinstance(res, (list, tuple)) else [res]
     produced = {port.name for _, port in case.output_instances()}
     variadic = any(p.kind == "variadic" for p in case.entry.outputs)

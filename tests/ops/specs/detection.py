@@ -1,10 +1,13 @@
-"""NonMaxSuppression (op-specs/src/detection.rs); the oracle is ORT's CPU EP (float32)."""
+"""NonMaxSuppression, RoiAlign, MaxRoiPool (op-specs/src/detection.rs); the oracle is ORT's CPU EP."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
 from op_specs import SPECS, OpSpec, Variant, _i64, _rep
+from op_table import np_dtype
 
 
 def _iou_exceeds(a, b, iou, center):
@@ -84,5 +87,123 @@ SPECS[("", "NonMaxSuppression")] = OpSpec(
         _rep(Variant("no_limit_means_none", constants={"max_output_boxes_per_class": None, "iou_threshold": None,
                                                        "score_threshold": None})),
         _rep(Variant("negative_limit", constants={"max_output_boxes_per_class": _i64(-2)})),
+    ],
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# RoiAlign and MaxRoiPool: references in float32 arithmetic, as ORT's kernels compute.
+
+_f = np.float32
+
+
+def _bilinear_taps(y, x, h, w):
+    if y < -1.0 or y > h or x < -1.0 or x > w:
+        return [(0, 0, _f(0))] * 4
+    y, x = max(y, _f(0)), max(x, _f(0))
+    yl, xl = min(int(y), h - 1), min(int(x), w - 1)
+    yh, xh = (yl, _f(yl)) if yl >= h - 1 else (yl + 1, y), (xl, _f(xl)) if xl >= w - 1 else (xl + 1, x)
+    (yh, y), (xh, x) = yh, xh
+    ly, lx = _f(y - _f(yl)), _f(x - _f(xl))
+    hy, hx = _f(1) - ly, _f(1) - lx
+    return [(yl, xl, hy * hx), (yl, xh, hy * lx), (yh, xl, ly * hx), (yh, xh, ly * lx)]
+
+
+def _roi_align(xs, a):
+    x, rois, batch = xs[0].astype(_f), xs[1].astype(_f), xs[2]
+    _, c, h, w = x.shape
+    oh, ow = a.get("output_height", 1), a.get("output_width", 1)
+    ratio, scale = a.get("sampling_ratio", 0), _f(a.get("spatial_scale", 1.0))
+    half = a.get("coordinate_transformation_mode", "half_pixel") == "half_pixel" and a["_opset"] >= 16
+    shift = _f(0.5) if half else _f(0)
+    out = np.zeros([len(rois), c, oh, ow], _f)
+    for r, box in enumerate(rois):
+        start = [box[1] * scale - shift, box[0] * scale - shift]
+        extent = [(box[3] * scale - shift) - start[0], (box[2] * scale - shift) - start[1]]
+        if not half:
+            extent = [max(e, _f(1)) for e in extent]
+        bins = [_f(extent[0] / _f(oh)), _f(extent[1] / _f(ow))]
+        grid = [ratio or int(np.ceil(extent[0] / _f(oh))), ratio or int(np.ceil(extent[1] / _f(ow)))]
+        img = x[batch[r]]
+        for ph, pw in itertools.product(range(oh), range(ow)):
+            total, best = np.zeros(c, _f), None
+            for iy, ix in itertools.product(range(grid[0]), range(grid[1])):
+                y = start[0] + _f(ph) * bins[0] + _f(iy + 0.5) * bins[0] / _f(grid[0])
+                xx = start[1] + _f(pw) * bins[1] + _f(ix + 0.5) * bins[1] / _f(grid[1])
+                terms = [wt * img[:, yy, xc] for yy, xc, wt in _bilinear_taps(_f(y), _f(xx), h, w)]
+                if a.get("mode", "avg") == "max":
+                    value = np.maximum.reduce(terms)
+                    best = value if best is None else np.maximum(best, value)
+                else:
+                    total = total + ((terms[0] + terms[1]) + terms[2]) + terms[3]
+            count = _f(max(grid[0] * grid[1], 1))
+            out[r, :, ph, pw] = (best if best is not None else np.zeros(c, _f)) if a.get("mode") == "max" \
+                else total / count
+    return out.astype(xs[0].dtype)
+
+
+def _max_roi_pool(xs, a):
+    x, rois = xs[0], xs[1].astype(_f)
+    _, c, h, w = x.shape
+    ph_n, pw_n = a["pooled_shape"]
+    scale = _f(a.get("spatial_scale", 1.0))
+    out = np.zeros([len(rois), c, ph_n, pw_n], _f)
+    for r, box in enumerate(rois):
+        b = int(box[0])
+        x1, y1, x2, y2 = (int(np.sign(v) * np.floor(abs(v) + _f(0.5))) for v in (box[1:] * scale).astype(_f))
+        rh, rw = max(y2 - y1 + 1, 1), max(x2 - x1 + 1, 1)
+        bh, bw = _f(rh) / _f(ph_n), _f(rw) / _f(pw_n)
+        for ph, pw in itertools.product(range(ph_n), range(pw_n)):
+            hs = min(max(int(np.floor(_f(ph) * bh)) + y1, 0), h)
+            he = min(max(int(np.ceil(_f(ph + 1) * bh)) + y1, 0), h)
+            ws = min(max(int(np.floor(_f(pw) * bw)) + x1, 0), w)
+            we = min(max(int(np.ceil(_f(pw + 1) * bw)) + x1, 0), w)
+            if he > hs and we > ws:
+                out[r, :, ph, pw] = x[b, :, hs:he, ws:we].max(axis=(1, 2))
+    return out
+
+
+def _align_boxes(dtype, shape, rng, dtypes):
+    """x1, y1, x2, y2 on a 6x7 map: mostly inside, some past an edge, one smaller than a pixel."""
+    lo = rng.uniform(-1.5, 4.0, size=(shape[0], 2))
+    size = rng.uniform(0.3, 4.5, size=(shape[0], 2))
+    return np.concatenate([lo, lo + size], axis=1).astype(np_dtype(dtype))
+
+
+def _image_of_two(dtype, shape, rng, dtypes):
+    return rng.integers(0, 2, size=shape).astype(np.int64)
+
+
+def _pool_boxes(dtype, shape, rng, dtypes):
+    """batch, x1, y1, x2, y2 (scaled by 0.5 in the variants that set spatial_scale)."""
+    lo = rng.uniform(-2.0, 5.0, size=(shape[0], 2))
+    size = rng.uniform(0.0, 6.0, size=(shape[0], 2))
+    batch = rng.integers(0, 2, size=(shape[0], 1)).astype(np.float64)
+    return np.concatenate([batch, lo, lo + size], axis=1).astype(np.float32)
+
+
+SPECS[("", "RoiAlign")] = OpSpec(
+    ref=_roi_align, domains={"rois": _align_boxes, "batch_indices": _image_of_two},
+    scheme={"basic": [[2, 3, 6, 7], [5, 4], [5]], "empty": [[2, 3, 6, 7], [0, 4], [0]],
+            "dynamic": [[[2, 3, 6, 7], [5, 4], [5]], [[2, 1, 4, 9], [3, 4], [3]], [[2, 2, 3, 3], [1, 4], [1]]]},
+    variants=[
+        Variant("default", {"output_height": 2, "output_width": 3}),
+        _rep(Variant("output_half_pixel", {"output_height": 2, "output_width": 2,
+                                           "coordinate_transformation_mode": "output_half_pixel"}, min_opset=16)),
+        _rep(Variant("max", {"mode": "max", "output_height": 3, "output_width": 2, "sampling_ratio": 2})),
+        _rep(Variant("sampling_ratio_scaled", {"sampling_ratio": 3, "spatial_scale": 0.5})),
+        _rep(Variant("upper_case_mode", {"mode": "AVG"})),
+    ],
+)
+
+
+SPECS[("", "MaxRoiPool")] = OpSpec(
+    ref=_max_roi_pool, exact=True, domains={"rois": _pool_boxes},
+    scheme={"basic": [[2, 3, 6, 7], [5, 5]], "empty": [[2, 3, 6, 7], [0, 5]],
+            "dynamic": [[[2, 3, 6, 7], [5, 5]], [[2, 1, 4, 9], [3, 5]], [[2, 2, 3, 3], [1, 5]]]},
+    variants=[
+        Variant("default", {"pooled_shape": [2, 3]}),
+        _rep(Variant("scaled", {"pooled_shape": [3, 2], "spatial_scale": 0.5})),
+        _rep(Variant("one_bin", {"pooled_shape": [1, 1]})),
     ],
 )
