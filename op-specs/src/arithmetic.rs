@@ -104,11 +104,12 @@ fn is_signed_int(a: &Array) -> bool {
 }
 
 /// Elementwise power. Two floats of different types, or 16-bit ones, are raised in float32
-/// and rounded to the base's type; mixed integer/float operands are declined (ORT's type rules for them are not MLX's).
+/// and rounded to the base's type; a float32 base takes an int32 or int64 exponent; an integer
+/// base with a float exponent is declined (ORT raises it in double).
 #[onnx_op(
     op = "Pow", since = 7, types(T = FLOAT | I32 | I64, T1 = FLOAT | I32 | I64),
     inputs(X: T, Y: T1), outputs(Z: T), shape = Shapeless, claim = pow_claim,
-    declines = "an exponent type different from the base's, unless both are floats; an int64 base (ORT raises it through double)"
+    declines = "an exponent type different from the base's, unless both are floats or the base is float32 and the exponent an integer; an int64 base (ORT raises it through double)"
 )]
 fn pow(cx: &mut Lower, x: Array, y: Array) -> Result<Array> {
     let s = cx.stream();
@@ -116,6 +117,9 @@ fn pow(cx: &mut Lower, x: Array, y: Array) -> Result<Array> {
         return int32_pow(&x, &y, s);
     }
     use mlx_kernels::Dtype::{BF16, F16, F32};
+    if x.dtype() == F32 && !y.dtype().is_float() {
+        return float_int_pow(&x, &y, s);
+    }
     if x.dtype() != y.dtype() || matches!(x.dtype(), F16 | BF16) {
         // Two floats (the claim), at least one 16-bit: raised in float32, into which both
         // widen exactly, and rounded once, as ORT's std::pow evaluates in the wider type.
@@ -126,6 +130,43 @@ fn pow(cx: &mut Lower, x: Array, y: Array) -> Result<Array> {
         return Ok(ops::astype(&power, x.dtype(), s)?);
     }
     Ok(ops::power(&x, &y, s)?)
+}
+
+/// ORT's float32 power by an integer, `(float)std::pow((double)x, (double)y)`: |x| raised in
+/// float32 (the rounded exponent moves the result by an ulp at most where it is finite), the
+/// sign from the exponent's parity, read from the integer itself because float32 rounds odd
+/// exponents past 2^24 to even ones. Past 2^53 the double ORT raises by is even, so those
+/// exponents count as even here too.
+fn float_int_pow(x: &Array, y: &Array, s: &Stream) -> Result<Array> {
+    let zero = scalar_like(0.0, x, s)?;
+    let magnitude = ops::power(
+        &ops::abs(x, s)?,
+        &ops::astype(y, mlx_kernels::Dtype::F32, s)?,
+        s,
+    )?;
+    let ones_bit = ops::bitwise_and(y, &scalar_like(1.0, y, s)?, s)?;
+    let mut odd = ops::not_equal(&ones_bit, &scalar_like(0.0, y, s)?, s)?;
+    if y.dtype() == mlx_kernels::Dtype::I64 {
+        let exact_in_double = ops::less(&ops::abs(y, s)?, &scalar_like(2f64.powi(53), y, s)?, s)?;
+        odd = ops::logical_and(&odd, &exact_in_double, s)?;
+    }
+    // The sign bit, -0.0 included (1 / -0.0 is -inf): (-0)^-3 is -inf.
+    let negative = ops::logical_or(
+        &ops::less(x, &zero, s)?,
+        &ops::logical_and(
+            &ops::equal(x, &zero, s)?,
+            &ops::less(&ops::reciprocal(x, s)?, &zero, s)?,
+            s,
+        )?,
+        s,
+    )?;
+    let flip = ops::logical_and(&negative, &odd, s)?;
+    Ok(ops::where_(
+        &flip,
+        &ops::negative(&magnitude, s)?,
+        &magnitude,
+        s,
+    )?)
 }
 
 /// ORT's int32 power, `(int32_t)std::pow((double)x, (double)y)`: truncated toward zero (2^-1
@@ -197,6 +238,14 @@ fn pow_claim(node: &crate::Node) -> crate::Verdict {
         ),
         (Some(x), Some(y)) if x == y => crate::Verdict::Claim,
         (Some(x), Some(y)) if is_float(x) && is_float(y) => crate::Verdict::Claim,
+        (Some(crate::ElemType::Float), Some(crate::ElemType::Int32 | crate::ElemType::Int64)) => {
+            crate::Verdict::Claim
+        }
+        (Some(crate::ElemType::Int32), Some(y)) if is_float(y) => crate::Verdict::decline(format!(
+            "an int32 base with a {} exponent: ORT raises it in double and truncates, and int32 \
+             bases past 2^24 need more precision than float32 (MLX's GPUs have no float64)",
+            y.short_name()
+        )),
         (x, y) => crate::Verdict::decline(format!(
             "base {} with exponent {}: only equal types or two floats",
             x.map_or("?", |t| t.short_name()),

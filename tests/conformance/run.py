@@ -908,6 +908,20 @@ def render_doc(results: dict[str, Result], kinds=KINDS) -> str:
         out.append(f"| {sum(len(c) for _, c in ranked[40:])} | ({len(ranked) - 40} more reasons) | |")
     out.append("")
 
+    kept = sorted((r for r in results.values() if r.cls in ("partial", "cpu")), key=lambda r: r.case)
+    out += [
+        "## Every case on ORT's CPU EP",
+        "",
+        "Each `partial` and `cpu` case with the reasons the EP gave for the nodes it declined.",
+        "",
+        "| case | class | why |",
+        "|---|---|---|",
+    ]
+    for r in kept:
+        why = "; ".join(sorted(r.declines)) or "no decline reported"
+        out.append(f"| {r.case} | {r.cls} | {_md(one_line(why, 300))} |")
+    out.append("")
+
     groups: dict[str, list[str]] = defaultdict(list)
     for r in results.values():
         if r.cls == "unsupported-by-ort":

@@ -562,6 +562,28 @@ def test_int64_pow_is_left_to_ort():
     np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
 
 
+def test_int32_base_float_exponent_is_left_to_ort():
+    node = helper.make_node("Pow", ["x", "y"], ["z"])
+    model = make_model([node], [tensor("x", TensorProto.INT32), tensor("y")],
+                       [tensor("z", TensorProto.INT32)], opset=15)
+    feeds = {"x": np.array([16777217, 7], np.int32), "y": np.array([1.0, 2.5], np.float32)}  # 2^24 + 1
+    run = Run(model, feeds)
+    assert run.providers_of_kernels() == {"CPUExecutionProvider"}
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
+
+
+@pytest.mark.parametrize("exponent_type", [TensorProto.INT32, TensorProto.INT64])
+def test_float_base_integer_exponent_keeps_the_exponents_parity(exponent_type):
+    node = helper.make_node("Pow", ["x", "y"], ["z"])
+    model = make_model([node], [tensor("x"), tensor("y", exponent_type)], [tensor("z")], opset=15)
+    big = 2**53 + 1 if exponent_type == TensorProto.INT64 else 2**30 + 1
+    # Odd exponents past 2^24 round to even ones in float32; ORT's double keeps them odd (up to 2^53).
+    x = np.array([-1.0, -1.0, -0.0, -0.0, -2.0, 1.5, -np.inf, np.nan, -1.0], np.float32)
+    y = np.array([2**25 + 1, big, -3, 3, 3, -2, 5, 0, -(2**25 + 1)])
+    feeds = {"x": x, "y": y.astype(np.int64 if exponent_type == TensorProto.INT64 else np.int32)}
+    assert_matches_cpu_on_mlx(model, feeds, rtol=0, atol=0)
+
+
 # --- Celu's exp(x / alpha) - 1; float16 Gemm in float32; FastGelu's 16-bit broadcast ------------
 
 

@@ -31,7 +31,14 @@ pub fn markdown() -> String {
          String ops stay on ORT's CPU EP by design: MLX has no string type (StringNormalizer, \
          RegexFullMatch, CategoryMapper, the string forms of LabelEncoder and of the classifiers' \
          labels), and ZipMap, CastMap and DictVectorizer read or write maps, which ORT never passes \
-         across a fused node.\n\n",
+         across a fused node.\n\n\
+         Two ops run on MLX without a row: ORT's CPU EP has no kernel for \
+         NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss, so ORT replaces each with its ONNX \
+         function body before partitioning, and the body's nodes are claimed (CONFORMANCE.md shows \
+         every case of both on MLX). Not claimed because ORT's CPU EP does not run them either: \
+         ImageDecoder (no kernel in ORT 1.31; MLX has no image codecs, so this EP could not decode \
+         as ORT would) and the opset-27 ops such as CausalConvWithState and LinearAttention (ORT \
+         1.31 refuses opset 27 models).\n\n",
     );
     let _ = writeln!(
         out,
