@@ -2,29 +2,121 @@
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
+use crate::qdq::float8_grid;
 use crate::table::consts::scalar;
-use crate::{onnx_op, Lower, Result};
+use crate::{onnx_op, ElemType, Lower, OpError, Result};
 
 /// Converts to the type named by `to`: floats to integers truncate toward zero, saturating at
 /// the integer type's range (NaN gives 0), anything to bool is `!= 0`. The output's declared type
-/// is `to` (ONNX type inference guarantees it), so `to` itself is not read. `saturate` and
-/// `round_mode` only concern float8/float4 targets, which are not claimed.
+/// is `to` (ONNX type inference guarantees it), so `to` itself is not read. To a float8 type, the
+/// value is rounded to nearest even on its grid, `saturate` (default 1) clamping what lies past
+/// its largest finite value; to int4/uint4, as ORT 1.31.1 does, a float is rounded half away
+/// from zero and every integer keeps its low four bits (NaN and ±inf give 0). Float8 and 4-bit
+/// values travel in carriers that hold them exactly (DESIGN.md, narrow element types), so casts
+/// from them convert the carrier. `round_mode` concerns float8e8m0 and float4, not claimed.
 #[onnx_op(
-    op = "Cast", since = 6, types(T1 = ANY, T2 = ANY), ignores(to: i64, saturate: i64, round_mode: String),
-    inputs(input: T1), outputs(output: T2), shape = Shapeless
+    op = "Cast", since = 6,
+    types(T1 = ANY | since(19, FLOAT8) | since(21, I4 | U4), T2 = ANY | since(19, FLOAT8) | since(21, I4 | U4)),
+    ignores(to: i64, round_mode: String),
+    inputs(input: T1), outputs(output: T2), shape = Shapeless, claim = saturate_claim,
+    declines = "int2, uint2, float4e2m1 and float8e8m0 (no carrier), and float64 (in no general set); saturate other than 1 on a cast to anything but float8 (ORT refuses 0 and misreads the rest)"
 )]
-fn cast(cx: &mut Lower, x: Array) -> Result<Array> {
-    let target = cx.output_dtype(0)?;
-    convert(&x, target, cx.stream())
+fn cast(cx: &mut Lower, x: Array, #[attr(default = 1, since = 19)] saturate: i64) -> Result<Array> {
+    let node = cx.node();
+    let to = node
+        .output_type(0)
+        .ok_or_else(|| OpError::new("the output's type is unknown"))?;
+    convert_to(&x, to, saturate == 1, cx.stream())
 }
 
-/// Converts `input` to the element type of `target_type`.
+/// `saturate` other than its default (1) is for float8 targets: ORT's Cast refuses 0 for any
+/// other target and answers from an uninitialised buffer for other values (2, -1) to integers
+/// and bool. Such a node is left to it.
+fn saturate_claim(node: &crate::Node) -> crate::Verdict {
+    let target = node.output_type(0);
+    let float8 = target.is_some_and(|t| crate::dtypes::FLOAT8.contains(t));
+    let saturate = node.attr_or("saturate", 1i64);
+    if saturate != 1 && !float8 {
+        return crate::Verdict::decline(format!(
+            "saturate = {saturate} on a cast to {}: ORT's Cast takes it only for float8 targets",
+            target.map_or("?", ElemType::short_name)
+        ));
+    }
+    crate::Verdict::Claim
+}
+
+/// Converts `input` to the element type of `target_type` (as Cast, `saturate` included).
 #[onnx_op(
-    op = "CastLike", since = 15, types(T1 = ANY, T2 = ANY), ignores(saturate: i64, round_mode: String),
-    inputs(input: T1, target_type: T2), outputs(output: T2), shape = Shapeless
+    op = "CastLike", since = 15,
+    types(T1 = ANY | since(19, FLOAT8) | since(21, I4 | U4), T2 = ANY | since(19, FLOAT8) | since(21, I4 | U4)),
+    ignores(round_mode: String),
+    inputs(input: T1, target_type: T2), outputs(output: T2), shape = Shapeless, claim = saturate_claim,
+    declines = "int2, uint2, float4e2m1 and float8e8m0 (no carrier), and float64 (in no general set); saturate other than 1 on a cast to anything but float8 (ORT refuses 0 and misreads the rest)"
 )]
-fn cast_like(cx: &mut Lower, x: Array, target: Array) -> Result<Array> {
-    convert(&x, target.dtype(), cx.stream())
+fn cast_like(
+    cx: &mut Lower,
+    x: Array,
+    target: Array,
+    #[attr(default = 1, since = 19)] saturate: i64,
+) -> Result<Array> {
+    let _ = target;
+    let node = cx.node();
+    let to = node
+        .input_type(1)
+        .ok_or_else(|| OpError::new("target_type's type is unknown"))?;
+    convert_to(&x, to, saturate == 1, cx.stream())
+}
+
+/// `x` (its own type, or a narrow type's carrier) as element type `to`, in `to`'s carrier when
+/// it is narrow.
+fn convert_to(x: &Array, to: ElemType, saturate: bool, s: &Stream) -> Result<Array> {
+    if crate::dtypes::FLOAT8.contains(to) {
+        return float8_grid(&ops::astype(x, Dtype::F32, s)?, to, saturate, s);
+    }
+    if matches!(to, ElemType::Int4 | ElemType::Uint4) {
+        return low_nibble(x, to == ElemType::Int4, s);
+    }
+    let target = to
+        .to_mlx()
+        .ok_or_else(|| OpError::new(format!("no MLX type for {}", to.onnx_name())))?;
+    convert(x, target, s)
+}
+
+/// ORT's cast to int4/uint4: floats rounded half away from zero, then the low four bits of the
+/// integer (two's complement for int4). Floats past 2^31 are multiples of 16 and NaN and ±inf
+/// give 0, as on x86 (whose conversion makes them INT32_MIN, low bits 0).
+fn low_nibble(x: &Array, signed: bool, s: &Stream) -> Result<Array> {
+    let whole = if x.dtype().is_float() {
+        let v = ops::astype(x, Dtype::F32, s)?;
+        let f = |value: f64| scalar(value, Dtype::F32, s);
+        let truncated = ops::trunc(&v, s)?;
+        let away = ops::greater_equal(
+            &ops::abs(&ops::subtract(&v, &truncated, s)?, s)?,
+            &f(0.5)?,
+            s,
+        )?;
+        let rounded = ops::where_(
+            &away,
+            &ops::add(&truncated, &ops::sign(&v, s)?, s)?,
+            &truncated,
+            s,
+        )?;
+        let small = ops::less(&ops::abs(&rounded, s)?, &f(2f64.powi(31))?, s)?;
+        ops::astype(&ops::where_(&small, &rounded, &f(0.0)?, s)?, Dtype::I64, s)?
+    } else {
+        ops::astype(x, Dtype::I64, s)?
+    };
+    let i64s = |value: f64| scalar(value, Dtype::I64, s);
+    let mut nibble = ops::bitwise_and(&whole, &i64s(15.0)?, s)?;
+    if signed {
+        let high = ops::greater_equal(&nibble, &i64s(8.0)?, s)?;
+        nibble = ops::where_(&high, &ops::subtract(&nibble, &i64s(16.0)?, s)?, &nibble, s)?;
+    }
+    Ok(ops::astype(
+        &nibble,
+        if signed { Dtype::I8 } else { Dtype::U8 },
+        s,
+    )?)
 }
 
 /// `input`'s bits read as the output's element type, which has the same width (`to` is the
@@ -207,5 +299,61 @@ mod tests {
             node("BitCast", 26, &[ElemType::Float], ElemType::Int64).attr("to", AttrValue::Int(7));
         assert!(!claimed(&wider));
         assert!(decline_reason(&wider).contains("equal ones"));
+    }
+
+    #[test]
+    fn four_bit_targets_keep_the_low_bits_of_the_value_rounded_half_away() {
+        let s = stream();
+        let x = f32s(
+            &[
+                -10.0,
+                -8.5,
+                -7.5,
+                -0.5,
+                2.5,
+                7.5,
+                100.0,
+                f32::NAN,
+                f32::INFINITY,
+                3e9,
+            ],
+            &[10],
+        );
+        let to_i4 =
+            node("Cast", 21, &[ElemType::Float], ElemType::Int4).attr("to", AttrValue::Int(22));
+        assert_eq!(
+            run1(&to_i4, &[Some(x.clone())]).to_vec::<i8>(&s).unwrap(),
+            vec![6, 7, -8, -1, 3, -8, 4, 0, 0, 0]
+        );
+        let to_u4 =
+            node("Cast", 21, &[ElemType::Float], ElemType::Uint4).attr("to", AttrValue::Int(21));
+        assert_eq!(
+            run1(&to_u4, &[Some(x)]).to_vec::<u8>(&s).unwrap(),
+            vec![6, 7, 8, 15, 3, 8, 4, 0, 0, 0]
+        );
+    }
+
+    #[test]
+    fn float8_targets_saturate_unless_told_not_to_and_saturate_elsewhere_is_declined() {
+        use crate::table::testing::{claimed, decline_reason};
+        let s = stream();
+        let x = f32s(&[1000.0, -17.0, 0.1], &[3]);
+        let to_f8 = |saturate: i64| {
+            node("Cast", 19, &[ElemType::Float], ElemType::Float8E4M3FN)
+                .attr("to", AttrValue::Int(17))
+                .attr("saturate", AttrValue::Int(saturate))
+        };
+        let held = |n: &crate::Node| {
+            values_f32(&ops::astype(&run1(n, &[Some(x.clone())]), Dtype::F32, &s).unwrap())
+        };
+        // On e4m3's grid -17 ties to even (-16) and 0.1 is 0.1015625; 1000 saturates or is NaN.
+        assert_eq!(held(&to_f8(1)), vec![448.0, -16.0, 0.1015625]);
+        assert!(held(&to_f8(0))[0].is_nan());
+        assert!(held(&to_f8(2))[0].is_nan());
+        let to_i32 = node("Cast", 19, &[ElemType::Float], ElemType::Int32)
+            .attr("to", AttrValue::Int(6))
+            .attr("saturate", AttrValue::Int(0));
+        assert!(!claimed(&to_i32));
+        assert!(decline_reason(&to_i32).contains("float8"));
     }
 }

@@ -479,7 +479,7 @@ fn grid_of(elem: ElemType) -> Result<Grid> {
 /// Beyond the largest finite value: `saturate` clamps to it (±inf too); otherwise NaN, or ±inf
 /// for e5m2, except where ORT's bit-level code answers otherwise: e4m3fn maps |v| in [480, 496)
 /// to ±448, e5m2 maps |v| in [61440, 65536) to NaN. NaN stays NaN; the FNUZ types have no -0.
-fn float8_grid(v: &Array, elem: ElemType, saturate: bool, s: &Stream) -> Result<Array> {
+pub(crate) fn float8_grid(v: &Array, elem: ElemType, saturate: bool, s: &Stream) -> Result<Array> {
     let grid = grid_of(elem)?;
     let int = |value: i64| scalar(value as f64, Dtype::I32, s);
     let float = |value: f64| scalar(value, Dtype::F32, s);

@@ -38,15 +38,40 @@ def _cast_like_combos(d):
     return d["T1"] == d["T2"] or d["T1"] in _CAST_REP or d["T2"] in _CAST_REP
 
 
+def _nibble(x, signed):
+    """ORT's cast to int4/uint4: floats rounded half away from zero, then the low four bits."""
+    if x.dtype.kind == "f":
+        whole = np.where(np.isfinite(x), np.trunc(x + np.copysign(0.5, x)), 0)
+        whole = np.where(np.abs(whole) < 2**31, whole, 0).astype(np.int64)
+    else:
+        whole = x.astype(np.int64)
+    low = whole & 15
+    return np.where(low >= 8, low - 16, low) if signed else low
+
+
+def _cast(xs, a):
+    """The input, read as the target type (the harness rounds it there), except for 4-bit targets."""
+    four_bit = {tensor_type("int4"): "int4", tensor_type("uint4"): "uint4"}
+    target = four_bit.get(a["to"]) if "to" in a else str(xs[1].dtype)
+    if target in ("int4", "uint4"):
+        return _nibble(np.asarray(xs[0]), target == "int4")
+    return xs[0]
+
+
+def _target(dtype, shape, rng, dtypes):
+    """CastLike's target_type: only its type matters."""
+    return round_to(np.zeros(shape), dtype)
+
+
 SPECS[("", "Cast")] = OpSpec(
-    ref=lambda xs, a: xs[0], exact=True, scheme="unary", domains={"input": cast_source},
+    ref=_cast, exact=True, scheme="unary", domains={"input": cast_source},
     variants=[
         Variant(attrs=lambda d: {"to": _to(d["T2"])}),
         Variant("saturate", attrs=lambda d: {"to": _to(d["T2"]), "saturate": 1}, sweep=False),
     ],
 )
 SPECS[("", "CastLike")] = OpSpec(
-    ref=lambda xs, a: xs[0], exact=True, scheme="castlike", domains={"input": cast_source},
+    ref=_cast, exact=True, scheme="castlike", domains={"input": cast_source, "target_type": _target},
     combos=_cast_like_combos,
     variants=[Variant(), Variant("saturate", {"saturate": 1}, sweep=False)],
     note="representative matrix: every pair with a float/bfloat16 side, plus T1 == T2",
