@@ -152,10 +152,10 @@ fn declines_always_carry_a_reason() {
             node(
                 "Pow",
                 15,
-                &[ElemType::Float, ElemType::Int64],
-                ElemType::Float,
+                &[ElemType::Int32, ElemType::Float],
+                ElemType::Int32,
             ),
-            "base f32 with exponent i64",
+            "an int32 base with a f32 exponent",
         ),
         (
             node("Gelu", 20, &[ElemType::Float], ElemType::Float)

@@ -109,8 +109,11 @@ def test_a_condition_from_shapes_stays_compiled_keyed_on_it(monkeypatch, capfd):
 
 
 def test_a_branch_with_a_declined_node_keeps_the_if_on_the_cpu_ep_with_the_reason(tmp_path, monkeypatch):
-    # Unique has no MLX lowering (its output's length comes from the data).
-    model = if_model([helper.make_node("Add", ["x", "x"], ["t"])], [helper.make_node("Unique", ["x"], ["e"])])
+    # TfIdfVectorizer has no MLX lowering.
+    tf_idf = [helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT64),
+              helper.make_node("TfIdfVectorizer", ["xi"], ["e"], mode="TF", min_gram_length=1, max_gram_length=1,
+                               max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1], pool_int64s=[2, 3])]
+    model = if_model([helper.make_node("Add", ["x", "x"], ["t"])], tf_idf)
     report = tmp_path / "explain.jsonl"
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_EXPLAIN", str(report))
     ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])

@@ -68,9 +68,11 @@ def test_fuzz_slice(monkeypatch):
     found = {r["id"]: r for r in summary.problems()}
     unexpected = [line for line, r in zip(summary.problem_lines(), summary.problems())
                   if r["id"] not in KNOWN or r["category"] in ("death", "hang")
-                  or KNOWN[r["id"]][0] != r["category"]]
+                  or r["category"] not in KNOWN[r["id"]][0].split("|")]
     in_slice = {t.id for t in todo}
-    stale = sorted(case for case in KNOWN if case in in_slice and case not in found)
+    # "ok" among a case's categories: its outcome depends on the machine (ORT's kernels per ISA).
+    stale = sorted(case for case in KNOWN if case in in_slice and case not in found
+                   and "ok" not in KNOWN[case][0].split("|"))
     unknown = sorted(case for case in KNOWN if parse_case_id(case)[1] not in {e.key for e in entries()})
     assert not unexpected, "\n".join(["", summary.text(per_op=False), "", "problems not in known.py:"] + unexpected)
     assert not stale, f"fixed, so delete from tests/fuzz/known.py: {stale}"
