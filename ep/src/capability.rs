@@ -2,6 +2,7 @@
 
 use op_specs::{decide, Decision};
 
+use crate::options::Options;
 use crate::ort::graph;
 use crate::partition;
 use op_specs::Node;
@@ -22,26 +23,21 @@ pub struct Capability {
     pub clusters: Vec<Vec<usize>>,
 }
 
-pub const DISABLE_ENV: &str = "ONNXRUNTIME_EP_MLX_DISABLE";
-/// Comma-separated op types the EP leaves to ORT (for bisecting a numeric difference).
-pub const EXCLUDE_ENV: &str = "ONNXRUNTIME_EP_MLX_EXCLUDE_OPS";
-
 /// The decisions and clusters for a graph's nodes (never a control-flow body's: see
 /// `abi::ep::get_capability`), whose outputs are `graph_outputs`.
-pub fn analyse(nodes: &[Node], graph_outputs: &[String]) -> Capability {
-    let disabled = std::env::var(DISABLE_ENV).is_ok_and(|v| v == "1");
-    let excluded: Vec<String> = std::env::var(EXCLUDE_ENV)
-        .unwrap_or_default()
-        .split(',')
-        .map(|op| op.trim().to_owned())
-        .collect();
+pub fn analyse(nodes: &[Node], graph_outputs: &[String], options: &Options) -> Capability {
+    let disabled = options.flag("disable");
+    let excluded = options.ops("exclude_ops");
     let mut decisions: Vec<NodeDecision> = nodes
         .iter()
         .map(|node| {
             let reason = if disabled {
-                Some(format!("{DISABLE_ENV}=1"))
+                Some("the EP is disabled (option disable, ONNXRUNTIME_EP_MLX_DISABLE)".to_owned())
             } else if excluded.iter().any(|op| op == &node.op_type) {
-                Some(format!("excluded by {EXCLUDE_ENV}"))
+                Some(
+                    "excluded by the option exclude_ops (ONNXRUNTIME_EP_MLX_EXCLUDE_OPS)"
+                        .to_owned(),
+                )
             } else {
                 match decide(node) {
                     Decision::Claim { .. } => None,

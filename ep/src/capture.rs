@@ -8,14 +8,12 @@
 //! fails, runs eagerly. A shape-keyed plan whose run changed the shapes of inputs that reach
 //! only a prologue of small nodes (an LLM's growing attention mask) runs that prologue eagerly
 //! and replays the rest compiled (`split`): a decode step is traced once, not per token.
-//! Environment knobs:
-//! `ONNXRUNTIME_EP_MLX_NO_COMPILE=1` (eager only), `ONNXRUNTIME_EP_MLX_COMPILE_CACHE=N` (entries
-//! per plan, default 16), `ONNXRUNTIME_EP_MLX_COMPILE_AFTER=N` (eager runs of a shape before
-//! it is compiled, default 1: one-shot sessions never pay for compilation),
-//! `ONNXRUNTIME_EP_MLX_NO_SHAPELESS=1` (shape-keyed closures even for shapeless plans),
-//! `ONNXRUNTIME_EP_MLX_NO_FUSE=1` (closures traced without MLX's kernel fusion: on the CPU
-//! backend every new fused kernel costs a C++ compile at first use),
-//! `ONNXRUNTIME_EP_MLX_NO_SPLIT=1` (no prologue split: every new shape is a new trace).
+//! Settings (`options.rs`; each an EP option or an `ONNXRUNTIME_EP_MLX_*` variable):
+//! `no_compile` (eager only), `compile_cache` (entries per plan, default 16), `compile_after`
+//! (eager runs of a shape before it is compiled, default 1: one-shot sessions never pay for
+//! compilation), `no_shapeless` (shape-keyed closures even for shapeless plans), `no_fuse`
+//! (closures traced without MLX's kernel fusion: on the CPU backend every new fused kernel costs
+//! a C++ compile at first use), `no_split` (no prologue split: every new shape is a new trace).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,8 +22,8 @@ use std::time::Instant;
 use mlx_kernels::{Array, Closure, Dtype};
 use op_specs::ShapeSafety;
 
-use crate::device;
-use crate::op_profile;
+use crate::device::Device;
+use crate::options::Options;
 use crate::plan::{
     Constants, EvalError, Evaluated, InPlace, Lowering, NodeCheck, Plan, RunTimes, Runtime, SlotKey,
 };
@@ -48,7 +46,7 @@ impl Path {
     }
 }
 
-/// Settings read from the environment once per plan.
+/// A plan's capture settings, from its session's options.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
     pub enabled: bool,
@@ -65,28 +63,24 @@ pub struct Settings {
     pub profile_ops: bool,
     /// Whether runs that changed only a prologue's input shapes replay the rest compiled.
     pub split: bool,
+    /// Where traces run (a closure traces on the stream it makes).
+    pub device: Device,
 }
 
 impl Settings {
-    pub fn from_env() -> Settings {
-        let number = |name: &str, default: usize| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(default)
-        };
-        let profile_ops = op_profile::enabled();
+    pub fn of(options: &Options) -> Settings {
+        let profile_ops = options.flag("profile_ops");
         Settings {
             // Per-op profiling evaluates node by node, which a trace cannot.
-            enabled: !std::env::var("ONNXRUNTIME_EP_MLX_NO_COMPILE").is_ok_and(|v| v == "1")
-                && !profile_ops,
-            shapeless: !std::env::var("ONNXRUNTIME_EP_MLX_NO_SHAPELESS").is_ok_and(|v| v == "1"),
-            fail_compile: std::env::var("ONNXRUNTIME_EP_MLX_FAULT").is_ok_and(|v| v == "compile"),
-            capacity: number("ONNXRUNTIME_EP_MLX_COMPILE_CACHE", 16).max(1),
-            compile_after: number("ONNXRUNTIME_EP_MLX_COMPILE_AFTER", 1) as u32,
-            fuse: !std::env::var("ONNXRUNTIME_EP_MLX_NO_FUSE").is_ok_and(|v| v == "1"),
+            enabled: !options.flag("no_compile") && !profile_ops,
+            shapeless: !options.flag("no_shapeless"),
+            fail_compile: options.text("fault") == Some("compile"),
+            capacity: usize::try_from(options.count("compile_cache")).unwrap_or(usize::MAX),
+            compile_after: u32::try_from(options.count("compile_after")).unwrap_or(u32::MAX),
+            fuse: !options.flag("no_fuse"),
             profile_ops,
-            split: !std::env::var("ONNXRUNTIME_EP_MLX_NO_SPLIT").is_ok_and(|v| v == "1"),
+            split: !options.flag("no_split"),
+            device: Device::of(options),
         }
     }
 }
@@ -471,6 +465,7 @@ impl Capture {
                     runtime.constants.clone(),
                     trace,
                     Arc::clone(&record),
+                    self.settings.device,
                 );
                 let compiled = Closure::new(body)
                     .compile(self.path == Path::Shapeless)
@@ -559,9 +554,10 @@ fn trace_body(
     constants: Constants,
     trace: TraceOf,
     record: TraceRecord,
+    device: Device,
 ) -> impl Fn(&[Array]) -> mlx_kernels::Result<Vec<Array>> {
     move |inputs: &[Array]| {
-        let stream = device::stream()?;
+        let stream = device.stream()?;
         let (lowering, host_keys) = match &trace {
             TraceOf::Plan => plan
                 .lower(

@@ -1,28 +1,56 @@
-//! Which MLX device a plan runs on: `ONNXRUNTIME_EP_MLX_DEVICE=cpu|gpu`, or (unset) the GPU when
-//! the loaded libmlx has one; `ONNXRUNTIME_EP_MLX_NO_CUDA_KERNELS=1` keeps the hand-written CUDA
-//! kernels (`mlx_kernels::cuda`) out of the graphs lowered from then on.
+//! Which MLX device a session's plans run on (the `device` setting: cpu, gpu, or unset for the
+//! GPU when the loaded libmlx has one), and whether the hand-written CUDA kernels
+//! (`mlx_kernels::cuda`) join the graphs lowered from then on (`no_cuda_kernels`).
 
 use mlx_kernels::{Result, Stream};
 
-pub const DEVICE_ENV: &str = "ONNXRUNTIME_EP_MLX_DEVICE";
+use crate::options::Options;
 
-pub const NO_CUDA_KERNELS_ENV: &str = "ONNXRUNTIME_EP_MLX_NO_CUDA_KERNELS";
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Device {
+    /// `Some("cpu" | "gpu")` when the session named one.
+    named: Option<&'static str>,
+    cuda_kernels: bool,
+}
 
-pub fn stream() -> Result<Stream> {
-    mlx_kernels::cuda::set_enabled(!std::env::var(NO_CUDA_KERNELS_ENV).is_ok_and(|v| v == "1"));
-    match std::env::var(DEVICE_ENV).as_deref() {
-        Ok("cpu") => Stream::cpu(),
-        Ok("gpu") => Stream::gpu(),
-        _ => Stream::best(),
+impl Default for Device {
+    /// The best device, hand-written kernels on: what no setting gives.
+    fn default() -> Device {
+        Device {
+            named: None,
+            cuda_kernels: true,
+        }
     }
 }
 
-/// "gpu" or "cpu": what `stream()` would pick, for device metadata and summaries.
-pub fn describe() -> &'static str {
-    match std::env::var(DEVICE_ENV).as_deref() {
-        Ok("cpu") => "cpu",
-        Ok("gpu") => "gpu",
-        _ if Stream::gpu_available() => "gpu",
-        _ => "cpu",
+impl Device {
+    pub fn of(options: &Options) -> Device {
+        let named = match options.text("device") {
+            Some("cpu") => Some("cpu"),
+            Some("gpu") => Some("gpu"),
+            _ => None,
+        };
+        Device {
+            named,
+            cuda_kernels: !options.flag("no_cuda_kernels"),
+        }
+    }
+
+    pub fn stream(self) -> Result<Stream> {
+        mlx_kernels::cuda::set_enabled(self.cuda_kernels);
+        match self.named {
+            Some("cpu") => Stream::cpu(),
+            Some("gpu") => Stream::gpu(),
+            _ => Stream::best(),
+        }
+    }
+
+    /// "gpu" or "cpu": what `stream()` picks, for device metadata and summaries.
+    pub fn describe(self) -> &'static str {
+        match self.named {
+            Some(named) => named,
+            None if Stream::gpu_available() => "gpu",
+            None => "cpu",
+        }
     }
 }

@@ -11,6 +11,7 @@ use op_specs::Node;
 
 use crate::capability::Capability;
 use crate::op_profile::OpProfile;
+use crate::options::Options;
 use crate::plan::ConstantsReport;
 
 #[derive(Debug, Clone, Default)]
@@ -21,14 +22,11 @@ pub struct Flags {
 }
 
 impl Flags {
-    pub fn from_env() -> Flags {
-        let on = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0");
+    pub fn of(options: &Options) -> Flags {
         Flags {
-            claim_debug: on("ONNXRUNTIME_EP_MLX_CLAIM_DEBUG"),
-            verbose: on("ONNXRUNTIME_EP_MLX_VERBOSE"),
-            explain: std::env::var_os("ONNXRUNTIME_EP_MLX_EXPLAIN")
-                .filter(|p| !p.is_empty())
-                .map(Into::into),
+            claim_debug: options.flag("claim_debug"),
+            verbose: options.flag("verbose"),
+            explain: options.text("explain").map(Into::into),
         }
     }
 }

@@ -13,6 +13,7 @@ mod diagnostics;
 mod huge_empty;
 mod narrow;
 mod op_profile;
+mod options;
 mod ort;
 mod partition;
 mod plan;

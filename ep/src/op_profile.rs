@@ -8,13 +8,6 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-/// The environment variable that turns per-op profiling on (compiled capture off).
-pub const ENV: &str = "ONNXRUNTIME_EP_MLX_PROFILE_OPS";
-
-pub fn enabled() -> bool {
-    std::env::var(ENV).is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
 /// Time spent on one op type: building its lazy graph, and evaluating it.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct OpTime {

@@ -18,7 +18,7 @@ use op_specs::{
     Prepared, ShapeSafety, SharedDerivations, Value, ValueInfo,
 };
 
-use crate::device;
+use crate::device::Device;
 use crate::diagnostics;
 use crate::op_profile::OpProfile;
 
@@ -364,7 +364,7 @@ impl Plan {
 
     /// The MLX state of this plan: its stream and its constants as arrays. The constants' bytes
     /// move into MLX here (the plan keeps no copy), so a plan starts once.
-    pub fn start(&self) -> Result<Runtime, String> {
+    pub fn start(&self, device: Device) -> Result<Runtime, String> {
         let dtypes = self
             .constants
             .iter()
@@ -374,7 +374,7 @@ impl Plan {
                     .ok_or_else(|| format!("initializer '{}' has no MLX type", c.name))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        let stream = device::stream().map_err(|e| e.to_string())?;
+        let stream = device.stream().map_err(|e| e.to_string())?;
         let mut arrays: Vec<Array> = Vec::with_capacity(self.constants.len());
         for (c, dtype) in self.constants.iter().zip(dtypes) {
             let array = match &c.source {

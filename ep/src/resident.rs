@@ -60,10 +60,10 @@ impl Rows {
 }
 
 impl Residency {
-    pub fn from_env(inputs: usize) -> Residency {
-        let off = std::env::var("ONNXRUNTIME_EP_MLX_KV_MIRROR").is_ok_and(|v| v == "0");
+    /// `mirror`: whether device mirrors are kept (the `kv_mirror` setting).
+    pub fn new(inputs: usize, mirror: bool) -> Residency {
         Residency {
-            mirror: !off,
+            mirror,
             mirrors: (0..inputs).map(|_| None).collect(),
             rows_written: 0,
             rows_aliased: 0,

@@ -367,7 +367,7 @@ mod tests {
     #[test]
     fn prologue_and_body_compute_what_the_whole_plan_does() {
         let plan = masked_scale();
-        let runtime = plan.start().unwrap();
+        let runtime = plan.start(crate::device::Device::default()).unwrap();
         let (stream, constants) = (&runtime.stream, &runtime.constants);
         let split = Split::of(&plan, &[false, true], false).unwrap();
         let x = Array::from_slice(&[1f32, -2.0, 3.0, 0.5, 0.0, 4.0], &[2, 3]).unwrap();
@@ -436,7 +436,7 @@ mod tests {
             vec![axes],
         )
         .unwrap();
-        let runtime = plan.start().unwrap();
+        let runtime = plan.start(crate::device::Device::default()).unwrap();
         let (stream, constants) = (&runtime.stream, &runtime.constants);
         let split = Split::of(&plan, &[false, true], false).unwrap();
         for width in [3, 4] {

@@ -10,6 +10,7 @@ use crate::capture::{Capture, Settings};
 use crate::diagnostics::{MemoryReport, PlanReport, Stats};
 use crate::huge_empty;
 use crate::narrow;
+use crate::options::Options;
 use crate::ort::api::guard;
 use crate::ort::kernel;
 use crate::ort::sys;
@@ -24,6 +25,7 @@ pub struct ComputeInfo {
     plan: Arc<Plan>,
     state: ThreadBound<Option<PlanState>>,
     stats: Arc<Mutex<Stats>>,
+    options: Arc<Options>,
 }
 
 /// What a plan builds on its first run, on its owning thread.
@@ -34,7 +36,11 @@ struct PlanState {
 }
 
 impl ComputeInfo {
-    pub fn create(plan: Plan, stats: Arc<Mutex<Stats>>) -> *mut sys::OrtNodeComputeInfo {
+    pub fn create(
+        plan: Plan,
+        stats: Arc<Mutex<Stats>>,
+        options: Arc<Options>,
+    ) -> *mut sys::OrtNodeComputeInfo {
         let info = Box::new(ComputeInfo {
             base: sys::OrtNodeComputeInfo {
                 ort_version_supported: sys::ORT_API_VERSION,
@@ -45,6 +51,7 @@ impl ComputeInfo {
             plan: Arc::new(plan),
             state: ThreadBound::new(None),
             stats,
+            options,
         });
         Box::into_raw(info).cast()
     }
@@ -95,9 +102,13 @@ fn run(
     context: *mut sys::OrtKernelContext,
 ) -> Result<(), String> {
     if state.is_none() {
-        let runtime = info.plan.start()?;
-        let capture = Capture::new(&info.plan, Settings::from_env());
-        let residency = Residency::from_env(kernel::input_count(context)?);
+        let settings = Settings::of(&info.options);
+        let runtime = info.plan.start(settings.device)?;
+        let capture = Capture::new(&info.plan, settings);
+        let residency = Residency::new(
+            kernel::input_count(context)?,
+            info.options.flag("kv_mirror"),
+        );
         *state = Some(PlanState {
             runtime,
             capture,

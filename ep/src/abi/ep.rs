@@ -5,8 +5,10 @@ use std::sync::{Arc, Mutex};
 
 use super::compute::ComputeInfo;
 use crate::capability::analyse;
+use crate::device::Device;
 use crate::diagnostics::{report_capability, Flags, Stats};
 use crate::narrow;
+use crate::options::Options;
 use crate::ort::api::{call, check, guard};
 use crate::ort::graph;
 use crate::ort::kernel;
@@ -21,10 +23,12 @@ pub struct MlxEp {
     name: CString,
     flags: Flags,
     stats: Arc<Mutex<Stats>>,
+    /// The session's settings (options over the environment), checked at creation.
+    options: Arc<Options>,
 }
 
 impl MlxEp {
-    pub fn create(name: &CStr) -> *mut sys::OrtEp {
+    pub fn create(name: &CStr, options: Options) -> *mut sys::OrtEp {
         let ep = Box::new(MlxEp {
             base: sys::OrtEp {
                 ort_version_supported: sys::ORT_API_VERSION,
@@ -35,11 +39,12 @@ impl MlxEp {
                 ..Default::default()
             },
             name: name.to_owned(),
-            flags: Flags::from_env(),
+            flags: Flags::of(&options),
             stats: Arc::new(Mutex::new(Stats {
-                device: crate::device::describe(),
+                device: Device::of(&options).describe(),
                 ..Stats::default()
             })),
+            options: Arc::new(options),
         });
         Box::into_raw(ep).cast()
     }
@@ -89,7 +94,7 @@ unsafe extern "C" fn get_capability(
         }
         let (nodes, handles): (Vec<Node>, Vec<*const sys::OrtNode>) =
             graph::nodes(graph)?.into_iter().unzip();
-        let capability = analyse(&nodes, &graph::output_names(graph)?);
+        let capability = analyse(&nodes, &graph::output_names(graph)?, &ep.options);
         report_capability(&ep.flags, &nodes, &capability);
         if let Ok(mut stats) = ep.stats.lock() {
             // ORT may ask about the same graph more than once; the last answer is the one used.
@@ -147,7 +152,7 @@ unsafe extern "C" fn compile(
             stats.plans += built.len();
         }
         for (slot, plan) in infos.iter_mut().zip(built) {
-            *slot = ComputeInfo::create(plan, Arc::clone(&ep.stats));
+            *slot = ComputeInfo::create(plan, Arc::clone(&ep.stats), Arc::clone(&ep.options));
         }
         Ok(())
     })

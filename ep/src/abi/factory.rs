@@ -4,6 +4,8 @@ use std::ffi::{c_char, CString};
 use std::ptr;
 
 use super::ep::MlxEp;
+use crate::device::Device;
+use crate::options::{config_prefix, Options};
 use crate::ort::api::{call, check, guard, guard_void};
 use crate::ort::sys;
 
@@ -105,7 +107,8 @@ unsafe extern "C" fn get_supported_devices(
             {
                 continue;
             }
-            let metadata = metadata(&[("mlx_device", crate::device::describe())])?;
+            let mlx_device = Device::of(&Options::from_env()).describe();
+            let metadata = metadata(&[("mlx_device", mlx_device)])?;
             let mut ep_device = ptr::null_mut();
             // SAFETY: all pointers are live; ORT copies the metadata, which we release after.
             let status = unsafe {
@@ -123,6 +126,37 @@ unsafe extern "C" fn get_supported_devices(
         unsafe { *num_ep_devices = found };
         Ok(())
     })
+}
+
+/// The session's config entries (provider options arrive as `ep.<name>.<key>` among them).
+fn config_entries(
+    session_options: *const sys::OrtSessionOptions,
+) -> Result<Vec<(String, String)>, String> {
+    if session_options.is_null() {
+        return Ok(Vec::new());
+    }
+    let mut kvps = ptr::null_mut();
+    // SAFETY: ORT passes live session options; `kvps` receives a container we release below.
+    check(unsafe { call!(api.GetSessionOptionsConfigEntries(session_options, &mut kvps)) })?;
+    let (mut keys, mut values, mut count) = (ptr::null(), ptr::null(), 0usize);
+    // SAFETY: `kvps` is live; ORT points `keys`/`values` at `count` strings it owns.
+    unsafe { call!(api.GetKeyValuePairs(kvps, &mut keys, &mut values, &mut count)) };
+    let text = |p: *const c_char| {
+        // SAFETY: each entry is a NUL-terminated string owned by `kvps`, still live here.
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let entries = (0..count)
+        .map(|i| {
+            // SAFETY: `i < count`, the length ORT gave for both arrays.
+            let (k, v) = unsafe { (*keys.add(i), *values.add(i)) };
+            (text(k), text(v))
+        })
+        .collect();
+    // SAFETY: releasing the container ORT made for us, once, after the last read.
+    unsafe { call!(api.ReleaseKeyValuePairs(kvps)) };
+    Ok(entries)
 }
 
 fn metadata(pairs: &[(&str, &str)]) -> Result<*mut sys::OrtKeyValuePairs, String> {
@@ -145,14 +179,18 @@ unsafe extern "C" fn create_ep(
     _devices: *const *const sys::OrtHardwareDevice,
     _metadata: *const *const sys::OrtKeyValuePairs,
     _num_devices: usize,
-    _session_options: *const sys::OrtSessionOptions,
+    session_options: *const sys::OrtSessionOptions,
     _logger: *const sys::OrtLogger,
     ep: *mut *mut sys::OrtEp,
 ) -> sys::OrtStatusPtr {
     guard("CreateEp", || {
         // SAFETY: ORT passes our factory.
         let factory = unsafe { Factory::from(this) };
-        let created = MlxEp::create(&factory.name);
+        let entries = config_entries(session_options)?;
+        let options = Options::resolve(&entries, &config_prefix(EP_NAME), |name| {
+            std::env::var(name).ok()
+        })?;
+        let created = MlxEp::create(&factory.name, options);
         // SAFETY: ORT passes a valid out-pointer.
         unsafe { *ep = created };
         Ok(())
