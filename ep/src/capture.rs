@@ -28,6 +28,7 @@ use crate::plan::{
     Constants, EvalError, Evaluated, InPlace, Lowering, NodeCheck, Plan, RunTimes, Runtime, SlotKey,
 };
 use crate::split::{self, Split};
+use crate::trace;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
@@ -467,6 +468,7 @@ impl Capture {
                     Arc::clone(&record),
                     self.settings.device,
                 );
+                let _span = trace::span("compile", "compile");
                 let compiled = Closure::new(body)
                     .compile(self.path == Path::Shapeless)
                     .and_then(|closure| {
@@ -482,9 +484,13 @@ impl Capture {
                 }
             }
         };
-        let applied = closure
-            .apply(inputs)
-            .map_err(|e| format!("compiled replay failed: {e}"));
+        // A new closure traces (lowers every node) inside its first apply.
+        let applied = {
+            let _span = trace::span("replay", "replay");
+            closure
+                .apply(inputs)
+                .map_err(|e| format!("compiled replay failed: {e}"))
+        };
         let recorded = record.lock().map(|r| r.clone()).unwrap_or_default();
         // A closure whose trace failed recorded nothing to key it by: it is not kept.
         if applied.is_ok() {

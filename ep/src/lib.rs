@@ -21,6 +21,7 @@ mod resident;
 mod selftest;
 mod split;
 mod table_json;
+mod trace;
 
 pub use abi::{CreateEpFactories, OrtMlxEp_OpTableJson, ReleaseEpFactory};
 pub use selftest::{OrtMlxEp_BenchMatmul, OrtMlxEp_BlasDescription};

@@ -129,6 +129,12 @@ pub const SETTINGS: &[Setting] = &[
         doc: "JSON lines, one per node: claimed, reason, cluster (what `explain` reads)",
     },
     Setting {
+        key: "trace",
+        env: "ONNXRUNTIME_EP_MLX_TRACE",
+        kind: Kind::Path,
+        doc: "a Chrome/Perfetto trace of the session, written to this file when it ends (spans per subgraph run, copies, lowering, MLX eval, compile and replay, each op's graph building with shapes; MLX memory counters); open it in ui.perfetto.dev",
+    },
+    Setting {
         key: "fault",
         env: "ONNXRUNTIME_EP_MLX_FAULT",
         kind: Kind::Choice(&["compile"]),

@@ -21,6 +21,7 @@ use op_specs::{
 use crate::device::Device;
 use crate::diagnostics;
 use crate::op_profile::OpProfile;
+use crate::trace;
 
 /// A tensor the plan owns: an initializer copied out of ORT.
 #[derive(Debug, Clone)]
@@ -457,7 +458,10 @@ impl Plan {
         let started = Instant::now();
         let prepared_before = runtime.constants.prepare_time();
         let profile = profile_ops.then_some(&mut times.ops);
-        let lowering = self.lower_with(&runtime.stream, &runtime.constants, inputs, profile)?;
+        let lowering = {
+            let _span = trace::span("lower", "lower");
+            self.lower_with(&runtime.stream, &runtime.constants, inputs, profile)?
+        };
         times.charge_translation(runtime, started, prepared_before);
         Ok(self.evaluate(lowering, &runtime.stream, times)?)
     }
@@ -490,6 +494,7 @@ impl Plan {
             }
         }
         let evaluating = Instant::now();
+        let _span = trace::span("mlx eval", "eval");
         let mlx_error =
             |e: mlx_kernels::Error| EvalError::Mlx(format!("checks of {}: {e}", self.name));
         // What the host reads after the evaluation, as one array of bytes read once (each
@@ -699,10 +704,17 @@ impl Plan {
             });
             let lowering_started = Instant::now();
             let arrays_before = mlx_kernels::arrays_created();
+            let span = trace::span_with(planned.node.op_type(), "op", || {
+                vec![
+                    ("node", planned.node.name().into()),
+                    ("inputs", value_shapes(&args).into()),
+                ]
+            });
             let lowered = planned
                 .spec
                 .lower_in(cx, &args)
                 .map_err(|e| node_error(&planned.node, &e.message))?;
+            drop(span);
             if let Some(profile) = profile.as_deref_mut() {
                 let lowered_in = lowering_started.elapsed();
                 let evaluating = Instant::now();
@@ -863,6 +875,16 @@ impl Slots {
     fn len(&self) -> usize {
         self.0.len()
     }
+}
+
+/// `dtype[dims]` of each input a node was given (`-` absent, `seq(n)` a sequence), for traces.
+fn value_shapes(args: &[Option<Value>]) -> String {
+    let one = |v: &Option<Value>| match v {
+        None => "-".to_owned(),
+        Some(Value::Tensor(a)) => format!("{:?}{:?}", a.dtype(), a.shape()),
+        Some(Value::Sequence(s)) => format!("seq({})", s.len()),
+    };
+    args.iter().map(one).collect::<Vec<_>>().join(", ")
 }
 
 fn node_error(node: &Node, message: &str) -> String {

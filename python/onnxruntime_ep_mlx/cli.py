@@ -9,6 +9,7 @@ could not be run; 3 an output differs from the CPU EP's by more than --atol.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import tempfile
 import time
@@ -108,6 +109,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     model = onnx.load(str(args.model), load_external_data=False)
     ep_options = _parse_options(args.ep_option)
+    if args.trace is not None:
+        ep_options["trace"] = str(args.trace)
     try:
         dims = parse_dims(args.dim)
     except ValueError as error:
@@ -170,6 +173,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         ("CPU only: warm", f"{cpu_ms:.3f}"),
     ]))
     print(speed_sentence(device, mlx_ms, cpu_ms))
+    if args.trace is not None:
+        del mlx  # the EP writes its trace when the session ends
+        gc.collect()
+        print(f"\ntrace of the MLX session: {args.trace} (open it in ui.perfetto.dev)")
 
     if args.atol is not None:
         failing = [d.name for d in differences if not d.max_abs_diff <= args.atol and not d.note.startswith("not a tensor")]
@@ -284,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--optimization", choices=list(OPTIMIZATION_LEVELS), default="all",
                              help="ORT graph optimisation level (default %(default)s)")
         command.add_argument("--ep-option", action="append", default=[], metavar="KEY=VALUE",
-                             help="EP option (session config ep.MLXExecutionProvider.KEY); repeatable")
+                             help="EP option (README: options), e.g. verbose=1; repeatable")
 
     run = commands.add_parser("run", help="run MLX-first and CPU-only sessions; compare outputs and latency")
     session_arguments(run)
@@ -295,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="value of a symbolic input dimension (default 1); repeatable")
     run.add_argument("--atol", type=float, help="exit 3 when an output differs by more than this")
     run.add_argument("-v", "--verbose", action="store_true", help="list every kernel, not a preview")
+    run.add_argument("--trace", type=Path, metavar="FILE",
+                     help="write a Chrome/Perfetto trace of the MLX session here (open in ui.perfetto.dev)")
     run.set_defaults(handler=cmd_run)
 
     explain = commands.add_parser("explain", help="per node: does the MLX EP claim it, and why not")

@@ -52,7 +52,7 @@ def register_execution_provider_library(registration_name: str = DEFAULT_REGISTR
 
 def append_to_session_options(so: ort.SessionOptions, options: Mapping[str, str] | None = None) -> None:
     """Add the MLX EP to ``so`` for all its devices; ``options`` reach the EP as session config
-    entries ``ep.MLXExecutionProvider.<key>``. ORT appends its CPU EP after it by itself."""
+    entries ``ep.mlxexecutionprovider.<key>`` (ORT lowercases the EP name). ORT appends its CPU EP after it by itself."""
     register_execution_provider_library()
     devices = mlx_ep_devices()
     if not devices:

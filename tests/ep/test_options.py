@@ -17,7 +17,7 @@ VALID = {
     "device": "cpu", "disable": "0", "exclude_ops": "Softmax", "no_compile": "true", "compile_after": "0",
     "compile_cache": "4", "no_shapeless": "1", "no_fuse": "on", "no_split": "yes", "kv_mirror": "0",
     "no_cuda_kernels": "1", "profile_ops": "0", "verbose": "0", "claim_debug": "off", "explain": None,
-    "fault": "compile",
+    "fault": "compile", "trace": None,
 }
 BAD = {"device": "npu", "disable": "maybe", "compile_after": "-1", "compile_cache": "0", "fault": "crash"}
 
@@ -71,7 +71,7 @@ def test_plain_options_run_on_mlx():
 
 @pytest.mark.parametrize("key", sorted(VALID))
 def test_every_option_is_accepted(key, tmp_path):
-    value = VALID[key] if VALID[key] is not None else str(tmp_path / "explain.jsonl")
+    value = VALID[key] if VALID[key] is not None else str(tmp_path / f"{key}.out")  # a path
     sess = session({key: value})
     ran = providers_that_ran(sess)
     assert ran <= {MLX, "CPUExecutionProvider"} and ran, ran

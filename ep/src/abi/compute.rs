@@ -17,6 +17,7 @@ use crate::ort::sys;
 use crate::ort::thread_bound::ThreadBound;
 use crate::plan::{Evaluated, Plan, RunTimes, Runtime};
 use crate::resident::{Residency, SharedOutput};
+use crate::trace::{self, Trace};
 
 /// `base` first, so ORT's `OrtNodeComputeInfo*` is also a pointer to the whole struct.
 #[repr(C)]
@@ -26,6 +27,7 @@ pub struct ComputeInfo {
     state: ThreadBound<Option<PlanState>>,
     stats: Arc<Mutex<Stats>>,
     options: Arc<Options>,
+    trace: Option<Arc<Trace>>,
 }
 
 /// What a plan builds on its first run, on its owning thread.
@@ -40,6 +42,7 @@ impl ComputeInfo {
         plan: Plan,
         stats: Arc<Mutex<Stats>>,
         options: Arc<Options>,
+        trace: Option<Arc<Trace>>,
     ) -> *mut sys::OrtNodeComputeInfo {
         let info = Box::new(ComputeInfo {
             base: sys::OrtNodeComputeInfo {
@@ -52,6 +55,7 @@ impl ComputeInfo {
             state: ThreadBound::new(None),
             stats,
             options,
+            trace,
         });
         Box::into_raw(info).cast()
     }
@@ -89,10 +93,12 @@ unsafe extern "C" fn compute(
     guard("Compute", || {
         // SAFETY: ORT passes one of our compute infos.
         let info = unsafe { &*this.cast::<ComputeInfo>() };
-        info.state
-            .with(|state| run(info, state, context))
-            .and_then(|r| r)
-            .map_err(|e| format!("{}: {e}", info.plan.name))
+        trace::scoped(info.trace.as_ref(), || {
+            let _span = trace::span(&info.plan.name, "run");
+            info.state.with(|state| run(info, state, context))
+        })
+        .and_then(|r| r)
+        .map_err(|e| format!("{}: {e}", info.plan.name))
     })
 }
 
@@ -121,6 +127,7 @@ fn run(
         residency,
     } = state.as_mut().expect("set above");
     let copying = Instant::now();
+    let copy_in = trace::span("copy in", "copy");
     let count = kernel::input_count(context)?;
     // SAFETY: ORT keeps the inputs alive and unchanged during this compute call, and the
     // arrays borrowing them are held (Evaluated::keep_alive) until the outputs are copied.
@@ -180,13 +187,19 @@ fn run(
     let fed = inputs.clone();
     let mut times = RunTimes::default();
     let mut copies = copying.elapsed();
-    let evaluated = capture
-        .run(&info.plan, runtime, inputs, &mut times)
-        .inspect_err(|_| residency.forget())?;
+    drop(copy_in);
+    let evaluated = {
+        let _span = trace::span("execute", "execute");
+        capture
+            .run(&info.plan, runtime, inputs, &mut times)
+            .inspect_err(|_| residency.forget())?
+    };
     let copying = Instant::now();
+    let copy_out = trace::span("copy out", "copy");
     let written = write_outputs(
         context, &info.plan, &evaluated, &fed, &buffers, residency, runtime,
     );
+    drop(copy_out);
     if written.is_err() {
         residency.forget();
     }
@@ -208,6 +221,14 @@ fn run(
             stats.op_profile.merge(&times.ops);
         }
         stats.memory = MemoryReport::now();
+        let mib = |bytes: usize| bytes as f64 / (1024.0 * 1024.0);
+        trace::counter(
+            "mlx memory (MiB)",
+            &[
+                ("active", mib(stats.memory.active)),
+                ("peak", mib(stats.memory.peak)),
+            ],
+        );
         stats.plan_reports.insert(
             info.plan.name.clone(),
             PlanReport {

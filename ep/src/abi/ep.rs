@@ -14,6 +14,7 @@ use crate::ort::graph;
 use crate::ort::kernel;
 use crate::ort::sys;
 use crate::plan::{HostConstant, Plan};
+use crate::trace::Trace;
 use op_specs::Node;
 
 /// `base` first, so ORT's `OrtEp*` is also a pointer to the whole struct.
@@ -25,6 +26,8 @@ pub struct MlxEp {
     stats: Arc<Mutex<Stats>>,
     /// The session's settings (options over the environment), checked at creation.
     options: Arc<Options>,
+    /// The session's trace, written when the EP is released (the `trace` setting).
+    trace: Option<Arc<Trace>>,
 }
 
 impl MlxEp {
@@ -44,6 +47,7 @@ impl MlxEp {
                 device: Device::of(&options).describe(),
                 ..Stats::default()
             })),
+            trace: options.text("trace").map(|path| Trace::to(path.into())),
             options: Arc::new(options),
         });
         Box::into_raw(ep).cast()
@@ -57,6 +61,11 @@ impl MlxEp {
         }
         // SAFETY: per the contract, this is the Box made in `create`.
         let ep = unsafe { Box::from_raw(ep.cast::<MlxEp>()) };
+        if let Some(trace) = &ep.trace {
+            if let Err(e) = trace.write() {
+                eprintln!("MLXExecutionProvider: {e}");
+            }
+        }
         if ep.flags.verbose {
             if let Ok(stats) = ep.stats.lock() {
                 eprintln!("{}", stats.summary());
@@ -152,7 +161,12 @@ unsafe extern "C" fn compile(
             stats.plans += built.len();
         }
         for (slot, plan) in infos.iter_mut().zip(built) {
-            *slot = ComputeInfo::create(plan, Arc::clone(&ep.stats), Arc::clone(&ep.options));
+            *slot = ComputeInfo::create(
+                plan,
+                Arc::clone(&ep.stats),
+                Arc::clone(&ep.options),
+                ep.trace.clone(),
+            );
         }
         Ok(())
     })
