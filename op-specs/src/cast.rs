@@ -59,7 +59,7 @@ fn cast_like(
     target: Array,
     #[attr(default = 1, since = 19)] saturate: i64,
 ) -> Result<Array> {
-    let _ = target;
+    let _ = target; // only its type matters: the node says it
     let node = cx.node();
     let to = node
         .input_type(1)

@@ -600,16 +600,9 @@ impl SampleTable {
         )?;
         let weights = Array::from_slice(&self.weights, &[r, bins, slots, 4, 1])?;
         let weighted = ops::multiply(&values, &weights, s)?;
-        let corner = |k: i32| -> Result<Array> {
-            let part = ops::slice(
-                &weighted,
-                &[0, 0, 0, k, 0],
-                &[r as i32, bins as i32, slots as i32, k + 1, c as i32],
-                &[1; 5],
-                s,
-            )?;
-            Ok(ops::reshape(&part, &[r, bins, slots, c], s)?)
-        };
+        // A 0-d index takes corner k and drops the corner axis.
+        let corner =
+            |k: i32| -> Result<Array> { Ok(ops::take(&weighted, &Array::scalar(k)?, 3, s)?) };
         let live = Array::from_slice(&self.live, &[r, bins, slots, 1])?;
         let corners = [corner(0)?, corner(1)?, corner(2)?, corner(3)?];
         if !max_mode {

@@ -126,16 +126,9 @@ fn deform_conv(
     let at = |v: f64| crate::table::consts::scalar(v, Dtype::F32, s);
     // [N, og, K, 2, P]: each tap's down and right shift at every output pixel.
     let shifts = ops::reshape(&offset, &[n, og, taps, 2, spots], s)?;
-    let shift = |axis: i32| -> Result<Array> {
-        let part = ops::slice(
-            &shifts,
-            &[0, 0, 0, axis, 0],
-            &[n as i32, og as i32, taps as i32, axis + 1, spots as i32],
-            &[1; 5],
-            s,
-        )?;
-        Ok(ops::reshape(&part, &[n, og, taps, spots], s)?)
-    };
+    // A 0-d index takes one direction and drops that axis: [N, og, K, P].
+    let shift =
+        |axis: i32| -> Result<Array> { Ok(ops::take(&shifts, &Array::scalar(axis)?, 3, s)?) };
     let (base_y, base_x) = g.tap_origins();
     let base = |v: &[f32]| Array::from_slice(v, &[taps, spots]);
     let y = ops::add(&base(&base_y)?, &shift(0)?, s)?;
