@@ -9,9 +9,15 @@ pub fn link_to_mlx() {
     let Some(libdir) = std::env::var_os("DEP_MLX_LIBDIR") else {
         return;
     };
-    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+    let origin = if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         println!("cargo:rustc-link-arg=-Wl,--enable-new-dtags");
-    }
+        "$ORIGIN"
+    } else {
+        "@loader_path"
+    };
+    // First, the installed wheel's layout: site-packages/onnxruntime_ep_mlx/ next to the mlx
+    // package's lib/ (absent from a checkout's target/, so the build's own MLX comes next).
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{origin}/../mlx/lib");
     println!(
         "cargo:rustc-link-arg=-Wl,-rpath,{}",
         std::path::Path::new(&libdir).display()

@@ -80,8 +80,18 @@ def _describe(node_arg: ort.NodeArg, fed: np.ndarray) -> str:
 # ---------------------------------------------------------------------------------------- info
 
 
+def _mlx_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("mlx")
+    except metadata.PackageNotFoundError:
+        return "not installed as a Python package (the library links the MLX it was built with)"
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     print(f"onnxruntime   {ort.__version__}")
+    print(f"mlx           {_mlx_version()}")
     try:
         print(f"library       {library_path()}")
     except FileNotFoundError as error:

@@ -19,7 +19,10 @@ def library_path() -> str:
     """
     override = os.environ.get("ORT_MLX_EP_LIBRARY")
     candidates = [Path(override)] if override else []
-    candidates += [Path(__file__).with_name(_LIBRARY_NAME), _REPO_ROOT / "target" / "release" / _LIBRARY_NAME]
+    # A wheel installs it as libonnxruntime_mlx_ep.abi3.so (setuptools-rust's name for it).
+    stem, suffix = _LIBRARY_NAME.rsplit(".", 1)
+    candidates += sorted(Path(__file__).parent.glob(f"{stem}*.{suffix}"))
+    candidates += [_REPO_ROOT / "target" / "release" / _LIBRARY_NAME]
     for candidate in candidates:
         if candidate.is_file():
             return str(candidate)
