@@ -19,9 +19,10 @@ def library_path() -> str:
     """
     override = os.environ.get("ORT_MLX_EP_LIBRARY")
     candidates = [Path(override)] if override else []
-    # A wheel installs it as libonnxruntime_mlx_ep.abi3.so (setuptools-rust's name for it).
-    stem, suffix = _LIBRARY_NAME.rsplit(".", 1)
-    candidates += sorted(Path(__file__).parent.glob(f"{stem}*.{suffix}"))
+    # A wheel installs it as libonnxruntime_mlx_ep.abi3.so (setuptools-rust names it as a Python
+    # extension, `.so` on macOS too).
+    stem = _LIBRARY_NAME.split(".", 1)[0]
+    candidates += sorted(p for p in Path(__file__).parent.glob(f"{stem}.*") if p.suffix in (".so", ".dylib"))
     candidates += [_REPO_ROOT / "target" / "release" / _LIBRARY_NAME]
     for candidate in candidates:
         if candidate.is_file():
