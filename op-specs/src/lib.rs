@@ -44,6 +44,7 @@ mod sequence;
 mod shape;
 mod signal;
 mod softmax;
+mod text;
 mod unique;
 mod vision;
 

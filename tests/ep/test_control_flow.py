@@ -109,10 +109,10 @@ def test_a_condition_from_shapes_stays_compiled_keyed_on_it(monkeypatch, capfd):
 
 
 def test_a_branch_with_a_declined_node_keeps_the_if_on_the_cpu_ep_with_the_reason(tmp_path, monkeypatch):
-    # TfIdfVectorizer has no MLX lowering.
+    # IDF with two pool n-grams in one output slot: declined (ORT keeps its last match).
     tf_idf = [helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT64),
-              helper.make_node("TfIdfVectorizer", ["xi"], ["e"], mode="TF", min_gram_length=1, max_gram_length=1,
-                               max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1], pool_int64s=[2, 3])]
+              helper.make_node("TfIdfVectorizer", ["xi"], ["e"], mode="IDF", min_gram_length=1, max_gram_length=1,
+                               max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 0], pool_int64s=[2, 3])]
     model = if_model([helper.make_node("Add", ["x", "x"], ["t"])], tf_idf)
     report = tmp_path / "explain.jsonl"
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_EXPLAIN", str(report))

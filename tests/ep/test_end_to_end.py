@@ -95,12 +95,10 @@ def test_runtime_mlx_errors_surface_as_ort_errors_and_the_process_lives_on():
 def test_explain_report_lists_every_node(tmp_path, monkeypatch):
     report = tmp_path / "explain.jsonl"
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_EXPLAIN", str(report))
-    # TfIdfVectorizer has no MLX lowering.
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="r"), helper.make_node("Cast", ["r"], ["ri"], to=TensorProto.INT64),
-             helper.make_node("TfIdfVectorizer", ["ri"], ["y"], name="mm", mode="TF", min_gram_length=1,
-                              max_gram_length=1, max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1],
-                              pool_int64s=[2, 3])]
-    model = make_model(nodes, [tensor("x", shape=[2, 2])], [tensor("y")])
+    # com.microsoft Inverse has no MLX lowering.
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="r"),
+             helper.make_node("Inverse", ["r"], ["y"], name="mm", domain="com.microsoft")]
+    model = make_model(nodes, [tensor("x", shape=[2, 2])], [tensor("y")], domains=[("com.microsoft", 1)])
     ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
     import json
 
