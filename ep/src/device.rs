@@ -6,10 +6,17 @@ use mlx_kernels::{Result, Stream};
 
 use crate::options::Options;
 
+/// The device a session names, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    Best,
+    Cpu,
+    Gpu,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Device {
-    /// `Some("cpu" | "gpu")` when the session named one.
-    named: Option<&'static str>,
+    named: Named,
     cuda_kernels: bool,
 }
 
@@ -17,7 +24,7 @@ impl Default for Device {
     /// The best device, hand-written kernels on: what no setting gives.
     fn default() -> Device {
         Device {
-            named: None,
+            named: Named::Best,
             cuda_kernels: true,
         }
     }
@@ -26,9 +33,9 @@ impl Default for Device {
 impl Device {
     pub fn of(options: &Options) -> Device {
         let named = match options.text("device") {
-            Some("cpu") => Some("cpu"),
-            Some("gpu") => Some("gpu"),
-            _ => None,
+            Some("cpu") => Named::Cpu,
+            Some("gpu") => Named::Gpu,
+            _ => Named::Best,
         };
         Device {
             named,
@@ -39,18 +46,19 @@ impl Device {
     pub fn stream(self) -> Result<Stream> {
         mlx_kernels::cuda::set_enabled(self.cuda_kernels);
         match self.named {
-            Some("cpu") => Stream::cpu(),
-            Some("gpu") => Stream::gpu(),
-            _ => Stream::best(),
+            Named::Cpu => Stream::cpu(),
+            Named::Gpu => Stream::gpu(),
+            Named::Best => Stream::best(),
         }
     }
 
     /// "gpu" or "cpu": what `stream()` picks, for device metadata and summaries.
     pub fn describe(self) -> &'static str {
         match self.named {
-            Some(named) => named,
-            None if Stream::gpu_available() => "gpu",
-            None => "cpu",
+            Named::Cpu => "cpu",
+            Named::Gpu => "gpu",
+            Named::Best if Stream::gpu_available() => "gpu",
+            Named::Best => "cpu",
         }
     }
 }
