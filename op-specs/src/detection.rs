@@ -604,12 +604,12 @@ impl SampleTable {
         let corner =
             |k: i32| -> Result<Array> { Ok(ops::take(&weighted, &Array::scalar(k)?, 3, s)?) };
         let live = Array::from_slice(&self.live, &[r, bins, slots, 1])?;
-        let corners = [corner(0)?, corner(1)?, corner(2)?, corner(3)?];
+        // Each sample folds its corners left to right, as ORT's expression does.
+        let fold = |step: &dyn Fn(&Array, &Array) -> Result<Array>| -> Result<Array> {
+            (1..4).try_fold(corner(0)?, |acc, k| step(&acc, &corner(k)?))
+        };
         if !max_mode {
-            let mut sample = corners[0].clone();
-            for next in &corners[1..] {
-                sample = ops::add(&sample, next, s)?;
-            }
+            let sample = fold(&|a, b| Ok(ops::add(a, b, s)?))?;
             let zero = scalar(0.0, Dtype::F32, s)?;
             let total = ops::sum(&ops::where_(&live, &sample, &zero, s)?, &[2], false, s)?;
             let divisors = Array::from_slice(&self.divisors, &[r, 1, 1])?;
@@ -618,25 +618,12 @@ impl SampleTable {
         // ORT folds with std::max (`a < b ? b : a`) over the corners, then over the samples:
         // a NaN first corner makes a sample NaN, a NaN sample is passed over, and only a NaN
         // first sample survives to the output.
-        let mut sample = corners[0].clone();
-        for next in &corners[1..] {
-            sample = cpp_maximum(&sample, next, s)?;
-        }
+        let sample = fold(&|a, b| cpp_maximum(a, b, s))?;
         let is_nan = ops::isnan(&sample, s)?;
         let counted = ops::logical_and(&live, &ops::logical_not(&is_nan, s)?, s)?;
         let lowest = scalar(f64::NEG_INFINITY, Dtype::F32, s)?;
         let best = ops::max(&ops::where_(&counted, &sample, &lowest, s)?, &[2], false, s)?;
-        let first = ops::reshape(
-            &ops::slice(
-                &sample,
-                &[0, 0, 0, 0],
-                &[r as i32, bins as i32, 1, c as i32],
-                &[1; 4],
-                s,
-            )?,
-            &[r, bins, c],
-            s,
-        )?;
+        let first = ops::take(&sample, &Array::scalar(0i32)?, 2, s)?;
         let nan = scalar(f64::NAN, Dtype::F32, s)?;
         let best = ops::where_(&ops::isnan(&first, s)?, &nan, &best, s)?;
         // A box whose grid is empty pools to 0.
