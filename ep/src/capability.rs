@@ -130,3 +130,18 @@ fn non_tensors_crossing(
     }
     crossing
 }
+
+/// Adds the EPContext nodes this EP wrote into a compiled model (`restored`, node indices),
+/// each a partition of its own: their nodes were claimed when the model was compiled. The
+/// table declined them as nodes it has no entry for, so no cluster holds them yet.
+pub fn with_restored(mut capability: Capability, restored: &[usize]) -> Capability {
+    for &node in restored {
+        capability.decisions[node] = NodeDecision {
+            claimed: true,
+            reason: None,
+            cluster: Some(capability.clusters.len()),
+        };
+        capability.clusters.push(vec![node]);
+    }
+    capability
+}

@@ -8,6 +8,7 @@
 mod abi;
 mod capability;
 mod capture;
+mod context;
 mod device;
 mod diagnostics;
 mod huge_empty;

@@ -131,6 +131,9 @@ pub struct Plan {
     slot_count: usize,
     /// The slot of each fused-node input.
     pub(crate) inputs: Vec<usize>,
+    /// Fused-node inputs the plan never reads: constants it already holds, which ORT feeds
+    /// when it keeps a partition's initializers for a compiled model (`context`).
+    unread_inputs: Vec<bool>,
     pub outputs: Vec<PlanOutput>,
     constants: Vec<PlanConstant>,
 }
@@ -280,7 +283,23 @@ impl Plan {
     ) -> Result<Plan, String> {
         let mut slots = Slots::default();
         let constants = plan_constants(constants, &mut slots);
-        let inputs: Vec<usize> = input_names.iter().map(|n| slots.of(n)).collect();
+        let unread_inputs: Vec<bool> = input_names
+            .iter()
+            .map(|n| constants.iter().any(|c| &c.name == n))
+            .collect();
+        // An unread input gets a slot no node reads, so whatever it is fed leaves the constant
+        // alone.
+        let inputs: Vec<usize> = input_names
+            .iter()
+            .zip(&unread_inputs)
+            .map(|(n, &unread)| {
+                slots.of(&if unread {
+                    format!("\0unread {n}")
+                } else {
+                    n.clone()
+                })
+            })
+            .collect();
         let mut available: Vec<bool> = vec![true; slots.len()];
 
         let mut plan_nodes = Vec::with_capacity(nodes.len());
@@ -358,9 +377,15 @@ impl Plan {
             nodes: plan_nodes,
             slot_count: slots.len(),
             inputs,
+            unread_inputs,
             outputs,
             constants,
         })
+    }
+
+    /// Whether the run needs fused-node input `index` (a constant the plan holds does not).
+    pub fn reads_input(&self, index: usize) -> bool {
+        !self.unread_inputs.get(index).copied().unwrap_or(false)
     }
 
     /// The MLX state of this plan: its stream and its constants as arrays. The constants' bytes

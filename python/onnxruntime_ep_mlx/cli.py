@@ -1,5 +1,6 @@
-"""``python -m onnxruntime_ep_mlx {info,run,explain,generate}``: check, compare and explain the MLX EP
-on a model, or generate text with an LLM folder through onnxruntime-genai.
+"""``python -m onnxruntime_ep_mlx {info,run,explain,compile,generate}``: check, compare and explain the
+MLX EP on a model, compile a model for it (EPContext nodes), or generate text with an LLM folder
+through onnxruntime-genai.
 
 Exit status: 0 fine; 1 the MLX session did not put MLXExecutionProvider first (ORT silently
 falls back to CPU otherwise); 2 the library could not be loaded or registered, or the model
@@ -248,6 +249,33 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------- compile
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from . import compiled
+
+    _register()
+    ep_options = _parse_options(args.ep_option)
+    output = args.output or args.model.with_name(args.model.stem + "_mlx_ctx.onnx")
+    _or_fail("compile the model", lambda: compiled.compile_model(
+        args.model, output, ep_options, args.optimization, args.external_data))
+    contexts = compiled.context_nodes(output)
+    left = len(onnx.load(str(output), load_external_data=False).graph.node) - len(contexts)
+    print(f"wrote {output}: {len(contexts)} EPContext node(s) of {EP_NAME}, {left} node(s) left to ORT")
+    if args.repeats:
+        # One session of each first: MLX's own start-up is not what a compiled model saves.
+        for model in (args.model, output):
+            _or_fail(f"create a session over {model}", lambda: mlx_session(model, ep_options, args.optimization))
+        source_ms, compiled_ms = (
+            compiled.session_creation_ms(model, ep_options, args.optimization, args.repeats)
+            for model in (args.model, output)
+        )
+        print(f"session creation (median of {args.repeats}): {source_ms:.1f} ms from the source, "
+              f"{compiled_ms:.1f} ms compiled ({source_ms / compiled_ms:.1f}x)")
+    return 0
+
+
 # -------------------------------------------------------------------------------------- generate
 
 
@@ -319,6 +347,15 @@ def build_parser() -> argparse.ArgumentParser:
     explain = commands.add_parser("explain", help="per node: does the MLX EP claim it, and why not")
     session_arguments(explain)
     explain.set_defaults(handler=cmd_explain)
+
+    compile_ = commands.add_parser("compile", help="write the model with the MLX partitions as EPContext nodes")
+    session_arguments(compile_)
+    compile_.add_argument("-o", "--output", type=Path, help="default: MODEL_mlx_ctx.onnx beside the model")
+    compile_.add_argument("--external-data", type=Path, metavar="FILE",
+                          help="write initializers of 1 KiB and more to this file (beside the output)")
+    compile_.add_argument("--repeats", type=int, default=5,
+                          help="time this many session creations of each model (0: none; default %(default)s)")
+    compile_.set_defaults(handler=cmd_compile)
 
     generate = commands.add_parser("generate", help="greedy generation through onnxruntime-genai, MLX EP first")
     generate.add_argument("model_dir", type=Path, help="folder with genai_config.json (e.g. from scripts/make_decoder.py)")

@@ -12,6 +12,7 @@ import pytest
 from sources import MODELS, fetch
 
 from onnxruntime_ep_mlx import EP_NAME, register_execution_provider_library
+from onnxruntime_ep_mlx.compiled import compile_model, context_nodes
 from onnxruntime_ep_mlx.explain import explain_to, read_explain_records
 from onnxruntime_ep_mlx.profiling import node_providers
 from onnxruntime_ep_mlx.sessions import cpu_session, mlx_session
@@ -43,6 +44,25 @@ def test_real_model_runs_entirely_on_mlx(model, tmp_path):
         assert g.shape == w.shape and g.dtype == w.dtype, name
         difference = np.abs(g.astype(np.float64) - w.astype(np.float64)).max() if g.size else 0.0
         assert difference <= model.atol, f"{model.name} output {name}: max |MLX - CPU| {difference:.3g} > {model.atol}"
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)
+def test_real_model_compiled_for_the_ep_gives_the_same_outputs(model, tmp_path):
+    """ORT's compile API: every partition becomes an EPContext node of this EP (nothing else is
+    left in the graph), and a session over the compiled model runs those on MLX with outputs
+    equal to the source model's (the same plan from the record)."""
+    path = fetch(model)
+    compiled = compile_model(path, tmp_path / "compiled.onnx")
+    contexts = context_nodes(compiled)
+    assert contexts and len(onnx.load(str(compiled), load_external_data=False).graph.node) == len(contexts)
+    feeds = model.feeds()
+    session = mlx_session(compiled, profile_prefix=tmp_path / "profile")
+    assert session.get_providers()[0] == EP_NAME
+    got = session.run(None, feeds)
+    assert {p.provider for p in node_providers(session.end_profiling())} == {EP_NAME}
+    want = mlx_session(path).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)

@@ -150,6 +150,7 @@ fn run(
     for (index, tensor) in tensors.into_iter().enumerate() {
         let array = match tensor {
             None => None,
+            Some(_) if !info.plan.reads_input(index) => None,
             Some(tensor) if tensor.elem.is_narrow() => {
                 // Decoded into a buffer of our own: no output can share ORT's packed bytes.
                 buffers.push(None);

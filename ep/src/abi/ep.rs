@@ -4,12 +4,14 @@ use std::ffi::{c_char, CStr, CString};
 use std::sync::{Arc, Mutex};
 
 use super::compute::ComputeInfo;
-use crate::capability::analyse;
+use crate::capability::{analyse, with_restored};
+use crate::context::{self, ContextSettings, Record};
 use crate::device::Device;
 use crate::diagnostics::{report_capability, Flags, Stats};
 use crate::narrow;
 use crate::options::Options;
 use crate::ort::api::{call, check, guard};
+use crate::ort::editor::{self, NewAttr};
 use crate::ort::graph;
 use crate::ort::kernel;
 use crate::ort::sys;
@@ -28,10 +30,12 @@ pub struct MlxEp {
     options: Arc<Options>,
     /// The session's trace, written when the EP is released (the `trace` setting).
     trace: Option<Arc<Trace>>,
+    /// Whether ORT asked for a compiled model (EPContext nodes out of `Compile`).
+    context: ContextSettings,
 }
 
 impl MlxEp {
-    pub fn create(name: &CStr, options: Options) -> *mut sys::OrtEp {
+    pub fn create(name: &CStr, options: Options, context: ContextSettings) -> *mut sys::OrtEp {
         let ep = Box::new(MlxEp {
             base: sys::OrtEp {
                 ort_version_supported: sys::ORT_API_VERSION,
@@ -49,6 +53,7 @@ impl MlxEp {
             })),
             trace: options.text("trace").map(|path| Trace::to(path.into())),
             options: Arc::new(options),
+            context,
         });
         Box::into_raw(ep).cast()
     }
@@ -103,7 +108,19 @@ unsafe extern "C" fn get_capability(
         }
         let (nodes, handles): (Vec<Node>, Vec<*const sys::OrtNode>) =
             graph::nodes(graph)?.into_iter().unzip();
-        let capability = analyse(&nodes, &graph::output_names(graph)?, &ep.options);
+        // A compiled model's own EPContext nodes were claimed when it was compiled.
+        let restored: Vec<usize> = if ep.options.flag("disable") {
+            Vec::new()
+        } else {
+            let name = ep.name.to_str().map_err(|e| e.to_string())?;
+            (0..nodes.len())
+                .filter(|&i| context::is_own(&nodes[i], name))
+                .collect()
+        };
+        let capability = with_restored(
+            analyse(&nodes, &graph::output_names(graph)?, &ep.options),
+            &restored,
+        );
         report_capability(&ep.flags, &nodes, &capability);
         if let Ok(mut stats) = ep.stats.lock() {
             // ORT may ask about the same graph more than once; the last answer is the one used.
@@ -112,9 +129,11 @@ unsafe extern "C" fn get_capability(
             stats.clusters = capability.clusters.len();
         }
         // We keep our own copy of constant initializers, so ORT need not feed them each run.
+        // A compiled model is the exception: ORT writes only the initializers a fused node
+        // reads, so there the fused nodes (and their EPContext nodes) read them.
         let options = sys::OrtNodeFusionOptions {
             ort_version_supported: sys::ORT_API_VERSION,
-            drop_constant_initializers: true,
+            drop_constant_initializers: !ep.context.enable,
         };
         for cluster in &capability.clusters {
             let members: Vec<*const sys::OrtNode> = cluster.iter().map(|&i| handles[i]).collect();
@@ -138,7 +157,7 @@ unsafe extern "C" fn compile(
     fused_nodes: *mut *const sys::OrtNode,
     count: usize,
     compute_infos: *mut *mut sys::OrtNodeComputeInfo,
-    _ep_context_nodes: *mut *mut sys::OrtNode,
+    ep_context_nodes: *mut *mut sys::OrtNode,
 ) -> sys::OrtStatusPtr {
     guard("Compile", || {
         // SAFETY: ORT passes our EP and `count` graphs, fused nodes and output slots.
@@ -151,10 +170,42 @@ unsafe extern "C" fn compile(
             )
         };
         let mut built = Vec::with_capacity(count);
+        let mut records = Vec::with_capacity(count);
         for (&graph, &node) in graphs.iter().zip(fused) {
-            match build_plan(graph, node) {
-                Ok(plan) => built.push(plan),
-                Err(e) => return Err(format!("cannot compile a fused subgraph: {e}")),
+            let partition = read_partition(graph, node, &ep.name)
+                .map_err(|e| format!("cannot compile a fused subgraph: {e}"))?;
+            if partition.restored && ep.context.enable {
+                return Err(format!(
+                    "'{}' is an EPContext node of a compiled model: compile the model's source \
+                     instead (a compiled model cannot be compiled again)",
+                    partition.name
+                ));
+            }
+            let record = Record::new(
+                partition.inputs.clone(),
+                partition.outputs.clone(),
+                &partition.nodes,
+            );
+            built.push(
+                Plan::build(
+                    partition.name,
+                    partition.nodes,
+                    &partition.inputs,
+                    &partition.outputs,
+                    partition.constants,
+                )
+                .map_err(|e| format!("cannot compile a fused subgraph: {e}"))?,
+            );
+            records.push(record);
+        }
+        if ep.context.enable {
+            if ep_context_nodes.is_null() {
+                return Err("ORT asked for a compiled model but gave no EPContext slots".into());
+            }
+            // SAFETY: with EPContext generation on, ORT passes `count` slots for our nodes.
+            let slots = unsafe { std::slice::from_raw_parts_mut(ep_context_nodes, count) };
+            for ((slot, record), &node) in slots.iter_mut().zip(&records).zip(fused) {
+                *slot = context_node(ep, node, record)?;
             }
         }
         if let Ok(mut stats) = ep.stats.lock() {
@@ -172,13 +223,80 @@ unsafe extern "C" fn compile(
     })
 }
 
-fn build_plan(
+/// What one fused node holds: its claimed nodes, the values ORT feeds it, the values it
+/// produces, and the constants it reads (copied from ORT's initializers).
+struct Partition {
+    name: String,
+    nodes: Vec<Node>,
+    inputs: Vec<String>,
+    outputs: Vec<(String, Option<op_specs::ElemType>)>,
+    constants: Vec<HostConstant>,
+    /// Read from an EPContext node's record rather than from ORT's graph.
+    restored: bool,
+}
+
+/// The partition ORT fused, read from its graph, or from the record of an EPContext node this
+/// EP wrote into a compiled model.
+fn read_partition(
     graph: *const sys::OrtGraph,
     fused_node: *const sys::OrtNode,
-) -> Result<Plan, String> {
+    ep_name: &CStr,
+) -> Result<Partition, String> {
     let fused = graph::read_node(fused_node)?;
-    let nodes: Vec<Node> = graph::nodes(graph)?.into_iter().map(|(n, _)| n).collect();
-    let constants = graph::initializers(graph)?
+    let mut nodes: Vec<Node> = graph::nodes(graph)?.into_iter().map(|(n, _)| n).collect();
+    let constants = host_constants(graph)?;
+    if let Some(value) = fused.implicit_inputs.first() {
+        return Err(format!(
+            "ORT gave the fused node an implicit input ('{}'), which its kernel cannot read",
+            value.name
+        ));
+    }
+    let inputs: Vec<String> = fused
+        .inputs
+        .iter()
+        .map(|v| v.as_ref().map_or(String::new(), |v| v.name.clone()))
+        .collect();
+    let outputs: Vec<(String, Option<op_specs::ElemType>)> = fused
+        .outputs
+        .iter()
+        .flatten()
+        .map(|v| (v.name.clone(), v.elem))
+        .collect();
+    let ep_name = ep_name.to_str().map_err(|e| e.to_string())?;
+    let mut partition = Partition {
+        name: fused.name,
+        nodes: Vec::new(),
+        inputs,
+        outputs,
+        constants,
+        restored: false,
+    };
+    match nodes.as_slice() {
+        [node] if context::is_own(node, ep_name) => restore(&mut partition, node)?,
+        _ => partition.nodes = std::mem::take(&mut nodes),
+    }
+    Ok(partition)
+}
+
+/// Fills `partition` from the record of `node`, an EPContext node this EP wrote.
+fn restore(partition: &mut Partition, node: &Node) -> Result<(), String> {
+    let outputs: Vec<&str> = partition.outputs.iter().map(|(n, _)| n.as_str()).collect();
+    let restored = context::record_of(node)?.restore(
+        node,
+        &outputs,
+        &partition.inputs,
+        std::mem::take(&mut partition.constants),
+    )?;
+    partition.nodes = restored.nodes;
+    partition.inputs = restored.inputs;
+    partition.constants = restored.constants;
+    partition.restored = true;
+    Ok(())
+}
+
+/// The fused graph's initializers, copied to the host (narrow types decoded into carriers).
+fn host_constants(graph: *const sys::OrtGraph) -> Result<Vec<HostConstant>, String> {
+    graph::initializers(graph)?
         .into_iter()
         .map(|(name, value)| {
             if value.is_null() {
@@ -206,25 +324,36 @@ fn build_plan(
                 bytes: tensor.bytes.to_vec(),
             })
         })
-        .collect::<Result<Vec<_>, String>>()?;
-    if let Some(value) = fused.implicit_inputs.first() {
-        return Err(format!(
-            "ORT gave the fused node an implicit input ('{}'), which its kernel cannot read",
-            value.name
-        ));
-    }
-    let inputs: Vec<String> = fused
-        .inputs
-        .iter()
-        .map(|v| v.as_ref().map_or(String::new(), |v| v.name.clone()))
-        .collect();
-    let outputs: Vec<(String, Option<op_specs::ElemType>)> = fused
-        .outputs
-        .iter()
-        .flatten()
-        .map(|v| (v.name.clone(), v.elem))
-        .collect();
-    Plan::build(fused.name.clone(), nodes, &inputs, &outputs, constants)
+        .collect()
+}
+
+/// The EPContext node that stands for `fused_node` in a compiled model, reading what it reads
+/// (its constants among them, see `get_capability`).
+fn context_node(
+    ep: &MlxEp,
+    fused_node: *const sys::OrtNode,
+    record: &Record,
+) -> Result<*mut sys::OrtNode, String> {
+    let name = graph::read_node(fused_node)?.name;
+    let text = record.encode()?;
+    let inputs = &record.inputs;
+    let outputs: Vec<String> = record.outputs.iter().map(|(n, _)| n.clone()).collect();
+    let source = ep.name.to_str().map_err(|e| e.to_string())?;
+    editor::create_node(
+        context::OP_TYPE,
+        context::DOMAIN,
+        &name,
+        inputs,
+        &outputs,
+        &[
+            ("main_context", NewAttr::Int(1)),
+            ("embed_mode", NewAttr::Int(1)),
+            ("ep_cache_context", NewAttr::Str(&text)),
+            ("ep_sdk_version", NewAttr::Str(context::LIBRARY_VERSION)),
+            ("partition_name", NewAttr::Str(&name)),
+            ("source", NewAttr::Str(source)),
+        ],
+    )
 }
 
 unsafe extern "C" fn release_node_compute_infos(

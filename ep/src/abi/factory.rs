@@ -4,6 +4,7 @@ use std::ffi::{c_char, CString};
 use std::ptr;
 
 use super::ep::MlxEp;
+use crate::context::ContextSettings;
 use crate::device::Device;
 use crate::options::{config_prefix, Options};
 use crate::ort::api::{call, check, guard, guard_void};
@@ -190,7 +191,11 @@ unsafe extern "C" fn create_ep(
         let options = Options::resolve(&entries, &config_prefix(EP_NAME), |name| {
             std::env::var(name).ok()
         })?;
-        let created = MlxEp::create(&factory.name, options);
+        let created = MlxEp::create(
+            &factory.name,
+            options,
+            ContextSettings::from_entries(&entries),
+        );
         // SAFETY: ORT passes a valid out-pointer.
         unsafe { *ep = created };
         Ok(())

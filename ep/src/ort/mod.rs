@@ -2,6 +2,7 @@
 //! kernel-context objects. All `unsafe` of the EP lives in this folder and the ABI entry points.
 
 pub mod api;
+pub mod editor;
 pub mod graph;
 pub mod kernel;
 pub mod sys;

@@ -3,7 +3,9 @@
 use mlx_kernels::Dtype;
 
 /// ONNX `TensorProto.DataType` (the same codes as ORT's `ONNXTensorElementDataType`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[repr(u8)]
 pub enum ElemType {
     Float = 1,

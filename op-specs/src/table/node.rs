@@ -3,20 +3,73 @@
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use super::dtypes::ElemType;
 use super::lower::FromAttr;
 
 /// A tensor-valued attribute (Constant's and ConstantOfShape's `value`), copied to the host.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TensorValue {
     pub elem: ElemType,
     pub shape: Vec<i64>,
-    /// Row-major, native-endian element bytes.
+    /// Row-major, native-endian element bytes (serialized as one hex string: a JSON array of
+    /// numbers would be several times larger and slower to read).
+    #[serde(with = "hex_bytes")]
     pub bytes: Vec<u8>,
 }
 
+mod hex_bytes {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], out: S) -> Result<S::Ok, S::Error> {
+        let mut text = String::with_capacity(bytes.len() * 2);
+        for b in bytes {
+            text.push(char::from(DIGITS[usize::from(b >> 4)]));
+            text.push(char::from(DIGITS[usize::from(b & 15)]));
+        }
+        out.serialize_str(&text)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<Vec<u8>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(input)?;
+        let text = text.as_bytes();
+        if text.len() % 2 != 0 {
+            return Err(D::Error::custom("hex bytes of odd length"));
+        }
+        // Records can hold megabytes of constants: one table lookup a digit, errors checked once.
+        const INVALID: u8 = 0xff;
+        const VALUE: [u8; 256] = {
+            let mut table = [INVALID; 256];
+            let mut i = 0;
+            while i < 16 {
+                table[DIGITS[i] as usize] = i as u8;
+                i += 1;
+            }
+            table
+        };
+        let mut invalid = false;
+        let bytes: Vec<u8> = text
+            .chunks_exact(2)
+            .map(|pair| {
+                let (high, low) = (VALUE[usize::from(pair[0])], VALUE[usize::from(pair[1])]);
+                invalid |= high == INVALID || low == INVALID;
+                high << 4 | (low & 15)
+            })
+            .collect();
+        if invalid {
+            return Err(D::Error::custom(
+                "a byte string holds a character that is not a hex digit",
+            ));
+        }
+        Ok(bytes)
+    }
+}
+
 /// An attribute value, by ONNX attribute kind.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum AttrValue {
     Int(i64),
     Float(f32),
@@ -27,8 +80,10 @@ pub enum AttrValue {
     Tensor(TensorValue),
     /// A control-flow body (If's branches, Loop's and Scan's bodies).
     Graph(Arc<Graph>),
-    /// A kind the table has no use for (sparse tensor, type proto...).
-    Other(&'static str),
+    /// A kind the table has no use for (sparse tensor, type proto...). No lowering reads it,
+    /// so a recorded node leaves it out (`ep/src/context.rs`); its description has no
+    /// serialized form.
+    Other(#[serde(skip)] &'static str),
 }
 
 impl AttrValue {
@@ -49,7 +104,7 @@ impl AttrValue {
 
 /// A graph value a node reads or writes: its name and, when it is a tensor (or a sequence of
 /// tensors), its element type and (possibly symbolic) shape.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ValueInfo {
     pub name: String,
     /// `None` for other values (maps, optionals) and unknown element types.
@@ -72,7 +127,7 @@ impl ValueInfo {
 /// A graph held by a node's attribute: its inputs and outputs, its nodes (ORT's order), and
 /// its initializers copied to the host. What its nodes read from enclosing scopes is not among
 /// its inputs: the node holding it lists those values as its implicit inputs.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Graph {
     pub inputs: Vec<ValueInfo>,
     pub outputs: Vec<ValueInfo>,
@@ -83,7 +138,7 @@ pub struct Graph {
 /// A node as the op table sees it: an owned, ORT-free copy. The EP fills it from ORT's graph
 /// (`ep/src/ort/graph.rs`); tests build it by hand with the builder methods below. One type for
 /// both, so every claim branch a graph can reach is reachable from a Rust test too.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Node {
     pub name: String,
     pub op_type: String,
