@@ -214,3 +214,16 @@ def test_a_compiled_model_cannot_be_compiled_again(compiled, tmp_path):
     with pytest.raises(Exception) as raised:
         compile_model(compiled, tmp_path / "twice.onnx")
     assert "cannot be compiled again" in str(raised.value), raised.value
+
+
+def test_the_compile_command_writes_the_model_and_times_both(tmp_path, capsys):
+    from onnxruntime_ep_mlx import cli
+
+    source = partly_claimed_model(tmp_path / "source.onnx")
+    assert cli.main(["compile", str(source), "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    written = tmp_path / "source_mlx_ctx.onnx"
+    assert f"wrote {written}: 1 EPContext node(s) of {MLX}, 1 node(s) left to ORT" in out, out
+    assert "session creation (median of 1):" in out and "ms compiled" in out, out
+    assert cli.main(["compile", str(written), "-o", str(tmp_path / "twice.onnx"), "--repeats", "0"]) == cli.EXIT_SETUP
+    assert "cannot be compiled again" in capsys.readouterr().err
