@@ -6,7 +6,7 @@ Each model is compiled once; then source and compiled sessions are made in alter
 each first, not timed: MLX's own start-up is not what a compiled model saves) and the medians
 are reported. The compiled model's outputs are checked equal to the source model's.
 
-    .venv/bin/python scripts/bench_compiled.py [--repeats 9] [--decoder 512,8,8,4,1536,32000]
+    .venv/bin/python scripts/bench_compiled.py [--repeats 9] [--model NAME ...] [--decoder 512,8,8,4,1536,32000]
 """
 
 from __future__ import annotations
@@ -79,6 +79,8 @@ def measure(name: str, source: Path, feeds: dict, scratch: Path, repeats: int) -
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=9, help="sessions of each model to time (median)")
+    parser.add_argument("--model", action="append", metavar="NAME",
+                        help="only these real models (repeatable; default all)")
     parser.add_argument("--decoder", default="512,8,8,4,1536,32000",
                         help="hidden,layers,heads,kv_heads,ffn,vocab of the int4 decoder (default %(default)s)")
     args = parser.parse_args()
@@ -90,6 +92,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mlx-compiled-") as scratch:
         scratch = Path(scratch)
         for model in MODELS:
+            if args.model and model.name not in args.model:
+                continue
             rows.append(measure(model.name, fetch(model), model.feeds(), scratch, args.repeats))
         decoder = make_decoder.write(scratch / "decoder", shape, "fp16", "int4", seed=1)
         rows.append(measure(f"int4 decoder {args.decoder}", decoder, decoder_feeds(shape), scratch, args.repeats))
