@@ -170,22 +170,24 @@ unsafe extern "C" fn compile(
             )
         };
         let mut built = Vec::with_capacity(count);
-        let mut records = Vec::with_capacity(count);
+        let mut records = Vec::new();
         for (&graph, &node) in graphs.iter().zip(fused) {
             let partition = read_partition(graph, node, &ep.name)
                 .map_err(|e| format!("cannot compile a fused subgraph: {e}"))?;
-            if partition.restored && ep.context.enable {
-                return Err(format!(
-                    "'{}' is an EPContext node of a compiled model: compile the model's source \
-                     instead (a compiled model cannot be compiled again)",
-                    partition.name
+            if ep.context.enable {
+                if partition.restored {
+                    return Err(format!(
+                        "'{}' is an EPContext node of a compiled model: compile the model's \
+                         source instead (a compiled model cannot be compiled again)",
+                        partition.name
+                    ));
+                }
+                records.push(Record::new(
+                    partition.inputs.clone(),
+                    partition.outputs.clone(),
+                    &partition.nodes,
                 ));
             }
-            let record = Record::new(
-                partition.inputs.clone(),
-                partition.outputs.clone(),
-                &partition.nodes,
-            );
             built.push(
                 Plan::build(
                     partition.name,
@@ -196,17 +198,15 @@ unsafe extern "C" fn compile(
                 )
                 .map_err(|e| format!("cannot compile a fused subgraph: {e}"))?,
             );
-            records.push(record);
         }
         if ep.context.enable {
             if ep_context_nodes.is_null() {
                 return Err("ORT asked for a compiled model but gave no EPContext slots".into());
             }
+            let nodes = context_nodes(ep, fused, &records)?;
             // SAFETY: with EPContext generation on, ORT passes `count` slots for our nodes.
             let slots = unsafe { std::slice::from_raw_parts_mut(ep_context_nodes, count) };
-            for ((slot, record), &node) in slots.iter_mut().zip(&records).zip(fused) {
-                *slot = context_node(ep, node, record)?;
-            }
+            slots.copy_from_slice(&nodes);
         }
         if let Ok(mut stats) = ep.stats.lock() {
             stats.plans += built.len();
@@ -327,33 +327,44 @@ fn host_constants(graph: *const sys::OrtGraph) -> Result<Vec<HostConstant>, Stri
         .collect()
 }
 
-/// The EPContext node that stands for `fused_node` in a compiled model, reading what it reads
-/// (its constants among them, see `get_capability`).
-fn context_node(
+/// The EPContext nodes that stand for `fused_nodes` in a compiled model, each reading what its
+/// fused node reads (constants among them, see `get_capability`). All or none: the nodes made
+/// before a failure are released, since ORT takes only what `Compile` returns on success.
+fn context_nodes(
     ep: &MlxEp,
-    fused_node: *const sys::OrtNode,
-    record: &Record,
-) -> Result<*mut sys::OrtNode, String> {
-    let name = graph::read_node(fused_node)?.name;
-    let text = record.encode()?;
-    let inputs = &record.inputs;
-    let outputs: Vec<String> = record.outputs.iter().map(|(n, _)| n.clone()).collect();
+    fused_nodes: &[*const sys::OrtNode],
+    records: &[Record],
+) -> Result<Vec<*mut sys::OrtNode>, String> {
     let source = ep.name.to_str().map_err(|e| e.to_string())?;
-    editor::create_node(
-        context::OP_TYPE,
-        context::DOMAIN,
-        &name,
-        inputs,
-        &outputs,
-        &[
-            ("main_context", NewAttr::Int(1)),
-            ("embed_mode", NewAttr::Int(1)),
-            ("ep_cache_context", NewAttr::Str(&text)),
-            ("ep_sdk_version", NewAttr::Str(context::LIBRARY_VERSION)),
-            ("partition_name", NewAttr::Str(&name)),
-            ("source", NewAttr::Str(source)),
-        ],
-    )
+    let mut made = Vec::with_capacity(records.len());
+    for (&fused_node, record) in fused_nodes.iter().zip(records) {
+        let node = graph::read_node(fused_node).and_then(|fused| {
+            let outputs: Vec<String> = record.outputs.iter().map(|(n, _)| n.clone()).collect();
+            editor::create_node(
+                context::OP_TYPE,
+                context::DOMAIN,
+                &fused.name,
+                &record.inputs,
+                &outputs,
+                &[
+                    ("main_context", NewAttr::Int(1)),
+                    ("embed_mode", NewAttr::Int(1)),
+                    ("ep_cache_context", NewAttr::Str(&record.encode()?)),
+                    ("ep_sdk_version", NewAttr::Str(context::LIBRARY_VERSION)),
+                    ("partition_name", NewAttr::Str(&fused.name)),
+                    ("source", NewAttr::Str(source)),
+                ],
+            )
+        });
+        match node {
+            Ok(node) => made.push(node),
+            Err(e) => {
+                made.into_iter().for_each(editor::release_node);
+                return Err(format!("cannot write an EPContext node: {e}"));
+            }
+        }
+    }
+    Ok(made)
 }
 
 unsafe extern "C" fn release_node_compute_infos(

@@ -113,3 +113,9 @@ pub fn create_node(
     check(status)?;
     Ok(node)
 }
+
+/// Releases a node `create_node` made that is not handed to ORT after all.
+pub fn release_node(node: *mut sys::OrtNode) {
+    // SAFETY: `node` came from CreateNode and was not given to ORT, so it is ours to release.
+    unsafe { call!(api.ReleaseNode(node)) };
+}
