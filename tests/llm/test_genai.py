@@ -55,6 +55,31 @@ def test_greedy_tokens_equal_the_cpu_eps_with_every_node_on_mlx(fp32_folder, tmp
     assert got.tokens == want.tokens
 
 
+def test_genai_runs_a_model_compiled_for_the_ep_with_the_same_tokens(fp32_folder, tmp_path):
+    """A compiled model (one EPContext node) in place of the decoder in genai's folder: the
+    second start skips the EP's claims, and genai's loop generates the same tokens."""
+    import json
+    import shutil
+
+    from onnxruntime_ep_mlx.compiled import compile_model, context_nodes
+
+    folder = tmp_path / "compiled"
+    shutil.copytree(fp32_folder, folder)
+    compile_model(folder / "model.onnx", folder / "model_ctx.onnx")
+    assert len(context_nodes(folder / "model_ctx.onnx")) == 1
+    config = json.loads((folder / "genai_config.json").read_text())
+    config["model"]["decoder"]["filename"] = "model_ctx.onnx"
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    (folder / "model.onnx").unlink()
+
+    with explain_to(tmp_path / "explain.jsonl") as report:
+        compiled = generation.load_model(folder, on_mlx=True)
+    claimed_everything(report)
+    assert [r.qualified_op for r in read_explain_records(report)] == ["com.microsoft.EPContext"]
+    want = generation.generate(generation.load_model(fp32_folder, on_mlx=True), PROMPT, NEW_TOKENS)
+    assert generation.generate(compiled, PROMPT, NEW_TOKENS).tokens == want.tokens
+
+
 @pytest.fixture(scope="module", params=["fp32", "fp16"])
 def int4_folder(request, tmp_path_factory) -> tuple[Path, type]:
     """The int4 decoder's folder and its activation (and KV cache) type."""
