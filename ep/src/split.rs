@@ -12,12 +12,14 @@
 //!
 //! A prologue whose results are all such host values runs on MLX's CPU, whatever the plan's
 //! device: a GPU would compute a few integers from a host input (the mask) only to hand them
-//! back, a round trip through managed memory and a synchronisation in the middle of every step.
+//! back, a synchronisation in the middle of every step. Except on MLX's CUDA backend, where the
+//! CPU stream is the dearer round trip (`cuda::cpu_stream_syncs_through_gpu`): there the
+//! prologue runs on the GPU and its few integers are copied back from device memory.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use mlx_kernels::{Array, Dtype, Stream};
+use mlx_kernels::{cuda, Array, Dtype, Stream};
 
 use crate::plan::{Constants, Lowering, Part, PartLowering, Plan, SlotKey};
 
@@ -123,7 +125,7 @@ impl Split {
         constants: &Constants,
         inputs: &[Array],
     ) -> Result<Prologue, String> {
-        if self.on_host.get() != Some(&false) {
+        if self.on_host.get() != Some(&false) && !cuda::cpu_stream_syncs_through_gpu() {
             let host = Stream::cpu().map_err(|e| format!("MLX's CPU stream: {e}"))?;
             let prologue = self.lower_prologue_on(plan, Some(host), stream, constants, inputs)?;
             let on_host = *self

@@ -30,6 +30,10 @@ pub fn compile(paths: &Paths, out_dir: &Path) -> Vec<PathBuf> {
         unity.push_str(&format!("#include \"{}\"\n", unit.display()));
     }
     unity.push_str(ARRAY_ID);
+    // Our own C++ over MLX's internals (see the file's notes), compiled with mlx-c.
+    let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("shim/device_copy.cpp");
+    println!("cargo:rerun-if-changed={}", shim.display());
+    unity.push_str(&format!("#include \"{}\"\n", shim.display()));
     let unity_path = out_dir.join("mlx_c_unity.cpp");
     fs::write(&unity_path, unity).expect("write unity file");
 

@@ -15,4 +15,11 @@ extern "C" {
     /// MLX's `array::id()` of the array `a` refers to (0 for an empty handle); compiled into the
     /// mlx-c unity build by `build/mlx_c.rs`.
     pub fn mlx_ep_array_id(a: mlx_array) -> usize;
+    /// Copies `bytes` bytes of an evaluated, finished, row-contiguous array straight from CUDA
+    /// device memory into `dst` (`shim/device_copy.cpp`): 0 copied, 1 not device memory (read
+    /// it through MLX), 2 + CUDA's error code on failure. MLX's CUDA backend only.
+    pub fn mlx_ep_copy_from_device(a: mlx_array, dst: *mut std::ffi::c_void, bytes: usize) -> i32;
+    /// Starts moving an evaluated array's unified-memory buffer to GPU `device` (a hint; does
+    /// nothing for device memory). MLX's CUDA backend only.
+    pub fn mlx_ep_prefetch_to_device(a: mlx_array, device: i32);
 }

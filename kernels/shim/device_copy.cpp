@@ -1,0 +1,122 @@
+// Device-to-host copies that leave MLX's CUDA buffers on the device. Included in the mlx-c unity
+// build (build/mlx_c.rs), where mlx-c's handle accessors are in scope.
+//
+// Why: reading an array's data through MLX (`array::data()`, mlx-c's `mlx_array_data_*`) moves
+// its buffer to unified (managed) memory for good, with its pages on the host. MLX's allocator
+// then recycles that buffer for later GPU results, and every kernel that writes into it stalls
+// on page faults (100-300 us each on an H200, measured). A decode step reads its logits and its
+// checks every token, so its next step paid those faults.
+
+#include <dlfcn.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mlx_ep {
+
+// What an `allocator::Buffer` points to on MLX's CUDA backend: `cu::CudaBuffer` of MLX 0.32.4
+// (mlx/backend/cuda/allocator.h, whose header needs CUDA's). `device` is -1 for unified memory.
+struct CudaBufferView {
+  void* data;
+  size_t size;
+  int device;
+};
+
+// CUDA's driver API, as MLX's CUDA build links it (libcuda.so.1; its runtime is static, so
+// there is no libcudart to ask). Looked up once, in the copy MLX loaded (RTLD_NOLOAD).
+struct MemLocation {
+  int type; // CU_MEM_LOCATION_TYPE_DEVICE = 1
+  int id;
+};
+struct Driver {
+  int (*ctx_get_current)(void** ctx) = nullptr;
+  int (*ctx_set_current)(void* ctx) = nullptr;
+  int (*primary_ctx_retain)(void** ctx, int device) = nullptr;
+  int (*memcpy_dtoh)(void* dst, uintptr_t src, size_t bytes) = nullptr;
+  int (*prefetch)(uintptr_t ptr, size_t bytes, MemLocation to, unsigned flags, void* stream) =
+      nullptr;
+};
+
+const Driver& driver() {
+  static Driver d = []() {
+    Driver d;
+    if (void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD)) {
+      d.ctx_get_current = reinterpret_cast<decltype(d.ctx_get_current)>(dlsym(lib, "cuCtxGetCurrent"));
+      d.ctx_set_current = reinterpret_cast<decltype(d.ctx_set_current)>(dlsym(lib, "cuCtxSetCurrent"));
+      d.primary_ctx_retain =
+          reinterpret_cast<decltype(d.primary_ctx_retain)>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
+      d.memcpy_dtoh = reinterpret_cast<decltype(d.memcpy_dtoh)>(dlsym(lib, "cuMemcpyDtoH_v2"));
+      d.prefetch = reinterpret_cast<decltype(d.prefetch)>(dlsym(lib, "cuMemPrefetchAsync_v2"));
+    }
+    return d;
+  }();
+  return d;
+}
+
+// Makes sure this thread has a CUDA context current: the primary context of GPU 0, the one
+// MLX's runtime uses (retained once for the process, as MLX keeps it).
+bool context_current(const Driver& d) {
+  void* ctx = nullptr;
+  if (d.ctx_get_current == nullptr || d.ctx_get_current(&ctx) != 0) {
+    return false;
+  }
+  if (ctx != nullptr) {
+    return true;
+  }
+  static void* primary = [&d]() -> void* {
+    void* p = nullptr;
+    return d.primary_ctx_retain != nullptr && d.primary_ctx_retain(&p, 0) == 0 ? p : nullptr;
+  }();
+  return primary != nullptr && d.ctx_set_current != nullptr && d.ctx_set_current(primary) == 0;
+}
+
+// The buffer behind an evaluated array, when the array's bytes lie within it.
+const CudaBufferView* buffer_of(const mlx::core::array& arr, size_t bytes) {
+  auto* buf = static_cast<const CudaBufferView*>(arr.buffer().ptr());
+  if (buf == nullptr || buf->data == nullptr || arr.offset() < 0 ||
+      static_cast<size_t>(arr.offset()) > buf->size ||
+      bytes > buf->size - static_cast<size_t>(arr.offset())) {
+    return nullptr;
+  }
+  return buf;
+}
+
+} // namespace mlx_ep
+
+// Copies `bytes` bytes of the evaluated, finished, row-contiguous array `a` into host memory
+// `dst` straight from device memory. Only for MLX's CUDA backend (the caller checks).
+// Returns 0 when copied; 1 when the array's buffer is not device memory (or no CUDA context is
+// current here): the caller then reads it through MLX; 2 + CUDA's error code when it failed.
+extern "C" int mlx_ep_copy_from_device(mlx_array a, void* dst, size_t bytes) {
+  try {
+    auto& arr = mlx_array_get_(a);
+    const auto* buf = mlx_ep::buffer_of(arr, bytes);
+    const auto& d = mlx_ep::driver();
+    if (buf == nullptr || buf->device < 0 || d.memcpy_dtoh == nullptr ||
+        !mlx_ep::context_current(d)) {
+      return 1;
+    }
+    auto src = reinterpret_cast<uintptr_t>(buf->data) + static_cast<uintptr_t>(arr.offset());
+    int status = d.memcpy_dtoh(dst, src, bytes);
+    return status == 0 ? 0 : 2 + status;
+  } catch (...) {
+    return 1;
+  }
+}
+
+// Starts moving the unified-memory buffer of the evaluated array `a` (MLX's CUDA backend puts
+// arrays made from host bytes there) to GPU `device`, so that the first kernel to read it does
+// not stall on page faults. A hint: nothing waits for it and a failure changes nothing.
+extern "C" void mlx_ep_prefetch_to_device(mlx_array a, int device) {
+  try {
+    auto& arr = mlx_array_get_(a);
+    const auto* buf = mlx_ep::buffer_of(arr, arr.nbytes());
+    const auto& d = mlx_ep::driver();
+    if (buf == nullptr || buf->device >= 0 || d.prefetch == nullptr || !mlx_ep::context_current(d)) {
+      return;
+    }
+    d.prefetch(reinterpret_cast<uintptr_t>(buf->data), buf->size, mlx_ep::MemLocation{1, device}, 0,
+               nullptr);
+  } catch (...) {
+  }
+}
