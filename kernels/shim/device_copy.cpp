@@ -1,11 +1,12 @@
-// Device-to-host copies that leave MLX's CUDA buffers on the device. Included in the mlx-c unity
-// build (build/mlx_c.rs), where mlx-c's handle accessors are in scope.
+// Device-to-host copies that leave MLX's CUDA buffers on the device, and prefetches of arrays
+// made from host bytes to the device. Included in the mlx-c unity build (build/mlx_c.rs), where
+// mlx-c's handle accessors are in scope. Called on MLX's CUDA backend only.
 //
 // Why: reading an array's data through MLX (`array::data()`, mlx-c's `mlx_array_data_*`) moves
 // its buffer to unified (managed) memory for good, with its pages on the host. MLX's allocator
 // then recycles that buffer for later GPU results, and every kernel that writes into it stalls
-// on page faults (100-300 us each on an H200, measured). A decode step reads its logits and its
-// checks every token, so its next step paid those faults.
+// on page faults (150-190 us a kernel on an H200, in an ncu trace of a decode step). A decode
+// step reads its logits and its checks every token, so its next step paid those faults.
 
 #include <dlfcn.h>
 
