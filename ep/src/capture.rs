@@ -153,9 +153,8 @@ enum Entry {
 #[derive(Debug, Default, Clone)]
 struct Recorded {
     /// Per output written in place: its index, its distinct mask's and its values' (if any)
-    /// among the arrays the closure returns after the plan's outputs, and the slot whose rows
-    /// it keeps elsewhere (if any).
-    masked_outputs: Vec<(usize, usize, Option<usize>, Option<usize>)>,
+    /// among the arrays the closure returns after the plan's outputs.
+    masked_outputs: Vec<(usize, usize, Option<usize>)>,
     /// How many arrays (distinct masks, then values) follow the plan's outputs.
     in_place_arrays: usize,
     messages: Vec<Arc<str>>,
@@ -537,11 +536,10 @@ impl Replayed {
             .collect();
         let in_place = outputs.split_off(plan.outputs.len());
         let mut written_rows = vec![None; plan.outputs.len()];
-        for &(output, mask, values, rest_from) in &recorded.masked_outputs {
+        for &(output, mask, values) in &recorded.masked_outputs {
             written_rows[output] = in_place.get(mask).map(|mask| InPlace {
                 mask: mask.clone(),
                 values: values.and_then(|v| in_place.get(v).cloned()),
-                rest_from,
             });
         }
         Ok(Lowering {
@@ -588,12 +586,7 @@ fn trace_body(
         let mut in_place: Vec<Array> = Vec::new();
         let mut values = Vec::new();
         for (output, written) in lowering.written_rows.into_iter().enumerate() {
-            if let Some(InPlace {
-                mask,
-                values: rows,
-                rest_from,
-            }) = written
-            {
+            if let Some(InPlace { mask, values: rows }) = written {
                 let index = match in_place.iter().position(|m| m.id() == mask.id()) {
                     Some(index) => index,
                     None => {
@@ -601,9 +594,7 @@ fn trace_body(
                         in_place.len() - 1
                     }
                 };
-                recorded
-                    .masked_outputs
-                    .push((output, index, None, rest_from));
+                recorded.masked_outputs.push((output, index, None));
                 values.extend(rows.map(|rows| (recorded.masked_outputs.len() - 1, rows)));
             }
         }

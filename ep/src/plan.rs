@@ -232,8 +232,6 @@ pub struct Lowering {
 pub struct InPlace {
     pub mask: Array,
     pub values: Option<Array>,
-    /// The slot whose rows the output holds outside the mask (`op_specs::WrittenRows::rest_from`).
-    pub rest_from: Option<usize>,
 }
 
 /// Why evaluating a lowering failed.
@@ -271,7 +269,6 @@ pub struct RowMask {
     pub shape: Vec<i64>,
     pub flags: Vec<u8>,
     pub values: Option<Vec<u8>>,
-    pub rest_from: Option<usize>,
 }
 
 impl Plan {
@@ -605,7 +602,6 @@ impl Plan {
                     flags: parts[mask].to_vec(),
                     array: written.mask,
                     values: values.map(|v| parts[v].to_vec()),
-                    rest_from: written.rest_from,
                 })
             })
             .collect();
@@ -773,9 +769,6 @@ impl Plan {
                         InPlace {
                             mask: written.rows,
                             values: written.values,
-                            rest_from: written
-                                .rest_from
-                                .and_then(|input| planned.inputs.get(input).copied().flatten()),
                         },
                     );
                 }

@@ -120,13 +120,8 @@ impl Residency {
             let rows = Rows::of(out.output);
             let (held, changed) = match out.written {
                 Some(mask) => {
-                    // The output already holds the input's rows outside the written ones
-                    // (the node wrote its rows over this very input): it is the result.
-                    let held = if out.keeps_other_rows {
-                        out.output.clone()
-                    } else {
-                        in_place_result(out.input, out.output, &mask.array, stream).map_err(err)?
-                    };
+                    let held =
+                        in_place_result(out.input, out.output, &mask.array, stream).map_err(err)?;
                     let shape = out.output.shape();
                     let row_dims = &shape[..shape.len().saturating_sub(1)];
                     (
@@ -262,9 +257,6 @@ pub struct SharedOutput<'a> {
     pub input: &'a Array,
     pub output: &'a Array,
     pub written: Option<&'a RowMask>,
-    /// Whether `output` holds `input`'s rows outside the written ones (`RowMask::rest_from`
-    /// is this input's slot).
-    pub keeps_other_rows: bool,
     pub buffer: &'a mut [u8],
 }
 

@@ -259,23 +259,3 @@ fn zero_size_and_scalar_arrays() {
     assert_eq!(scalar.shape(), Vec::<i64>::new());
     assert_eq!(scalar.to_vec::<i64>(&s).unwrap(), vec![7]);
 }
-
-#[test]
-fn scatter_along_an_inner_axis_writes_only_those_rows() {
-    let s = stream();
-    // [1, 2, 5, 2]: two heads of five rows; one new row per head, at a row held in an array.
-    let src = array(
-        &(0..20).map(|v| v as f32).collect::<Vec<_>>(),
-        &[1, 2, 5, 2],
-    );
-    // indices [1] + src's shape with axis 2 of size 1: [1, 1, 2, 1, 2].
-    let update = array(&[-1.0, -2.0, -3.0, -4.0], &[1, 1, 2, 1, 2]);
-    let rows = Array::from_slice(&[3i32], &[1]).unwrap();
-    let out = ops::scatter_along(&src, &rows, &update, 2, ops::ScatterMode::Set, &s).unwrap();
-    let mut want: Vec<f32> = (0..20).map(|v| v as f32).collect();
-    want[6..8].copy_from_slice(&[-1.0, -2.0]);
-    want[16..18].copy_from_slice(&[-3.0, -4.0]);
-    assert_eq!(out.to_vec::<f32>(&s).unwrap(), want);
-    // The source is unchanged: an update is a new array.
-    assert_eq!(src.to_vec::<f32>(&s).unwrap()[6], 6.0);
-}

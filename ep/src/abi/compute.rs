@@ -279,19 +279,13 @@ fn write_outputs(
             .iter()
             .position(|b| !bytes.is_empty() && *b == Some(address));
         match same.and_then(|i| Some((i, inputs[i].as_ref()?))) {
-            Some((input, fed)) => {
-                let written = evaluated.written_rows.get(index).and_then(Option::as_ref);
-                shared.push(SharedOutput {
-                    index: input,
-                    input: fed,
-                    output: array,
-                    written,
-                    keeps_other_rows: written
-                        .and_then(|w| w.rest_from)
-                        .is_some_and(|slot| plan.inputs.get(input) == Some(&slot)),
-                    buffer: bytes,
-                })
-            }
+            Some((input, fed)) => shared.push(SharedOutput {
+                index: input,
+                input: fed,
+                output: array,
+                written: evaluated.written_rows.get(index).and_then(Option::as_ref),
+                buffer: bytes,
+            }),
             None => array
                 .copy_to(bytes, &runtime.stream)
                 .map_err(|e| e.to_string())?,

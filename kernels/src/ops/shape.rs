@@ -272,21 +272,8 @@ pub fn scatter_rows(
     mode: ScatterMode,
     stream: &Stream,
 ) -> Result<Array> {
-    scatter_along(a, indices, updates, 0, mode, stream)
-}
-
-/// `a` with `updates` combined (per `mode`) at the positions `indices` of axis `axis`;
-/// `updates` is shaped `indices.shape + a.shape` with `axis` of size 1.
-pub fn scatter_along(
-    a: &Array,
-    indices: &Array,
-    updates: &Array,
-    axis: i32,
-    mode: ScatterMode,
-    stream: &Stream,
-) -> Result<Array> {
     let index_list = crate::VectorArray::from_arrays(std::slice::from_ref(indices))?;
-    let axes = [axis];
+    let axes = [0i32];
     let scatter = match mode {
         ScatterMode::Set => sys::mlx_scatter,
         ScatterMode::Add => sys::mlx_scatter_add,

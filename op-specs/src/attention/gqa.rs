@@ -39,8 +39,6 @@ use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 /// Steps of at most this many query rows run the hand-written decode kernel where MLX's CUDA
 /// backend is in use (longer prompts keep MLX's matmul-based attention).
 const DECODE_QUERY_ROWS: i64 = 16;
-/// The node's input index of `past_key` (`past_value` follows it).
-const PAST_KEY: usize = 3;
 
 /// Grouped-query attention with a BNSH KV cache (ORT's decoder attention): optional packed QKV,
 /// past/present caches, per-row lengths from `seqlens_k`, rotary embedding (interleaved or not,
@@ -265,10 +263,6 @@ fn group_query_attention(
         // prompt), so K and V as they are, [B, Hkv, S, D], are those rows in the buffer's order.
         cx.writes_only_rows(1, written, Some(&k));
         cx.writes_only_rows(2, written, Some(&v));
-        if appended && placement.writes_over(past.map(|(pk, _)| pk)) {
-            cx.keeps_other_rows_of(1, PAST_KEY);
-            cx.keeps_other_rows_of(2, PAST_KEY + 1);
-        }
     }
     let StepLayout {
         row_total,
@@ -846,57 +840,11 @@ impl Placement {
         })
     }
 
-    /// Whether [`Placement::present`] writes the new rows over `past` itself: one batch row
-    /// over a past as long as the present (genai's shared KV buffer) that can hold them.
-    fn writes_over(&self, past: Option<&Array>) -> bool {
-        let present_len = self.row.shape()[2];
-        past.is_some_and(|p| {
-            self.row_past.shape().first() == Some(&1)
-                && p.shape().get(2) == Some(&present_len)
-                && self.seq <= present_len
-        })
-    }
-
     /// The present of `new` `[B, Hkv, S, D]` appended to `past` (absent: zeros).
     fn present(&self, new: &Array, past: Option<&Array>, s: &Stream) -> Result<Array> {
         let [b, h, seq, d] = <[i64; 4]>::try_from(new.shape())
             .map_err(|_| OpError::new("GroupQueryAttention: K/V must be 4-D here"))?;
         let present_len = self.row.shape()[2];
-        if let Some(p) = past.filter(|_| self.writes_over(past)) {
-            // One batch row over a buffer of the present's length (genai's shared KV buffer):
-            // the new rows scattered over the past at [past_b, past_b + S), as ORT's kernel
-            // writes them: a plain copy of the buffer and S rows, where the general path below
-            // selects every row from three broadcast operands (22 us a buffer on an H200, the
-            // costliest kernel of a decode step after its matmuls and attention). Rows after the new
-            // ones keep the past's values where that path zeroes them: no key beyond total_b is
-            // ever read, and ORT leaves those rows of a shared buffer as they were. seqlens_k's
-            // range check guarantees the rows fit; the clamp keeps a failing step's write in
-            // bounds (MLX does not check scatter indices).
-            let start = ops::minimum(
-                &ops::maximum(
-                    &ops::reshape(&self.row_past, &[1], s)?,
-                    &scalar(0.0, Dtype::I32, s)?,
-                    s,
-                )?,
-                &scalar((present_len - seq).max(0) as f64, Dtype::I32, s)?,
-                s,
-            )?;
-            let rows = ops::add(
-                &start,
-                &ops::arange(0.0, seq as f64, 1.0, Dtype::I32, s)?,
-                s,
-            )?;
-            // [B, H, S, D] → [S, B, H, 1, D]: one update per row index.
-            let updates = ops::expand_dims(&ops::transpose(new, &[2, 0, 1, 3], s)?, &[3], s)?;
-            return Ok(ops::scatter_along(
-                p,
-                &rows,
-                &updates,
-                2,
-                ops::ScatterMode::Set,
-                s,
-            )?);
-        }
         let zero = scalar(0.0, new.dtype(), s)?;
         // Row j of the present takes new[j − past_b]; one new row broadcasts over them.
         let placed = if self.seq == 1 {

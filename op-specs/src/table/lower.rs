@@ -63,16 +63,12 @@ pub struct RuntimeCheck {
 /// output's shape without its last axis (a row is a last-axis vector). `values`, when the
 /// lowering has them at hand, are those rows' contents in row-major order of the rows they go
 /// to (any shape with that many elements, the output's type): the host then copies them
-/// straight into the buffer, with no gather from the output on the device. `rest_from`, when
-/// set, is the node input whose rows the output holds everywhere else (the lowering wrote the
-/// new rows over it): when that input is the shared buffer's own, the output *is* what the
-/// buffer holds after the write, with no merge of the two on the device.
+/// straight into the buffer, with no gather from the output on the device.
 #[derive(Debug, Clone)]
 pub struct WrittenRows {
     pub output: usize,
     pub rows: Array,
     pub values: Option<Array>,
-    pub rest_from: Option<usize>,
 }
 
 /// A projection of host values: what of them a lowering's structure depends on.
@@ -464,16 +460,7 @@ impl<'a> Lower<'a> {
             output,
             rows: rows.clone(),
             values: values.cloned(),
-            rest_from: None,
         });
-    }
-
-    /// Declares that output `output` (declared by [`Lower::writes_only_rows`]) holds input
-    /// `input`'s rows outside the rows it writes (see [`WrittenRows::rest_from`]).
-    pub fn keeps_other_rows_of(&mut self, output: usize, input: usize) {
-        for written in self.written_rows.iter_mut().filter(|w| w.output == output) {
-            written.rest_from = Some(input);
-        }
     }
 
     /// Narrows what this lowering's host read of input `input` depends on to `project` of its
