@@ -62,8 +62,9 @@ class Run:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         self.session = ort.InferenceSession(model, options, providers=list(providers))
         self.outputs = self.session.run(None, feeds)
-        with open(self.session.end_profiling()) as f:
-            events = json.load(f)
+        profile = Path(self.session.end_profiling())
+        events = json.loads(profile.read_text())
+        profile.unlink()  # one file a session: thousands over the suite
         self.kernels = [
             (e["name"], e["args"].get("provider"))
             for e in events

@@ -48,8 +48,9 @@ def profiled_session(model):
 
 
 def kernels(session):
-    with open(session.end_profiling()) as f:
-        events = json.load(f)
+    profile = Path(session.end_profiling())
+    events = json.loads(profile.read_text())
+    profile.unlink()
     return [(e["name"], e["args"].get("provider")) for e in events
             if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
 

@@ -57,8 +57,9 @@ def creation_error(capfd, provider_options):
 
 def providers_that_ran(sess):
     np.testing.assert_array_equal(sess.run(None, {"x": X})[0], -np.maximum(X, 0))
-    with open(sess.end_profiling()) as f:
-        events = json.load(f)
+    profile = Path(sess.end_profiling())
+    events = json.loads(profile.read_text())
+    profile.unlink()
     return {e["args"].get("provider") for e in events
             if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")}
 
