@@ -51,6 +51,19 @@ def tensor(name, elem=TensorProto.FLOAT, shape=None):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
+def kernel_placements(session):
+    """Ends a profiled session's profiling: every kernel event as (name, provider), in order.
+    The profile file is removed once read (one a session: thousands over the suite)."""
+    profile = Path(session.end_profiling())
+    events = json.loads(profile.read_text())
+    profile.unlink()
+    return [
+        (e["name"], e["args"].get("provider"))
+        for e in events
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")
+    ]
+
+
 class Run:
     """One MLX-first session: outputs, and which provider ran each kernel."""
 
@@ -62,14 +75,7 @@ class Run:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         self.session = ort.InferenceSession(model, options, providers=list(providers))
         self.outputs = self.session.run(None, feeds)
-        profile = Path(self.session.end_profiling())
-        events = json.loads(profile.read_text())
-        profile.unlink()  # one file a session: thousands over the suite
-        self.kernels = [
-            (e["name"], e["args"].get("provider"))
-            for e in events
-            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")
-        ]
+        self.kernels = kernel_placements(self.session)
 
     def providers_of_kernels(self):
         return {provider for _, provider in self.kernels}

@@ -5,7 +5,6 @@ BNSH or 3-D), mask_index, attention_bias, bias, scale, mask_filter_value and the
 float32 and float16; every node on MLX. Also: what the entry declines runs on the CPU EP, and
 out-of-range lengths and beam indices fail the run as they do in ORT."""
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import MLX, make_model, tensor
+from conftest import MLX, kernel_placements, make_model, tensor
 
 N, H, MAX = 2, 8, 7
 D = N * H
@@ -45,14 +44,6 @@ def profiled_session(model):
     session.disable_fallback()
     assert session.get_providers()[0] == MLX
     return session
-
-
-def kernels(session):
-    profile = Path(session.end_profiling())
-    events = json.loads(profile.read_text())
-    profile.unlink()
-    return [(e["name"], e["args"].get("provider")) for e in events
-            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
 
 
 def tolerance(np_dtype):
@@ -142,7 +133,7 @@ def _decode(np_dtype, elem, rows, variant, beams=None, steps=5, seed=0, width_fe
 @pytest.mark.parametrize("variant", SELF_VARIANTS.values(), ids=SELF_VARIANTS.keys())
 def test_decode_steps_over_a_shared_buffer_match_cpu_on_mlx(elem, np_dtype, variant):
     mlx = _decode(np_dtype, elem, 2, variant)
-    placed = kernels(mlx)
+    placed = kernel_placements(mlx)
     assert placed and {p for _, p in placed} == {MLX}, placed
 
 
@@ -161,7 +152,7 @@ BEAM_VARIANTS = {
 def test_beam_search_steps_match_cpu_on_mlx(elem, np_dtype, variant, beams, width_fed):
     """Without beam_width ORT takes the beam count from cache_indirection's second dimension."""
     mlx = _decode(np_dtype, elem, 2 * beams, variant, beams=beams, seed=beams, width_fed=width_fed)
-    placed = kernels(mlx)
+    placed = kernel_placements(mlx)
     assert placed and {p for _, p in placed} == {MLX}, placed
 
 
@@ -200,7 +191,7 @@ def test_cross_attention_matches_cpu_on_mlx(elem, np_dtype, variant):
     got = mlx.run(None, feed)
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feed)
     compare(got, want, np_dtype, "cross")
-    placed = kernels(mlx)
+    placed = kernel_placements(mlx)
     assert placed and {p for _, p in placed} == {MLX}, placed
 
 
@@ -221,7 +212,7 @@ def test_qk_output_without_output_qk_is_declined_and_runs_on_cpu():
     feed["key"] = feed["value"] = np.ones((4, N, 5, H), np.float32)
     session = profiled_session(model)
     got = session.run(None, feed)
-    assert ("dmmha_kernel_time", "CPUExecutionProvider") in kernels(session)
+    assert ("dmmha_kernel_time", "CPUExecutionProvider") in kernel_placements(session)
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feed)
     np.testing.assert_array_equal(got[0], want[0])
 

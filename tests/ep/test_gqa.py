@@ -4,7 +4,6 @@ total_sequence_length fed as data (the node runs eagerly) or computed from the a
 shape as genai's decoders do (the plan stays traceable); every step on MLX and equal to ORT's
 CPU EP. Also: what the entry declines runs on the CPU EP, and bad seqlens_k fail like ORT."""
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import MLX, cpu_outputs, make_model, tensor
+from conftest import MLX, cpu_outputs, kernel_placements, make_model, tensor
 
 B, HQ, HKV, D, MAX = 2, 4, 2, 16, 12
 MS = [("com.microsoft", 1)]
@@ -73,14 +72,6 @@ def profiled_session(model, providers):
     return session
 
 
-def kernels(session):
-    profile = Path(session.end_profiling())
-    events = json.loads(profile.read_text())
-    profile.unlink()
-    return [(e["name"], e["args"].get("provider")) for e in events
-            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-
-
 def steps(lengths, new_tokens, np_dtype, shared, rng):
     """Feeds of a ragged prompt (right-padded to max(lengths)) then ``new_tokens`` decode
     steps, without the past caches (the loop feeds the previous present)."""
@@ -126,7 +117,7 @@ def test_prompt_then_decode_steps_match_cpu_on_mlx(elem, shared, from_mask, extr
             assert g.shape == w.shape, (i, name)
             np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), err_msg=f"step {i} {name}", **tol)
         past, past_cpu = got[1:], want[1:]
-    placed = kernels(mlx)
+    placed = kernel_placements(mlx)
     assert placed and {p for _, p in placed} == {MLX}, placed
 
 
@@ -160,7 +151,7 @@ def test_declined_nodes_run_on_cpu(attrs, outputs):
     feeds = _single_step_feeds()
     session = profiled_session(model, [MLX, "CPUExecutionProvider"])
     got = session.run(None, feeds)
-    placed = kernels(session)
+    placed = kernel_placements(session)
     assert ("gqa_kernel_time", "CPUExecutionProvider") in placed, placed
     if "sliding_window_cache" in attrs:
         # A windowed cache leaves its rows past the resident ones unspecified: output only.
@@ -203,5 +194,5 @@ def test_a_repeated_decode_shape_replays_compiled_and_stays_right(from_mask):
             feed.update(seqlens_k=(lens - 1).astype(np.int32), total_sequence_length=np.array(total, np.int32))
         for g, w in zip(mlx.run(None, feed), cpu.run(None, feed)):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
-    placed = kernels(mlx)
+    placed = kernel_placements(mlx)
     assert len(placed) == 3 and {p for _, p in placed} == {MLX}, placed

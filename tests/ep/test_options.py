@@ -1,6 +1,5 @@
 """EP options the ORT way: provider options and session config entries, checked, over the environment."""
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -9,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from conftest import MLX, make_model, tensor
+from conftest import MLX, kernel_placements, make_model, tensor
 
 PREFIX = "ep.mlxexecutionprovider."  # as ORT writes a provider option's key
 # Every option with a value it takes (the table is ep/src/options.rs; README.md shows it).
@@ -57,11 +56,7 @@ def creation_error(capfd, provider_options):
 
 def providers_that_ran(sess):
     np.testing.assert_array_equal(sess.run(None, {"x": X})[0], -np.maximum(X, 0))
-    profile = Path(sess.end_profiling())
-    events = json.loads(profile.read_text())
-    profile.unlink()
-    return {e["args"].get("provider") for e in events
-            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")}
+    return {provider for _, provider in kernel_placements(sess)}
 
 
 def test_plain_options_run_on_mlx():
