@@ -152,13 +152,22 @@ enum Entry {
 /// and what the trace took from host values of traced inputs (a replay needs the same).
 #[derive(Debug, Default, Clone)]
 struct Recorded {
-    /// Per output written in place: its index, its distinct mask's and its values' (if any)
-    /// among the arrays the closure returns after the plan's outputs.
-    masked_outputs: Vec<(usize, usize, Option<usize>)>,
-    /// How many arrays (distinct masks, then values) follow the plan's outputs.
+    /// The outputs written in place.
+    masked_outputs: Vec<MaskedOutput>,
+    /// How many arrays (distinct masks, then values and buffers) follow the plan's outputs.
     in_place_arrays: usize,
     messages: Vec<Arc<str>>,
     host_keys: Vec<SlotKey>,
+}
+
+/// An output written in place: its index, and where its distinct mask, its values (if any) and
+/// its buffer after the write are among the arrays the closure returns after the plan's outputs.
+#[derive(Debug, Clone, Copy)]
+struct MaskedOutput {
+    output: usize,
+    mask: usize,
+    values: Option<usize>,
+    held: usize,
 }
 
 impl Recorded {
@@ -536,10 +545,15 @@ impl Replayed {
             .collect();
         let in_place = outputs.split_off(plan.outputs.len());
         let mut written_rows = vec![None; plan.outputs.len()];
-        for &(output, mask, values) in &recorded.masked_outputs {
-            written_rows[output] = in_place.get(mask).map(|mask| InPlace {
+        for masked in &recorded.masked_outputs {
+            let (Some(mask), Some(held)) = (in_place.get(masked.mask), in_place.get(masked.held))
+            else {
+                continue;
+            };
+            written_rows[masked.output] = Some(InPlace {
                 mask: mask.clone(),
-                values: values.and_then(|v| in_place.get(v).cloned()),
+                values: masked.values.and_then(|v| in_place.get(v).cloned()),
+                held: held.clone(),
             });
         }
         Ok(Lowering {
@@ -582,11 +596,12 @@ fn trace_body(
             host_keys,
             ..Recorded::default()
         };
-        // Distinct masks first (the layers of a decoder share one), then each output's values.
+        // Distinct masks first (the layers of a decoder share one), then each output's values
+        // and buffer.
         let mut in_place: Vec<Array> = Vec::new();
-        let mut values = Vec::new();
+        let mut per_output = Vec::new();
         for (output, written) in lowering.written_rows.into_iter().enumerate() {
-            if let Some(InPlace { mask, values: rows }) = written {
+            if let Some(InPlace { mask, values, held }) = written {
                 let index = match in_place.iter().position(|m| m.id() == mask.id()) {
                     Some(index) => index,
                     None => {
@@ -594,13 +609,21 @@ fn trace_body(
                         in_place.len() - 1
                     }
                 };
-                recorded.masked_outputs.push((output, index, None));
-                values.extend(rows.map(|rows| (recorded.masked_outputs.len() - 1, rows)));
+                per_output.push((output, index, values, held));
             }
         }
-        for (entry, rows) in values {
-            recorded.masked_outputs[entry].2 = Some(in_place.len());
-            in_place.push(rows);
+        for (output, mask, values, held) in per_output {
+            let values = values.map(|rows| {
+                in_place.push(rows);
+                in_place.len() - 1
+            });
+            in_place.push(held);
+            recorded.masked_outputs.push(MaskedOutput {
+                output,
+                mask,
+                values,
+                held: in_place.len() - 1,
+            });
         }
         recorded.in_place_arrays = in_place.len();
         arrays.extend(in_place);

@@ -227,11 +227,12 @@ pub struct Lowering {
 }
 
 /// What a node said about an output it writes in place (`op_specs::WrittenRows`), lazily: the
-/// rows' mask and, when it had them, the rows' values.
+/// rows' mask, when it had them the rows' values, and the buffer after the write.
 #[derive(Debug, Clone)]
 pub struct InPlace {
     pub mask: Array,
     pub values: Option<Array>,
+    pub held: Array,
 }
 
 /// Why evaluating a lowering failed.
@@ -263,12 +264,12 @@ pub struct Evaluated {
 
 /// Which rows an output writes in place (`op_specs::WrittenRows`): the mask on the device, and
 /// its values (uint8, row-major, of `shape`) on the host; with the rows' contents (their bytes,
-/// in row order) when the node gave them.
+/// in row order) when the node gave them; and the buffer after the write, lazily.
 pub struct RowMask {
-    pub array: Array,
     pub shape: Vec<i64>,
     pub flags: Vec<u8>,
     pub values: Option<Vec<u8>>,
+    pub held: Array,
 }
 
 impl Plan {
@@ -600,8 +601,8 @@ impl Plan {
                 Some(RowMask {
                     shape: written.mask.shape(),
                     flags: parts[mask].to_vec(),
-                    array: written.mask,
                     values: values.map(|v| parts[v].to_vec()),
+                    held: written.held,
                 })
             })
             .collect();
@@ -769,6 +770,7 @@ impl Plan {
                         InPlace {
                             mask: written.rows,
                             values: written.values,
+                            held: written.held,
                         },
                     );
                 }

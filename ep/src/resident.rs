@@ -105,8 +105,9 @@ impl Residency {
     /// Writes each shared output into its buffer, which is input `index`'s buffer and holds
     /// `input`'s bytes: when the node said which rows it writes in place, those rows (the
     /// others keep the buffer's bytes, as ORT's kernels leave them), otherwise the rows that
-    /// differ from the input. Keeps what each buffer then holds as its input's mirror for the
-    /// next run (lazily: the next run's evaluation computes it). Every array read on the host
+    /// differ from the input. Keeps what each buffer then holds (as the node gave it, or the
+    /// output) as its input's mirror for the next run (lazily: the next run's evaluation
+    /// computes it). Every array read on the host
     /// costs a device round trip (on MLX's CUDA backend, a page migration) and a decoder has two
     /// buffers a layer: rows whose values the node gave were read with the run's evaluation and
     /// are copied as they are; the others are gathered on the device into one array, read once.
@@ -120,9 +121,16 @@ impl Residency {
             let rows = Rows::of(out.output);
             let (held, changed) = match out.written {
                 Some(mask) => {
-                    let held =
-                        in_place_result(out.input, out.output, &mask.array, stream).map_err(err)?;
+                    let held = mask.held.clone();
                     let shape = out.output.shape();
+                    if held.shape() != shape || held.dtype() != out.output.dtype() {
+                        return Err(format!(
+                            "a node gave its in-place result as {:?} {:?} for an output of {shape:?} {:?} (table bug)",
+                            held.shape(),
+                            held.dtype(),
+                            out.output.dtype()
+                        ));
+                    }
                     let row_dims = &shape[..shape.len().saturating_sub(1)];
                     (
                         held,
@@ -317,20 +325,6 @@ fn bits_type(dtype: Dtype) -> Dtype {
 fn as_rows(a: &Array, rows: &Rows, s: &Stream) -> mlx_kernels::Result<Array> {
     let bits = ops::view(&ops::contiguous(a, s)?, bits_type(a.dtype()), s)?;
     ops::reshape(&bits, &[rows.count as i64, rows.width as i64], s)
-}
-
-/// `output` where `mask` (broadcast over the rows, i.e. the shape without the last axis) is
-/// true, `input` elsewhere, shaped as `output`. The mask gets a unit last axis, so it broadcasts
-/// against the whole array as it is (right-aligned): no materialised copy of the mask or of the
-/// operands.
-fn in_place_result(
-    input: &Array,
-    output: &Array,
-    mask: &Array,
-    s: &Stream,
-) -> mlx_kernels::Result<Array> {
-    let mask = ops::expand_dims(mask, &[-1], s)?;
-    ops::where_(&mask, output, input, s)
 }
 
 /// Per row (as uint8, lazily): whether `a` and `b` differ.

@@ -72,10 +72,10 @@ pub fn decode_attention(
         include_str!("decode_attention.cu"),
     )?;
     let scale = ops::reshape(&Array::scalar(scale)?, &[1], stream)?;
-    kernel.apply(
+    kernel.apply_one(
         &[q, keys, values, lo, hi, &scale],
         &Launch {
-            output: (&out_shape, dtype),
+            outputs: &[(&out_shape, dtype)],
             blocks: size(b * hq * s)?,
             threads: WARPS * 32,
             template: &[

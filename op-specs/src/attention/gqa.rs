@@ -247,22 +247,14 @@ fn group_query_attention(
 
     // Present: past rows [0, past_b), new rows [past_b, past_b + S), zeros after.
     let placement = &layout.placement;
-    let present_k = if appended {
-        placement.present(&k, past.map(|(pk, _)| pk), s)?
-    } else {
-        padded_rows(&k, present_len, s)?
-    };
-    let present_v = if appended {
-        placement.present(&v, past.map(|(_, pv)| pv), s)?
-    } else {
-        padded_rows(&v, present_len, s)?
-    };
-    if let Some(written) = &layout.written {
+    let (present_k, held_k) = placement.place(&k, past.map(|(pk, _)| pk), appended, s)?;
+    let (present_v, held_v) = placement.place(&v, past.map(|(_, pv)| pv), appended, s)?;
+    if let (Some(written), Some(held_k), Some(held_v)) = (&layout.written, &held_k, &held_v) {
         // ORT's kernel writes only the new rows into a buffer that past and present share:
         // row b's S new rows at [past_b, past_b + S) in every head (past_b = 0 on a first
         // prompt), so K and V as they are, [B, Hkv, S, D], are those rows in the buffer's order.
-        cx.writes_only_rows(1, written, Some(&k));
-        cx.writes_only_rows(2, written, Some(&v));
+        cx.writes_only_rows(1, written, Some(&k), held_k);
+        cx.writes_only_rows(2, written, Some(&v), held_v);
     }
     let StepLayout {
         row_total,
@@ -840,44 +832,69 @@ impl Placement {
         })
     }
 
-    /// The present of `new` `[B, Hkv, S, D]` appended to `past` (absent: zeros).
-    fn present(&self, new: &Array, past: Option<&Array>, s: &Stream) -> Result<Array> {
-        let [b, h, seq, d] = <[i64; 4]>::try_from(new.shape())
-            .map_err(|_| OpError::new("GroupQueryAttention: K/V must be 4-D here"))?;
+    /// The present of `new` `[B, Hkv, S, D]` written after each row's past (`appended`: rows
+    /// `[past_b, past_b + S)`, the past's rows before them) or first (a first prompt), zeros
+    /// after; and, with a past, the past's buffer with the new rows written in: what a buffer
+    /// that past and present share holds after the step.
+    fn place(
+        &self,
+        new: &Array,
+        past: Option<&Array>,
+        appended: bool,
+        s: &Stream,
+    ) -> Result<(Array, Option<Array>)> {
         let present_len = self.row.shape()[2];
+        let Some(past) = past else {
+            return Ok((padded_rows(new, present_len, s)?, None));
+        };
+        let row_bytes = new.shape()[3] * new.dtype().size_in_bytes() as i64;
+        if past.shape()[2] == present_len
+            && row_bytes % cuda::CACHE_UPDATE_ROW_BYTES == 0
+            && cuda::available(s)
+        {
+            // One pass over the buffer for both, where the selects below take two.
+            let batch = self.row_past.shape()[0];
+            let row_past = ops::reshape(&self.row_past, &[batch], s)?;
+            let (present, held) = cuda::cache_update(past, new, &row_past, s)?;
+            return Ok((present, Some(held)));
+        }
+        let past = fitted_rows(past, present_len, s)?;
         let zero = scalar(0.0, new.dtype(), s)?;
-        // Row j of the present takes new[j − past_b]; one new row broadcasts over them.
-        let placed = if self.seq == 1 {
-            new.clone()
+        let (present, placed) = if appended {
+            // Row j of the present takes new[j − past_b]; one new row broadcasts over them.
+            let placed = if self.seq == 1 {
+                new.clone()
+            } else {
+                let [b, h, _, d] = <[i64; 4]>::try_from(new.shape())
+                    .map_err(|_| OpError::new("GroupQueryAttention: K/V must be 4-D here"))?;
+                let offset = ops::subtract(&self.row, &self.row_past, s)?;
+                let index = ops::minimum(
+                    &ops::maximum(&offset, &scalar(0.0, Dtype::I32, s)?, s)?,
+                    &scalar((self.seq - 1) as f64, Dtype::I32, s)?,
+                    s,
+                )?;
+                let index = ops::broadcast_to(&index, &[b, h, present_len, d], s)?;
+                ops::take_along_axis(new, &index, 2, s)?
+            };
+            let rest = ops::where_(&self.is_past, &past, &zero, s)?;
+            (ops::where_(&self.is_new, &placed, &rest, s)?, placed)
         } else {
-            let offset = ops::subtract(&self.row, &self.row_past, s)?;
-            let index = ops::minimum(
-                &ops::maximum(&offset, &scalar(0.0, Dtype::I32, s)?, s)?,
-                &scalar((seq - 1) as f64, Dtype::I32, s)?,
-                s,
-            )?;
-            let index = ops::broadcast_to(&index, &[b, h, present_len, d], s)?;
-            ops::take_along_axis(new, &index, 2, s)?
+            let present = padded_rows(new, present_len, s)?;
+            (present.clone(), present)
         };
-        let rest = match past {
-            Some(p) => {
-                let p = if p.shape()[2] > present_len {
-                    ops::slice(
-                        p,
-                        &[0, 0, 0, 0],
-                        &[b as i32, h as i32, present_len as i32, d as i32],
-                        &[1, 1, 1, 1],
-                        s,
-                    )?
-                } else {
-                    padded_rows(p, present_len, s)?
-                };
-                ops::where_(&self.is_past, &p, &zero, s)?
-            }
-            None => zero,
-        };
-        Ok(ops::where_(&self.is_new, &placed, &rest, s)?)
+        let held = ops::where_(&self.is_new, &placed, &past, s)?;
+        Ok((present, Some(held)))
     }
+}
+
+/// `past` `[B, H, L, D]` cut or padded with zero rows to `present_len` rows.
+fn fitted_rows(past: &Array, present_len: i64, s: &Stream) -> Result<Array> {
+    let d = past.shape();
+    if d[2] > present_len {
+        let end = [d[0] as i32, d[1] as i32, present_len as i32, d[3] as i32];
+        return Ok(ops::slice(past, &[0, 0, 0, 0], &end, &[1, 1, 1, 1], s)?);
+    }
+    padded_rows(past, present_len, s)
 }
 
 /// `x` `[B, H, L, D]` with zero rows appended up to `present_len` (a first prompt's present:

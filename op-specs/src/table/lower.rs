@@ -63,12 +63,15 @@ pub struct RuntimeCheck {
 /// output's shape without its last axis (a row is a last-axis vector). `values`, when the
 /// lowering has them at hand, are those rows' contents in row-major order of the rows they go
 /// to (any shape with that many elements, the output's type): the host then copies them
-/// straight into the buffer, with no gather from the output on the device.
+/// straight into the buffer, with no gather from the output on the device. `held` is the
+/// whole buffer after that write (the output's shape: the written rows over the input's): the
+/// EP keeps it on the device as the input's contents for the next run.
 #[derive(Debug, Clone)]
 pub struct WrittenRows {
     pub output: usize,
     pub rows: Array,
     pub values: Option<Array>,
+    pub held: Array,
 }
 
 /// A projection of host values: what of them a lowering's structure depends on.
@@ -454,12 +457,20 @@ impl<'a> Lower<'a> {
     }
 
     /// Declares that output `output`, when it shares an input's buffer, writes only the rows
-    /// where `rows` is true, holding `values` when given (see [`WrittenRows`]).
-    pub fn writes_only_rows(&mut self, output: usize, rows: &Array, values: Option<&Array>) {
+    /// where `rows` is true, holding `values` when given, and leaves the buffer as `held` (see
+    /// [`WrittenRows`]).
+    pub fn writes_only_rows(
+        &mut self,
+        output: usize,
+        rows: &Array,
+        values: Option<&Array>,
+        held: &Array,
+    ) {
         self.written_rows.push(WrittenRows {
             output,
             rows: rows.clone(),
             values: values.cloned(),
+            held: held.clone(),
         });
     }
 
