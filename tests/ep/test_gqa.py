@@ -23,12 +23,12 @@ def _rotary_tables(rows, half, dtype):
     return np.cos(angle).astype(dtype), np.sin(angle).astype(dtype)
 
 
-def gqa_model(elem, *, shared=False, from_mask=False, rotary=True, window=-1, softcap=0.0):
+def gqa_model(elem, *, shared=False, from_mask=False, rotary=True, window=-1, softcap=0.0, max_len=MAX):
     """A decoder step: query/key/value [B, S, *], past caches (BNSH), and either
     seqlens_k/total_sequence_length fed, or an int64 attention_mask [B, total] they are
     computed from (ReduceSum − 1 and the mask's second dim)."""
     np_dtype = np.float16 if elem == TensorProto.FLOAT16 else np.float32
-    past_len = MAX if shared else "past"
+    past_len = max_len if shared else "past"
     inputs = [tensor("query", elem, [B, "S", HQ * D]), tensor("key", elem, [B, "S", HKV * D]),
               tensor("value", elem, [B, "S", HKV * D]), tensor("past_key", elem, [B, HKV, past_len, D]),
               tensor("past_value", elem, [B, HKV, past_len, D])]
@@ -53,7 +53,7 @@ def gqa_model(elem, *, shared=False, from_mask=False, rotary=True, window=-1, so
     if softcap:
         attrs["softcap"] = softcap
     if rotary:
-        cos, sin = _rotary_tables(MAX + 4, D // 2, np_dtype)
+        cos, sin = _rotary_tables(max_len + 4, D // 2, np_dtype)
         inits += [numpy_helper.from_array(cos, "cos_cache"), numpy_helper.from_array(sin, "sin_cache")]
         names += ["cos_cache", "sin_cache"]
         attrs["do_rotary"] = 1
@@ -196,3 +196,28 @@ def test_a_repeated_decode_shape_replays_compiled_and_stays_right(from_mask):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
     placed = kernel_placements(mlx)
     assert len(placed) == 3 and {p for _, p in placed} == {MLX}, placed
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["float32", "float16"])
+def test_long_prompts_then_decode_over_a_long_shared_buffer(elem):
+    """Rows of 700 and 1,030 tokens in a 1,100-row shared buffer, then decode steps: on MLX's
+    CUDA backend the decode kernel takes the visible keys in passes of 512 (three here), and the
+    cache-update kernel writes the whole buffer; both equal to ORT's CPU EP."""
+    np_dtype = np.float16 if elem == TensorProto.FLOAT16 else np.float32
+    max_len = 1100
+    model = gqa_model(elem, shared=True, max_len=max_len)
+    mlx = profiled_session(model, [MLX, "CPUExecutionProvider"])
+    cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    tol = dict(rtol=4e-3, atol=2e-3) if np_dtype == np.float16 else dict(rtol=1e-5, atol=1e-5)
+    rng = np.random.default_rng(5)
+    past = [rng.uniform(-1, 1, (B, HKV, max_len, D)).astype(np_dtype) for _ in range(2)]
+    past_cpu = list(past)
+    for i, (feed, seqlens, total, _) in enumerate(steps([700, 1030], 3, np_dtype, True, rng)):
+        lengths = {"seqlens_k": seqlens.astype(np.int32), "total_sequence_length": np.array(total, np.int32)}
+        got = mlx.run(None, dict(feed, **lengths, past_key=past[0], past_value=past[1]))
+        want = cpu.run(None, dict(feed, **lengths, past_key=past_cpu[0], past_value=past_cpu[1]))
+        for name, g, w in zip(("output", "present_key", "present_value"), got, want):
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), err_msg=f"step {i} {name}", **tol)
+        past, past_cpu = got[1:], want[1:]
+    placed = kernel_placements(mlx)
+    assert placed and {p for _, p in placed} == {MLX}, placed

@@ -4,15 +4,23 @@
 //! matmul/softmax/matmul over every key), so a step over a shared KV buffer of `P` rows paid
 //! for all of them, widened to float32. This kernel reads only each row's visible keys
 //! `[lo, hi)` straight from the 16- or 32-bit buffer and scores, normalises and mixes in
-//! float32, rounding once to the element type.
+//! float32, rounding once to the element type. Each thread scores a whole key, so a pass of
+//! 512 keys costs a few memory round trips (see the source).
 
 use super::{CudaKernel, Launch, TemplateArg};
 use crate::error::{Error, Result};
 use crate::{ops, Array, Dtype, Stream};
 
-/// The largest head size the kernel takes (one block's threads cover the output row).
-pub const DECODE_ATTENTION_MAX_HEAD: i64 = 256;
+const MAX_HEAD: i64 = 256;
 const WARPS: i32 = 16;
+
+/// Whether the kernel takes heads of `head` elements of `dtype`: float16 or float32, at most
+/// 256 elements, a row a whole number of 16-byte chunks.
+pub fn decode_attention_takes(head: i64, dtype: Dtype) -> bool {
+    matches!(dtype, Dtype::F16 | Dtype::F32)
+        && (1..=MAX_HEAD).contains(&head)
+        && head * dtype.size_in_bytes() as i64 % 16 == 0
+}
 
 /// `softmax(scale · q · kᵀ) · v` for each query row over keys `lo[b, s] ≤ j < hi[b, s]` only:
 /// `q` `[B, Hq, S, D]`, `keys`/`values` `[B, Hkv, P, D]` (Hq a multiple of Hkv: query head `h`
@@ -45,10 +53,9 @@ pub fn decode_attention(
         && values.shape() == keys.shape()
         && hkv > 0
         && hq % hkv == 0
-        && (1..=DECODE_ATTENTION_MAX_HEAD).contains(&d)
+        && decode_attention_takes(d, dtype)
         && keys.dtype() == dtype
         && values.dtype() == dtype
-        && matches!(dtype, Dtype::F16 | Dtype::F32)
         && lo.shape() == [b, s]
         && hi.shape() == [b, s]
         && lo.dtype() == Dtype::I32

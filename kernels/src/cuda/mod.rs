@@ -20,7 +20,7 @@ use crate::error::{capture, check, Error, Result};
 use crate::{sys, Array, DeviceKind, Dtype, Stream, VectorArray};
 
 pub use cache_update::{cache_update, CACHE_UPDATE_ROW_BYTES};
-pub use decode_attention::{decode_attention, DECODE_ATTENTION_MAX_HEAD};
+pub use decode_attention::{decode_attention, decode_attention_takes};
 pub use quantized_matvec::{quantized_matvec, QUANTIZED_MATVEC_MAX_ROWS};
 
 static ENABLED: AtomicBool = AtomicBool::new(true);

@@ -186,8 +186,7 @@ fn group_query_attention(
         && attention_bias.is_none()
         && (1..=DECODE_QUERY_ROWS).contains(&seq)
         && batch > 0
-        && head <= cuda::DECODE_ATTENTION_MAX_HEAD
-        && dtype != Dtype::BF16
+        && cuda::decode_attention_takes(head, dtype)
         && cuda::available(s);
 
     // What the step derives from seqlens_k, total_sequence_length, the rotary caches and
