@@ -182,6 +182,53 @@ impl Recorded {
 
 type TraceRecord = Arc<Mutex<Recorded>>;
 
+/// Inputs a run may consume: the EP's device mirrors of shared KV buffers
+/// (`ep/src/resident.rs`). MLX writes a result into an input's buffer (a scatter of new rows into
+/// the cache) only when nothing else holds that input, so before evaluating a compiled graph its
+/// caller drops every reference of its own to them: the lowering's `keep_alive`, the input lists
+/// and the fallback's copy. Should the evaluation then fail, `reload` makes them again from
+/// ORT's bytes (which the mirror equals) for the eager fallback.
+pub struct Consumable<'a> {
+    /// Per input: whether the run may consume it.
+    pub inputs: Vec<bool>,
+    pub reload: &'a dyn Fn(usize) -> Result<Array, String>,
+}
+
+impl Consumable<'_> {
+    /// The lowering and the fallback's inputs without the consumable inputs; `arrays` (this
+    /// run's inputs, as given) are dropped.
+    fn release(
+        &self,
+        mut lowering: Lowering,
+        mut inputs: Vec<Option<Array>>,
+        arrays: Vec<Array>,
+    ) -> (Lowering, Vec<Option<Array>>) {
+        let mut released = Vec::new();
+        for (input, &consumed) in inputs.iter_mut().zip(&self.inputs) {
+            if consumed {
+                released.extend(input.take().map(|a| a.id()));
+            }
+        }
+        drop(arrays);
+        for kept in &mut lowering.keep_alive {
+            if kept.as_ref().is_some_and(|a| released.contains(&a.id())) {
+                *kept = None;
+            }
+        }
+        (lowering, inputs)
+    }
+
+    /// `inputs` with the released ones made again, for the eager fallback.
+    fn restore(&self, mut inputs: Vec<Option<Array>>) -> Result<Vec<Option<Array>>, String> {
+        for (index, (input, &consumed)) in inputs.iter_mut().zip(&self.inputs).enumerate() {
+            if consumed && input.is_none() {
+                *input = Some((self.reload)(index)?);
+            }
+        }
+        Ok(inputs)
+    }
+}
+
 /// What a new trace lowers: the whole plan, or a split's body with the host values of its
 /// prologue's results.
 enum TraceOf {
@@ -242,12 +289,14 @@ impl Capture {
 
     /// Runs the plan on its compiled path when it has one. A compile or replay failure falls
     /// back to the eager path for good (with the reason kept), unless the eager path fails
-    /// too: then the inputs were at fault, and the error is the eager one.
+    /// too: then the inputs were at fault, and the error is the eager one. The compiled paths
+    /// hand the evaluation the only references to the `consumable` inputs (see [`Consumable`]).
     pub fn run(
         &mut self,
         plan: &Arc<Plan>,
         runtime: &Runtime,
         inputs: Vec<Option<Array>>,
+        consumable: &Consumable<'_>,
         times: &mut RunTimes,
     ) -> Result<Evaluated, String> {
         // Zero-size inputs run eagerly: the plan replaces zero-size results by constants, which a
@@ -258,7 +307,7 @@ impl Capture {
             return plan.run(runtime, inputs, times, self.settings.profile_ops);
         };
         if let Some(split) = self.split_for(plan, &arrays) {
-            return self.run_split(plan, runtime, &arrays, inputs, split, times);
+            return self.run_split(plan, runtime, arrays, inputs, split, consumable, times);
         }
         let started = Instant::now();
         let prepared_before = runtime.constants.prepare_time();
@@ -278,11 +327,15 @@ impl Capture {
             Err(reason) => return self.fall_back(plan, runtime, inputs, times, reason),
         };
         times.charge_translation(runtime, started, prepared_before);
+        let (lowering, inputs) = consumable.release(lowering, inputs, arrays);
         match plan.evaluate(lowering, &runtime.stream, times) {
             Ok(evaluated) => Ok(evaluated),
             // The inputs are at fault, not the trace: the eager path would fail the same way.
             Err(EvalError::Input(message)) => Err(message),
-            Err(EvalError::Mlx(reason)) => self.fall_back(plan, runtime, inputs, times, reason),
+            Err(EvalError::Mlx(reason)) => {
+                let inputs = consumable.restore(inputs)?;
+                self.fall_back(plan, runtime, inputs, times, reason)
+            }
         }
     }
 
@@ -323,13 +376,15 @@ impl Capture {
 
     /// A split run: the prologue eagerly, the body compiled for the shapes and host keys of
     /// the prologue's results. A failure of the split (not of the inputs) stops splitting.
+    #[allow(clippy::too_many_arguments)]
     fn run_split(
         &mut self,
         plan: &Arc<Plan>,
         runtime: &Runtime,
-        arrays: &[Array],
+        arrays: Vec<Array>,
         inputs: Vec<Option<Array>>,
         split: Arc<Split>,
+        consumable: &Consumable<'_>,
         times: &mut RunTimes,
     ) -> Result<Evaluated, String> {
         let started = Instant::now();
@@ -337,8 +392,8 @@ impl Capture {
         let attempt = (|| -> Result<Option<Lowering>, String> {
             let stream = &runtime.stream;
             let prologue_started = Instant::now();
-            let prologue = split.lower_prologue(plan, stream, &runtime.constants, arrays)?;
-            let body_inputs = split.body_inputs(arrays, &prologue);
+            let prologue = split.lower_prologue(plan, stream, &runtime.constants, &arrays)?;
+            let body_inputs = split.body_inputs(&arrays, &prologue);
             let key = CacheKey {
                 prologue_inputs: split.prologue_inputs.clone(),
                 shapes: ShapeKey::of(&body_inputs, &[], Path::ShapeKeyed),
@@ -356,18 +411,19 @@ impl Capture {
             let body = replayed.into_lowering(plan, &body_inputs)?;
             Ok(Some(split.join(plan, prologue, body)))
         })();
-        let reason = match attempt {
+        let (reason, inputs) = match attempt {
             Ok(Some(lowering)) => {
                 self.split_runs += 1;
                 times.charge_translation(runtime, started, prepared_before);
+                let (lowering, inputs) = consumable.release(lowering, inputs, arrays);
                 match plan.evaluate(lowering, &runtime.stream, times) {
                     Ok(evaluated) => return Ok(evaluated),
                     Err(EvalError::Input(message)) => return Err(message),
-                    Err(EvalError::Mlx(reason)) => reason,
+                    Err(EvalError::Mlx(reason)) => (reason, consumable.restore(inputs)?),
                 }
             }
             Ok(None) => return plan.run(runtime, inputs, times, self.settings.profile_ops),
-            Err(reason) => reason,
+            Err(reason) => (reason, inputs),
         };
         let evaluated = plan.run(runtime, inputs, times, self.settings.profile_ops)?;
         self.split_fallback = Some(reason);

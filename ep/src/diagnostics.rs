@@ -46,6 +46,7 @@ pub struct PlanReport {
     pub shared_rows_written: u64,
     pub shared_rows: u64,
     pub mirror_hits: u64,
+    pub mirrors_in_place: u64,
     pub constants: ConstantsReport,
 }
 
@@ -134,8 +135,8 @@ impl Stats {
             if report.shared_rows > 0 {
                 let _ = write!(
                     out,
-                    "; shared buffers: {} of {} row(s) written back, {} input(s) fed from the device mirror",
-                    report.shared_rows_written, report.shared_rows, report.mirror_hits
+                    "; shared buffers: {} of {} row(s) written back, {} input(s) fed from the device mirror, {} mirror(s) updated in place",
+                    report.shared_rows_written, report.shared_rows, report.mirror_hits, report.mirrors_in_place
                 );
             }
             let c = &report.constants;

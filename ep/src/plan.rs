@@ -570,7 +570,17 @@ impl Plan {
             parts_of.push(Some((mask, values)));
         }
         let flat = flattened_together(read, stream).map_err(mlx_error)?;
-        let mut all = outputs.clone();
+        // An output written in place is evaluated as the buffer after the write: ORT usually
+        // hands it the input's buffer (then nothing else of it is needed), and when it does not,
+        // copying the output out evaluates it then.
+        let mut all: Vec<Array> = outputs
+            .iter()
+            .zip(&written_rows)
+            .map(|(output, written)| match written {
+                Some(written) => written.held.clone(),
+                None => output.clone(),
+            })
+            .collect();
         all.extend(flat.clone());
         Array::eval_all(&all)
             .map_err(|e| EvalError::Mlx(format!("MLX evaluation of {} failed: {e}", self.name)))?;

@@ -32,6 +32,10 @@ pub struct Residency {
     pub rows_written: u64,
     pub rows_aliased: u64,
     pub mirror_hits: u64,
+    /// Mirrors whose update was made in the fed mirror's own buffer (MLX reused it).
+    pub mirrors_in_place: u64,
+    /// Per input: the buffer of the mirror fed this run, if one was.
+    fed_buffers: Vec<Option<usize>>,
 }
 
 /// An input's last known contents, on the device.
@@ -68,11 +72,15 @@ impl Residency {
             rows_written: 0,
             rows_aliased: 0,
             mirror_hits: 0,
+            mirrors_in_place: 0,
+            fed_buffers: vec![None; inputs],
         }
     }
 
     /// The mirror of input `index` when `bytes` (the input's host buffer) still holds what the
-    /// last run left in it, with the same shape and type; otherwise `None` (and it is dropped).
+    /// last run left in it, with the same shape and type; otherwise `None`. Either way the
+    /// mirror leaves here: a run that takes it holds its only reference, so MLX may update its
+    /// buffer in place (the run's write-back keeps what results as the next mirror).
     pub fn mirrored_input(
         &mut self,
         index: usize,
@@ -80,8 +88,10 @@ impl Residency {
         shape: &[i64],
         dtype: Dtype,
     ) -> Option<Array> {
-        let slot = self.mirrors.get_mut(index)?;
-        let mirror = slot.take()?;
+        if let Some(fed) = self.fed_buffers.get_mut(index) {
+            *fed = None;
+        }
+        let mirror = self.mirrors.get_mut(index)?.take()?;
         let same_buffer = mirror.address == bytes.as_ptr() as usize && mirror.len == bytes.len();
         let same_type = mirror.array.dtype() == dtype && mirror.array.shape() == shape;
         let unchanged = mirror
@@ -92,14 +102,14 @@ impl Residency {
             return None;
         }
         self.mirror_hits += 1;
-        let array = mirror.array.clone();
-        *slot = Some(mirror);
-        Some(array)
+        self.fed_buffers[index] = mirror.array.buffer_id();
+        Some(mirror.array)
     }
 
     /// Forgets every mirror (after a failed run: the buffers may hold anything).
     pub fn forget(&mut self) {
         self.mirrors.iter_mut().for_each(|m| *m = None);
+        self.fed_buffers.iter_mut().for_each(|b| *b = None);
     }
 
     /// Writes each shared output into its buffer, which is input `index`'s buffer and holds
@@ -137,11 +147,15 @@ impl Residency {
                         Some(rows_in_mask(&mask.shape, &mask.flags, row_dims)?),
                     )
                 }
-                None => {
-                    let flags = changed_rows(out.input, out.output, &rows, stream).map_err(err)?;
-                    compared.push(flags);
-                    (out.output.clone(), None)
-                }
+                None => match out.input {
+                    Some(input) => {
+                        let flags = changed_rows(input, out.output, &rows, stream).map_err(err)?;
+                        compared.push(flags);
+                        (out.output.clone(), None)
+                    }
+                    // The input was this run's to consume: every row is written.
+                    None => (out.output.clone(), Some((0..rows.count).collect())),
+                },
             };
             pending.push((out, rows, held, changed));
         }
@@ -176,7 +190,7 @@ impl Residency {
             } else if changed.len() * 2 > rows.count {
                 RowSource::Whole
             } else {
-                RowSource::Gathered(gather_rows(out.output, rows, &changed, stream).map_err(err)?)
+                RowSource::Gathered(gather_rows(held, rows, &changed, stream).map_err(err)?)
             };
             gathers.push((changed, source));
         }
@@ -235,6 +249,9 @@ impl Residency {
                 (at, buffer[at..at + row_bytes].to_vec())
             })
             .collect();
+        if held.buffer_id().is_some() && held.buffer_id() == self.fed_buffers[index] {
+            self.mirrors_in_place += 1;
+        }
         if let Some(slot) = self.mirrors.get_mut(index) {
             *slot = Some(Mirror {
                 address: buffer.as_ptr() as usize,
@@ -258,11 +275,11 @@ enum RowSource<'a> {
     Whole,
 }
 
-/// An output whose buffer is input `index`'s (which held `input`), and the rows its node
-/// writes in place, if it said.
+/// An output whose buffer is input `index`'s (which held `input`, unless the run consumed it),
+/// and the rows its node writes in place, if it said.
 pub struct SharedOutput<'a> {
     pub index: usize,
-    pub input: &'a Array,
+    pub input: Option<&'a Array>,
     pub output: &'a Array,
     pub written: Option<&'a RowMask>,
     pub buffer: &'a mut [u8],

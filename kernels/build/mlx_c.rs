@@ -51,12 +51,21 @@ pub fn compile(paths: &Paths, out_dir: &Path) -> Vec<PathBuf> {
     include_dirs
 }
 
-/// One function mlx-c lacks: the identity of the array a handle refers to (MLX's
+/// Two functions mlx-c lacks: the identity of the array a handle refers to (MLX's
 /// `array::id()`, the address of the shared descriptor), so that two handles to one array can be
-/// told apart from two equal arrays. Declared for Rust in `src/sys.rs`.
+/// told apart from two equal arrays; and the identity of the buffer an evaluated array's data
+/// lives in (without reading the data, which on MLX's CUDA backend would move it to unified
+/// memory), so that an update made in place can be told from a copy. Declared for Rust in
+/// `src/sys.rs`.
 const ARRAY_ID: &str = r#"
 extern "C" uintptr_t mlx_ep_array_id(mlx_array a) {
   return a.ctx ? mlx_array_get_(a).id() : 0;
+}
+
+extern "C" uintptr_t mlx_ep_buffer_id(mlx_array a) {
+  if (!a.ctx) return 0;
+  const mlx::core::array& arr = mlx_array_get_(a);
+  return arr.data_shared_ptr() ? reinterpret_cast<uintptr_t>(arr.buffer().ptr()) : 0;
 }
 "#;
 

@@ -173,6 +173,15 @@ impl Array {
         unsafe { sys::mlx_ep_array_id(self.raw) }
     }
 
+    /// The identity of the buffer this array's data lives in once evaluated (`None` before):
+    /// equal for arrays that share a buffer, as a result MLX wrote into its input's buffer
+    /// shares it with that input.
+    pub fn buffer_id(&self) -> Option<usize> {
+        // SAFETY: `raw` is a live handle; the call reads the buffer's address, not its data.
+        let id = unsafe { sys::mlx_ep_buffer_id(self.raw) };
+        (id != 0).then_some(id)
+    }
+
     pub fn dtype(&self) -> Dtype {
         // SAFETY: `raw` is a live array handle.
         Dtype::from_sys(unsafe { sys::mlx_array_dtype(self.raw) })

@@ -15,6 +15,9 @@ extern "C" {
     /// MLX's `array::id()` of the array `a` refers to (0 for an empty handle); compiled into the
     /// mlx-c unity build by `build/mlx_c.rs`.
     pub fn mlx_ep_array_id(a: mlx_array) -> usize;
+    /// The identity of the buffer an evaluated array's data lives in (0 before evaluation);
+    /// reads no data. Same build as above.
+    pub fn mlx_ep_buffer_id(a: mlx_array) -> usize;
     /// Copies `bytes` bytes of an evaluated, finished, row-contiguous array straight from CUDA
     /// device memory into `dst` (`shim/device_copy.cpp`): 0 copied, 1 not device memory (read
     /// it through MLX), 2 + CUDA's error code on failure. MLX's CUDA backend only.

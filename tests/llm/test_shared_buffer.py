@@ -45,10 +45,11 @@ def tokens(count: int) -> np.ndarray:
     return np.random.default_rng(11).integers(3, SHAPE.vocab, size=(1, count))
 
 
-def summary_counts(text: str) -> tuple[int, int, int]:
-    found = re.search(r"shared buffers: (\d+) of (\d+) row\(s\) written back, (\d+) input\(s\) fed from the device mirror", text)
+def summary_counts(text: str) -> tuple[int, int, int, int]:
+    found = re.search(r"shared buffers: (\d+) of (\d+) row\(s\) written back, (\d+) input\(s\) fed from the "
+                      r"device mirror, (\d+) mirror\(s\) updated in place", text)
     assert found, text
-    return int(found[1]), int(found[2]), int(found[3])
+    return int(found[1]), int(found[2]), int(found[3]), int(found[4])
 
 
 def generate_both(decoder, edit=None):
@@ -71,11 +72,17 @@ def generate_both(decoder, edit=None):
 def test_only_new_rows_are_written_back_and_steps_read_the_device_mirror(decoder, monkeypatch, capfd):
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
     loops = generate_both(decoder)
-    written, held, mirrored = summary_counts(closing_summary(loops, capfd))
+    summary = closing_summary(loops, capfd)
+    written, held, mirrored, in_place = summary_counts(summary)
     rows_per_token = BUFFERS * SHAPE.kv_heads
     assert written == rows_per_token * (PROMPT + DECODE)
     assert held == rows_per_token * SHAPE.context * (1 + DECODE)
     assert mirrored == BUFFERS * DECODE  # every step after the prompt
+    # Each compiled step's new rows went into the fed mirror's own buffer: nothing else of the
+    # buffer was written. (The steps before the trace is compiled run eagerly, and an eager
+    # graph holds its inputs until its outputs are copied.)
+    compiled = int(re.search(r"\((\d+) with an eager prologue\)", summary)[1])
+    assert compiled >= DECODE - 2 and in_place == BUFFERS * compiled, summary
 
 
 def test_rows_the_step_does_not_write_keep_what_the_buffer_held(decoder, monkeypatch, capfd):
@@ -95,7 +102,7 @@ def test_rows_the_step_does_not_write_keep_what_the_buffer_held(decoder, monkeyp
     for name, array in loops[0].arrays.items():
         assert (array[:, :, used:] == sentinel).all(), f"{name}: rows past the sequence were written"
         assert (array[:, :, :used] != sentinel).all(), f"{name}: a new row was not written"
-    written, _, mirrored = summary_counts(closing_summary(loops, capfd))
+    written, _, mirrored, _ = summary_counts(closing_summary(loops, capfd))
     assert written == BUFFERS * SHAPE.kv_heads * used
     assert mirrored == BUFFERS * DECODE
 
@@ -135,7 +142,7 @@ def test_a_buffer_changed_between_steps_is_read_again_from_the_host(decoder, mon
             loop.arrays["0.key"][0, :, loop.length - 1] += 0.5
 
     loops = generate_both(decoder, edit)
-    _, _, mirrored = summary_counts(closing_summary(loops, capfd))
+    _, _, mirrored, _ = summary_counts(closing_summary(loops, capfd))
     assert mirrored == BUFFERS * DECODE - 1  # that one buffer, that one step, came from the host
 
     # The edit matters: without it the logits differ (so the comparison above could fail).
@@ -152,6 +159,6 @@ def test_the_mirror_can_be_turned_off(decoder, monkeypatch, capfd):
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_KV_MIRROR", "0")
     loops = generate_both(decoder)
-    written, _, mirrored = summary_counts(closing_summary(loops, capfd))
+    written, _, mirrored, _ = summary_counts(closing_summary(loops, capfd))
     assert mirrored == 0
     assert written == BUFFERS * SHAPE.kv_heads * (PROMPT + DECODE)

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use mlx_kernels::Array;
 
-use crate::capture::{Capture, Settings};
+use crate::capture::{Capture, Consumable, Settings};
 use crate::diagnostics::{MemoryReport, PlanReport, Stats};
 use crate::huge_empty;
 use crate::narrow;
@@ -147,6 +147,9 @@ fn run(
     let mut inputs = Vec::with_capacity(count);
     // Where each input's bytes live: an output handed the same buffer shares it (see resident.rs).
     let mut buffers = Vec::with_capacity(count);
+    // Inputs fed from a device mirror, which the run may update in place (capture::Consumable),
+    // with their bytes in ORT's buffer to make them again from.
+    let mut mirrored = Vec::with_capacity(count);
     for (index, tensor) in tensors.into_iter().enumerate() {
         let array = match tensor {
             None => None,
@@ -166,8 +169,11 @@ fn run(
                     .to_mlx()
                     .ok_or("an input type MLX cannot hold")?;
                 buffers.push(Some((tensor.bytes.as_ptr() as usize, tensor.bytes.len())));
-                let mirrored = residency.mirrored_input(index, tensor.bytes, &tensor.shape, dtype);
-                Some(match mirrored {
+                let mirror = residency.mirrored_input(index, tensor.bytes, &tensor.shape, dtype);
+                if mirror.is_some() {
+                    mirrored.push((index, tensor.bytes, tensor.shape.clone(), dtype));
+                }
+                Some(match mirror {
                     Some(array) => array,
                     None => {
                         // SAFETY: as above: the bytes outlive every use, and `inputs` holds
@@ -185,14 +191,36 @@ fn run(
         }
         inputs.push(array);
     }
-    let fed = inputs.clone();
+    let mut consumed = vec![false; inputs.len()];
+    for (index, ..) in &mirrored {
+        consumed[*index] = true;
+    }
+    // What the write-back compares outputs with: not the consumable inputs, which must have no
+    // other holder while the run evaluates.
+    let fed: Vec<Option<Array>> = inputs
+        .iter()
+        .zip(&consumed)
+        .map(|(input, &consumed)| if consumed { None } else { input.clone() })
+        .collect();
+    let reload = |index: usize| -> Result<Array, String> {
+        let (_, bytes, shape, dtype) = mirrored
+            .iter()
+            .find(|(i, ..)| *i == index)
+            .ok_or("no such mirrored input")?;
+        // SAFETY: as above: ORT's bytes outlive the run, and the run holds the array.
+        unsafe { Array::from_borrowed_bytes(bytes, shape, *dtype) }.map_err(|e| e.to_string())
+    };
+    let consumable = Consumable {
+        inputs: consumed,
+        reload: &reload,
+    };
     let mut times = RunTimes::default();
     let mut copies = copying.elapsed();
     drop(copy_in);
     let evaluated = {
         let _span = trace::span("execute", "execute");
         capture
-            .run(&info.plan, runtime, inputs, &mut times)
+            .run(&info.plan, runtime, inputs, &consumable, &mut times)
             .inspect_err(|_| residency.forget())?
     };
     let copying = Instant::now();
@@ -242,6 +270,7 @@ fn run(
                 shared_rows_written: residency.rows_written,
                 shared_rows: residency.rows_aliased,
                 mirror_hits: residency.mirror_hits,
+                mirrors_in_place: residency.mirrors_in_place,
                 constants: info.plan.constants_report(runtime),
             },
         );
@@ -278,10 +307,10 @@ fn write_outputs(
         let same = buffers
             .iter()
             .position(|b| !bytes.is_empty() && *b == Some(address));
-        match same.and_then(|i| Some((i, inputs[i].as_ref()?))) {
-            Some((input, fed)) => shared.push(SharedOutput {
+        match same {
+            Some(input) => shared.push(SharedOutput {
                 index: input,
-                input: fed,
+                input: inputs[input].as_ref(),
                 output: array,
                 written: evaluated.written_rows.get(index).and_then(Option::as_ref),
                 buffer: bytes,

@@ -8,7 +8,6 @@
 //! Only MLX's CUDA backend runs them (the CPU backend throws, Metal has its own kernel
 //! language), so every caller keeps a composed path and asks [`available`] first.
 
-mod cache_update;
 mod decode_attention;
 mod quantized_matvec;
 
@@ -19,7 +18,6 @@ use std::sync::OnceLock;
 use crate::error::{capture, check, Error, Result};
 use crate::{sys, Array, DeviceKind, Dtype, Stream, VectorArray};
 
-pub use cache_update::{cache_update, CACHE_UPDATE_ROW_BYTES};
 pub use decode_attention::{decode_attention, decode_attention_takes};
 pub use quantized_matvec::{quantized_matvec, QUANTIZED_MATVEC_MAX_ROWS};
 

@@ -246,8 +246,8 @@ fn group_query_attention(
 
     // Present: past rows [0, past_b), new rows [past_b, past_b + S), zeros after.
     let placement = &layout.placement;
-    let (present_k, held_k) = placement.place(&k, past.map(|(pk, _)| pk), appended, s)?;
-    let (present_v, held_v) = placement.place(&v, past.map(|(_, pv)| pv), appended, s)?;
+    let (present_k, held_k) = placement.place(&k, past.map(|(pk, _)| pk), s)?;
+    let (present_v, held_v) = placement.place(&v, past.map(|(_, pv)| pv), s)?;
     if let (Some(written), Some(held_k), Some(held_v)) = (&layout.written, &held_k, &held_v) {
         // ORT's kernel writes only the new rows into a buffer that past and present share:
         // row b's S new rows at [past_b, past_b + S) in every head (past_b = 0 on a first
@@ -278,7 +278,11 @@ fn group_query_attention(
     let attended = if let Some((lo_rows, hi_rows)) = &kernel_bounds {
         // Only the visible keys are read, in the cache's own type, and scored in float32
         // (ORT's precision).
-        let out = cuda::decode_attention(&q, &present_k, &present_v, lo_rows, hi_rows, scale, s)?;
+        // It reads rows [lo, hi) only, which the buffer after the write and the present share:
+        // the former, so that a shared buffer's present is never built.
+        let keys = held_k.as_ref().unwrap_or(&present_k);
+        let values = held_v.as_ref().unwrap_or(&present_v);
+        let out = cuda::decode_attention(&q, keys, values, lo_rows, hi_rows, scale, s)?;
         (out, None)
     } else {
         let key_pos = ops::reshape(&placement.row, &[1, 1, 1, present_len], s)?;
@@ -799,10 +803,9 @@ struct Placement {
     /// `j` as `[1, 1, P, 1]` (int32).
     row: Array,
     row_past: Array,
-    seq: i64,
-    /// `[B, 1, P, 1]`: rows before `past_b`, and rows the step writes.
-    is_past: Array,
+    /// `[B, 1, P, 1]`: rows the step writes, and rows a present keeps (the past's and those).
     is_new: Array,
+    kept: Array,
 }
 
 impl Placement {
@@ -822,66 +825,70 @@ impl Placement {
                 s,
             )?
         };
+        let written_end = ops::add(row_past, &scalar(seq as f64, Dtype::I32, s)?, s)?;
         Ok(Placement {
-            is_past: ops::less(&row, row_past, s)?,
+            kept: ops::less(&row, &written_end, s)?,
             row,
             row_past: row_past.clone(),
-            seq,
             is_new,
         })
     }
 
-    /// The present of `new` `[B, Hkv, S, D]` written after each row's past (`appended`: rows
-    /// `[past_b, past_b + S)`, the past's rows before them) or first (a first prompt), zeros
+    /// The present of `new` `[B, Hkv, S, D]` written after each row's past (rows
+    /// `[past_b, past_b + S)`, the past's rows before them; `past_b` = 0 on a first prompt), zeros
     /// after; and, with a past, the past's buffer with the new rows written in: what a buffer
-    /// that past and present share holds after the step.
+    /// that past and present share holds after the step. That one is a scatter into the past,
+    /// which MLX makes in the past's own buffer when nothing else holds it (the EP's device
+    /// mirror of a shared buffer, `ep/src/resident.rs`): a decode step then writes its new rows
+    /// and nothing else, and the present is built from it only when ORT wants one of its own.
     fn place(
         &self,
         new: &Array,
         past: Option<&Array>,
-        appended: bool,
         s: &Stream,
     ) -> Result<(Array, Option<Array>)> {
         let present_len = self.row.shape()[2];
         let Some(past) = past else {
             return Ok((padded_rows(new, present_len, s)?, None));
         };
-        let row_bytes = new.shape()[3] * new.dtype().size_in_bytes() as i64;
-        if past.shape()[2] == present_len
-            && row_bytes % cuda::CACHE_UPDATE_ROW_BYTES == 0
-            && cuda::available(s)
-        {
-            // One pass over the buffer for both, where the selects below take two.
-            let batch = self.row_past.shape()[0];
-            let row_past = ops::reshape(&self.row_past, &[batch], s)?;
-            let (present, held) = cuda::cache_update(past, new, &row_past, s)?;
-            return Ok((present, Some(held)));
-        }
+        let [b, h, seq, d] = <[i64; 4]>::try_from(new.shape())
+            .map_err(|_| OpError::new("GroupQueryAttention: K/V must be 4-D here"))?;
         let past = fitted_rows(past, present_len, s)?;
-        let zero = scalar(0.0, new.dtype(), s)?;
-        let (present, placed) = if appended {
-            // Row j of the present takes new[j − past_b]; one new row broadcasts over them.
-            let placed = if self.seq == 1 {
-                new.clone()
-            } else {
-                let [b, h, _, d] = <[i64; 4]>::try_from(new.shape())
-                    .map_err(|_| OpError::new("GroupQueryAttention: K/V must be 4-D here"))?;
-                let offset = ops::subtract(&self.row, &self.row_past, s)?;
-                let index = ops::minimum(
-                    &ops::maximum(&offset, &scalar(0.0, Dtype::I32, s)?, s)?,
-                    &scalar((self.seq - 1) as f64, Dtype::I32, s)?,
-                    s,
-                )?;
-                let index = ops::broadcast_to(&index, &[b, h, present_len, d], s)?;
-                ops::take_along_axis(new, &index, 2, s)?
-            };
-            let rest = ops::where_(&self.is_past, &past, &zero, s)?;
-            (ops::where_(&self.is_new, &placed, &rest, s)?, placed)
-        } else {
-            let present = padded_rows(new, present_len, s)?;
-            (present.clone(), present)
+        // Row (b, h, past_b + i) of the buffer as a row of [B·H·P, D]: past_b comes from
+        // seqlens_k, whose range is a run-time check, so the rows are clamped into the buffer
+        // (a run that fails the check writes somewhere harmless, never outside).
+        let i32s = |v: i64| scalar(v as f64, Dtype::I32, s);
+        let arange = |n: i64, shape: &[i64]| -> Result<Array> {
+            Ok(ops::reshape(
+                &ops::arange(0.0, n as f64, 1.0, Dtype::I32, s)?,
+                shape,
+                s,
+            )?)
         };
-        let held = ops::where_(&self.is_new, &placed, &past, s)?;
+        let row_past = ops::reshape(&self.row_past, &[b, 1, 1], s)?;
+        let within = ops::minimum(
+            &ops::maximum(
+                &ops::add(&row_past, &arange(seq, &[1, 1, seq])?, s)?,
+                &i32s(0)?,
+                s,
+            )?,
+            &i32s(present_len - 1)?,
+            s,
+        )?;
+        let heads = ops::add(
+            &ops::multiply(&arange(b, &[b, 1, 1])?, &i32s(h * present_len)?, s)?,
+            &ops::multiply(&arange(h, &[1, h, 1])?, &i32s(present_len)?, s)?,
+            s,
+        )?;
+        let rows = ops::reshape(&ops::add(&heads, &within, s)?, &[b * h * seq], s)?;
+        let flat = ops::reshape(&past, &[b * h * present_len, d], s)?;
+        let updates = ops::reshape(new, &[b * h * seq, 1, d], s)?;
+        let held = ops::reshape(
+            &ops::scatter_rows(&flat, &rows, &updates, ops::ScatterMode::Set, s)?,
+            &[b, h, present_len, d],
+            s,
+        )?;
+        let present = ops::where_(&self.kept, &held, &scalar(0.0, new.dtype(), s)?, s)?;
         Ok((present, Some(held)))
     }
 }
