@@ -14,6 +14,8 @@
 //!   device every token. "Still holds" is checked on probe rows: every row this run wrote plus
 //!   rows spread over the buffer, compared with copies kept here. A write elsewhere between runs
 //!   goes unseen: `ONNXRUNTIME_EP_MLX_KV_MIRROR=0` turns the mirror off (the delta write stays).
+//!   A fed mirror leaves here, so that the run holds its only reference and MLX can write the
+//!   step's rows into its buffer in place (`capture::Consumable`).
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
@@ -115,9 +117,8 @@ impl Residency {
     /// Writes each shared output into its buffer, which is input `index`'s buffer and holds
     /// `input`'s bytes: when the node said which rows it writes in place, those rows (the
     /// others keep the buffer's bytes, as ORT's kernels leave them), otherwise the rows that
-    /// differ from the input. Keeps what each buffer then holds (as the node gave it, or the
-    /// output) as its input's mirror for the next run (lazily: the next run's evaluation
-    /// computes it). Every array read on the host
+    /// differ from the input. Keeps what each buffer then holds (as the node gave it, evaluated
+    /// with the run, or the output) as its input's mirror for the next run. Every array read on the host
     /// costs a device round trip (on MLX's CUDA backend, a page migration) and a decoder has two
     /// buffers a layer: rows whose values the node gave were read with the run's evaluation and
     /// are copied as they are; the others are gathered on the device into one array, read once.
