@@ -254,7 +254,8 @@ impl From<EvalError> for String {
 
 /// The outputs of one run, evaluated. `keep_alive` holds every array of the run, inputs
 /// included, until the outputs are copied out: MLX must never become the sole owner of an
-/// input that borrows ORT's memory (it could reuse the buffer).
+/// input that borrows ORT's memory (it could reuse the buffer). The exception is an input the
+/// run may consume, a device mirror of our own (`capture::Consumable`).
 pub struct Evaluated {
     pub outputs: Vec<Array>,
     pub written_rows: Vec<Option<RowMask>>,
@@ -264,7 +265,8 @@ pub struct Evaluated {
 
 /// Which rows an output writes in place (`op_specs::WrittenRows`): the mask on the device, and
 /// its values (uint8, row-major, of `shape`) on the host; with the rows' contents (their bytes,
-/// in row order) when the node gave them; and the buffer after the write, lazily.
+/// in row order) when the node gave them; and the buffer after the write (evaluated with the
+/// run, in place of the output).
 pub struct RowMask {
     pub shape: Vec<i64>,
     pub flags: Vec<u8>,

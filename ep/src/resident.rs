@@ -118,10 +118,11 @@ impl Residency {
     /// `input`'s bytes: when the node said which rows it writes in place, those rows (the
     /// others keep the buffer's bytes, as ORT's kernels leave them), otherwise the rows that
     /// differ from the input. Keeps what each buffer then holds (as the node gave it, evaluated
-    /// with the run, or the output) as its input's mirror for the next run. Every array read on the host
-    /// costs a device round trip (on MLX's CUDA backend, a page migration) and a decoder has two
-    /// buffers a layer: rows whose values the node gave were read with the run's evaluation and
-    /// are copied as they are; the others are gathered on the device into one array, read once.
+    /// with the run, or the output) as its input's mirror for the next run. Every array read on
+    /// the host costs a device round trip (on MLX's CUDA backend, a page migration) and a
+    /// decoder has two buffers a layer: rows whose values the node gave were read with the
+    /// run's evaluation and are copied as they are; the others are gathered on the device into
+    /// one array, read once.
     /// The written rows are known from the host copy of the masks; only outputs without one are
     /// compared on the device first (one more evaluation).
     pub fn write_back(&mut self, shared: Vec<SharedOutput>, stream: &Stream) -> Result<(), String> {
