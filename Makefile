@@ -9,7 +9,7 @@ export ORT_MLX_EP_LIBRARY := $(LIBRARY)
 # Prints each phase's wall time ("[time] build: 312.4 s"), so a CI log shows where time goes.
 TIMED = bash scripts/timed.sh
 
-.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul bench-quantized bench-attention bench-llm bench-compiled real-models leaks stress fuzz docs conformance conformance-update clean
+.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul bench-quantized bench-attention bench-llm profile-decode bench-compiled real-models leaks stress fuzz docs conformance conformance-update clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
@@ -79,6 +79,12 @@ bench-attention: build
 ## sessions (MLX EP vs CPU EP) vs the same decoder in mlx.core, and genai's loop. ARGS="--quick".
 bench-llm: build
 	$(PYTHON) scripts/bench_llm.py $(ARGS)
+
+## Where a decode step's time goes: the int4 decoder's steps through the EP (or --mode direct),
+## ms a step and the EP's summary; --ncu: kernels a step under Nsight Compute (MLX's CUDA backend).
+## ARGS="--layers 16 --ncu", or "--small" on the CPU backend.
+profile-decode: build
+	$(PYTHON) scripts/profile_decode.py $(ARGS)
 
 ## Session creation (and first run) from each real model's source vs from it compiled for the
 ## EP (EPContext nodes), plus an int4 decoder; outputs checked equal. ARGS="--repeats 5".
