@@ -79,10 +79,10 @@ pub fn decode_attention(
         include_str!("decode_attention.cu"),
     )?;
     let scale = ops::reshape(&Array::scalar(scale)?, &[1], stream)?;
-    kernel.apply_one(
+    kernel.apply(
         &[q, keys, values, lo, hi, &scale],
         &Launch {
-            outputs: &[(&out_shape, dtype)],
+            output: (&out_shape, dtype),
             blocks: size(b * hq * s)?,
             threads: WARPS * 32,
             template: &[

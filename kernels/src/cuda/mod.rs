@@ -91,9 +91,10 @@ struct CudaKernel {
     raw: sys::mlx_fast_cuda_kernel,
 }
 
-/// How one application of a kernel is laid out: its outputs, threads and template constants.
+/// How one application of a single-output kernel is laid out: its output, threads and template
+/// constants.
 struct Launch<'a> {
-    outputs: &'a [(&'a [i32], Dtype)],
+    output: (&'a [i32], Dtype),
     /// `blocks` blocks of `threads` threads along x.
     blocks: i32,
     threads: i32,
@@ -160,22 +161,20 @@ impl CudaKernel {
         Ok(CudaKernel { raw })
     }
 
-    /// The kernel's outputs, in the order of `launch.outputs`.
-    fn apply(&self, inputs: &[&Array], launch: &Launch<'_>, stream: &Stream) -> Result<Vec<Array>> {
+    fn apply(&self, inputs: &[&Array], launch: &Launch<'_>, stream: &Stream) -> Result<Array> {
         let inputs =
             VectorArray::from_arrays(&inputs.iter().map(|&a| a.clone()).collect::<Vec<_>>())?;
         let config = Config::new()?;
-        for (shape, dtype) in launch.outputs {
-            // SAFETY: `shape` outlives the call; the config copies it.
-            check(unsafe {
-                sys::mlx_fast_cuda_kernel_config_add_output_arg(
-                    config.raw,
-                    shape.as_ptr(),
-                    shape.len(),
-                    dtype.to_sys(),
-                )
-            })?;
-        }
+        let (shape, dtype) = launch.output;
+        // SAFETY: `shape` outlives the call; the config copies it.
+        check(unsafe {
+            sys::mlx_fast_cuda_kernel_config_add_output_arg(
+                config.raw,
+                shape.as_ptr(),
+                shape.len(),
+                dtype.to_sys(),
+            )
+        })?;
         // MLX takes the grid as total threads per axis and rounds up to whole blocks.
         let total = launch.blocks.checked_mul(launch.threads).ok_or_else(|| {
             Error::Shape(format!("a launch of {} blocks is too large", launch.blocks))
@@ -220,20 +219,7 @@ impl CudaKernel {
         };
         let outputs = VectorArray::from_raw(raw);
         check(status)?;
-        let outputs = outputs.to_vec()?;
-        if outputs.len() != launch.outputs.len() {
-            return Err(Error::Mlx(format!(
-                "a CUDA kernel returned {} outputs where {} were declared",
-                outputs.len(),
-                launch.outputs.len()
-            )));
-        }
-        Ok(outputs)
-    }
-
-    /// The one output of a single-output kernel.
-    fn apply_one(&self, inputs: &[&Array], launch: &Launch<'_>, stream: &Stream) -> Result<Array> {
-        let mut outputs = self.apply(inputs, launch, stream)?;
+        let mut outputs = outputs.to_vec()?;
         outputs
             .pop()
             .ok_or_else(|| Error::Mlx("a CUDA kernel returned no output".into()))

@@ -66,10 +66,10 @@ pub fn quantized_matvec(
         include_str!("quantized_matvec.cu"),
     )?;
     let out_shape = [size(m)?, size(n)?];
-    kernel.apply_one(
+    kernel.apply(
         &[x, packed, scales],
         &Launch {
-            outputs: &[(&out_shape, dtype)],
+            output: (&out_shape, dtype),
             // One warp per output column.
             blocks: size((n + WARPS as i64 - 1) / WARPS as i64)?,
             threads: WARPS * 32,

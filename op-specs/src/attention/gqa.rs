@@ -194,6 +194,7 @@ fn group_query_attention(
     let facts = StepFacts {
         batch,
         seq,
+        kv_heads: geo.kv_heads,
         present_len,
         past_len,
         first_prompt,
@@ -409,6 +410,7 @@ fn total_key(values: &[i64], past_len: i64, seq: i64, exact: bool) -> Vec<i64> {
 struct StepFacts {
     batch: i64,
     seq: i64,
+    kv_heads: i64,
     present_len: i64,
     past_len: i64,
     first_prompt: bool,
@@ -430,6 +432,7 @@ impl StepFacts {
         vec![
             self.batch,
             self.seq,
+            self.kv_heads,
             self.present_len,
             self.past_len,
             flag(self.first_prompt),
@@ -575,7 +578,7 @@ fn step_layout(
     let s = cx.stream();
     let i32s = |v: i64| scalar(v as f64, Dtype::I32, s);
 
-    let placement = Placement::new(&row_past, seq, present_len, s)?;
+    let placement = Placement::new(&row_past, facts, s)?;
     let written = has_past
         .then(|| ops::squeeze(&placement.is_new, &[3], s))
         .transpose()?;
@@ -797,40 +800,80 @@ fn positions(
 
 /// Where a step's rows go in a present cache `[B, Hkv, P, D]`: row `j` of the present is a
 /// past row when `j < past_b`, the new row `j − past_b` when `j ∈ [past_b, past_b + S)`, zero
-/// after. Built once for K, V and the written-rows mask.
+/// after. Built once a step for K, V, every layer and the written-rows mask.
 #[derive(Clone)]
 struct Placement {
     /// `j` as `[1, 1, P, 1]` (int32).
     row: Array,
-    row_past: Array,
     /// `[B, 1, P, 1]`: rows the step writes, and rows a present keeps (the past's and those).
     is_new: Array,
     kept: Array,
+    /// With a past: the rows of `[B·Hkv·P, D]` that the new rows `[B·Hkv·S]` go to.
+    scatter_rows: Option<Array>,
 }
 
 impl Placement {
-    fn new(row_past: &Array, seq: i64, present_len: i64, s: &Stream) -> Result<Placement> {
-        let row = ops::reshape(
-            &ops::arange(0.0, present_len as f64, 1.0, Dtype::I32, s)?,
-            &[1, 1, present_len, 1],
-            s,
-        )?;
+    fn new(row_past: &Array, facts: &StepFacts, s: &Stream) -> Result<Placement> {
+        let StepFacts {
+            batch: b,
+            seq,
+            kv_heads: h,
+            present_len,
+            has_past,
+            ..
+        } = *facts;
+        let i32s = |v: i64| scalar(v as f64, Dtype::I32, s);
+        let arange = |n: i64, shape: &[i64]| -> Result<Array> {
+            Ok(ops::reshape(
+                &ops::arange(0.0, n as f64, 1.0, Dtype::I32, s)?,
+                shape,
+                s,
+            )?)
+        };
+        let row = arange(present_len, &[1, 1, present_len, 1])?;
         let is_new = if seq == 1 {
             ops::equal(&row, row_past, s)?
         } else {
             let offset = ops::subtract(&row, row_past, s)?;
             ops::logical_and(
-                &ops::greater_equal(&offset, &scalar(0.0, Dtype::I32, s)?, s)?,
-                &ops::less(&offset, &scalar(seq as f64, Dtype::I32, s)?, s)?,
+                &ops::greater_equal(&offset, &i32s(0)?, s)?,
+                &ops::less(&offset, &i32s(seq)?, s)?,
                 s,
             )?
         };
-        let written_end = ops::add(row_past, &scalar(seq as f64, Dtype::I32, s)?, s)?;
+        let written_end = ops::add(row_past, &i32s(seq)?, s)?;
+        let scatter_rows = if has_past {
+            // Row (b, h, past_b + i) of the buffer as a row of [B·H·P, D]: past_b comes from
+            // seqlens_k, whose range is a run-time check, so the rows are clamped into the
+            // buffer (a run that fails the check writes somewhere harmless, never outside).
+            let row_past = ops::reshape(row_past, &[b, 1, 1], s)?;
+            let within = ops::minimum(
+                &ops::maximum(
+                    &ops::add(&row_past, &arange(seq, &[1, 1, seq])?, s)?,
+                    &i32s(0)?,
+                    s,
+                )?,
+                &i32s(present_len - 1)?,
+                s,
+            )?;
+            let heads = ops::add(
+                &ops::multiply(&arange(b, &[b, 1, 1])?, &i32s(h * present_len)?, s)?,
+                &ops::multiply(&arange(h, &[1, h, 1])?, &i32s(present_len)?, s)?,
+                s,
+            )?;
+            Some(ops::reshape(
+                &ops::add(&heads, &within, s)?,
+                &[b * h * seq],
+                s,
+            )?)
+        } else {
+            None
+        };
         Ok(Placement {
             kept: ops::less(&row, &written_end, s)?,
             row,
-            row_past: row_past.clone(),
             is_new,
+            scatter_rows,
         })
     }
 
@@ -848,43 +891,23 @@ impl Placement {
         s: &Stream,
     ) -> Result<(Array, Option<Array>)> {
         let present_len = self.row.shape()[2];
-        let Some(past) = past else {
+        let (Some(past), Some(rows)) = (past, &self.scatter_rows) else {
             return Ok((padded_rows(new, present_len, s)?, None));
         };
         let [b, h, seq, d] = <[i64; 4]>::try_from(new.shape())
             .map_err(|_| OpError::new("GroupQueryAttention: K/V must be 4-D here"))?;
+        if rows.shape() != [b * h * seq] {
+            return Err(OpError::new(format!(
+                "GroupQueryAttention: new K/V rows of shape {:?} do not match the step's placement of {} rows",
+                new.shape(),
+                rows.shape()[0]
+            )));
+        }
         let past = fitted_rows(past, present_len, s)?;
-        // Row (b, h, past_b + i) of the buffer as a row of [B·H·P, D]: past_b comes from
-        // seqlens_k, whose range is a run-time check, so the rows are clamped into the buffer
-        // (a run that fails the check writes somewhere harmless, never outside).
-        let i32s = |v: i64| scalar(v as f64, Dtype::I32, s);
-        let arange = |n: i64, shape: &[i64]| -> Result<Array> {
-            Ok(ops::reshape(
-                &ops::arange(0.0, n as f64, 1.0, Dtype::I32, s)?,
-                shape,
-                s,
-            )?)
-        };
-        let row_past = ops::reshape(&self.row_past, &[b, 1, 1], s)?;
-        let within = ops::minimum(
-            &ops::maximum(
-                &ops::add(&row_past, &arange(seq, &[1, 1, seq])?, s)?,
-                &i32s(0)?,
-                s,
-            )?,
-            &i32s(present_len - 1)?,
-            s,
-        )?;
-        let heads = ops::add(
-            &ops::multiply(&arange(b, &[b, 1, 1])?, &i32s(h * present_len)?, s)?,
-            &ops::multiply(&arange(h, &[1, h, 1])?, &i32s(present_len)?, s)?,
-            s,
-        )?;
-        let rows = ops::reshape(&ops::add(&heads, &within, s)?, &[b * h * seq], s)?;
         let flat = ops::reshape(&past, &[b * h * present_len, d], s)?;
         let updates = ops::reshape(new, &[b * h * seq, 1, d], s)?;
         let held = ops::reshape(
-            &ops::scatter_rows(&flat, &rows, &updates, ops::ScatterMode::Set, s)?,
+            &ops::scatter_rows(&flat, rows, &updates, ops::ScatterMode::Set, s)?,
             &[b, h, present_len, d],
             s,
         )?;

@@ -149,8 +149,6 @@ pub struct Rotation {
     cos: Array,
     /// `(−sin, sin)` along the pair axis, float32.
     signed_sin: Array,
-    /// `[1, 0]`: the swap of a pair.
-    swap: Array,
     interleaved: bool,
 }
 
@@ -163,7 +161,6 @@ impl Rotation {
         Ok(Rotation {
             cos,
             signed_sin,
-            swap: Array::from_slice(&[1i32, 0], &[2])?,
             interleaved,
         })
     }
@@ -193,8 +190,15 @@ impl Rotation {
             [2, d / 2]
         });
         let pairs = ops::reshape(x, &pairs_shape, s)?;
-        let axis = pairs_shape.len() as i32 + Rotation::pair_axis(self.interleaved);
-        let swapped = ops::take(&pairs, &self.swap, axis, s)?;
+        // Each pair swapped: the pair axis read backwards, a view that the products read in
+        // place (a gather would be a kernel of its own).
+        let axis = (pairs_shape.len() as i32 + Rotation::pair_axis(self.interleaved)) as usize;
+        let mut start = vec![0; pairs_shape.len()];
+        let mut stop: Vec<i32> = pairs_shape.iter().map(|&d| d as i32).collect();
+        let mut step = vec![1; pairs_shape.len()];
+        // From index 1 down to index 0: a stop of -3 is one before the first of 2.
+        (start[axis], stop[axis], step[axis]) = (1, -3, -1);
+        let swapped = ops::slice(&pairs, &start, &stop, &step, s)?;
         let rotated = ops::add(
             &ops::multiply(&float32(&pairs, s)?, &self.cos, s)?,
             &ops::multiply(&float32(&swapped, s)?, &self.signed_sin, s)?,
