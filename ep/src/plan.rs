@@ -12,7 +12,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mlx_kernels::{ops, Array, Stream};
+use mlx_kernels::{cuda, ops, Array, Dtype, Stream};
 use op_specs::{
     decide, BodiesReport, ConstantInputs, Decision, ElemType, HostKey, Lower, Node, OpSpec,
     Prepared, ShapeSafety, SharedDerivations, Value, ValueInfo,
@@ -189,16 +189,29 @@ impl RunTimes {
     }
 }
 
-/// `parts`, each flattened, one after another in one 1-D array (`None` when there are none):
-/// what the host reads of a run, read once, since every read of a device array is a round trip
-/// on the GPU.
-pub(crate) fn flattened_together(
+/// The bytes of `parts` (any element types), one part after another in one 1-D uint8 array
+/// (`None` when there are none): what the host reads of a run, read once, since every read of
+/// a device array is a round trip on the GPU. On MLX's CUDA backend one kernel packs them
+/// (`concatenate` would launch a copy per part, and a cast per bool part).
+pub(crate) fn bytes_together(
     parts: impl IntoIterator<Item = Array>,
     stream: &Stream,
 ) -> mlx_kernels::Result<Option<Array>> {
+    let parts: Vec<Array> = parts.into_iter().collect();
+    let total = parts.iter().map(Array::nbytes).sum();
+    if parts.len() > 1 && cuda::available(stream) && cuda::pack_bytes_takes(parts.len(), total) {
+        return cuda::pack_bytes(&parts, stream).map(Some);
+    }
     let flat = parts
-        .into_iter()
-        .map(|a| ops::reshape(&a, &[-1], stream))
+        .iter()
+        .map(|a| {
+            let bytes = if a.dtype() == Dtype::Bool {
+                ops::astype(a, Dtype::U8, stream)?
+            } else {
+                ops::view(&ops::contiguous(a, stream)?, Dtype::U8, stream)?
+            };
+            ops::reshape(&bytes, &[-1], stream)
+        })
         .collect::<mlx_kernels::Result<Vec<_>>>()?;
     match flat.len() {
         0 => Ok(None),
@@ -529,17 +542,10 @@ impl Plan {
         // array read on the host costs a device round trip on the GPU): the checks (a decoder
         // step has dozens), the written-rows masks (one per distinct mask: every layer of a
         // decoder shares one) and the written rows' values that nodes gave.
-        let bytes = |a: &Array| -> mlx_kernels::Result<Array> {
-            if a.dtype() == mlx_kernels::Dtype::Bool {
-                ops::astype(a, mlx_kernels::Dtype::U8, stream)
-            } else {
-                ops::view(&ops::contiguous(a, stream)?, mlx_kernels::Dtype::U8, stream)
-            }
-        };
         let mut read: Vec<Array> = Vec::new();
         let mut lengths: Vec<usize> = Vec::new();
         let mut push = |a: &Array| -> mlx_kernels::Result<usize> {
-            read.push(bytes(a)?);
+            read.push(a.clone());
             lengths.push(a.nbytes());
             Ok(lengths.len() - 1)
         };
@@ -571,7 +577,7 @@ impl Plan {
                 .map_err(mlx_error)?;
             parts_of.push(Some((mask, values)));
         }
-        let flat = flattened_together(read, stream).map_err(mlx_error)?;
+        let flat = bytes_together(read, stream).map_err(mlx_error)?;
         // An output written in place is evaluated as the buffer after the write: ORT usually
         // hands it the input's buffer (then nothing else of it is needed), and when it does not,
         // copying the output out evaluates it then.

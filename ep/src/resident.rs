@@ -19,7 +19,7 @@
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
-use crate::plan::{flattened_together, RowMask};
+use crate::plan::{bytes_together, RowMask};
 
 /// Rows spread over the buffer that are checked, besides (up to `WRITTEN_PROBES` of) the rows
 /// the last run wrote.
@@ -161,7 +161,7 @@ impl Residency {
             };
             pending.push((out, rows, held, changed));
         }
-        let mut flags = match flattened_together(compared, stream).map_err(err)? {
+        let mut flags = match bytes_together(compared, stream).map_err(err)? {
             Some(all) => all.to_vec::<u8>(stream).map_err(err)?,
             None => Vec::new(),
         }
@@ -200,7 +200,7 @@ impl Residency {
             RowSource::Gathered(array) => Some(array.clone()),
             _ => None,
         });
-        let picked = match flattened_together(gathered, stream).map_err(err)? {
+        let picked = match bytes_together(gathered, stream).map_err(err)? {
             Some(all) => all.to_bytes(stream).map_err(err)?,
             None => Vec::new(),
         };

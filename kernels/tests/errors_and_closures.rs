@@ -144,6 +144,18 @@ fn cuda_kernels_refuse_cleanly_where_they_cannot_run() {
     assert!(!mlx_kernels::cuda::decode_attention_takes(3, Dtype::F32));
     assert!(mlx_kernels::cuda::decode_attention_takes(64, Dtype::F16));
     assert!(!mlx_kernels::cuda::decode_attention_takes(64, Dtype::BF16));
+    // Packing bytes: a CPU stream cannot run it; no parts, or too many bytes, are refused.
+    let parts = [kv.clone(), Array::from_slice(&[true, false], &[2]).unwrap()];
+    assert!(mlx_kernels::cuda::pack_bytes(&parts, &s).is_err());
+    let err = mlx_kernels::cuda::pack_bytes(&[], &s).unwrap_err();
+    assert!(
+        matches!(&err, Error::Shape(m) if m.contains("0 non-empty parts")),
+        "{err:?}"
+    );
+    use mlx_kernels::cuda::{pack_bytes_takes, PACK_BYTES_MAX_PARTS, PACK_BYTES_MAX_TOTAL};
+    assert!(pack_bytes_takes(PACK_BYTES_MAX_PARTS, PACK_BYTES_MAX_TOTAL));
+    assert!(!pack_bytes_takes(PACK_BYTES_MAX_PARTS + 1, 1024));
+    assert!(!pack_bytes_takes(2, PACK_BYTES_MAX_TOTAL + 1));
 }
 
 #[test]

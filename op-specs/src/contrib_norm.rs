@@ -10,7 +10,7 @@ use mlx_kernels::{ops, Array, Dtype, Stream};
 use crate::activation::silu_of;
 use crate::normalization::{
     cast, float32_constant, group_standardise, layer_norm_claim, require_norm_extent,
-    rms_norm_over, standardise,
+    rms_norm_over, rms_norm_rounded, standardise,
 };
 use crate::table::consts::scalar_like;
 use crate::{onnx_op, Lower, OpError, Result};
@@ -122,11 +122,11 @@ fn skip_norm(
         // MLX's fused kernels (gamma and beta are 1-D, checked above): the same float32
         // statistics over the last axis, one pass.
         let y = if centred {
-            ops::layer_norm(&sum, Some(&gamma), beta.as_ref(), epsilon, s)?
+            let y = ops::layer_norm(&sum, Some(&gamma), beta.as_ref(), epsilon, s)?;
+            cast(&y, input.dtype(), s)?
         } else {
-            ops::rms_norm(&sum, Some(&gamma), epsilon, s)?
+            rms_norm_rounded(&sum, &gamma, epsilon, input.dtype(), s)?
         };
-        let y = cast(&y, input.dtype(), s)?;
         if !with_sum {
             return Ok(vec![y]);
         }

@@ -1,7 +1,7 @@
 //! Normalisation: LayerNormalization, RMSNormalization, InstanceNormalization,
 //! MeanVarianceNormalization, LpNormalization, LRN; and inference-mode Dropout.
 
-use mlx_kernels::{ops, Array, Dtype};
+use mlx_kernels::{cuda, ops, Array, Dtype};
 
 use crate::shape::normalise_axis;
 use crate::table::consts::scalar;
@@ -112,8 +112,13 @@ pub(crate) fn rms_norm_over(
         // type before the weight: a float16 element that underflows there came out 0 where
         // ORT, which rounds once after the scale, keeps 65504 * 6e-8 / rms (found by the
         // fuzzer). So the kernel runs on float32 and the result is rounded once.
-        let y = ops::rms_norm(&cast(x, Dtype::F32, s)?, Some(&weight), epsilon, s)?;
-        return Ok(vec![cast(&y, scale.dtype(), s)?]);
+        return Ok(vec![rms_norm_rounded(
+            x,
+            &weight,
+            epsilon,
+            scale.dtype(),
+            s,
+        )?]);
     }
     let axes: Vec<i32> = (axis as i32..rank as i32).collect();
     let Standardised {
@@ -123,6 +128,24 @@ pub(crate) fn rms_norm_over(
     } = standardise(x, &axes, epsilon, false, s)?;
     let scaled = ops::multiply(&normalised, &weight, s)?;
     Ok(vec![cast(&scaled, scale.dtype(), s)?, inv_std])
+}
+
+/// `x / rms(x) · weight` over the last axis, in float32 (`weight` float32, 1-D), rounded once
+/// to `output`. On MLX's CUDA backend one kernel reads `x` as it is and writes `output`;
+/// elsewhere MLX's fused kernel runs on float32 between casts.
+pub(crate) fn rms_norm_rounded(
+    x: &Array,
+    weight: &Array,
+    epsilon: f32,
+    output: Dtype,
+    s: &mlx_kernels::Stream,
+) -> Result<Array> {
+    let width = x.shape().last().copied().unwrap_or(0);
+    if x.size() > 0 && cuda::available(s) && cuda::rms_norm_takes(width, x.dtype(), output) {
+        return Ok(cuda::rms_norm(x, weight, epsilon, output, s)?);
+    }
+    let y = ops::rms_norm(&cast(x, Dtype::F32, s)?, Some(weight), epsilon, s)?;
+    cast(&y, output, s)
 }
 
 /// Input `index` (`array`) in float32: a norm's weight or bias. When the input is a constant

@@ -9,7 +9,9 @@
 //! language), so every caller keeps a composed path and asks [`available`] first.
 
 mod decode_attention;
+mod pack_bytes;
 mod quantized_matvec;
+mod rms_norm;
 
 use std::ffi::{c_char, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +21,9 @@ use crate::error::{capture, check, Error, Result};
 use crate::{sys, Array, DeviceKind, Dtype, Stream, VectorArray};
 
 pub use decode_attention::{decode_attention, decode_attention_takes};
+pub use pack_bytes::{pack_bytes, pack_bytes_takes, PACK_BYTES_MAX_PARTS, PACK_BYTES_MAX_TOTAL};
 pub use quantized_matvec::{quantized_matvec, QUANTIZED_MATVEC_MAX_ROWS};
+pub use rms_norm::{rms_norm, rms_norm_takes, RMS_NORM_MAX_WIDTH};
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
 

@@ -1,0 +1,77 @@
+//! RMS normalisation over the last axis in float32, rounded once to the output type.
+//!
+//! An LLM's norms take float16 activations (or their float32 residual sum) and give float16.
+//! Rounding once after the weight, as ORT does, means MLX's fused kernel runs on float32 with
+//! a cast before (for float16 input) and after: three launches where one kernel reads the input
+//! type and writes the output type.
+
+use super::{CudaKernel, Launch, TemplateArg};
+use crate::error::{Error, Result};
+use crate::{ops, Array, Dtype, Stream};
+
+/// The widest row one launch takes (each thread keeps its share in registers).
+pub const RMS_NORM_MAX_WIDTH: i64 = 8192;
+const THREADS: i32 = 256;
+
+/// Whether [`rms_norm`] takes rows of `width` elements from `input` to `output` types (each
+/// float16 or float32).
+pub fn rms_norm_takes(width: i64, input: Dtype, output: Dtype) -> bool {
+    (1..=RMS_NORM_MAX_WIDTH).contains(&width)
+        && matches!(input, Dtype::F16 | Dtype::F32)
+        && matches!(output, Dtype::F16 | Dtype::F32)
+}
+
+/// `x / sqrt(mean(x²) + epsilon) · weight` over the last axis of `x` (float16 or float32, at
+/// least one row), computed in float32 (`weight` float32, the last axis's length) and rounded
+/// once to `output`.
+pub fn rms_norm(
+    x: &Array,
+    weight: &Array,
+    epsilon: f32,
+    output: Dtype,
+    stream: &Stream,
+) -> Result<Array> {
+    let shape = x.shape();
+    let width = shape.last().copied().unwrap_or(0);
+    let rows = if width > 0 {
+        x.size() as i64 / width
+    } else {
+        0
+    };
+    let fits = rows > 0
+        && rms_norm_takes(width, x.dtype(), output)
+        && weight.dtype() == Dtype::F32
+        && weight.shape() == [width];
+    if !fits {
+        return Err(Error::Shape(format!(
+            "rms_norm: operands do not fit (x {shape:?} {:?}, weight {:?} {:?}, output {output:?})",
+            x.dtype(),
+            weight.shape(),
+            weight.dtype()
+        )));
+    }
+    let size = |v: i64| super::size("rms_norm", v);
+    let kernel = CudaKernel::new(
+        "rms_norm_rounded",
+        &["x", "weight", "epsilon"],
+        &["out"],
+        include_str!("rms_norm.cu"),
+    )?;
+    let epsilon = ops::reshape(&Array::scalar(epsilon)?, &[1], stream)?;
+    let out_shape = shape.iter().map(|&d| size(d)).collect::<Result<Vec<_>>>()?;
+    kernel.apply(
+        &[x, weight, &epsilon],
+        &Launch {
+            output: (&out_shape, output),
+            blocks: size(rows)?,
+            threads: THREADS,
+            template: &[
+                ("TI", TemplateArg::Type(x.dtype())),
+                ("TO", TemplateArg::Type(output)),
+                ("H", TemplateArg::Int(size(width)?)),
+                ("THREADS", TemplateArg::Int(THREADS)),
+            ],
+        },
+        stream,
+    )
+}
