@@ -89,3 +89,28 @@ def test_a_bad_step_fails_as_on_the_cpu_and_the_next_one_replays(decoder, compil
     # The bad step's key differs (total past the buffer), so it traced anew and failed there;
     # nothing of that trace is kept, and steps 6 to 8 replay the first one.
     assert (traces, hits) == (2, 2 + 3), summary
+
+
+def test_a_layers_attention_builds_what_only_that_layer_needs(tmp_path, monkeypatch, capfd):
+    """GroupQueryAttention derives a step's rows, masks, rotary rows and scatter rows once a
+    step (`Lower::shared`): a layer adds only its own arrays, each a primitive (on the GPU a
+    launch, ~5 us of host work). With the per-op profile's arrays a node for 2 and 4 layers,
+    `a(L) = per_layer + shared / L` gives the per-layer part: 47 here. The scatter rows of the
+    new K/V, built per layer before, put it at 87 for `make profile-decode --small` (49 now)."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_PROFILE_OPS", "1")
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    per_node = {}
+    for layers in (2, 4):
+        shape = make_decoder.Shape(hidden=64, layers=layers, heads=4, kv_heads=2, ffn=96, vocab=320, context=64)
+        model = make_decoder.write(tmp_path / str(layers), shape, "fp32", "none", seed=5)
+        loops = [SharedBufferLoop(model, shape, on_mlx=True)]
+        ids = np.random.default_rng(3).integers(3, shape.vocab, size=(1, PROMPT + 6))
+        loops[0].step(ids[:, :PROMPT])
+        for t in range(6):
+            loops[0].step(ids[:, PROMPT + t: PROMPT + t + 1])
+        summary = closing_summary(loops, capfd)
+        found = re.search(r"GroupQueryAttention: \d+ node run\(s\).*?([\d.]+) arrays a node", summary)
+        assert found, summary
+        per_node[layers] = float(found[1])
+    per_layer = 2 * per_node[4] - per_node[2]
+    assert per_layer <= 55, per_node
