@@ -25,7 +25,8 @@ use op_specs::ShapeSafety;
 use crate::device::Device;
 use crate::options::Options;
 use crate::plan::{
-    Constants, EvalError, Evaluated, InPlace, Lowering, NodeCheck, Plan, RunTimes, Runtime, SlotKey,
+    Constants, EvalError, Evaluated, Guard, InPlace, Lowering, NodeCheck, Plan, RunTimes, Runtime,
+    SlotKey,
 };
 use crate::split::{self, Split};
 use crate::trace;
@@ -307,7 +308,9 @@ impl Capture {
             return plan.run(runtime, inputs, times, self.settings.profile_ops);
         };
         if let Some(split) = self.split_for(plan, &arrays) {
-            return self.run_split(plan, runtime, arrays, inputs, split, consumable, times);
+            return self.run_split(
+                plan, runtime, arrays, inputs, split, consumable, times, true,
+            );
         }
         let started = Instant::now();
         let prepared_before = runtime.constants.prepare_time();
@@ -332,9 +335,9 @@ impl Capture {
             Ok(evaluated) => Ok(evaluated),
             // The inputs are at fault, not the trace: the eager path would fail the same way.
             Err(EvalError::Input(message)) => Err(message),
-            Err(EvalError::Mlx(reason)) => {
+            Err(error @ (EvalError::Mlx(_) | EvalError::Stale)) => {
                 let inputs = consumable.restore(inputs)?;
-                self.fall_back(plan, runtime, inputs, times, reason)
+                self.fall_back(plan, runtime, inputs, times, error.into())
             }
         }
     }
@@ -376,6 +379,13 @@ impl Capture {
 
     /// A split run: the prologue eagerly, the body compiled for the shapes and host keys of
     /// the prologue's results. A failure of the split (not of the inputs) stops splitting.
+    ///
+    /// With `speculate`, the body's closure last used for these shapes replays before the
+    /// prologue's host values are known: they are read with the run's one evaluation and
+    /// checked there (`plan::Guard`), instead of costing a device round trip of their own
+    /// before it. A decode step's values change every token, the keys its trace took from them
+    /// rarely (genai's loop: never). When they did, the run is made again without guessing,
+    /// its consumed inputs reloaded from ORT's bytes (nothing was written back).
     #[allow(clippy::too_many_arguments)]
     fn run_split(
         &mut self,
@@ -386,10 +396,11 @@ impl Capture {
         split: Arc<Split>,
         consumable: &Consumable<'_>,
         times: &mut RunTimes,
+        speculate: bool,
     ) -> Result<Evaluated, String> {
         let started = Instant::now();
         let prepared_before = runtime.constants.prepare_time();
-        let attempt = (|| -> Result<Option<Lowering>, String> {
+        let attempt = (|| -> Result<Option<(Lowering, bool)>, String> {
             let stream = &runtime.stream;
             let prologue_started = Instant::now();
             let prologue = split.lower_prologue(plan, stream, &runtime.constants, &arrays)?;
@@ -401,6 +412,21 @@ impl Capture {
             if self.warming(&key) {
                 return Ok(None);
             }
+            let lowered = prologue_started.elapsed();
+            let replaying = Instant::now();
+            let guessed = speculate
+                .then(|| self.speculative_replay(&key, &body_inputs))
+                .flatten();
+            if let Some(replayed) = guessed {
+                times.prologue += lowered;
+                times.replay += replaying.elapsed();
+                let replayed = replayed?;
+                let guard = guard_of(&replayed.recorded, prologue.host_value_arrays(&split));
+                let body = replayed.into_lowering(plan, &body_inputs)?;
+                let mut lowering = split.join(plan, prologue, body);
+                lowering.guard = Some(guard);
+                return Ok(Some((lowering, true)));
+            }
             let host_values = prologue.host_values(&split, stream)?;
             times.prologue += prologue_started.elapsed();
             let trace = TraceOf::Body(Arc::clone(&split), host_values);
@@ -409,16 +435,28 @@ impl Capture {
             times.replay += replaying.elapsed();
             let replayed = replayed?;
             let body = replayed.into_lowering(plan, &body_inputs)?;
-            Ok(Some(split.join(plan, prologue, body)))
+            Ok(Some((split.join(plan, prologue, body), false)))
         })();
         let (reason, inputs) = match attempt {
-            Ok(Some(lowering)) => {
-                self.split_runs += 1;
+            Ok(Some((lowering, guessed))) => {
                 times.charge_translation(runtime, started, prepared_before);
                 let (lowering, inputs) = consumable.release(lowering, inputs, arrays);
-                match plan.evaluate(lowering, &runtime.stream, times) {
+                let evaluated = plan.evaluate(lowering, &runtime.stream, times);
+                if !matches!(evaluated, Err(EvalError::Stale)) {
+                    self.split_runs += 1;
+                    self.hits += u64::from(guessed);
+                }
+                match evaluated {
                     Ok(evaluated) => return Ok(evaluated),
                     Err(EvalError::Input(message)) => return Err(message),
+                    Err(EvalError::Stale) => {
+                        let inputs = consumable.restore(inputs)?;
+                        let arrays = inputs.iter().cloned().collect::<Option<Vec<_>>>();
+                        let arrays = arrays.ok_or("a split run lost an input (EP bug)")?;
+                        return self.run_split(
+                            plan, runtime, arrays, inputs, split, consumable, times, false,
+                        );
+                    }
                     Err(EvalError::Mlx(reason)) => (reason, consumable.restore(inputs)?),
                 }
             }
@@ -428,6 +466,27 @@ impl Capture {
         let evaluated = plan.run(runtime, inputs, times, self.settings.profile_ops)?;
         self.split_fallback = Some(reason);
         Ok(evaluated)
+    }
+
+    /// The closure most recently used for `key` (see [`Capture::run_split`]) applied to
+    /// `inputs`; `None` when the key has none yet.
+    fn speculative_replay(
+        &mut self,
+        key: &CacheKey,
+        inputs: &[Array],
+    ) -> Option<Result<Replayed, String>> {
+        let (last, Entry::Compiled(closures)) = self.cache.last()? else {
+            return None;
+        };
+        let (closure, record) = closures.last().filter(|_| last == key)?;
+        let recorded = record.lock().ok()?.clone();
+        let _span = trace::span("replay", "replay");
+        Some(
+            closure
+                .apply(inputs)
+                .map(|arrays| Replayed { arrays, recorded })
+                .map_err(|e| format!("compiled replay failed: {e}")),
+        )
     }
 
     /// A compile or replay failure sends the plan to its eager path for good (the reason kept),
@@ -617,7 +676,22 @@ impl Replayed {
             checks,
             written_rows,
             keep_alive: inputs.iter().cloned().map(Some).collect(),
+            guard: None,
         })
+    }
+}
+
+/// The guard of a speculative replay: whether `recorded`'s host keys hold for the values
+/// `host` (a split prologue's results, by slot) turn out to have.
+fn guard_of(recorded: &Recorded, host: Vec<(usize, Array)>) -> Guard {
+    let (slots, values): (Vec<usize>, Vec<Array>) = host.into_iter().unzip();
+    let recorded = recorded.clone();
+    Guard {
+        values,
+        holds: Box::new(move |read: &[Vec<i64>]| {
+            let by_slot = slots.iter().copied().zip(read.iter().cloned()).collect();
+            recorded.holds_for(&by_slot)
+        }),
     }
 }
 

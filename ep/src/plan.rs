@@ -205,12 +205,13 @@ pub(crate) fn bytes_together(
     let flat = parts
         .iter()
         .map(|a| {
-            let bytes = if a.dtype() == Dtype::Bool {
-                ops::astype(a, Dtype::U8, stream)?
+            // 1-D first: MLX views a 0-d array only as a type of its own size.
+            let flat = ops::reshape(a, &[-1], stream)?;
+            if a.dtype() == Dtype::Bool {
+                ops::astype(&flat, Dtype::U8, stream)
             } else {
-                ops::view(&ops::contiguous(a, stream)?, Dtype::U8, stream)?
-            };
-            ops::reshape(&bytes, &[-1], stream)
+                ops::view(&ops::contiguous(&flat, stream)?, Dtype::U8, stream)
+            }
         })
         .collect::<mlx_kernels::Result<Vec<_>>>()?;
     match flat.len() {
@@ -237,7 +238,21 @@ pub struct Lowering {
     /// (`op_specs::WrittenRows`); `None`: every row.
     pub written_rows: Vec<Option<InPlace>>,
     pub keep_alive: Vec<Option<Array>>,
+    /// What a speculative replay assumed, checked before anything else of the run is read.
+    pub guard: Option<Guard>,
 }
+
+/// Values a replay was chosen without (a split prologue's host values, `capture.rs`): the
+/// arrays (integers) are read with the run's checks, and `holds` says whether the replayed
+/// trace was right for their values. When it was not, the evaluation fails as stale before any
+/// check is read: the checks of a trace made for other values mean nothing.
+pub struct Guard {
+    pub values: Vec<Array>,
+    pub holds: GuardTest,
+}
+
+/// Whether a guard holds for its values as read (one `Vec` per array, widened to int64).
+pub type GuardTest = Box<dyn Fn(&[Vec<i64>]) -> bool>;
 
 /// What a node said about an output it writes in place (`op_specs::WrittenRows`), lazily: the
 /// rows' mask, when it had them the rows' values, and the buffer after the write.
@@ -255,12 +270,15 @@ pub enum EvalError {
     Mlx(String),
     /// A run-time check did not hold: the input values are at fault, on any path.
     Input(String),
+    /// The lowering's guard did not hold (see [`Guard`]): run it again, without guessing.
+    Stale,
 }
 
 impl From<EvalError> for String {
     fn from(e: EvalError) -> String {
         match e {
             EvalError::Mlx(m) | EvalError::Input(m) => m,
+            EvalError::Stale => "a speculative replay did not fit the run (EP bug)".into(),
         }
     }
 }
@@ -521,6 +539,7 @@ impl Plan {
             checks,
             written_rows,
             keep_alive,
+            guard,
         } = lowering;
         for (array, expected) in outputs.iter().zip(&self.outputs) {
             let produced = ElemType::from_mlx(array.dtype());
@@ -548,6 +567,15 @@ impl Plan {
             read.push(a.clone());
             lengths.push(a.nbytes());
             Ok(lengths.len() - 1)
+        };
+        let guarded = match &guard {
+            Some(guard) => guard
+                .values
+                .iter()
+                .map(|values| push(&ops::astype(values, Dtype::I64, stream)?))
+                .collect::<mlx_kernels::Result<Vec<_>>>()
+                .map_err(mlx_error)?,
+            None => Vec::new(),
         };
         for check in &checks {
             push(&check.holds).map_err(mlx_error)?;
@@ -605,10 +633,22 @@ impl Plan {
             })?);
             at += length;
         }
-        if let Some(failed) = parts[..checks.len()]
-            .iter()
-            .position(|holds| holds.contains(&0))
-        {
+        if let Some(guard) = &guard {
+            let values: Vec<Vec<i64>> = guarded
+                .iter()
+                .map(|&part| {
+                    parts[part]
+                        .chunks_exact(8)
+                        .map(|b| i64::from_ne_bytes(b.try_into().expect("8 bytes")))
+                        .collect()
+                })
+                .collect();
+            if !(guard.holds)(&values) {
+                return Err(EvalError::Stale);
+            }
+        }
+        let checked = &parts[guarded.len()..guarded.len() + checks.len()];
+        if let Some(failed) = checked.iter().position(|holds| holds.contains(&0)) {
             return Err(EvalError::Input(checks[failed].message.to_string()));
         }
         let written_rows = written_rows
@@ -695,6 +735,7 @@ impl Plan {
             checks,
             written_rows,
             keep_alive: env,
+            guard: None,
         })
     }
 

@@ -230,6 +230,17 @@ impl Split {
 }
 
 impl Prologue {
+    /// The prologue's results that the body reads on the host (small integers), by slot.
+    pub fn host_value_arrays(&self, split: &Split) -> Vec<(usize, Array)> {
+        split
+            .frontier
+            .iter()
+            .zip(&self.frontier)
+            .filter(|(_, array)| is_host_value(array))
+            .map(|(&slot, array)| (slot, array.clone()))
+            .collect()
+    }
+
     /// Evaluates the prologue's results and reads the small integer ones on the host, by slot.
     pub fn host_values(
         &self,
@@ -240,12 +251,10 @@ impl Prologue {
         // The host values widened to int64 are evaluated with the results, in one evaluation:
         // each further one is a device round trip on a GPU.
         let mut wide = Vec::new();
-        for (&slot, array) in split.frontier.iter().zip(&self.frontier) {
-            if is_host_value(array) {
-                let widened = mlx_kernels::ops::astype(array, Dtype::I64, stream)
-                    .map_err(|e| format!("reading a prologue result: {e}"))?;
-                wide.push((slot, widened));
-            }
+        for (slot, array) in self.host_value_arrays(split) {
+            let widened = mlx_kernels::ops::astype(&array, Dtype::I64, stream)
+                .map_err(|e| format!("reading a prologue result: {e}"))?;
+            wide.push((slot, widened));
         }
         let mut all = self.frontier.clone();
         all.extend(wide.iter().map(|(_, array)| array.clone()));

@@ -86,8 +86,10 @@ def test_a_bad_step_fails_as_on_the_cpu_and_the_next_one_replays(decoder, compil
     summary = closing_summary(loops, capfd)
     assert "prologue split stopped" not in summary, summary
     traces, hits, _ = capture_counts(summary)
-    # The bad step's key differs (total past the buffer), so it traced anew and failed there;
-    # nothing of that trace is kept, and steps 6 to 8 replay the first one.
+    # The bad step replayed the first trace before its host values were read (capture.rs,
+    # speculate); they did not fit it (total past the buffer), so it ran again with them read
+    # first, traced anew and failed there, the mirrors it had consumed reloaded from ORT's
+    # bytes. Nothing of that trace is kept, and steps 6 to 8 replay the first one.
     assert (traces, hits) == (2, 2 + 3), summary
 
 
