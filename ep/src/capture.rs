@@ -260,6 +260,10 @@ pub struct Capture {
     /// split off the small integer and bool inputs, and key each trace on what the prologue
     /// computes from them, instead of running eagerly for good.
     keyed_on_values: bool,
+    /// Whether split runs replay before reading the prologue's host values (see
+    /// [`Capture::run_split`]); off for good after a guess that did not fit, since a plan
+    /// whose keys change with the values (an If's condition) would pay for two runs at a time.
+    speculating: bool,
 }
 
 impl Capture {
@@ -281,6 +285,7 @@ impl Capture {
             split_runs: 0,
             split_fallback: None,
             keyed_on_values: false,
+            speculating: true,
         }
     }
 
@@ -308,8 +313,9 @@ impl Capture {
             return plan.run(runtime, inputs, times, self.settings.profile_ops);
         };
         if let Some(split) = self.split_for(plan, &arrays) {
+            let speculate = self.speculating;
             return self.run_split(
-                plan, runtime, arrays, inputs, split, consumable, times, true,
+                plan, runtime, arrays, inputs, split, consumable, times, speculate,
             );
         }
         let started = Instant::now();
@@ -385,7 +391,8 @@ impl Capture {
     /// checked there (`plan::Guard`), instead of costing a device round trip of their own
     /// before it. A decode step's values change every token, the keys its trace took from them
     /// rarely (genai's loop: never). When they did, the run is made again without guessing,
-    /// its consumed inputs reloaded from ORT's bytes (nothing was written back).
+    /// its consumed inputs reloaded from ORT's bytes (nothing was written back), and the plan
+    /// stops guessing.
     #[allow(clippy::too_many_arguments)]
     fn run_split(
         &mut self,
@@ -450,6 +457,7 @@ impl Capture {
                     Ok(evaluated) => return Ok(evaluated),
                     Err(EvalError::Input(message)) => return Err(message),
                     Err(EvalError::Stale) => {
+                        self.speculating = false;
                         let inputs = consumable.restore(inputs)?;
                         let arrays = inputs.iter().cloned().collect::<Option<Vec<_>>>();
                         let arrays = arrays.ok_or("a split run lost an input (EP bug)")?;

@@ -89,7 +89,8 @@ def test_a_bad_step_fails_as_on_the_cpu_and_the_next_one_replays(decoder, compil
     # The bad step replayed the first trace before its host values were read (capture.rs,
     # speculate); they did not fit it (total past the buffer), so it ran again with them read
     # first, traced anew and failed there, the mirrors it had consumed reloaded from ORT's
-    # bytes. Nothing of that trace is kept, and steps 6 to 8 replay the first one.
+    # bytes (and the plan stopped guessing). Nothing of that trace is kept, and steps 6 to 8
+    # replay the first one.
     assert (traces, hits) == (2, 2 + 3), summary
 
 
