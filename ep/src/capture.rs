@@ -479,7 +479,7 @@ impl Capture {
     /// The closure most recently used for `key` (see [`Capture::run_split`]) applied to
     /// `inputs`; `None` when the key has none yet.
     fn speculative_replay(
-        &mut self,
+        &self,
         key: &CacheKey,
         inputs: &[Array],
     ) -> Option<Result<Replayed, String>> {

@@ -558,9 +558,9 @@ impl Plan {
         let mlx_error =
             |e: mlx_kernels::Error| EvalError::Mlx(format!("checks of {}: {e}", self.name));
         // What the host reads after the evaluation, as one array of bytes read once (each
-        // array read on the host costs a device round trip on the GPU): the checks (a decoder
-        // step has dozens), the written-rows masks (one per distinct mask: every layer of a
-        // decoder shares one) and the written rows' values that nodes gave.
+        // array read on the host costs a device round trip on the GPU): a guard's values, the
+        // checks (a decoder step has dozens), the written-rows masks (one per distinct mask:
+        // every layer of a decoder shares one) and the written rows' values that nodes gave.
         let mut read: Vec<Array> = Vec::new();
         let mut lengths: Vec<usize> = Vec::new();
         let mut push = |a: &Array| -> mlx_kernels::Result<usize> {
@@ -639,7 +639,7 @@ impl Plan {
                 .map(|&part| {
                     parts[part]
                         .chunks_exact(8)
-                        .map(|b| i64::from_ne_bytes(b.try_into().expect("8 bytes")))
+                        .filter_map(|b| <[u8; 8]>::try_from(b).ok().map(i64::from_ne_bytes))
                         .collect()
                 })
                 .collect();
