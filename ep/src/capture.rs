@@ -428,7 +428,10 @@ impl Capture {
                 times.prologue += lowered;
                 times.replay += replaying.elapsed();
                 let replayed = replayed?;
-                let guard = guard_of(&replayed.recorded, prologue.host_value_arrays(&split));
+                let guard = guard_of(
+                    &replayed.recorded,
+                    prologue.host_value_arrays(&split, stream)?,
+                );
                 let body = replayed.into_lowering(plan, &body_inputs)?;
                 let mut lowering = split.join(plan, prologue, body);
                 lowering.guard = Some(guard);
@@ -488,13 +491,7 @@ impl Capture {
         };
         let (closure, record) = closures.last().filter(|_| last == key)?;
         let recorded = record.lock().ok()?.clone();
-        let _span = trace::span("replay", "replay");
-        Some(
-            closure
-                .apply(inputs)
-                .map(|arrays| Replayed { arrays, recorded })
-                .map_err(|e| format!("compiled replay failed: {e}")),
-        )
+        Some(applied(closure, inputs).map(|arrays| Replayed { arrays, recorded }))
     }
 
     /// A compile or replay failure sends the plan to its eager path for good (the reason kept),
@@ -617,12 +614,7 @@ impl Capture {
             }
         };
         // A new closure traces (lowers every node) inside its first apply.
-        let applied = {
-            let _span = trace::span("replay", "replay");
-            closure
-                .apply(inputs)
-                .map_err(|e| format!("compiled replay failed: {e}"))
-        };
+        let applied = applied(&closure, inputs);
         let recorded = record.lock().map(|r| r.clone()).unwrap_or_default();
         // A closure whose trace failed recorded nothing to key it by: it is not kept.
         if applied.is_ok() {
@@ -687,6 +679,14 @@ impl Replayed {
             guard: None,
         })
     }
+}
+
+/// `closure` applied to `inputs`, in the trace's "replay" span.
+fn applied(closure: &Closure, inputs: &[Array]) -> Result<Vec<Array>, String> {
+    let _span = trace::span("replay", "replay");
+    closure
+        .apply(inputs)
+        .map_err(|e| format!("compiled replay failed: {e}"))
 }
 
 /// The guard of a speculative replay: whether `recorded`'s host keys hold for the values

@@ -243,7 +243,7 @@ pub struct Lowering {
 }
 
 /// Values a replay was chosen without (a split prologue's host values, `capture.rs`): the
-/// arrays (integers) are read with the run's checks, and `holds` says whether the replayed
+/// arrays (int64) are read with the run's checks, and `holds` says whether the replayed
 /// trace was right for their values. When it was not, the evaluation fails as stale before any
 /// check is read: the checks of a trace made for other values mean nothing.
 pub struct Guard {
@@ -251,7 +251,7 @@ pub struct Guard {
     pub holds: GuardTest,
 }
 
-/// Whether a guard holds for its values as read (one `Vec` per array, widened to int64).
+/// Whether a guard holds for its values as read (one `Vec` per array).
 pub type GuardTest = Box<dyn Fn(&[Vec<i64>]) -> bool>;
 
 /// What a node said about an output it writes in place (`op_specs::WrittenRows`), lazily: the
@@ -572,7 +572,7 @@ impl Plan {
             Some(guard) => guard
                 .values
                 .iter()
-                .map(|values| push(&ops::astype(values, Dtype::I64, stream)?))
+                .map(&mut push)
                 .collect::<mlx_kernels::Result<Vec<_>>>()
                 .map_err(mlx_error)?,
             None => Vec::new(),

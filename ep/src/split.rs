@@ -230,14 +230,24 @@ impl Split {
 }
 
 impl Prologue {
-    /// The prologue's results that the body reads on the host (small integers), by slot.
-    pub fn host_value_arrays(&self, split: &Split) -> Vec<(usize, Array)> {
+    /// The prologue's results that the body reads on the host (small integers), by slot,
+    /// widened to int64 (lazily, on the prologue's stream).
+    pub fn host_value_arrays(
+        &self,
+        split: &Split,
+        stream: &Stream,
+    ) -> Result<Vec<(usize, Array)>, String> {
+        let stream = self.host.as_ref().unwrap_or(stream);
         split
             .frontier
             .iter()
             .zip(&self.frontier)
             .filter(|(_, array)| is_host_value(array))
-            .map(|(&slot, array)| (slot, array.clone()))
+            .map(|(&slot, array)| {
+                let wide = mlx_kernels::ops::astype(array, Dtype::I64, stream)
+                    .map_err(|e| format!("reading a prologue result: {e}"))?;
+                Ok((slot, wide))
+            })
             .collect()
     }
 
@@ -247,18 +257,13 @@ impl Prologue {
         split: &Split,
         stream: &Stream,
     ) -> Result<HashMap<usize, Vec<i64>>, String> {
-        let stream = self.host.as_ref().unwrap_or(stream);
-        // The host values widened to int64 are evaluated with the results, in one evaluation:
-        // each further one is a device round trip on a GPU.
-        let mut wide = Vec::new();
-        for (slot, array) in self.host_value_arrays(split) {
-            let widened = mlx_kernels::ops::astype(&array, Dtype::I64, stream)
-                .map_err(|e| format!("reading a prologue result: {e}"))?;
-            wide.push((slot, widened));
-        }
+        // The host values are evaluated with the results, in one evaluation: each further one
+        // is a device round trip on a GPU.
+        let wide = self.host_value_arrays(split, stream)?;
         let mut all = self.frontier.clone();
         all.extend(wide.iter().map(|(_, array)| array.clone()));
         Array::eval_all(&all).map_err(|e| format!("evaluating a prologue: {e}"))?;
+        let stream = self.host.as_ref().unwrap_or(stream);
         wide.into_iter()
             .map(|(slot, array)| {
                 let values = array
