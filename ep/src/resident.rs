@@ -45,7 +45,39 @@ struct Mirror {
     address: usize,
     len: usize,
     array: Array,
-    probes: Vec<(usize, Vec<u8>)>,
+    probes: Probes,
+}
+
+/// Copies of some rows of a host buffer, to tell later whether it still holds them. One
+/// allocation for all the rows: a decoder keeps two mirrors a layer, each probed every token.
+struct Probes {
+    row_bytes: usize,
+    offsets: Vec<usize>,
+    /// The rows' bytes, one after another, in the order of `offsets`.
+    copies: Vec<u8>,
+}
+
+impl Probes {
+    fn of(buffer: &[u8], rows: impl Iterator<Item = usize>, row_bytes: usize) -> Probes {
+        let offsets: Vec<usize> = rows.map(|row| row * row_bytes).collect();
+        let mut copies = Vec::with_capacity(offsets.len() * row_bytes);
+        for &at in &offsets {
+            copies.extend_from_slice(&buffer[at..at + row_bytes]);
+        }
+        Probes {
+            row_bytes,
+            offsets,
+            copies,
+        }
+    }
+
+    fn still_in(&self, buffer: &[u8]) -> bool {
+        let copies = self.copies.chunks_exact(self.row_bytes.max(1));
+        self.offsets
+            .iter()
+            .zip(copies)
+            .all(|(&at, copy)| buffer.get(at..at + copy.len()) == Some(copy))
+    }
 }
 
 /// `rows × row_bytes` view of an array for comparisons and write-back: rows run along the
@@ -96,11 +128,7 @@ impl Residency {
         let mirror = self.mirrors.get_mut(index)?.take()?;
         let same_buffer = mirror.address == bytes.as_ptr() as usize && mirror.len == bytes.len();
         let same_type = mirror.array.dtype() == dtype && mirror.array.shape() == shape;
-        let unchanged = mirror
-            .probes
-            .iter()
-            .all(|(offset, copy)| bytes.get(*offset..offset + copy.len()) == Some(copy.as_slice()));
-        if !(same_buffer && same_type && unchanged) {
+        if !(same_buffer && same_type && mirror.probes.still_in(bytes)) {
             return None;
         }
         self.mirror_hits += 1;
@@ -245,12 +273,7 @@ impl Residency {
         rows: &Rows,
         row_bytes: usize,
     ) {
-        let probes = probe_rows(changed, rows.count)
-            .map(|row| {
-                let at = row * row_bytes;
-                (at, buffer[at..at + row_bytes].to_vec())
-            })
-            .collect();
+        let probes = Probes::of(buffer, probe_rows(changed, rows.count), row_bytes);
         if held.buffer_id().is_some() && held.buffer_id() == self.fed_buffers[index] {
             self.mirrors_in_place += 1;
         }
@@ -305,29 +328,46 @@ fn rows_in_mask(mask_shape: &[i64], flags: &[u8], row_dims: &[i64]) -> Result<Ve
             "a written-rows mask of shape {mask_shape:?} does not broadcast to rows {row_dims:?}"
         ));
     }
-    let stride = |shape: &[i64], d: usize| shape[d + 1..].iter().product::<i64>() as usize;
+    let strides = |shape: &[i64]| -> Vec<usize> {
+        (0..rank)
+            .map(|d| shape[d + 1..].iter().product::<i64>() as usize)
+            .collect()
+    };
+    let (row_strides, mask_strides) = (strides(row_dims), strides(&dims));
+    // The offsets the broadcast dims add, the same for every set flag.
+    let mut spread = vec![0usize];
+    for d in (0..rank).filter(|&d| dims[d] == 1) {
+        let (count, stride) = (row_dims[d] as usize, row_strides[d]);
+        spread = spread
+            .iter()
+            .flat_map(|&b| (0..count).map(move |i| b + i * stride))
+            .collect();
+    }
     let mut rows = Vec::new();
-    for (at, _) in flags.iter().enumerate().filter(|(_, &f)| f != 0) {
-        // The set flag's position in the rows, and every position its broadcast dims add.
-        let mut bases = vec![0usize];
-        for d in 0..rank {
-            let row_stride = stride(row_dims, d);
-            if dims[d] == 1 {
-                let count = row_dims[d] as usize;
-                bases = bases
-                    .iter()
-                    .flat_map(|&b| (0..count).map(move |i| b + i * row_stride))
-                    .collect();
-            } else {
-                let index = at / stride(&dims, d) % dims[d] as usize;
-                bases.iter_mut().for_each(|b| *b += index * row_stride);
-            }
-        }
-        rows.extend(bases);
+    for at in set_flags(flags) {
+        // The set flag's position in the rows, plus every position its broadcast dims add.
+        let base: usize = (0..rank)
+            .filter(|&d| dims[d] != 1)
+            .map(|d| at / mask_strides[d] % dims[d] as usize * row_strides[d])
+            .sum();
+        rows.extend(spread.iter().map(|offset| base + offset));
     }
     rows.sort_unstable();
     rows.dedup();
     Ok(rows)
+}
+
+/// The positions of the set flags. A decode step sets one position of thousands: words of
+/// eight flags are skipped whole while they are clear.
+fn set_flags(flags: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    flags
+        .chunks(8)
+        .enumerate()
+        .filter(|(_, word)| word.iter().any(|&f| f != 0))
+        .flat_map(|(w, word)| {
+            let set = word.iter().enumerate().filter(|(_, &f)| f != 0);
+            set.map(move |(i, _)| w * 8 + i)
+        })
 }
 
 /// The unsigned integer type of each element size: rows are compared bit for bit (so -0.0 and
@@ -391,5 +431,18 @@ mod tests {
             [0, 3]
         );
         assert!(rows_in_mask(&[3], &[1, 0, 0], &[2, 4]).is_err());
+    }
+
+    #[test]
+    fn set_flags_are_found_across_and_after_whole_words() {
+        let mut flags = vec![0u8; 21];
+        for at in [0, 7, 8, 16, 20] {
+            flags[at] = 1;
+        }
+        assert_eq!(
+            rows_in_mask(&[21], &flags, &[2, 21]).unwrap(),
+            [0, 7, 8, 16, 20, 21, 28, 29, 37, 41]
+        );
+        assert!(rows_in_mask(&[21], &[0; 21], &[21]).unwrap().is_empty());
     }
 }

@@ -7,6 +7,9 @@
 // then recycles that buffer for later GPU results, and every kernel that writes into it stalls
 // on page faults (150-190 us a kernel on an H200, in an ncu trace of a decode step). A decode
 // step reads its logits and its checks every token, so its next step paid those faults.
+// Buffers already in unified memory (arrays made from host bytes, and whatever MLX's cache hands
+// out after them) are read with the driver's generic copy too: a copy reads the pages where they
+// are, while the host touching them would move them back to the host for the next kernel.
 
 #include <dlfcn.h>
 
@@ -34,6 +37,7 @@ struct Driver {
   int (*ctx_set_current)(void* ctx) = nullptr;
   int (*primary_ctx_retain)(void** ctx, int device) = nullptr;
   int (*memcpy_dtoh)(void* dst, uintptr_t src, size_t bytes) = nullptr;
+  int (*memcpy_any)(uintptr_t dst, uintptr_t src, size_t bytes) = nullptr;
   int (*prefetch)(uintptr_t ptr, size_t bytes, MemLocation to, unsigned flags, void* stream) =
       nullptr;
 };
@@ -47,6 +51,7 @@ const Driver& driver() {
       d.primary_ctx_retain =
           reinterpret_cast<decltype(d.primary_ctx_retain)>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
       d.memcpy_dtoh = reinterpret_cast<decltype(d.memcpy_dtoh)>(dlsym(lib, "cuMemcpyDtoH_v2"));
+      d.memcpy_any = reinterpret_cast<decltype(d.memcpy_any)>(dlsym(lib, "cuMemcpy"));
       d.prefetch = reinterpret_cast<decltype(d.prefetch)>(dlsym(lib, "cuMemPrefetchAsync_v2"));
     }
     return d;
@@ -85,19 +90,28 @@ const CudaBufferView* buffer_of(const mlx::core::array& arr, size_t bytes) {
 } // namespace mlx_ep
 
 // Copies `bytes` bytes of the evaluated, finished, row-contiguous array `a` into host memory
-// `dst` straight from device memory. Only for MLX's CUDA backend (the caller checks).
-// Returns 0 when copied; 1 when the array's buffer is not device memory (or no CUDA context is
-// current here): the caller then reads it through MLX; 2 + CUDA's error code when it failed.
+// `dst` with the driver, wherever its buffer lives: device memory by a device-to-host copy,
+// unified memory by the generic copy (which leaves its pages where they are). Only for MLX's
+// CUDA backend (the caller checks). Returns 0 when copied; 1 when the driver cannot do it (no
+// copy function, no CUDA context current here, or a unified buffer it would not copy): the
+// caller then reads the array through MLX; 2 + CUDA's error code when a device copy failed.
 extern "C" int mlx_ep_copy_from_device(mlx_array a, void* dst, size_t bytes) {
   try {
     auto& arr = mlx_array_get_(a);
     const auto* buf = mlx_ep::buffer_of(arr, bytes);
     const auto& d = mlx_ep::driver();
-    if (buf == nullptr || buf->device < 0 || d.memcpy_dtoh == nullptr ||
-        !mlx_ep::context_current(d)) {
+    if (buf == nullptr || !mlx_ep::context_current(d)) {
       return 1;
     }
     auto src = reinterpret_cast<uintptr_t>(buf->data) + static_cast<uintptr_t>(arr.offset());
+    if (buf->device < 0) {
+      bool copied = d.memcpy_any != nullptr &&
+                    d.memcpy_any(reinterpret_cast<uintptr_t>(dst), src, bytes) == 0;
+      return copied ? 0 : 1;
+    }
+    if (d.memcpy_dtoh == nullptr) {
+      return 1;
+    }
     int status = d.memcpy_dtoh(dst, src, bytes);
     return status == 0 ? 0 : 2 + status;
   } catch (...) {

@@ -247,7 +247,7 @@ impl Array {
             };
             match status {
                 0 => return Ok(()),
-                1 => {} // unified memory: read through MLX below
+                1 => {} // the driver could not copy it: read through MLX below
                 failed => {
                     return Err(Error::Mlx(format!(
                         "copying {} bytes from the GPU failed (CUDA error {})",
