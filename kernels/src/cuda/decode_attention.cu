@@ -1,6 +1,8 @@
-// Body of the decode-attention kernel (MLX's custom-kernel primitive wraps it in a __global__
-// function whose parameters are the inputs q, keys, values, lo, hi, scale and the output out;
-// T, D, HQ, HKV, S, P and WARPS are template constants). See decode_attention.rs.
+// Body of the decode-attention kernels (MLX's custom-kernel primitive wraps it in a __global__
+// function whose parameters are the inputs q, keys, values, lo, hi, scale (the paged kernel
+// adds table) and the output out; T, D, HQ, HKV, S and WARPS are template constants, with P for
+// a contiguous buffer and NB, BS, M for a block pool). Where a key's row lies is the one
+// difference between the two, generated into the ROWS line below. See decode_attention.rs.
 //
 // One block per query row (b, h, s). The row's visible keys [lo, hi) go in passes of one key
 // per thread: each thread scores its whole key (16-byte loads), the block takes the pass's max
@@ -19,9 +21,9 @@ const int kv_head = head / (HQ / HKV);
 const int tid = threadIdx.x;
 const int warp = tid / 32;
 const int lane = tid % 32;
-const size_t kv_offset = (static_cast<size_t>(batch) * HKV + kv_head) * P * D;
+// ROWS: the key rows' count and `row_start(j)` (generated, see decode_attention.rs)
 const int first = max(lo[batch * S + s_index], 0);
-const int end = min(hi[batch * S + s_index], P);
+const int end = min(hi[batch * S + s_index], ROWS);
 const float scaling = scale[0];
 // Whether every row starts on a 16-byte boundary (block-uniform: one branch for all).
 const bool aligned = ((reinterpret_cast<size_t>(keys) | reinterpret_cast<size_t>(values)) %
@@ -37,7 +39,7 @@ for (int d = tid; d < D; d += THREADS) {
 
 // The E elements of chunk `c` of row `j` of `base`, widened to float32.
 auto load_chunk = [&](const T* base, int j, int c, float* to) {
-  const T* at = base + kv_offset + static_cast<size_t>(j) * D + c * E;
+  const T* at = base + row_start(j) + c * E;
   if (aligned) {
     const uint4 chunk = *reinterpret_cast<const uint4*>(at);
     const T* items = reinterpret_cast<const T*>(&chunk);

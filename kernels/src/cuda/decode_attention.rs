@@ -13,6 +13,9 @@ use crate::{ops, Array, Dtype, Stream};
 
 const MAX_HEAD: i64 = 256;
 const WARPS: i32 = 16;
+/// The line of the source that [`KeyRows::source`] replaces.
+const ROWS_MARKER: &str =
+    "// ROWS: the key rows' count and `row_start(j)` (generated, see decode_attention.rs)\n";
 
 /// Whether the kernel takes heads of `head` elements of `dtype`: float16 or float32, at most
 /// 256 elements, a row a whole number of 16-byte chunks.
@@ -36,65 +39,226 @@ pub fn decode_attention(
     scale: f32,
     stream: &Stream,
 ) -> Result<Array> {
-    let shape = |a: &Array| -> Result<[i64; 4]> {
-        <[i64; 4]>::try_from(a.shape()).map_err(|_| {
-            Error::Shape(format!(
-                "decode_attention: a 4-D operand expected, got {:?}",
-                a.shape()
-            ))
-        })
-    };
-    let [b, hq, s, d] = shape(q)?;
-    let [kb, hkv, p, kd] = shape(keys)?;
-    let dtype = q.dtype();
-    let fits = b * hq * s > 0
-        && kb == b
-        && kd == d
-        && values.shape() == keys.shape()
-        && hkv > 0
-        && hq % hkv == 0
+    let [kb, hkv, p, kd] = four_dims(keys)?;
+    let [b, _, _, d] = four_dims(q)?;
+    let fits = kb == b && kd == d && values.shape() == keys.shape();
+    attend(
+        Operands {
+            q,
+            keys,
+            values,
+            lo,
+            hi,
+            scale,
+            kv_heads: hkv,
+        },
+        fits,
+        KeyRows::Contiguous { rows: p },
+        stream,
+    )
+}
+
+/// [`decode_attention`] over a paged cache: `key_pool`/`value_pool` `[NB, BS, Hkv, D]` hold
+/// blocks of `BS` rows, and row `b`'s key `j` is row `j % BS` of block `table[b, j / BS]`
+/// (`table` int32 `[B, M]`; `lo`/`hi` are clipped to `[0, M·BS]`). Block ids outside
+/// `[0, NB)` read a block at the edge instead: the caller checks them and fails such a run.
+#[allow(clippy::too_many_arguments)] // the attention's operands, as decode_attention's plus one
+pub fn paged_decode_attention(
+    q: &Array,
+    key_pool: &Array,
+    value_pool: &Array,
+    table: &Array,
+    lo: &Array,
+    hi: &Array,
+    scale: f32,
+    stream: &Stream,
+) -> Result<Array> {
+    let [blocks, block_rows, hkv, kd] = four_dims(key_pool)?;
+    let [b, _, _, d] = four_dims(q)?;
+    let table_shape = table.shape();
+    let fits = kd == d
+        && value_pool.shape() == key_pool.shape()
+        && blocks > 0
+        && block_rows > 0
+        && table.dtype() == Dtype::I32
+        && table_shape.len() == 2
+        && table_shape[0] == b
+        && table_shape[1] > 0;
+    let per_row = table_shape.get(1).copied().unwrap_or(0);
+    attend(
+        Operands {
+            q,
+            keys: key_pool,
+            values: value_pool,
+            lo,
+            hi,
+            scale,
+            kv_heads: hkv,
+        },
+        fits,
+        KeyRows::Paged {
+            table,
+            blocks,
+            block_rows,
+            per_row,
+        },
+        stream,
+    )
+}
+
+/// What both kernels take.
+struct Operands<'a> {
+    q: &'a Array,
+    keys: &'a Array,
+    values: &'a Array,
+    lo: &'a Array,
+    hi: &'a Array,
+    scale: f32,
+    kv_heads: i64,
+}
+
+/// Where key `j` of a query row lies: the one difference between the two kernels.
+enum KeyRows<'a> {
+    /// `[B, Hkv, P, D]` buffers of `rows` = P rows.
+    Contiguous { rows: i64 },
+    /// `[NB, BS, Hkv, D]` pools of `blocks` blocks of `block_rows` rows, and `per_row` block
+    /// ids a query row in `table`.
+    Paged {
+        table: &'a Array,
+        blocks: i64,
+        block_rows: i64,
+        per_row: i64,
+    },
+}
+
+impl KeyRows<'_> {
+    /// The source line that defines `ROWS` and `row_start(j)` (an element offset).
+    fn source(&self) -> &'static str {
+        match self {
+            KeyRows::Contiguous { .. } => {
+                "constexpr int ROWS = P;\n\
+                 const size_t kv_offset = (static_cast<size_t>(batch) * HKV + kv_head) * P * D;\n\
+                 auto row_start = [&](int j) { return kv_offset + static_cast<size_t>(j) * D; };\n"
+            }
+            KeyRows::Paged { .. } => {
+                "constexpr int ROWS = M * BS;\n\
+                 const int* block_ids = table + static_cast<size_t>(batch) * M;\n\
+                 auto row_start = [&](int j) {\n\
+                   const int block = min(max(block_ids[j / BS], 0), NB - 1);\n\
+                   return ((static_cast<size_t>(block) * BS + j % BS) * HKV + kv_head) * D;\n\
+                 };\n"
+            }
+        }
+    }
+}
+
+fn four_dims(a: &Array) -> Result<[i64; 4]> {
+    <[i64; 4]>::try_from(a.shape()).map_err(|_| {
+        Error::Shape(format!(
+            "decode_attention: a 4-D operand expected, got {:?}",
+            a.shape()
+        ))
+    })
+}
+
+/// Checks what both kernels need (`fits`: what the layout needs) and launches one block per
+/// query row.
+fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Result<Array> {
+    let [b, hq, s, d] = four_dims(o.q)?;
+    let dtype = o.q.dtype();
+    let fits = fits
+        && b * hq * s > 0
+        && o.kv_heads > 0
+        && hq % o.kv_heads == 0
         && decode_attention_takes(d, dtype)
-        && keys.dtype() == dtype
-        && values.dtype() == dtype
-        && lo.shape() == [b, s]
-        && hi.shape() == [b, s]
-        && lo.dtype() == Dtype::I32
-        && hi.dtype() == Dtype::I32;
+        && o.keys.dtype() == dtype
+        && o.values.dtype() == dtype
+        && o.lo.shape() == [b, s]
+        && o.hi.shape() == [b, s]
+        && o.lo.dtype() == Dtype::I32
+        && o.hi.dtype() == Dtype::I32;
     if !fits {
         return Err(Error::Shape(format!(
             "decode_attention: operands do not fit (q {:?} {dtype:?}, keys {:?}, values {:?}, lo {:?}, hi {:?})",
-            q.shape(),
-            keys.shape(),
-            values.shape(),
-            lo.shape(),
-            hi.shape()
+            o.q.shape(),
+            o.keys.shape(),
+            o.values.shape(),
+            o.lo.shape(),
+            o.hi.shape()
         )));
     }
     let size = |v: i64| super::size("decode_attention", v);
     let out_shape = [size(b)?, size(hq)?, size(s)?, size(d)?];
-    let kernel = CudaKernel::new(
-        "decode_attention",
-        &["q", "keys", "values", "lo", "hi", "scale"],
-        &["out"],
-        include_str!("decode_attention.cu"),
-    )?;
-    let scale = ops::reshape(&Array::scalar(scale)?, &[1], stream)?;
+    let mut template = vec![
+        ("T", TemplateArg::Type(dtype)),
+        ("D", TemplateArg::Int(out_shape[3])),
+        ("HQ", TemplateArg::Int(out_shape[1])),
+        ("HKV", TemplateArg::Int(size(o.kv_heads)?)),
+        ("S", TemplateArg::Int(out_shape[2])),
+        ("WARPS", TemplateArg::Int(WARPS)),
+    ];
+    let scale = ops::reshape(&Array::scalar(o.scale)?, &[1], stream)?;
+    let mut inputs = vec![o.q, o.keys, o.values, o.lo, o.hi, &scale];
+    let mut names = vec!["q", "keys", "values", "lo", "hi", "scale"];
+    let name = match &rows {
+        KeyRows::Contiguous { rows } => {
+            template.push(("P", TemplateArg::Int(size(*rows)?)));
+            "decode_attention"
+        }
+        KeyRows::Paged {
+            table,
+            blocks,
+            block_rows,
+            per_row,
+        } => {
+            // A row's keys are numbered in int32 (`ROWS`).
+            size(per_row.saturating_mul(*block_rows))?;
+            template.push(("NB", TemplateArg::Int(size(*blocks)?)));
+            template.push(("BS", TemplateArg::Int(size(*block_rows)?)));
+            template.push(("M", TemplateArg::Int(size(*per_row)?)));
+            inputs.push(table);
+            names.push("table");
+            "paged_decode_attention"
+        }
+    };
+    let source = include_str!("decode_attention.cu").replace(ROWS_MARKER, rows.source());
+    let kernel = CudaKernel::new(name, &names, &["out"], &source)?;
     kernel.apply(
-        &[q, keys, values, lo, hi, &scale],
+        &inputs,
         &Launch {
             output: (&out_shape, dtype),
             blocks: size(b * hq * s)?,
             threads: WARPS * 32,
-            template: &[
-                ("T", TemplateArg::Type(dtype)),
-                ("D", TemplateArg::Int(out_shape[3])),
-                ("HQ", TemplateArg::Int(out_shape[1])),
-                ("HKV", TemplateArg::Int(size(hkv)?)),
-                ("S", TemplateArg::Int(out_shape[2])),
-                ("P", TemplateArg::Int(size(p)?)),
-                ("WARPS", TemplateArg::Int(WARPS)),
-            ],
+            template: &template,
         },
         stream,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KeyRows, ROWS_MARKER as MARKER};
+    use crate::Array;
+
+    /// The kernels are only compiled on a GPU: here, that both get their addressing.
+    #[test]
+    fn both_layouts_define_the_rows_the_body_reads() {
+        let body = include_str!("decode_attention.cu");
+        assert_eq!(body.matches(MARKER).count(), 1);
+        let table = Array::from_slice(&[0i32], &[1, 1]).unwrap();
+        let layouts = [
+            KeyRows::Contiguous { rows: 4 },
+            KeyRows::Paged {
+                table: &table,
+                blocks: 1,
+                block_rows: 16,
+                per_row: 1,
+            },
+        ];
+        for rows in layouts {
+            let source = body.replace(MARKER, rows.source());
+            assert!(source.contains("constexpr int ROWS"));
+            assert!(source.contains("auto row_start = [&](int j)"));
+        }
+    }
 }

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 use crate::error::{capture, check, Error, Result};
 use crate::{sys, Array, DeviceKind, Dtype, Stream, VectorArray};
 
-pub use decode_attention::{decode_attention, decode_attention_takes};
+pub use decode_attention::{decode_attention, decode_attention_takes, paged_decode_attention};
 pub use pack_bytes::{pack_bytes, pack_bytes_takes, PACK_BYTES_MAX_PARTS, PACK_BYTES_MAX_TOTAL};
 pub use quantized_matvec::{quantized_matvec, QUANTIZED_MATVEC_MAX_ROWS};
 pub use rms_norm::{rms_norm, rms_norm_takes, RMS_NORM_MAX_WIDTH};

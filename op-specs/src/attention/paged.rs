@@ -31,7 +31,7 @@
 //! sink.
 
 use mlx_kernels::ops::ScatterMode;
-use mlx_kernels::{ops, Array, Dtype, Stream};
+use mlx_kernels::{cuda, ops, Array, Dtype, Stream};
 
 use super::{
     clamp, fused_attention, i32s, masked, mix, rotary_width, rotate, scores, soft_cap,
@@ -266,6 +266,40 @@ fn paged_attention(
         mix(&probs, v4, dtype, s)
     };
     let hidden = g.q_heads * g.head;
+    if g.per_token_is_cheaper()
+        && softcap <= 0.0
+        && sink.is_none()
+        && cuda::decode_attention_takes(g.head, dtype)
+        && cuda::available(s)
+    {
+        // On MLX's CUDA backend each token reads its visible keys straight from the pools
+        // through its sequence's row of the block table: the caches are not gathered.
+        let table = ops::take(&safe_ids, &rows.sequence, 0, s)?; // [T, M]
+        let (pos, len) = (column(&rows.position)?, column(&rows.length)?);
+        let hi = if is_causal == 1 {
+            ops::minimum(&ops::add(&pos, &i32s(1, s)?, s)?, &len, s)?
+        } else {
+            len
+        };
+        let lo = if local_window_size > 0 {
+            ops::subtract(&pos, &i32s(local_window_size - 1, s)?, s)?
+        } else {
+            ops::broadcast_to(&i32s(0, s)?, &[g.tokens, 1], s)?
+        };
+        let q4 = ops::expand_dims(&q, &[2], s)?; // [T, Hq, 1, D]
+        let out = cuda::paged_decode_attention(
+            &q4,
+            &key_cache_out,
+            &value_cache_out,
+            &table,
+            &lo,
+            &hi,
+            scale,
+            s,
+        )?;
+        let out = ops::reshape(&out, &[g.tokens, hidden], s)?;
+        return Ok(vec![out, key_cache_out, value_cache_out]);
+    }
     let out = if g.per_token_is_cheaper() {
         // [T, Hq, 1, D] against each token's own sequence [T, Hkv, Lcap, D].
         let q4 = ops::expand_dims(&q, &[2], s)?;
