@@ -9,7 +9,7 @@ export ORT_MLX_EP_LIBRARY := $(LIBRARY)
 # Prints each phase's wall time ("[time] build: 312.4 s"), so a CI log shows where time goes.
 TIMED = bash scripts/timed.sh
 
-.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul bench-quantized bench-attention bench-llm profile-decode bench-compiled real-models leaks stress fuzz docs conformance conformance-update clean
+.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul bench-quantized bench-attention bench-paged bench-llm profile-decode bench-compiled real-models leaks stress fuzz docs conformance conformance-update clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
@@ -74,6 +74,12 @@ leaks: build
 ## ORT's CPU EP vs direct mlx.core. ARGS="--quick" for small shapes.
 bench-attention: build
 	$(PYTHON) scripts/bench_attention.py $(ARGS)
+
+## PagedAttention fp16 decode (batch 8 over 4k-token paged caches): the EP's paged kernel vs its
+## composed path (gather + attention) vs direct mlx.core, ms and MLX peak memory, checked against
+## numpy. ARGS="--quick" for small shapes.
+bench-paged: build
+	$(PYTHON) scripts/bench_paged.py $(ARGS)
 
 ## A ~1B int4 Llama-shaped decoder (scripts/make_decoder.py): prefill and decode through ORT
 ## sessions (MLX EP vs CPU EP) vs the same decoder in mlx.core, and genai's loop. ARGS="--quick".

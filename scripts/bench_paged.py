@@ -1,0 +1,160 @@
+"""Benchmark: com.microsoft PagedAttention decode over a paged fp16 KV cache (continuous
+batching), three ways, each in a process of its own: the MLX EP (on MLX's CUDA backend its
+paged decode-attention kernel reads the block pool through the block table), the EP's composed
+path (`ONNXRUNTIME_EP_MLX_NO_CUDA_KERNELS=1`: every sequence's blocks gathered into a contiguous
+copy, then MLX's attention), and the same gather + attention written directly against mlx.core.
+ORT has no CPU kernel for the op, so a numpy reference checks every answer. Reported: median ms of
+warm runs (host tensors in and out, as ORT hands them) and MLX's peak memory in that process.
+
+Usage: bench_paged.py [--quick] [--runs R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "python"), str(HERE.parent / "tests" / "ep")]
+
+VARIANTS = {
+    "kernel": "MLX EP (the paged kernel on CUDA)",
+    "composed": "MLX EP, composed path",
+    "direct": "direct MLX (gather + attention)",
+}
+
+
+def shape(quick: bool) -> dict[str, int]:
+    """The issue's case: batch 8, 4k-token caches in 16-token blocks, 32/8 heads of 128."""
+    if quick:
+        return dict(batch=2, past=96, block=16, heads=8, kv_heads=2, head=64)
+    return dict(batch=8, past=4095, block=16, heads=32, kv_heads=8, head=128)
+
+
+def feeds_for(s: dict[str, int]) -> dict[str, np.ndarray]:
+    """One new token per sequence after `past` cached ones; blocks handed out shuffled."""
+    from test_paged_attention import paged_feeds
+
+    rng = np.random.default_rng(0)
+    per_sequence = -(-(s["past"] + 1) // s["block"])
+    return paged_feeds(
+        rng, [1] * s["batch"], [s["past"]] * s["batch"], num_heads=s["heads"], kv_num_heads=s["kv_heads"],
+        head=s["head"], block_size=s["block"], num_blocks=s["batch"] * per_sequence, max_blocks=per_sequence,
+    )
+
+
+def worker(variant: str, folder: Path, runs: int) -> None:
+    """Runs one variant on the saved model and feeds; prints one JSON line."""
+    import mlx.core as mx
+
+    from bench_models import median_ms
+
+    feeds = dict(np.load(folder / "feeds.npz"))
+    s = json.loads((folder / "shape.json").read_text())
+    if variant == "direct":
+        run = direct_step(feeds, s)
+    else:
+        import onnxruntime as ort
+
+        import onnxruntime_ep_mlx as mlx_ep
+
+        mlx_ep.register_execution_provider_library()
+        session = ort.InferenceSession(str(folder / "model.onnx"), providers=mlx_ep.providers())
+        assert session.get_providers()[0] == mlx_ep.EP_NAME
+        run = lambda: session.run(["output"], feeds)[0]  # noqa: E731
+    out = run()
+    ms = median_ms(run, runs)
+    want = np.load(folder / "want.npy")
+    diff = float(np.abs(np.asarray(out, np.float32) - want).max())
+    peak = mx.get_peak_memory() / 2**20 if variant == "direct" else None
+    print(json.dumps({"ms": ms, "diff": diff, "peak_mib": peak}), flush=True)
+
+
+def direct_step(feeds: dict[str, np.ndarray], s: dict[str, int]):
+    """The cache write, the gather of each sequence's blocks and MLX's attention, in mlx.core."""
+    import mlx.core as mx
+
+    batch, block, hq, hkv, head = s["batch"], s["block"], s["heads"], s["kv_heads"], s["head"]
+    length = s["past"] + 1
+    blocks_per_seq = feeds["block_table"].shape[1]
+
+    @mx.compile
+    def step(q, k, v, key_cache, value_cache, table, slots):
+        pool_rows = key_cache.shape[0] * block
+        flat_k = key_cache.reshape(pool_rows, hkv, head)
+        flat_v = value_cache.reshape(pool_rows, hkv, head)
+        flat_k[slots] = k.reshape(batch, hkv, head)
+        flat_v[slots] = v.reshape(batch, hkv, head)
+        rows = (table[:, :, None] * block + mx.arange(block)[None, None, :]).reshape(batch, blocks_per_seq * block)
+        rows = rows[:, :length]
+        keys = flat_k[rows].transpose(0, 2, 1, 3)  # [B, Hkv, L, D]
+        values = flat_v[rows].transpose(0, 2, 1, 3)
+        q4 = q.reshape(batch, hq, 1, head)
+        out = mx.fast.scaled_dot_product_attention(q4, keys, values, scale=head**-0.5)
+        return out.reshape(batch, hq * head), flat_k, flat_v
+
+    table = feeds["block_table"]
+    past = s["past"]
+    slots = np.array([table[b, past // block] * block + past % block for b in range(batch)], np.int32)
+
+    def run():
+        outs = step(*(mx.array(feeds[n]) for n in ("query", "key", "value", "key_cache", "value_cache")),
+                    mx.array(table), mx.array(slots))
+        return [np.array(o) for o in outs][0]
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small shapes (a smoke run on the CPU backend)")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--worker", nargs=2, metavar=("VARIANT", "FOLDER"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker[0], Path(args.worker[1]), args.runs)
+        return
+    from test_paged_attention import paged_model, reference
+
+    s = shape(args.quick)
+    feeds = feeds_for(s)
+    attrs = dict(num_heads=s["heads"], kv_num_heads=s["kv_heads"])
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "model.onnx").write_bytes(paged_model(feeds, **attrs))
+        np.savez(folder / "feeds.npz", **feeds)
+        (folder / "shape.json").write_text(json.dumps(s))
+        np.save(folder / "want.npy", np.asarray(reference(feeds, **attrs)[0], np.float32))
+        cache_mib = 2 * feeds["key_cache"].nbytes / 2**20
+        print(f"PagedAttention fp16 decode: batch {s['batch']}, {s['past']} cached tokens each in blocks of "
+              f"{s['block']}, {s['heads']}/{s['kv_heads']} heads of {s['head']} (K and V caches {cache_mib:.1f} MiB); "
+              f"median of {args.runs} warm runs, ms; max diff vs the numpy reference")
+        print("| variant | ms | MLX peak memory (MiB) | max diff |")
+        print("|---|---|---|---|")
+        for variant, label in VARIANTS.items():
+            env = dict(os.environ, ONNXRUNTIME_EP_MLX_VERBOSE="1")
+            if variant == "composed":
+                env["ONNXRUNTIME_EP_MLX_NO_CUDA_KERNELS"] = "1"
+            done = subprocess.run([sys.executable, __file__, "--worker", variant, str(folder), "--runs", str(args.runs)],
+                                  capture_output=True, text=True, env=env)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            if done.returncode != 0 or not lines:
+                print(f"| {label} | failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]} |||", flush=True)
+                continue
+            r = json.loads(lines[-1])
+            # The EP reports its MLX peak in the session summary it prints when the session ends.
+            peaks = re.findall(r"([0-9.]+) MiB peak", done.stderr)
+            peak = r["peak_mib"] if r["peak_mib"] is not None else (float(peaks[-1]) if peaks else float("nan"))
+            print(f"| {label} | {r['ms']:.3f} | {peak:.1f} | {r['diff']:.1e} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
