@@ -293,6 +293,20 @@ def test_bfloat16():
     check(paged_feeds(rng, [4, 1], [3, 9], dtype=ml_dtypes.bfloat16), elem=BF16, atol=5e-2)
 
 
+@pytest.mark.parametrize("head", [64, 128, 256])
+@pytest.mark.parametrize("elem", [F16, BF16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("group", [1, 4], ids=["mha", "gqa4"])
+def test_decode_over_long_paged_caches(head, elem, group):
+    """Decode steps as the paged decode-attention kernel takes them on MLX's CUDA backend (the
+    composed path elsewhere): a packed batch whose sequences hold from none to 700 cached tokens,
+    so one reads a single block and another two passes of 512 keys through 44 shuffled blocks;
+    query heads sharing a key head or not; the head sizes LLMs use."""
+    past = [0, 15, 16, 700]
+    feeds = paged_feeds(np.random.default_rng(12), [1] * len(past), past, num_heads=2 * group, kv_num_heads=2,
+                        head=head, num_blocks=70, max_blocks=44, dtype=NP[elem])
+    check(feeds, elem=elem, atol=5e-2 if elem == BF16 else 1e-2, num_heads=2 * group, kv_num_heads=2)
+
+
 def test_attention_metadata_bounds_change_nothing():
     feeds = paged_feeds(np.random.default_rng(11), [4, 0, 7], [3, 2, 10])
     feeds["attention_metadata"] = np.array([7, 17, 0], np.int32)
