@@ -134,6 +134,21 @@ fn cuda_kernels_refuse_cleanly_where_they_cannot_run() {
         matches!(&err, Error::Shape(m) if m.contains("do not fit")),
         "{err:?}"
     );
+    // The paged kernel: pools [NB = 2, BS = 2, Hkv = 1, D = 16], one row of two block ids.
+    let pool = array(&[0.25; 64], &[2, 2, 1, 16]);
+    let table = Array::from_slice(&[1i32, 0], &[1, 2]).unwrap();
+    let paged = mlx_kernels::cuda::paged_decode_attention;
+    assert!(paged(&q, &pool, &pool, &table, &rows, &end, 0.25, &s).is_err());
+    // A table that is not int32, or not one row of ids a query row, is refused before MLX.
+    let wide_table = Array::from_slice(&[1i64, 0], &[1, 2]).unwrap();
+    let no_ids = Array::from_slice(&[0i32; 0], &[1, 0]).unwrap();
+    for table in [&wide_table, &no_ids] {
+        let err = paged(&q, &pool, &pool, table, &rows, &end, 0.25, &s).unwrap_err();
+        assert!(
+            matches!(&err, Error::Shape(m) if m.contains("do not fit")),
+            "{err:?}"
+        );
+    }
     let x = array(&[1.0; 64], &[1, 64]);
     let packed = Array::from_slice(&[0u8; 32], &[1, 32]).unwrap();
     let scales = array(&[1.0; 2], &[1, 2]);
