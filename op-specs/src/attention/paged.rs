@@ -207,8 +207,6 @@ fn paged_attention(
         let seqs = ops::reshape(&pages, &[g.batch, cap, g.kv_heads, g.head], s)?;
         Ok(ops::transpose(&seqs, &[0, 2, 1, 3], s)?)
     };
-    let keys = gather(&key_cache_out)?;
-    let values = gather(&value_cache_out)?;
     // Whether each position's block id is a real block, [B, Lcap].
     let position_ok = ops::reshape(
         &ops::broadcast_to(
@@ -300,6 +298,8 @@ fn paged_attention(
         let out = ops::reshape(&out, &[g.tokens, hidden], s)?;
         return Ok(vec![out, key_cache_out, value_cache_out]);
     }
+    let keys = gather(&key_cache_out)?;
+    let values = gather(&value_cache_out)?;
     let out = if g.per_token_is_cheaper() {
         // [T, Hq, 1, D] against each token's own sequence [T, Hkv, Lcap, D].
         let q4 = ops::expand_dims(&q, &[2], s)?;
