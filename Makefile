@@ -75,11 +75,12 @@ leaks: build
 bench-attention: build
 	$(PYTHON) scripts/bench_attention.py $(ARGS)
 
-## PagedAttention fp16 decode (batch 8 over 4k-token paged caches): the EP's paged kernel vs its
-## composed path (gather + attention) vs direct mlx.core, ms and MLX peak memory, checked against
-## numpy. ARGS="--quick" for small shapes.
+## PagedAttention fp16 decode (batch 8 over 4k-token paged caches) and chunked prefill (2 x 512
+## new tokens after 512 cached): the EP's paged kernels vs its composed path (gather + attention)
+## vs direct mlx.core, ms and MLX peak memory, checked against numpy. ARGS="--quick": small shapes.
 bench-paged: build
-	$(PYTHON) scripts/bench_paged.py $(ARGS)
+	$(PYTHON) scripts/bench_paged.py --case decode $(ARGS)
+	$(PYTHON) scripts/bench_paged.py --case prefill $(ARGS)
 
 ## A ~1B int4 Llama-shaped decoder (scripts/make_decoder.py): prefill and decode through ORT
 ## sessions (MLX EP vs CPU EP) vs the same decoder in mlx.core, and genai's loop. ARGS="--quick".

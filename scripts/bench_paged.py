@@ -1,12 +1,13 @@
-"""Benchmark: com.microsoft PagedAttention decode over a paged fp16 KV cache (continuous
-batching), three ways, each in a process of its own: the MLX EP (on MLX's CUDA backend its
-paged decode-attention kernel reads the block pool through the block table), the EP's composed
-path (`ONNXRUNTIME_EP_MLX_NO_CUDA_KERNELS=1`: every sequence's blocks gathered into a contiguous
-copy, then MLX's attention), and the same gather + attention written directly against mlx.core.
-ORT has no CPU kernel for the op, so a numpy reference checks every answer. Reported: median ms of
-warm runs (host tensors in and out, as ORT hands them) and MLX's peak memory in that process.
+"""Benchmark: com.microsoft PagedAttention over a paged fp16 KV cache (continuous batching),
+a decode step or a chunked prefill, three ways, each in a process of its own: the MLX EP (on
+MLX's CUDA backend its paged attention kernels read the block pool through the block table),
+the EP's composed path (`ONNXRUNTIME_EP_MLX_NO_CUDA_KERNELS=1`: every sequence's blocks gathered
+into a contiguous copy, then MLX's attention), and the same gather + attention written directly
+against mlx.core. ORT has no CPU kernel for the op, so a numpy reference checks every answer.
+Reported: median ms of warm runs (host tensors in and out, as ORT hands them) and MLX's peak
+memory in that process.
 
-Usage: bench_paged.py [--quick] [--runs R]
+Usage: bench_paged.py [--case decode|prefill] [--quick] [--runs R]
 """
 
 from __future__ import annotations
@@ -32,21 +33,24 @@ VARIANTS = {
 }
 
 
-def shape(quick: bool) -> dict[str, int]:
-    """The issue's case: batch 8, 4k-token caches in 16-token blocks, 32/8 heads of 128."""
+def shape(case: str, quick: bool) -> dict[str, int]:
+    """Decode, the issue's case: batch 8, 4k-token caches in 16-token blocks, 32/8 heads of
+    128, one new token each. Prefill: 2 sequences each adding a 512-token chunk to 512 cached."""
     if quick:
-        return dict(batch=2, past=96, block=16, heads=8, kv_heads=2, head=64)
-    return dict(batch=8, past=4095, block=16, heads=32, kv_heads=8, head=128)
+        return dict(batch=2, past=96, new=1 if case == "decode" else 24, block=16, heads=8, kv_heads=2, head=64)
+    if case == "decode":
+        return dict(batch=8, past=4095, new=1, block=16, heads=32, kv_heads=8, head=128)
+    return dict(batch=2, past=512, new=512, block=16, heads=32, kv_heads=8, head=128)
 
 
 def feeds_for(s: dict[str, int]) -> dict[str, np.ndarray]:
-    """One new token per sequence after `past` cached ones; blocks handed out shuffled."""
+    """`new` tokens per sequence after `past` cached ones; blocks handed out shuffled."""
     from test_paged_attention import paged_feeds
 
     rng = np.random.default_rng(0)
-    per_sequence = -(-(s["past"] + 1) // s["block"])
+    per_sequence = -(-(s["past"] + s["new"]) // s["block"])
     return paged_feeds(
-        rng, [1] * s["batch"], [s["past"]] * s["batch"], num_heads=s["heads"], kv_num_heads=s["kv_heads"],
+        rng, [s["new"]] * s["batch"], [s["past"]] * s["batch"], num_heads=s["heads"], kv_num_heads=s["kv_heads"],
         head=s["head"], block_size=s["block"], num_blocks=s["batch"] * per_sequence, max_blocks=per_sequence,
     )
 
@@ -82,8 +86,8 @@ def direct_step(feeds: dict[str, np.ndarray], s: dict[str, int]):
     """The cache write, the gather of each sequence's blocks and MLX's attention, in mlx.core."""
     import mlx.core as mx
 
-    batch, block, hq, hkv, head = s["batch"], s["block"], s["heads"], s["kv_heads"], s["head"]
-    length = s["past"] + 1
+    batch, block, hq, hkv, head, new = s["batch"], s["block"], s["heads"], s["kv_heads"], s["head"], s["new"]
+    length = s["past"] + new
     blocks_per_seq = feeds["block_table"].shape[1]
 
     @mx.compile
@@ -91,19 +95,21 @@ def direct_step(feeds: dict[str, np.ndarray], s: dict[str, int]):
         pool_rows = key_cache.shape[0] * block
         flat_k = key_cache.reshape(pool_rows, hkv, head)
         flat_v = value_cache.reshape(pool_rows, hkv, head)
-        flat_k[slots] = k.reshape(batch, hkv, head)
-        flat_v[slots] = v.reshape(batch, hkv, head)
+        flat_k[slots] = k.reshape(batch * new, hkv, head)
+        flat_v[slots] = v.reshape(batch * new, hkv, head)
         rows = (table[:, :, None] * block + mx.arange(block)[None, None, :]).reshape(batch, blocks_per_seq * block)
         rows = rows[:, :length]
         keys = flat_k[rows].transpose(0, 2, 1, 3)  # [B, Hkv, L, D]
         values = flat_v[rows].transpose(0, 2, 1, 3)
-        q4 = q.reshape(batch, hq, 1, head)
-        out = mx.fast.scaled_dot_product_attention(q4, keys, values, scale=head**-0.5)
-        return out.reshape(batch, hq * head), flat_k, flat_v
+        q4 = q.reshape(batch, new, hq, head).transpose(0, 2, 1, 3)
+        # MLX's causal mask aligns the new tokens with the last keys, as PagedAttention does.
+        mask = "causal" if new > 1 else None
+        out = mx.fast.scaled_dot_product_attention(q4, keys, values, scale=head**-0.5, mask=mask)
+        return out.transpose(0, 2, 1, 3).reshape(batch * new, hq * head), flat_k, flat_v
 
     table = feeds["block_table"]
-    past = s["past"]
-    slots = np.array([table[b, past // block] * block + past % block for b in range(batch)], np.int32)
+    positions = [(b, s["past"] + j) for b in range(batch) for j in range(new)]
+    slots = np.array([table[b, p // block] * block + p % block for b, p in positions], np.int32)
 
     def run():
         outs = step(*(mx.array(feeds[n]) for n in ("query", "key", "value", "key_cache", "value_cache")),
@@ -115,6 +121,7 @@ def direct_step(feeds: dict[str, np.ndarray], s: dict[str, int]):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", choices=["decode", "prefill"], default="decode")
     parser.add_argument("--quick", action="store_true", help="small shapes (a smoke run on the CPU backend)")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--worker", nargs=2, metavar=("VARIANT", "FOLDER"), help=argparse.SUPPRESS)
@@ -124,7 +131,7 @@ def main() -> None:
         return
     from test_paged_attention import paged_model, reference
 
-    s = shape(args.quick)
+    s = shape(args.case, args.quick)
     feeds = feeds_for(s)
     attrs = dict(num_heads=s["heads"], kv_num_heads=s["kv_heads"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -134,7 +141,7 @@ def main() -> None:
         (folder / "shape.json").write_text(json.dumps(s))
         np.save(folder / "want.npy", np.asarray(reference(feeds, **attrs)[0], np.float32))
         cache_mib = 2 * feeds["key_cache"].nbytes / 2**20
-        print(f"PagedAttention fp16 decode: batch {s['batch']}, {s['past']} cached tokens each in blocks of "
+        print(f"PagedAttention fp16 {args.case}: batch {s['batch']}, {s['new']} new after {s['past']} cached tokens each in blocks of "
               f"{s['block']}, {s['heads']}/{s['kv_heads']} heads of {s['head']} (K and V caches {cache_mib:.1f} MiB); "
               f"median of {args.runs} warm runs, ms; max diff vs the numpy reference")
         print("| variant | ms | MLX peak memory (MiB) | max diff |")

@@ -298,13 +298,27 @@ def test_bfloat16():
 @pytest.mark.parametrize("group", [1, 4], ids=["mha", "gqa4"])
 def test_decode_over_long_paged_caches(head, elem, group):
     """Decode steps as the paged decode-attention kernel takes them on MLX's CUDA backend (the
-    composed path elsewhere): a packed batch whose sequences hold from none to 700 cached tokens,
-    so one reads a single block and another two passes of 512 keys through 44 shuffled blocks;
-    query heads sharing a key head or not; the head sizes LLMs use."""
-    past = [0, 15, 16, 700]
+    composed path elsewhere): a packed batch whose sequences hold from none to 1,500 cached
+    tokens in 100 shuffled blocks, so one reads a single block and another is split over three
+    blocks of the GPU; query heads sharing a key head or not; the head sizes LLMs use."""
+    past = [0, 15, 16, 1500]
     feeds = paged_feeds(np.random.default_rng(12), [1] * len(past), past, num_heads=2 * group, kv_num_heads=2,
-                        head=head, num_blocks=70, max_blocks=44, dtype=NP[elem])
+                        head=head, num_blocks=125, max_blocks=100, dtype=NP[elem])
     check(feeds, elem=elem, atol=5e-2 if elem == BF16 else 1e-2, num_heads=2 * group, kv_num_heads=2)
+
+
+@pytest.mark.parametrize("head", [64, 128, 256])
+@pytest.mark.parametrize("elem", [F16, BF16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("group", [1, 4], ids=["mha", "gqa4"])
+@pytest.mark.parametrize("attrs", [{}, {"is_causal": 0}, {"local_window_size": 40}], ids=str)
+def test_prefill_over_paged_caches(head, elem, group, attrs):
+    """Ragged prefills as the paged prefill-attention kernel takes them on MLX's CUDA backend:
+    a first prompt of 37 tokens, a sequence with nothing new, and chunks after 100 and 3 cached
+    tokens, so the kernel's 16-token tiles hold one, two or three sequences' tokens."""
+    q_lens, past = [37, 0, 5, 20], [0, 30, 100, 3]
+    feeds = paged_feeds(np.random.default_rng(13), q_lens, past, num_heads=2 * group, kv_num_heads=2, head=head,
+                        num_blocks=16, max_blocks=8, dtype=NP[elem])
+    check(feeds, elem=elem, atol=5e-2 if elem == BF16 else 1e-2, num_heads=2 * group, kv_num_heads=2, **attrs)
 
 
 def test_attention_metadata_bounds_change_nothing():

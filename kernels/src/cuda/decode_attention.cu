@@ -1,40 +1,54 @@
 // Body of the decode-attention kernels (MLX's custom-kernel primitive wraps it in a __global__
 // function whose parameters are the inputs q, keys, values, lo, hi, scale (the paged kernel
-// adds table) and the output out; T, D, HQ, HKV, S and WARPS are template constants, with P for
-// a contiguous buffer and NB, BS, M for a block pool). Where a key's row lies is the one
-// difference between the two, generated into the ROWS line below. See decode_attention.rs.
+// adds table) and the output out; T, D, HQ, HKV, S, GH, SPLITS and WARPS are template
+// constants, with P for a contiguous buffer and NB, BS, M for a block pool). Two lines are
+// generated (see decode_attention.rs): ROWS, where a key's row lies, and WRITE, whether a block
+// writes its rows' results or its split's partial sums for combine_splits.cu.
 //
-// One block per query row (b, h, s). The row's visible keys [lo, hi) go in passes of one key
-// per thread: each thread scores its whole key (16-byte loads), the block takes the pass's max
-// and sum, then threads split the pass's values into (key group, 16-byte column chunk) pairs.
-// A decode step's few hundred keys are one or two passes, each a handful of memory round
-// trips, where walking the keys one at a time per warp costs one round trip a key.
+// One block per (b, key head, group of GH query heads, s, split): the GH query heads of one key
+// head read each key and value once. The block's share of the visible keys [lo, hi) goes in
+// passes of one key per thread: each thread scores its whole key against every head (16-byte
+// loads), the block takes the pass's maxima and sums, then threads split the pass's values into
+// (key group, 16-byte column chunk) pairs. A decode step's few hundred keys are one or two
+// passes, each a handful of memory round trips, where walking the keys one at a time per warp
+// costs one round trip a key. SPLITS > 1 splits a long key range over blocks (flash-decoding).
 constexpr int THREADS = WARPS * 32;
 constexpr int E = 16 / sizeof(T);         // elements in a 16-byte chunk
 constexpr int CHUNKS = D / E;             // chunks in a row (D is a multiple of E)
 constexpr int GROUPS = THREADS / CHUNKS;  // key groups of the value pass
-const int row = blockIdx.x;  // ((b * HQ) + h) * S + s: q and out are row-contiguous
-const int s_index = row % S;
-const int head = (row / S) % HQ;
-const int batch = row / (S * HQ);
-const int kv_head = head / (HQ / HKV);
+constexpr int HEAD_GROUPS = HQ / HKV / GH;
+const int split = blockIdx.x % SPLITS;
+const int cell = blockIdx.x / SPLITS;  // ((b * HKV + kv_head) * HEAD_GROUPS + group) * S + s
+const int s_index = cell % S;
+const int head_group = (cell / S) % HEAD_GROUPS;
+const int kv_head = (cell / (S * HEAD_GROUPS)) % HKV;
+const int batch = cell / (S * HEAD_GROUPS * HKV);
+const int first_head = kv_head * (HQ / HKV) + head_group * GH;
+// q and out are row-contiguous [B, HQ, S, D]: the row of member g of the head group.
+auto q_row = [&](int g) {
+  return (static_cast<size_t>(batch) * HQ + first_head + g) * S + s_index;
+};
 const int tid = threadIdx.x;
 const int warp = tid / 32;
 const int lane = tid % 32;
 // ROWS: the key rows' count and `row_start(j)` (generated, see decode_attention.rs)
-const int first = max(lo[batch * S + s_index], 0);
-const int end = min(hi[batch * S + s_index], ROWS);
+const int visible_first = max(lo[batch * S + s_index], 0);
+const int visible_end = min(hi[batch * S + s_index], ROWS);
+// This split's share of the visible keys (empty when the range is short).
+const int share = (max(visible_end - visible_first, 0) + SPLITS - 1) / SPLITS;
+const int first = min(visible_first + split * share, ROWS);
+const int end = min(first + share, visible_end);
 const float scaling = scale[0];
 // Whether every row starts on a 16-byte boundary (block-uniform: one branch for all).
 const bool aligned = ((reinterpret_cast<size_t>(keys) | reinterpret_cast<size_t>(values)) %
                       16) == 0;
 
-__shared__ float q_row[D];
-__shared__ float probability[THREADS];
-__shared__ float reduced[WARPS];
+__shared__ float q_rows[GH][D];
+__shared__ float probability[GH][THREADS];
+__shared__ float reduced[GH][WARPS];
 __shared__ float partial[GROUPS * D];
-for (int d = tid; d < D; d += THREADS) {
-  q_row[d] = static_cast<float>(q[static_cast<size_t>(row) * D + d]);
+for (int i = tid; i < GH * D; i += THREADS) {
+  q_rows[i / D][i % D] = static_cast<float>(q[q_row(i / D) * D + i % D]);
 }
 
 // The E elements of chunk `c` of row `j` of `base`, widened to float32.
@@ -51,85 +65,119 @@ auto load_chunk = [&](const T* base, int j, int c, float* to) {
   }
 };
 
-// Block-wide max or sum of one value per thread.
-auto block_reduce = [&](float v, bool take_max) {
+// Block-wide max or sum of one value per thread, for each head at once.
+auto block_reduce = [&](float (&v)[GH], bool take_max) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other = __shfl_xor_sync(0xffffffffu, v, offset);
-    v = take_max ? fmaxf(v, other) : v + other;
+  for (int g = 0; g < GH; ++g) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other = __shfl_xor_sync(0xffffffffu, v[g], offset);
+      v[g] = take_max ? fmaxf(v[g], other) : v[g] + other;
+    }
   }
   __syncthreads();  // `reduced` is free again
-  if (lane == 0) reduced[warp] = v;
-  __syncthreads();
-  float all = take_max ? -INFINITY : 0.f;
+  if (lane == 0) {
 #pragma unroll
-  for (int w = 0; w < WARPS; ++w) all = take_max ? fmaxf(all, reduced[w]) : all + reduced[w];
-  return all;
+    for (int g = 0; g < GH; ++g) reduced[g][warp] = v[g];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int g = 0; g < GH; ++g) {
+    float all = take_max ? -INFINITY : 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      all = take_max ? fmaxf(all, reduced[g][w]) : all + reduced[g][w];
+    }
+    v[g] = all;
+  }
 };
 
 const int group = tid / CHUNKS;
 const int column = tid % CHUNKS;
-float acc[E];
+float acc[GH][E];
+float running_max[GH];  // of the finite scores so far (fmaxf skips NaN)
+float running_sum[GH];
 #pragma unroll
-for (int e = 0; e < E; ++e) acc[e] = 0.f;
-float running_max = -INFINITY;  // of the finite scores so far (fmaxf skips NaN)
-float running_sum = 0.f;
-__syncthreads();  // q_row is written
+for (int g = 0; g < GH; ++g) {
+  running_max[g] = -INFINITY;
+  running_sum[g] = 0.f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[g][e] = 0.f;
+}
+__syncthreads();  // q_rows is written
 
 for (int base = first; base < end; base += THREADS) {
   const int j = base + tid;
   const bool visible = j < end;
-  float x = -INFINITY;
+  float x[GH];
+#pragma unroll
+  for (int g = 0; g < GH; ++g) x[g] = 0.f;
   if (visible) {
-    float dot = 0.f;
     for (int c = 0; c < CHUNKS; ++c) {
       float k[E];
       load_chunk(keys, j, c, k);
 #pragma unroll
-      for (int e = 0; e < E; ++e) dot += q_row[c * E + e] * k[e];
-    }
-    x = dot * scaling;
-    // A +inf score makes the whole row NaN in a max-subtracted softmax (inf - inf).
-    if (x == INFINITY) x = NAN;
-  }
-  const float next_max = fmaxf(running_max, block_reduce(x, true));
-  // -inf scores weigh 0 (also while every score so far is -inf); NaN ones poison the sums.
-  const float p = (visible && x != -INFINITY) ? expf(x - next_max) : 0.f;
-  probability[tid] = p;
-  const float pass_sum = block_reduce(p, false);  // its syncs also publish `probability`
-  const float rescale = running_max == -INFINITY ? 0.f : expf(running_max - next_max);
-  running_sum = running_sum * rescale + pass_sum;
-  running_max = next_max;
+      for (int g = 0; g < GH; ++g) {
 #pragma unroll
-  for (int e = 0; e < E; ++e) acc[e] *= rescale;
+        for (int e = 0; e < E; ++e) x[g] += q_rows[g][c * E + e] * k[e];
+      }
+    }
+  }
+  float pass_max[GH];
+#pragma unroll
+  for (int g = 0; g < GH; ++g) {
+    x[g] = visible ? x[g] * scaling : -INFINITY;
+    // A +inf score makes the whole row NaN in a max-subtracted softmax (inf - inf).
+    if (x[g] == INFINITY) x[g] = NAN;
+    pass_max[g] = x[g];
+  }
+  block_reduce(pass_max, true);
+  float p[GH];
+  float rescale[GH];
+#pragma unroll
+  for (int g = 0; g < GH; ++g) {
+    const float next_max = fmaxf(running_max[g], pass_max[g]);
+    // -inf scores weigh 0 (also while every score so far is -inf); NaN ones poison the sums.
+    p[g] = (visible && x[g] != -INFINITY) ? expf(x[g] - next_max) : 0.f;
+    probability[g][tid] = p[g];
+    rescale[g] = running_max[g] == -INFINITY ? 0.f : expf(running_max[g] - next_max);
+    running_max[g] = next_max;
+  }
+  block_reduce(p, false);  // its syncs also publish `probability`
+#pragma unroll
+  for (int g = 0; g < GH; ++g) {
+    running_sum[g] = running_sum[g] * rescale[g] + p[g];
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] *= rescale[g];
+  }
   if (group < GROUPS) {
     const int keys_here = min(THREADS, end - base);
     for (int k = group; k < keys_here; k += GROUPS) {
-      const float weight = probability[k];
       float v[E];
       load_chunk(values, base + k, column, v);
 #pragma unroll
-      for (int e = 0; e < E; ++e) acc[e] += weight * v[e];
+      for (int g = 0; g < GH; ++g) {
+        const float weight = probability[g][k];
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[g][e] += weight * v[e];
+      }
     }
   }
   __syncthreads();  // `probability` is read before the next pass writes it
 }
 
-if (group < GROUPS) {
+// Each head in turn: the key groups' sums, then the row's result (or partial sums).
 #pragma unroll
-  for (int e = 0; e < E; ++e) partial[group * D + column * E + e] = acc[e];
-}
-__syncthreads();
-for (int d = tid; d < D; d += THREADS) {
-  float result;
-  if (first >= end) {
-    result = 0.f;  // no visible key: zeros
-  } else if (running_max == -INFINITY) {
-    result = NAN;  // no finite score: the softmax is 0/0
-  } else {
-    float mixed = 0.f;
-    for (int g = 0; g < GROUPS; ++g) mixed += partial[g * D + d];
-    result = mixed / running_sum;
+for (int g = 0; g < GH; ++g) {
+  if (group < GROUPS) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) partial[group * D + column * E + e] = acc[g][e];
   }
-  out[static_cast<size_t>(row) * D + d] = static_cast<T>(result);
+  __syncthreads();
+  for (int d = tid; d < D; d += THREADS) {
+    float mixed = 0.f;
+    for (int k = 0; k < GROUPS; ++k) mixed += partial[k * D + d];
+    // WRITE: the row's result or the split's partial sums (generated, see decode_attention.rs)
+  }
+  __syncthreads();  // `partial` is read before the next head writes it
 }

@@ -13,14 +13,16 @@ use crate::{ops, Array, Dtype, Stream};
 
 const MAX_HEAD: i64 = 256;
 const WARPS: i32 = 16;
-/// The line of the source that [`KeyRows::source`] replaces.
+/// The lines of the source that [`KeyRows::source`] and [`write_source`] replace.
 const ROWS_MARKER: &str =
     "// ROWS: the key rows' count and `row_start(j)` (generated, see decode_attention.rs)\n";
+const WRITE_MARKER: &str =
+    "    // WRITE: the row's result or the split's partial sums (generated, see decode_attention.rs)\n";
 
-/// Whether the kernel takes heads of `head` elements of `dtype`: float16 or float32, at most
-/// 256 elements, a row a whole number of 16-byte chunks.
+/// Whether the kernel takes heads of `head` elements of `dtype`: float16, bfloat16 or float32,
+/// at most 256 elements, a row a whole number of 16-byte chunks.
 pub fn decode_attention_takes(head: i64, dtype: Dtype) -> bool {
-    matches!(dtype, Dtype::F16 | Dtype::F32)
+    matches!(dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32)
         && (1..=MAX_HEAD).contains(&head)
         && head * dtype.size_in_bytes() as i64 % 16 == 0
 }
@@ -132,6 +134,18 @@ enum KeyRows<'a> {
 }
 
 impl KeyRows<'_> {
+    /// How many key rows a query row may address.
+    fn count(&self) -> i64 {
+        match self {
+            KeyRows::Contiguous { rows } => *rows,
+            KeyRows::Paged {
+                block_rows,
+                per_row,
+                ..
+            } => per_row.saturating_mul(*block_rows),
+        }
+    }
+
     /// The source line that defines `ROWS` and `row_start(j)` (an element offset).
     fn source(&self) -> &'static str {
         match self {
@@ -161,8 +175,44 @@ fn four_dims(a: &Array) -> Result<[i64; 4]> {
     })
 }
 
-/// Checks what both kernels need (`fits`: what the layout needs) and launches one block per
-/// query row.
+/// How a launch divides the work between blocks.
+#[derive(Debug, PartialEq)]
+struct Plan {
+    /// Query heads a block serves (they share one key head, so read each key once).
+    heads_per_block: i64,
+    /// Blocks each query row's key range is split over.
+    splits: i64,
+}
+
+/// At most this many query heads a block: the heads' probabilities and sums fill shared memory
+/// and registers (8 heads of 256 elements take 40 KiB of the 48).
+const MAX_HEADS_PER_BLOCK: i64 = 8;
+/// Enough blocks to keep every SM busy: two per SM of an H200's 132.
+const TARGET_BLOCKS: i64 = 264;
+/// A split is worth a block's pass only with this many keys of the buffer or more.
+const KEYS_PER_SPLIT: i64 = 512;
+const MAX_SPLITS: i64 = 32;
+
+impl Plan {
+    /// `cells` blocks' worth of (batch, key head, step) without splitting, `group` query heads
+    /// per key head, `keys` the rows a query row may address.
+    fn of(cells: i64, group: i64, keys: i64) -> Plan {
+        let heads_per_block = (1..=MAX_HEADS_PER_BLOCK.min(group))
+            .rev()
+            .find(|n| group % n == 0)
+            .unwrap_or(1);
+        let blocks = cells.saturating_mul(group / heads_per_block).max(1);
+        let wanted = (TARGET_BLOCKS + blocks - 1) / blocks;
+        let splits = wanted.min(keys / KEYS_PER_SPLIT).clamp(1, MAX_SPLITS);
+        Plan {
+            heads_per_block,
+            splits,
+        }
+    }
+}
+
+/// Checks what both kernels need (`fits`: what the layout needs) and launches the blocks of
+/// [`Plan`], then, for a split key range, the kernel that joins the splits.
 fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Result<Array> {
     let [b, hq, s, d] = four_dims(o.q)?;
     let dtype = o.q.dtype();
@@ -189,12 +239,15 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
     }
     let size = |v: i64| super::size("decode_attention", v);
     let out_shape = [size(b)?, size(hq)?, size(s)?, size(d)?];
+    let plan = Plan::of(b * o.kv_heads * s, hq / o.kv_heads, rows.count());
     let mut template = vec![
         ("T", TemplateArg::Type(dtype)),
         ("D", TemplateArg::Int(out_shape[3])),
         ("HQ", TemplateArg::Int(out_shape[1])),
         ("HKV", TemplateArg::Int(size(o.kv_heads)?)),
         ("S", TemplateArg::Int(out_shape[2])),
+        ("GH", TemplateArg::Int(size(plan.heads_per_block)?)),
+        ("SPLITS", TemplateArg::Int(size(plan.splits)?)),
         ("WARPS", TemplateArg::Int(WARPS)),
     ];
     let scale = ops::reshape(&Array::scalar(o.scale)?, &[1], stream)?;
@@ -211,8 +264,6 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
             block_rows,
             per_row,
         } => {
-            // A row's keys are numbered in int32 (`ROWS`).
-            size(per_row.saturating_mul(*block_rows))?;
             template.push(("NB", TemplateArg::Int(size(*blocks)?)));
             template.push(("BS", TemplateArg::Int(size(*block_rows)?)));
             template.push(("M", TemplateArg::Int(size(*per_row)?)));
@@ -221,30 +272,95 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
             "paged_decode_attention"
         }
     };
-    let source = include_str!("decode_attention.cu").replace(ROWS_MARKER, rows.source());
+    // A row's keys are numbered in int32 (`ROWS`).
+    size(rows.count())?;
+    let split = plan.splits > 1;
+    let source = include_str!("decode_attention.cu")
+        .replace(ROWS_MARKER, rows.source())
+        .replace(WRITE_MARKER, write_source(split));
+    let blocks = size(b * o.kv_heads * s * (hq / o.kv_heads / plan.heads_per_block) * plan.splits)?;
+    let query_rows = size(b * hq * s)?;
+    let record = size(d + 3)?;
+    let parts_shape = [query_rows, size(plan.splits)?, record];
     let kernel = CudaKernel::new(name, &names, &["out"], &source)?;
-    kernel.apply(
+    let output = kernel.apply(
         &inputs,
         &Launch {
-            output: (&out_shape, dtype),
-            blocks: size(b * hq * s)?,
+            output: if split {
+                (&parts_shape, Dtype::F32)
+            } else {
+                (&out_shape, dtype)
+            },
+            blocks,
             threads: WARPS * 32,
             template: &template,
+        },
+        stream,
+    )?;
+    if !split {
+        return Ok(output);
+    }
+    let combine = CudaKernel::new(
+        "combine_splits",
+        &["parts"],
+        &["out"],
+        include_str!("combine_splits.cu"),
+    )?;
+    combine.apply(
+        &[&output],
+        &Launch {
+            output: (&out_shape, dtype),
+            blocks: query_rows,
+            threads: COMBINE_THREADS,
+            template: &[
+                ("T", TemplateArg::Type(dtype)),
+                ("D", TemplateArg::Int(out_shape[3])),
+                ("SPLITS", TemplateArg::Int(parts_shape[1])),
+                ("THREADS", TemplateArg::Int(COMBINE_THREADS)),
+            ],
         },
         stream,
     )
 }
 
+const COMBINE_THREADS: i32 = 128;
+
+/// The WRITE line: a row's normalised result, or the split's record for combine_splits.cu
+/// (running max, sum, whether it saw a visible key, then the unnormalised mix).
+fn write_source(split: bool) -> &'static str {
+    if split {
+        "float* record = out + (q_row(g) * SPLITS + split) * (D + 3);\n\
+         record[3 + d] = mixed;\n\
+         if (d == 0) {\n\
+           record[0] = running_max[g];\n\
+           record[1] = running_sum[g];\n\
+           record[2] = first < end ? 1.f : 0.f;\n\
+         }\n"
+    } else {
+        "float result;\n\
+         if (first >= end) {\n\
+           result = 0.f;  // no visible key: zeros\n\
+         } else if (running_max[g] == -INFINITY) {\n\
+           result = NAN;  // no finite score: the softmax is 0/0\n\
+         } else {\n\
+           result = mixed / running_sum[g];\n\
+         }\n\
+         out[q_row(g) * D + d] = static_cast<T>(result);\n"
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{KeyRows, ROWS_MARKER as MARKER};
+    use super::{write_source, KeyRows, Plan, ROWS_MARKER, WRITE_MARKER};
     use crate::Array;
 
-    /// The kernels are only compiled on a GPU: here, that both get their addressing.
+    /// The kernels are only compiled on a GPU: here, that both layouts get their addressing and
+    /// both ways of finishing fill the body's one WRITE line.
     #[test]
-    fn both_layouts_define_the_rows_the_body_reads() {
+    fn the_generated_lines_fill_the_body() {
         let body = include_str!("decode_attention.cu");
-        assert_eq!(body.matches(MARKER).count(), 1);
+        assert_eq!(body.matches(ROWS_MARKER).count(), 1);
+        assert_eq!(body.matches(WRITE_MARKER).count(), 1);
         let table = Array::from_slice(&[0i32], &[1, 1]).unwrap();
         let layouts = [
             KeyRows::Contiguous { rows: 4 },
@@ -256,9 +372,35 @@ mod tests {
             },
         ];
         for rows in layouts {
-            let source = body.replace(MARKER, rows.source());
+            let source = body.replace(ROWS_MARKER, rows.source());
             assert!(source.contains("constexpr int ROWS"));
             assert!(source.contains("auto row_start = [&](int j)"));
         }
+        for split in [false, true] {
+            let source = body.replace(WRITE_MARKER, write_source(split));
+            assert!(source.contains(if split {
+                "record[3 + d]"
+            } else {
+                "out[q_row(g)"
+            }));
+        }
+    }
+
+    #[test]
+    fn plans_share_keys_between_heads_and_split_only_long_ranges() {
+        let plan = |cells, group, keys| {
+            let p = Plan::of(cells, group, keys);
+            (p.heads_per_block, p.splits)
+        };
+        // The issue's batch: 8 sequences, 8 key heads of 4 query heads, 4,096 keys.
+        assert_eq!(plan(64, 4, 4096), (4, 5));
+        // Many rows already fill the GPU; a short buffer is not worth splitting.
+        assert_eq!(plan(512, 4, 4096), (4, 1));
+        assert_eq!(plan(1, 32, 511), (8, 1));
+        // Heads per block divide the group, at most 8.
+        assert_eq!(plan(1, 12, 0).0, 6);
+        assert_eq!(plan(1, 7, 0).0, 7);
+        assert_eq!(plan(1, 16, 0).0, 8);
+        assert_eq!(plan(1, 1, 1 << 20), (1, 32));
     }
 }

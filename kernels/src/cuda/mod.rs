@@ -10,6 +10,7 @@
 
 mod decode_attention;
 mod pack_bytes;
+mod paged_prefill_attention;
 mod quantized_matvec;
 mod rms_norm;
 
@@ -22,6 +23,7 @@ use crate::{sys, Array, DeviceKind, Dtype, Stream, VectorArray};
 
 pub use decode_attention::{decode_attention, decode_attention_takes, paged_decode_attention};
 pub use pack_bytes::{pack_bytes, pack_bytes_takes, PACK_BYTES_MAX_PARTS, PACK_BYTES_MAX_TOTAL};
+pub use paged_prefill_attention::{paged_prefill_attention, paged_prefill_attention_takes};
 pub use quantized_matvec::{quantized_matvec, QUANTIZED_MATVEC_MAX_ROWS};
 pub use rms_norm::{rms_norm, rms_norm_takes, RMS_NORM_MAX_WIDTH};
 

@@ -264,39 +264,21 @@ fn paged_attention(
         mix(&probs, v4, dtype, s)
     };
     let hidden = g.q_heads * g.head;
-    if g.per_token_is_cheaper()
-        && softcap <= 0.0
-        && sink.is_none()
-        && cuda::decode_attention_takes(g.head, dtype)
-        && cuda::available(s)
-    {
-        // On MLX's CUDA backend each token reads its visible keys straight from the pools
-        // through its sequence's row of the block table: the caches are not gathered.
-        let table = ops::take(&safe_ids, &rows.sequence, 0, s)?; // [T, M]
-        let (pos, len) = (column(&rows.position)?, column(&rows.length)?);
-        let hi = if is_causal == 1 {
-            ops::minimum(&ops::add(&pos, &i32s(1, s)?, s)?, &len, s)?
-        } else {
-            len
-        };
-        let lo = if local_window_size > 0 {
-            ops::subtract(&pos, &i32s(local_window_size - 1, s)?, s)?
-        } else {
-            ops::broadcast_to(&i32s(0, s)?, &[g.tokens, 1], s)?
-        };
-        let q4 = ops::expand_dims(&q, &[2], s)?; // [T, Hq, 1, D]
-        let out = cuda::paged_decode_attention(
-            &q4,
-            &key_cache_out,
-            &value_cache_out,
-            &table,
-            &lo,
-            &hi,
+    if softcap <= 0.0 && sink.is_none() && cuda::available(s) {
+        let in_place = InPlace {
+            q: &q,
+            key_pool: &key_cache_out,
+            value_pool: &value_cache_out,
+            table: &safe_ids,
+            rows: &rows,
+            causal: is_causal == 1,
+            window: local_window_size,
             scale,
-            s,
-        )?;
-        let out = ops::reshape(&out, &[g.tokens, hidden], s)?;
-        return Ok(vec![out, key_cache_out, value_cache_out]);
+        };
+        if let Some(out) = in_place.attend(&g, dtype, s)? {
+            let out = ops::reshape(&out, &[g.tokens, hidden], s)?;
+            return Ok(vec![out, key_cache_out, value_cache_out]);
+        }
     }
     let keys = gather(&key_cache_out)?;
     let values = gather(&value_cache_out)?;
@@ -337,6 +319,79 @@ fn paged_attention(
         ops::reshape(&out, &[g.tokens, hidden], s)?
     };
     Ok(vec![out, key_cache_out, value_cache_out])
+}
+
+/// Attention read straight from the pools through the block table by a CUDA kernel: the
+/// caches are not gathered.
+struct InPlace<'a> {
+    q: &'a Array,
+    key_pool: &'a Array,
+    value_pool: &'a Array,
+    /// The block table with ids clamped to the pool (bad ones already fail the run).
+    table: &'a Array,
+    rows: &'a Rows,
+    causal: bool,
+    window: i64,
+    scale: f32,
+}
+
+impl InPlace<'_> {
+    /// The output `[T, Hq, D]` (or `[T, Hq, 1, D]`), or `None` where no kernel takes the call.
+    /// A batch of about one new token a sequence runs the decode kernel (a block per token and
+    /// key head, long caches split over blocks); more tokens a sequence run the prefill kernel,
+    /// which reads each key tile once for up to 16 of a sequence's tokens.
+    fn attend(&self, g: &Geometry, dtype: Dtype, s: &Stream) -> Result<Option<Array>> {
+        let (lo, hi) = self.key_ranges(s)?;
+        let decode_like = g.tokens < 4 * g.batch;
+        if decode_like && cuda::decode_attention_takes(g.head, dtype) {
+            let table = ops::take(self.table, &self.rows.sequence, 0, s)?; // [T, M]
+            let column = |a: &Array| ops::reshape(a, &[g.tokens, 1], s);
+            let q4 = ops::expand_dims(self.q, &[2], s)?; // [T, Hq, 1, D]
+            let out = cuda::paged_decode_attention(
+                &q4,
+                self.key_pool,
+                self.value_pool,
+                &table,
+                &column(&lo)?,
+                &column(&hi)?,
+                self.scale,
+                s,
+            )?;
+            return Ok(Some(out));
+        }
+        if cuda::paged_prefill_attention_takes(g.head, dtype) {
+            let out = cuda::paged_prefill_attention(
+                self.q,
+                self.key_pool,
+                self.value_pool,
+                self.table,
+                &self.rows.sequence,
+                &lo,
+                &hi,
+                self.scale,
+                s,
+            )?;
+            return Ok(Some(out));
+        }
+        Ok(None)
+    }
+
+    /// Each token's visible keys `[lo, hi)`, `[T]` int32: up to its own position when causal
+    /// (never past its sequence's length), from `W - 1` before it with a window `W > 0`.
+    fn key_ranges(&self, s: &Stream) -> Result<(Array, Array)> {
+        let (pos, len) = (&self.rows.position, &self.rows.length);
+        let hi = if self.causal {
+            ops::minimum(&ops::add(pos, &i32s(1, s)?, s)?, len, s)?
+        } else {
+            len.clone()
+        };
+        let lo = if self.window > 0 {
+            ops::subtract(pos, &i32s(self.window - 1, s)?, s)?
+        } else {
+            ops::broadcast_to(&i32s(0, s)?, &pos.shape(), s)?
+        };
+        Ok((lo, hi))
+    }
 }
 
 /// The shapes of one call.

@@ -1,0 +1,40 @@
+// Body of the kernel that joins the key splits of decode_attention.cu (MLX's custom-kernel
+// primitive wraps it: input `parts`, float32 [R, SPLITS, D + 3], output `out` [R, D]; T, D,
+// SPLITS and THREADS are template constants). A split's record is its running max of the
+// finite scores, its sum of exp(score - max), whether it saw a visible key, then its D
+// unnormalised mixed values. One block per query row.
+const int row = blockIdx.x;
+const float* records = parts + static_cast<size_t>(row) * SPLITS * (D + 3);
+auto weighs = [&](const float* r) { return r[2] != 0.f && r[0] != -INFINITY; };
+float top = -INFINITY;  // the largest finite score of the row
+bool any_visible = false;
+bool poisoned = false;  // a NaN score: the row is NaN, as in one pass
+for (int i = 0; i < SPLITS; ++i) {
+  const float* r = records + i * (D + 3);
+  if (r[2] != 0.f) {
+    any_visible = true;
+    top = fmaxf(top, r[0]);
+    poisoned = poisoned || isnan(r[1]);
+  }
+}
+float total = 0.f;
+for (int i = 0; i < SPLITS; ++i) {
+  const float* r = records + i * (D + 3);
+  if (weighs(r)) total += expf(r[0] - top) * r[1];
+}
+for (int d = threadIdx.x; d < D; d += THREADS) {
+  float result;
+  if (!any_visible) {
+    result = 0.f;  // no visible key: zeros
+  } else if (top == -INFINITY || poisoned) {
+    result = NAN;  // no finite score (0/0), or a NaN one
+  } else {
+    float mixed = 0.f;
+    for (int i = 0; i < SPLITS; ++i) {
+      const float* r = records + i * (D + 3);
+      if (weighs(r)) mixed += expf(r[0] - top) * r[3 + d];
+    }
+    result = mixed / total;
+  }
+  out[static_cast<size_t>(row) * D + d] = static_cast<T>(result);
+}
