@@ -44,7 +44,7 @@ impl Device {
     }
 
     pub fn stream(self) -> Result<Stream> {
-        mlx_kernels::cuda::set_enabled(self.cuda_kernels);
+        mlx_kernels::custom::set_enabled(self.cuda_kernels);
         match self.named {
             Named::Cpu => Stream::cpu(),
             Named::Gpu => Stream::gpu(),

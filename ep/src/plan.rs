@@ -12,7 +12,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mlx_kernels::{cuda, ops, Array, Dtype, Stream};
+use mlx_kernels::{custom, ops, Array, Dtype, Stream};
 use op_specs::{
     decide, BodiesReport, ConstantInputs, Decision, ElemType, HostKey, Lower, Node, OpSpec,
     Prepared, ShapeSafety, SharedDerivations, Value, ValueInfo,
@@ -199,8 +199,11 @@ pub(crate) fn bytes_together(
 ) -> mlx_kernels::Result<Option<Array>> {
     let parts: Vec<Array> = parts.into_iter().collect();
     let total = parts.iter().map(Array::nbytes).sum();
-    if parts.len() > 1 && cuda::available(stream) && cuda::pack_bytes_takes(parts.len(), total) {
-        return cuda::pack_bytes(&parts, stream).map(Some);
+    if parts.len() > 1
+        && custom::pack_bytes_runs_on(stream)
+        && custom::pack_bytes_takes(parts.len(), total)
+    {
+        return custom::pack_bytes(&parts, stream).map(Some);
     }
     let flat = parts
         .iter()

@@ -2,7 +2,7 @@
 //!
 //! Everything that touches MLX's C API lives here: the generated bindings ([`sys`]), RAII
 //! owners ([`Array`], [`Stream`], [`VectorArray`], [`Closure`]), the op builders ([`ops`]) and
-//! the BLAS check ([`blas`]). Every MLX failure comes back as an [`Error`] carrying MLX's own
+//! the BLAS check ([`blas`]), and the hand-written GPU kernels ([`custom`]). Every MLX failure comes back as an [`Error`] carrying MLX's own
 //! message; nothing here panics on bad input or exits the process.
 //!
 //! MLX objects are thread-affine (`!Send`): a graph is built, evaluated and read on one thread.
@@ -11,6 +11,7 @@ mod array;
 pub mod blas;
 mod closure;
 pub mod cuda;
+pub mod custom;
 mod dtype;
 mod error;
 pub mod memory;

@@ -116,20 +116,22 @@ fn closure_errors_and_panics_surface_from_apply() {
     );
 }
 
-/// The hand-written CUDA kernels need MLX's CUDA backend: elsewhere `available` says no, and a
+/// The hand-written kernels need a GPU backend: on the CPU their `*_runs_on` say no, and a
 /// call anyway (or with operands that do not fit) is an error, not a crash.
 #[test]
-fn cuda_kernels_refuse_cleanly_where_they_cannot_run() {
+fn hand_written_kernels_refuse_cleanly_where_they_cannot_run() {
     let s = Stream::cpu().unwrap();
-    assert!(!mlx_kernels::cuda::available(&s));
+    assert!(!mlx_kernels::custom::decode_attention_runs_on(&s));
+    assert!(!mlx_kernels::custom::paged_prefill_attention_runs_on(&s));
     let q = array(&[0.5; 32], &[1, 2, 1, 16]);
     let kv = array(&[0.25; 64], &[1, 1, 4, 16]);
     let rows = Array::from_slice(&[0i32], &[1, 1]).unwrap();
     let end = Array::from_slice(&[3i32], &[1, 1]).unwrap();
-    let err = mlx_kernels::cuda::decode_attention(&q, &kv, &kv, &rows, &end, 0.25, &s);
+    let err = mlx_kernels::custom::decode_attention(&q, &kv, &kv, &rows, &end, 0.25, &s);
     assert!(err.is_err(), "{err:?}");
     // Mismatched operands are refused before MLX sees them.
-    let err = mlx_kernels::cuda::decode_attention(&q, &kv, &q, &rows, &end, 0.25, &s).unwrap_err();
+    let err =
+        mlx_kernels::custom::decode_attention(&q, &kv, &q, &rows, &end, 0.25, &s).unwrap_err();
     assert!(
         matches!(&err, Error::Shape(m) if m.contains("do not fit")),
         "{err:?}"
@@ -137,7 +139,7 @@ fn cuda_kernels_refuse_cleanly_where_they_cannot_run() {
     // The paged kernel: pools [NB = 2, BS = 2, Hkv = 1, D = 16], one row of two block ids.
     let pool = array(&[0.25; 64], &[2, 2, 1, 16]);
     let table = Array::from_slice(&[1i32, 0], &[1, 2]).unwrap();
-    let paged = mlx_kernels::cuda::paged_decode_attention;
+    let paged = mlx_kernels::custom::paged_decode_attention;
     assert!(paged(&q, &pool, &pool, &table, &rows, &end, 0.25, &s).is_err());
     // A table that is not int32, or not one row of ids a query row, is refused before MLX.
     let wide_table = Array::from_slice(&[1i64, 0], &[1, 2]).unwrap();
@@ -149,25 +151,55 @@ fn cuda_kernels_refuse_cleanly_where_they_cannot_run() {
             "{err:?}"
         );
     }
+    // The paged prefill kernel: q [T = 2, Hq = 2, D = 16] float16 over the same pools.
+    let half = |a: &Array| mlx_kernels::ops::astype(a, Dtype::F16, &s).unwrap();
+    let (q16, pool16) = (half(&array(&[0.5; 64], &[2, 2, 16])), half(&pool));
+    let per_token = Array::from_slice(&[0i32, 0], &[2]).unwrap();
+    let ends = Array::from_slice(&[3i32, 4], &[2]).unwrap();
+    let prefill = mlx_kernels::custom::paged_prefill_attention;
+    let run = |q: &Array, pool: &Array, lo: &Array| {
+        prefill(q, pool, pool, &table, &per_token, lo, &ends, 0.25, &s)
+    };
+    let err = run(&q16, &pool16, &per_token).unwrap_err();
+    assert!(
+        matches!(&err, Error::Mlx(m) if m.contains("not on this stream")),
+        "{err:?}"
+    );
+    // float32 (the kernel's tiles are sized for 2-byte elements), or a lo of another length.
+    for (q, pool, lo) in [(&q, &pool, &per_token), (&q16, &pool16, &end)] {
+        let err = run(q, pool, lo).unwrap_err();
+        assert!(
+            matches!(&err, Error::Shape(m) if m.contains("do not fit")),
+            "{err:?}"
+        );
+    }
     let x = array(&[1.0; 64], &[1, 64]);
     let packed = Array::from_slice(&[0u8; 32], &[1, 32]).unwrap();
     let scales = array(&[1.0; 2], &[1, 2]);
-    assert!(mlx_kernels::cuda::quantized_matvec(&x, &packed, &scales, 1, 32, &s).is_err());
+    assert!(mlx_kernels::custom::quantized_matvec(&x, &packed, &scales, 1, 32, &s).is_err());
     // K = 64 with blocks of 48 is not a layout the kernel takes.
-    let err = mlx_kernels::cuda::quantized_matvec(&x, &packed, &scales, 1, 48, &s).unwrap_err();
+    let err = mlx_kernels::custom::quantized_matvec(&x, &packed, &scales, 1, 48, &s).unwrap_err();
     assert!(matches!(&err, Error::Shape(_)), "{err:?}");
-    assert!(!mlx_kernels::cuda::decode_attention_takes(3, Dtype::F32));
-    assert!(mlx_kernels::cuda::decode_attention_takes(64, Dtype::F16));
-    assert!(!mlx_kernels::cuda::decode_attention_takes(64, Dtype::BF16));
+    assert!(!mlx_kernels::custom::decode_attention_takes(3, Dtype::F32));
+    assert!(mlx_kernels::custom::decode_attention_takes(64, Dtype::F16));
+    assert!(mlx_kernels::custom::decode_attention_takes(64, Dtype::BF16));
+    assert!(!mlx_kernels::custom::paged_prefill_attention_takes(
+        64,
+        Dtype::F32
+    ));
+    assert!(mlx_kernels::custom::paged_prefill_attention_takes(
+        256,
+        Dtype::BF16
+    ));
     // Packing bytes: a CPU stream cannot run it; no parts, or too many bytes, are refused.
     let parts = [kv.clone(), Array::from_slice(&[true, false], &[2]).unwrap()];
-    assert!(mlx_kernels::cuda::pack_bytes(&parts, &s).is_err());
-    let err = mlx_kernels::cuda::pack_bytes(&[], &s).unwrap_err();
+    assert!(mlx_kernels::custom::pack_bytes(&parts, &s).is_err());
+    let err = mlx_kernels::custom::pack_bytes(&[], &s).unwrap_err();
     assert!(
         matches!(&err, Error::Shape(m) if m.contains("0 non-empty parts")),
         "{err:?}"
     );
-    use mlx_kernels::cuda::{pack_bytes_takes, PACK_BYTES_MAX_PARTS, PACK_BYTES_MAX_TOTAL};
+    use mlx_kernels::custom::{pack_bytes_takes, PACK_BYTES_MAX_PARTS, PACK_BYTES_MAX_TOTAL};
     assert!(pack_bytes_takes(PACK_BYTES_MAX_PARTS, PACK_BYTES_MAX_TOTAL));
     assert!(!pack_bytes_takes(PACK_BYTES_MAX_PARTS + 1, 1024));
     assert!(!pack_bytes_takes(2, PACK_BYTES_MAX_TOTAL + 1));

@@ -1,7 +1,7 @@
 //! Normalisation: LayerNormalization, RMSNormalization, InstanceNormalization,
 //! MeanVarianceNormalization, LpNormalization, LRN; and inference-mode Dropout.
 
-use mlx_kernels::{cuda, ops, Array, Dtype};
+use mlx_kernels::{custom, ops, Array, Dtype};
 
 use crate::shape::normalise_axis;
 use crate::table::consts::scalar;
@@ -141,8 +141,11 @@ pub(crate) fn rms_norm_rounded(
     s: &mlx_kernels::Stream,
 ) -> Result<Array> {
     let width = x.shape().last().copied().unwrap_or(0);
-    if x.size() > 0 && cuda::available(s) && cuda::rms_norm_takes(width, x.dtype(), output) {
-        return Ok(cuda::rms_norm(x, weight, epsilon, output, s)?);
+    if x.size() > 0
+        && custom::rms_norm_runs_on(s)
+        && custom::rms_norm_takes(width, x.dtype(), output)
+    {
+        return Ok(custom::rms_norm(x, weight, epsilon, output, s)?);
     }
     let y = ops::rms_norm(&cast(x, Dtype::F32, s)?, Some(weight), epsilon, s)?;
     cast(&y, output, s)

@@ -22,7 +22,7 @@
 //! in the graph.
 
 use mlx_kernels::ops::{self, Quantized};
-use mlx_kernels::{cuda, Array, DeviceKind, Dtype, Stream};
+use mlx_kernels::{custom, Array, DeviceKind, Dtype, Stream};
 
 use crate::normalization::cast;
 use crate::packing::{expect_one_of, expect_shape, repeat_last, take_first, unpack, unpack_lanes};
@@ -245,7 +245,7 @@ fn matmul_n_bits(
 /// bandwidth (not measured: no Metal machine here).
 fn half_prefill(a: Dtype, rows: i64, s: &Stream) -> bool {
     let metal = cfg!(target_os = "macos") && s.kind() == DeviceKind::Gpu;
-    matches!(a, Dtype::F16 | Dtype::BF16) && rows > cuda::QUANTIZED_MATVEC_MAX_ROWS && !metal
+    matches!(a, Dtype::F16 | Dtype::BF16) && rows > custom::QUANTIZED_MATVEC_MAX_ROWS && !metal
 }
 
 /// `a [.., K] · dequant(B)ᵀ` in float32: MLX's `quantized_matmul` over the affine form of `B`
@@ -292,14 +292,14 @@ fn cuda_matvec(
         && layout.bits == 4
         && layout.block >= 32
         && layout.k % layout.block == 0
-        && (1..=cuda::QUANTIZED_MATVEC_MAX_ROWS).contains(&rows)
+        && (1..=custom::QUANTIZED_MATVEC_MAX_ROWS).contains(&rows)
         && a.dtype() != Dtype::BF16
-        && cuda::available(s);
+        && custom::quantized_matvec_runs_on(s);
     if !fits {
         return Ok(None);
     }
     let x = ops::reshape(a, &[rows, layout.k], s)?;
-    Ok(Some(cuda::quantized_matvec(
+    Ok(Some(custom::quantized_matvec(
         &x,
         b,
         scales,

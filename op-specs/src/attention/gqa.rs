@@ -27,7 +27,7 @@
 //! bfloat16, which ORT has no kernel for, follows the same rule); ORT leaves the columns past a
 //! shorter row's `total_b` uninitialised, we write zeros there.
 
-use mlx_kernels::{cuda, ops, Array, Dtype, Stream};
+use mlx_kernels::{custom, ops, Array, Dtype, Stream};
 
 use super::{
     fused_attention, masked, mix, rotary_width, scores, soft_cap, softmax_rows, AttentionMask,
@@ -186,8 +186,8 @@ fn group_query_attention(
         && attention_bias.is_none()
         && (1..=DECODE_QUERY_ROWS).contains(&seq)
         && batch > 0
-        && cuda::decode_attention_takes(head, dtype)
-        && cuda::available(s);
+        && custom::decode_attention_takes(head, dtype)
+        && custom::decode_attention_runs_on(s);
 
     // What the step derives from seqlens_k, total_sequence_length, the rotary caches and
     // position_ids alone is the same in every layer of a decoder: built (and checked) once.
@@ -283,7 +283,7 @@ fn group_query_attention(
         // the former, so that a shared buffer's present is never built.
         let keys = held_k.as_ref().unwrap_or(&present_k);
         let values = held_v.as_ref().unwrap_or(&present_v);
-        let out = cuda::decode_attention(&q, keys, values, lo_rows, hi_rows, scale, s)?;
+        let out = custom::decode_attention(&q, keys, values, lo_rows, hi_rows, scale, s)?;
         (out, None)
     } else {
         let key_pos = ops::reshape(&placement.row, &[1, 1, 1, present_len], s)?;

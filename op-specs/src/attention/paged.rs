@@ -31,7 +31,7 @@
 //! sink.
 
 use mlx_kernels::ops::ScatterMode;
-use mlx_kernels::{cuda, ops, Array, Dtype, Stream};
+use mlx_kernels::{custom, ops, Array, Dtype, Stream};
 
 use super::{
     clamp, fused_attention, i32s, masked, mix, rotary_width, rotate, scores, soft_cap,
@@ -264,7 +264,7 @@ fn paged_attention(
         mix(&probs, v4, dtype, s)
     };
     let hidden = g.q_heads * g.head;
-    if softcap <= 0.0 && sink.is_none() && cuda::available(s) {
+    if softcap <= 0.0 && sink.is_none() {
         let in_place = InPlace {
             q: &q,
             key_pool: &key_cache_out,
@@ -343,11 +343,14 @@ impl InPlace<'_> {
     fn attend(&self, g: &Geometry, dtype: Dtype, s: &Stream) -> Result<Option<Array>> {
         let (lo, hi) = self.key_ranges(s)?;
         let decode_like = g.tokens < 4 * g.batch;
-        if decode_like && cuda::decode_attention_takes(g.head, dtype) {
+        if decode_like
+            && custom::decode_attention_runs_on(s)
+            && custom::decode_attention_takes(g.head, dtype)
+        {
             let table = ops::take(self.table, &self.rows.sequence, 0, s)?; // [T, M]
             let column = |a: &Array| ops::reshape(a, &[g.tokens, 1], s);
             let q4 = ops::expand_dims(self.q, &[2], s)?; // [T, Hq, 1, D]
-            let out = cuda::paged_decode_attention(
+            let out = custom::paged_decode_attention(
                 &q4,
                 self.key_pool,
                 self.value_pool,
@@ -359,8 +362,10 @@ impl InPlace<'_> {
             )?;
             return Ok(Some(out));
         }
-        if cuda::paged_prefill_attention_takes(g.head, dtype) {
-            let out = cuda::paged_prefill_attention(
+        if custom::paged_prefill_attention_runs_on(s)
+            && custom::paged_prefill_attention_takes(g.head, dtype)
+        {
+            let out = custom::paged_prefill_attention(
                 self.q,
                 self.key_pool,
                 self.value_pool,

@@ -7,9 +7,14 @@
 //! are, and accumulates in float32: the float32 product of the dequantised weights rounded
 //! once, like ORT's CPU kernel at accuracy levels 0-3 and like the float32 path.
 
-use super::{CudaKernel, Launch, TemplateArg};
+use super::{Backend, Kernel, Launch, TemplateArg};
 use crate::error::{Error, Result};
 use crate::{Array, Dtype, Stream};
+
+/// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin).
+pub fn quantized_matvec_runs_on(stream: &Stream) -> bool {
+    super::runs_on(stream, &[Backend::Cuda])
+}
 
 /// The most rows of activations one launch takes (a decode step has one per sequence).
 pub const QUANTIZED_MATVEC_MAX_ROWS: i64 = 8;
@@ -59,12 +64,12 @@ pub fn quantized_matvec(
         )));
     }
     let size = |v: i64| super::size("quantized_matvec", v);
-    let kernel = CudaKernel::new(
-        "quantized_matvec_4bit",
-        &["x", "packed", "scales"],
-        &["out"],
-        include_str!("quantized_matvec.cu"),
-    )?;
+    let kernel = Kernel {
+        name: "quantized_matvec_4bit",
+        inputs: &["x", "packed", "scales"],
+        cuda: include_str!("quantized_matvec.cu"),
+        metal: None,
+    };
     let out_shape = [size(m)?, size(n)?];
     kernel.apply(
         &[x, packed, scales],

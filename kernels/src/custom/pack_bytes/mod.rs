@@ -6,9 +6,14 @@
 //! costing the host more than the bytes cost the GPU. This kernel copies every part in one
 //! launch.
 
-use super::{CudaKernel, Launch, TemplateArg};
+use super::{Backend, Kernel, Launch, TemplateArg};
 use crate::error::{Error, Result};
 use crate::{Array, Dtype, Stream};
+
+/// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin).
+pub fn pack_bytes_runs_on(stream: &Stream) -> bool {
+    super::runs_on(stream, &[Backend::Cuda])
+}
 
 /// The most parts one launch takes (one kernel parameter each).
 pub const PACK_BYTES_MAX_PARTS: usize = 256;
@@ -53,13 +58,15 @@ pub fn pack_bytes(parts: &[Array], stream: &Stream) -> Result<Array> {
         "// PARTS: one case per part, generated (see pack_bytes.rs)\n",
         &cases,
     );
-    let kernel = CudaKernel::new(
-        // The source differs with the number of parts: so does the name MLX caches it under.
-        &format!("pack_bytes_{}", parts.len()),
-        &names.iter().map(String::as_str).collect::<Vec<_>>(),
-        &["out"],
-        &source,
-    )?;
+    // The source differs with the number of parts: so does the name MLX caches it under.
+    let name = format!("pack_bytes_{}", parts.len());
+    let names = names.iter().map(String::as_str).collect::<Vec<_>>();
+    let kernel = Kernel {
+        name: &name,
+        inputs: &names,
+        cuda: &source,
+        metal: None,
+    };
     let mut inputs = parts;
     inputs.push(&offsets);
     let size = |v: usize| super::size("pack_bytes", v as i64);

@@ -5,9 +5,14 @@
 //! a cast before (for float16 input) and after: three launches where one kernel reads the input
 //! type and writes the output type.
 
-use super::{CudaKernel, Launch, TemplateArg};
+use super::{Backend, Kernel, Launch, TemplateArg};
 use crate::error::{Error, Result};
 use crate::{ops, Array, Dtype, Stream};
+
+/// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin).
+pub fn rms_norm_runs_on(stream: &Stream) -> bool {
+    super::runs_on(stream, &[Backend::Cuda])
+}
 
 /// The widest row one launch takes (each thread keeps its share in registers).
 pub const RMS_NORM_MAX_WIDTH: i64 = 8192;
@@ -51,12 +56,12 @@ pub fn rms_norm(
         )));
     }
     let size = |v: i64| super::size("rms_norm", v);
-    let kernel = CudaKernel::new(
-        "rms_norm_rounded",
-        &["x", "weight", "epsilon"],
-        &["out"],
-        include_str!("rms_norm.cu"),
-    )?;
+    let kernel = Kernel {
+        name: "rms_norm_rounded",
+        inputs: &["x", "weight", "epsilon"],
+        cuda: include_str!("rms_norm.cu"),
+        metal: None,
+    };
     let epsilon = ops::reshape(&Array::scalar(epsilon)?, &[1], stream)?;
     let out_shape = shape.iter().map(|&d| size(d)).collect::<Result<Vec<_>>>()?;
     kernel.apply(

@@ -6,12 +6,16 @@
 //! keeps an online softmax per row, so memory stays at the output's size; a tile of keys is
 //! read once for the up to 16 tokens of one sequence that a block serves (see the source).
 
-use super::{CudaKernel, Launch, TemplateArg};
+use super::{Backend, Kernel, Launch, TemplateArg};
 use crate::error::{Error, Result};
-use crate::Stream;
-use crate::{ops, Array, Dtype};
+use crate::{ops, Array, Dtype, Stream};
 
 const WARPS: i32 = 4;
+
+/// Whether this kernel runs on `stream`: MLX's CUDA backend.
+pub fn paged_prefill_attention_runs_on(stream: &Stream) -> bool {
+    super::runs_on(stream, &[Backend::Cuda])
+}
 /// Tokens a block serves: 4 rows per warp (`RPW` in the source).
 const TOKENS_PER_BLOCK: i64 = WARPS as i64 * 4;
 const MAX_HEAD: i64 = 256;
@@ -100,12 +104,12 @@ pub fn paged_prefill_attention(
         "hi",
         "scale",
     ];
-    let kernel = CudaKernel::new(
-        "paged_prefill_attention",
-        &names,
-        &["out"],
-        include_str!("paged_prefill_attention.cu"),
-    )?;
+    let kernel = Kernel {
+        name: "paged_prefill_attention",
+        inputs: &names,
+        cuda: include_str!("paged_prefill_attention.cu"),
+        metal: None,
+    };
     let out_shape = [size(tokens)?, size(heads)?, size(d)?];
     let tiles = (tokens + TOKENS_PER_BLOCK - 1) / TOKENS_PER_BLOCK;
     kernel.apply(

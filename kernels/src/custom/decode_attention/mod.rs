@@ -7,11 +7,17 @@
 //! float32, rounding once to the element type. Each thread scores a whole key, so a pass of
 //! 512 keys costs a few memory round trips (see the source).
 
-use super::{CudaKernel, Launch, TemplateArg};
+use super::{Backend, Kernel, Launch, TemplateArg};
 use crate::error::{Error, Result};
 use crate::{ops, Array, Dtype, Stream};
 
 const MAX_HEAD: i64 = 256;
+
+/// Whether these kernels (contiguous, paged, and the join of splits) run on `stream`: MLX's
+/// CUDA backend.
+pub fn decode_attention_runs_on(stream: &Stream) -> bool {
+    super::runs_on(stream, &[Backend::Cuda])
+}
 const WARPS: i32 = 16;
 /// The lines of the source that [`KeyRows::source`] and [`write_source`] replace.
 const ROWS_MARKER: &str =
@@ -282,7 +288,12 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
     let query_rows = size(b * hq * s)?;
     let record = size(d + 3)?;
     let parts_shape = [query_rows, size(plan.splits)?, record];
-    let kernel = CudaKernel::new(name, &names, &["out"], &source)?;
+    let kernel = Kernel {
+        name,
+        inputs: &names,
+        cuda: &source,
+        metal: None,
+    };
     let output = kernel.apply(
         &inputs,
         &Launch {
@@ -300,12 +311,12 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
     if !split {
         return Ok(output);
     }
-    let combine = CudaKernel::new(
-        "combine_splits",
-        &["parts"],
-        &["out"],
-        include_str!("combine_splits.cu"),
-    )?;
+    let combine = Kernel {
+        name: "combine_splits",
+        inputs: &["parts"],
+        cuda: include_str!("combine_splits.cu"),
+        metal: None,
+    };
     combine.apply(
         &[&output],
         &Launch {

@@ -1,0 +1,166 @@
+//! Hand-written GPU kernels, run through MLX's custom-kernel primitive: MLX compiles each
+//! source at its first use (NVRTC on CUDA, the Metal compiler on Apple GPUs, cached like MLX's
+//! own fused kernels) and schedules it like any other primitive, inside compiled closures too.
+//!
+//! One folder per kernel: its CUDA source, its Metal twin where it has one (the same algorithm,
+//! line for line, in Metal's dialect), and the Rust wrapper that checks the operands, declares
+//! the output, grid and template constants and picks the source for the stream's backend.
+//! Element types: float32, float16 and bfloat16 where a wrapper says so.
+//!
+//! The CPU backend runs none of them, so every caller keeps a composed MLX path and asks the
+//! kernel's `*_runs_on` first.
+
+mod decode_attention;
+mod launch;
+mod pack_bytes;
+mod paged_prefill_attention;
+mod quantized_matvec;
+mod rms_norm;
+
+use std::ffi::{c_char, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::error::{Error, Result};
+use crate::{sys, Array, DeviceKind, Dtype, Stream};
+
+pub use decode_attention::{
+    decode_attention, decode_attention_runs_on, decode_attention_takes, paged_decode_attention,
+};
+pub use pack_bytes::{
+    pack_bytes, pack_bytes_runs_on, pack_bytes_takes, PACK_BYTES_MAX_PARTS, PACK_BYTES_MAX_TOTAL,
+};
+pub use paged_prefill_attention::{
+    paged_prefill_attention, paged_prefill_attention_runs_on, paged_prefill_attention_takes,
+};
+pub use quantized_matvec::{quantized_matvec, quantized_matvec_runs_on, QUANTIZED_MATVEC_MAX_ROWS};
+pub use rms_norm::{rms_norm, rms_norm_runs_on, rms_norm_takes, RMS_NORM_MAX_WIDTH};
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns the hand-written kernels off (or on again) for graphs lowered from now on: the
+/// composed MLX path then runs everywhere (a switch for comparisons and for working around a
+/// kernel).
+pub fn set_enabled(enabled: bool) {
+    ENABLED.store(enabled, Ordering::Relaxed);
+}
+
+/// The GPU backends MLX builds with, each with its own kernel language.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Cuda,
+    Metal,
+}
+
+/// The backend of work on `stream`: a GPU stream is Metal's on macOS and CUDA's elsewhere
+/// (MLX has no other GPU backend); `None` on the CPU.
+fn backend(stream: &Stream) -> Option<Backend> {
+    if stream.kind() != DeviceKind::Gpu {
+        return None;
+    }
+    Some(if cfg!(target_os = "macos") {
+        Backend::Metal
+    } else {
+        Backend::Cuda
+    })
+}
+
+/// Whether a kernel with sources for `backends` runs on `stream` (and kernels are enabled).
+fn runs_on(stream: &Stream, backends: &[Backend]) -> bool {
+    ENABLED.load(Ordering::Relaxed) && backend(stream).is_some_and(|b| backends.contains(&b))
+}
+
+/// A compile-time constant of a kernel's source (`constexpr int` / `using T = ...` on CUDA,
+/// a template parameter on Metal).
+enum TemplateArg {
+    Int(i32),
+    Type(Dtype),
+}
+
+/// How one application of a single-output kernel is laid out: its output, threads and template
+/// constants.
+struct Launch<'a> {
+    output: (&'a [i32], Dtype),
+    /// `blocks` blocks (threadgroups) of `threads` threads along x.
+    blocks: i32,
+    threads: i32,
+    template: &'a [(&'a str, TemplateArg)],
+}
+
+/// A kernel's name, argument names and body, one body per backend it has.
+struct Kernel<'a> {
+    name: &'a str,
+    inputs: &'a [&'a str],
+    cuda: &'a str,
+    /// The Metal twin, where there is one.
+    metal: Option<&'a str>,
+}
+
+impl Kernel<'_> {
+    /// Runs the body for `stream`'s backend on `inputs` (one array per input name) and returns
+    /// its one output, `out`.
+    fn apply(&self, inputs: &[&Array], launch: &Launch<'_>, stream: &Stream) -> Result<Array> {
+        if inputs.len() != self.inputs.len() {
+            return Err(Error::Shape(format!(
+                "{}: {} inputs for {} names",
+                self.name,
+                inputs.len(),
+                self.inputs.len()
+            )));
+        }
+        match (backend(stream), self.metal) {
+            (Some(Backend::Cuda), _) => {
+                launch::CudaKernel::new(self.name, self.inputs, &["out"], self.cuda)?
+                    .apply(inputs, launch, stream)
+            }
+            (Some(Backend::Metal), Some(metal)) => {
+                launch::MetalKernel::new(self.name, self.inputs, &["out"], metal)?
+                    .apply(inputs, launch, stream)
+            }
+            (found, _) => Err(Error::Mlx(format!(
+                "{}: this hand-written kernel runs on {}, not on this stream ({found:?} GPU backend)",
+                self.name,
+                if self.metal.is_some() {
+                    "MLX's CUDA or Metal GPU"
+                } else {
+                    "MLX's CUDA GPU"
+                }
+            ))),
+        }
+    }
+}
+
+/// `value` as one of a launch's sizes (MLX's grids and shapes are 32-bit), or an error naming
+/// `kernel`.
+fn size(kernel: &str, value: i64) -> Result<i32> {
+    i32::try_from(value)
+        .map_err(|_| Error::Shape(format!("{kernel}: {value} exceeds a 32-bit size")))
+}
+
+fn c_string(text: &str) -> Result<CString> {
+    CString::new(text).map_err(|_| Error::Mlx(format!("a kernel string holds a NUL: {text:?}")))
+}
+
+/// An owned `mlx_vector_string` of `names`.
+struct Names {
+    raw: sys::mlx_vector_string,
+}
+
+impl Names {
+    fn new(names: &[&str]) -> Result<Names> {
+        let owned = names
+            .iter()
+            .map(|n| c_string(n))
+            .collect::<Result<Vec<_>>>()?;
+        let mut pointers: Vec<*const c_char> = owned.iter().map(|n| n.as_ptr()).collect();
+        // SAFETY: `pointers` point into `owned`, alive for the call; mlx-c copies the strings.
+        let raw = unsafe { sys::mlx_vector_string_new_data(pointers.as_mut_ptr(), pointers.len()) };
+        Ok(Names { raw })
+    }
+}
+
+impl Drop for Names {
+    fn drop(&mut self) {
+        // SAFETY: each Names owns one handle, freed exactly once.
+        unsafe { sys::mlx_vector_string_free(self.raw) };
+    }
+}
