@@ -2,7 +2,7 @@
 // function whose parameters are the inputs q, keys, values, lo, hi, scale (the paged kernel
 // adds table) and the output out; T, D, HQ, HKV, S, GH, SPLITS and WARPS are template
 // constants, with P for a contiguous buffer and NB, BS, M for a block pool). Two lines are
-// generated (see decode_attention.rs): ROWS, where a key's row lies, and WRITE, whether a block
+// generated (see mod.rs): ROWS, where a key's row lies, and WRITE, whether a block
 // writes its rows' results or its split's partial sums for combine_splits.cu.
 //
 // One block per (b, key head, group of GH query heads, s, split): the GH query heads of one key
@@ -25,13 +25,11 @@ const int kv_head = (cell / (S * HEAD_GROUPS)) % HKV;
 const int batch = cell / (S * HEAD_GROUPS * HKV);
 const int first_head = kv_head * (HQ / HKV) + head_group * GH;
 // q and out are row-contiguous [B, HQ, S, D]: the row of member g of the head group.
-auto q_row = [&](int g) {
-  return (static_cast<size_t>(batch) * HQ + first_head + g) * S + s_index;
-};
+#define Q_ROW(g) ((static_cast<size_t>(batch) * HQ + first_head + (g)) * S + s_index)
 const int tid = threadIdx.x;
 const int warp = tid / 32;
 const int lane = tid % 32;
-// ROWS: the key rows' count and `row_start(j)` (generated, see decode_attention.rs)
+// ROWS: the key rows' count and ROW_START(j) (generated, see mod.rs)
 const int visible_first = max(lo[batch * S + s_index], 0);
 const int visible_end = min(hi[batch * S + s_index], ROWS);
 // This split's share of the visible keys (empty when the range is short).
@@ -48,12 +46,12 @@ __shared__ float probability[GH][THREADS];
 __shared__ float reduced[GH][WARPS];
 __shared__ float partial[GROUPS * D];
 for (int i = tid; i < GH * D; i += THREADS) {
-  q_rows[i / D][i % D] = static_cast<float>(q[q_row(i / D) * D + i % D]);
+  q_rows[i / D][i % D] = static_cast<float>(q[Q_ROW(i / D) * D + i % D]);
 }
 
 // The E elements of chunk `c` of row `j` of `base`, widened to float32.
 auto load_chunk = [&](const T* base, int j, int c, float* to) {
-  const T* at = base + row_start(j) + c * E;
+  const T* at = base + ROW_START(j) + c * E;
   if (aligned) {
     const uint4 chunk = *reinterpret_cast<const uint4*>(at);
     const T* items = reinterpret_cast<const T*>(&chunk);
@@ -177,7 +175,7 @@ for (int g = 0; g < GH; ++g) {
   for (int d = tid; d < D; d += THREADS) {
     float mixed = 0.f;
     for (int k = 0; k < GROUPS; ++k) mixed += partial[k * D + d];
-    // WRITE: the row's result or the split's partial sums (generated, see decode_attention.rs)
+    // WRITE: the row's result or the split's partial sums (generated, see mod.rs)
   }
   __syncthreads();  // `partial` is read before the next head writes it
 }

@@ -21,9 +21,9 @@ pub fn decode_attention_runs_on(stream: &Stream) -> bool {
 const WARPS: i32 = 16;
 /// The lines of the source that [`KeyRows::source`] and [`write_source`] replace.
 const ROWS_MARKER: &str =
-    "// ROWS: the key rows' count and `row_start(j)` (generated, see decode_attention.rs)\n";
+    "// ROWS: the key rows' count and ROW_START(j) (generated, see mod.rs)\n";
 const WRITE_MARKER: &str =
-    "    // WRITE: the row's result or the split's partial sums (generated, see decode_attention.rs)\n";
+    "    // WRITE: the row's result or the split's partial sums (generated, see mod.rs)\n";
 
 /// Whether the kernel takes heads of `head` elements of `dtype`: float16, bfloat16 or float32,
 /// at most 256 elements, a row a whole number of 16-byte chunks.
@@ -152,21 +152,21 @@ impl KeyRows<'_> {
         }
     }
 
-    /// The source line that defines `ROWS` and `row_start(j)` (an element offset).
+    /// The source lines that define `ROWS` and `ROW_START(j)` (an element offset): the same
+    /// C++ for the CUDA and Metal bodies.
     fn source(&self) -> &'static str {
         match self {
             KeyRows::Contiguous { .. } => {
                 "constexpr int ROWS = P;\n\
                  const size_t kv_offset = (static_cast<size_t>(batch) * HKV + kv_head) * P * D;\n\
-                 auto row_start = [&](int j) { return kv_offset + static_cast<size_t>(j) * D; };\n"
+                 #define ROW_START(j) (kv_offset + static_cast<size_t>(j) * D)\n"
             }
             KeyRows::Paged { .. } => {
                 "constexpr int ROWS = M * BS;\n\
-                 const int* block_ids = table + static_cast<size_t>(batch) * M;\n\
-                 auto row_start = [&](int j) {\n\
-                   const int block = min(max(block_ids[j / BS], 0), NB - 1);\n\
-                   return ((static_cast<size_t>(block) * BS + j % BS) * HKV + kv_head) * D;\n\
-                 };\n"
+                 const size_t table_offset = static_cast<size_t>(batch) * M;\n\
+                 #define BLOCK_OF(j) min(max(table[table_offset + (j) / BS], 0), NB - 1)\n\
+                 #define ROW_START(j) \\\n\
+                   (((static_cast<size_t>(BLOCK_OF(j)) * BS + (j) % BS) * HKV + kv_head) * D)\n"
             }
         }
     }
@@ -340,7 +340,7 @@ const COMBINE_THREADS: i32 = 128;
 /// (running max, sum, whether it saw a visible key, then the unnormalised mix).
 fn write_source(split: bool) -> &'static str {
     if split {
-        "float* record = out + (q_row(g) * SPLITS + split) * (D + 3);\n\
+        "float* record = out + (Q_ROW(g) * SPLITS + split) * (D + 3);\n\
          record[3 + d] = mixed;\n\
          if (d == 0) {\n\
            record[0] = running_max[g];\n\
@@ -356,7 +356,7 @@ fn write_source(split: bool) -> &'static str {
          } else {\n\
            result = mixed / running_sum[g];\n\
          }\n\
-         out[q_row(g) * D + d] = static_cast<T>(result);\n"
+         out[Q_ROW(g) * D + d] = static_cast<T>(result);\n"
     }
 }
 
@@ -385,14 +385,14 @@ mod tests {
         for rows in layouts {
             let source = body.replace(ROWS_MARKER, rows.source());
             assert!(source.contains("constexpr int ROWS"));
-            assert!(source.contains("auto row_start = [&](int j)"));
+            assert!(source.contains("#define ROW_START(j)"));
         }
         for split in [false, true] {
             let source = body.replace(WRITE_MARKER, write_source(split));
             assert!(source.contains(if split {
                 "record[3 + d]"
             } else {
-                "out[q_row(g)"
+                "out[Q_ROW(g)"
             }));
         }
     }
