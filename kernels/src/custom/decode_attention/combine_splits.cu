@@ -4,25 +4,26 @@
 // finite scores, its sum of exp(score - max), whether it saw a visible key, then its D
 // unnormalised mixed values. One block per query row.
 const int row = blockIdx.x;
-const float* records = parts + static_cast<size_t>(row) * SPLITS * (D + 3);
-auto weighs = [&](const float* r) { return r[2] != 0.f && r[0] != -INFINITY; };
+const int tid = threadIdx.x;
+// COMMON: the same lines as combine_splits.metal from here on
+#define RECORD(i) ((static_cast<size_t>(row) * SPLITS + (i)) * (D + 3))
+// A split weighs in when it saw a visible key with a finite score.
+#define WEIGHS(i) (parts[RECORD(i) + 2] != 0.f && parts[RECORD(i)] != -INFINITY)
 float top = -INFINITY;  // the largest finite score of the row
 bool any_visible = false;
 bool poisoned = false;  // a NaN score: the row is NaN, as in one pass
 for (int i = 0; i < SPLITS; ++i) {
-  const float* r = records + i * (D + 3);
-  if (r[2] != 0.f) {
+  if (parts[RECORD(i) + 2] != 0.f) {
     any_visible = true;
-    top = fmaxf(top, r[0]);
-    poisoned = poisoned || isnan(r[1]);
+    top = fmax(top, parts[RECORD(i)]);
+    poisoned = poisoned || isnan(parts[RECORD(i) + 1]);
   }
 }
 float total = 0.f;
 for (int i = 0; i < SPLITS; ++i) {
-  const float* r = records + i * (D + 3);
-  if (weighs(r)) total += expf(r[0] - top) * r[1];
+  if (WEIGHS(i)) total += exp(parts[RECORD(i)] - top) * parts[RECORD(i) + 1];
 }
-for (int d = threadIdx.x; d < D; d += THREADS) {
+for (int d = tid; d < D; d += THREADS) {
   float result;
   if (!any_visible) {
     result = 0.f;  // no visible key: zeros
@@ -31,8 +32,7 @@ for (int d = threadIdx.x; d < D; d += THREADS) {
   } else {
     float mixed = 0.f;
     for (int i = 0; i < SPLITS; ++i) {
-      const float* r = records + i * (D + 3);
-      if (weighs(r)) mixed += expf(r[0] - top) * r[3 + d];
+      if (WEIGHS(i)) mixed += exp(parts[RECORD(i)] - top) * parts[RECORD(i) + 3 + d];
     }
     result = mixed / total;
   }

@@ -14,11 +14,19 @@ use crate::{ops, Array, Dtype, Stream};
 const MAX_HEAD: i64 = 256;
 
 /// Whether these kernels (contiguous, paged, and the join of splits) run on `stream`: MLX's
-/// CUDA backend.
+/// CUDA backend, or Metal through their twins.
 pub fn decode_attention_runs_on(stream: &Stream) -> bool {
-    super::runs_on(stream, &[Backend::Cuda])
+    super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }
-const WARPS: i32 = 16;
+/// Warps (SIMD groups) a block: 16 on CUDA; 8 on Metal, whose threadgroups have 32 KiB of
+/// memory and may be refused 512 threads.
+fn warps(stream: &Stream) -> i32 {
+    if super::backend(stream) == Some(Backend::Metal) {
+        8
+    } else {
+        16
+    }
+}
 /// The lines of the source that [`KeyRows::source`] and [`write_source`] replace.
 const ROWS_MARKER: &str =
     "// ROWS: the key rows' count and ROW_START(j) (generated, see mod.rs)\n";
@@ -245,6 +253,7 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
     }
     let size = |v: i64| super::size("decode_attention", v);
     let out_shape = [size(b)?, size(hq)?, size(s)?, size(d)?];
+    let warps = warps(stream);
     let plan = Plan::of(b * o.kv_heads * s, hq / o.kv_heads, rows.count());
     let mut template = vec![
         ("T", TemplateArg::Type(dtype)),
@@ -254,7 +263,7 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
         ("S", TemplateArg::Int(out_shape[2])),
         ("GH", TemplateArg::Int(size(plan.heads_per_block)?)),
         ("SPLITS", TemplateArg::Int(size(plan.splits)?)),
-        ("WARPS", TemplateArg::Int(WARPS)),
+        ("WARPS", TemplateArg::Int(warps)),
     ];
     let scale = ops::reshape(&Array::scalar(o.scale)?, &[1], stream)?;
     let mut inputs = vec![o.q, o.keys, o.values, o.lo, o.hi, &scale];
@@ -281,9 +290,14 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
     // A row's keys are numbered in int32 (`ROWS`).
     size(rows.count())?;
     let split = plan.splits > 1;
-    let source = include_str!("decode_attention.cu")
-        .replace(ROWS_MARKER, rows.source())
-        .replace(WRITE_MARKER, write_source(split));
+    let generate = |body: &str| {
+        body.replace(ROWS_MARKER, rows.source())
+            .replace(WRITE_MARKER, write_source(split))
+    };
+    let (cuda, metal) = (
+        generate(include_str!("decode_attention.cu")),
+        generate(include_str!("decode_attention.metal")),
+    );
     let blocks = size(b * o.kv_heads * s * (hq / o.kv_heads / plan.heads_per_block) * plan.splits)?;
     let query_rows = size(b * hq * s)?;
     let record = size(d + 3)?;
@@ -291,8 +305,8 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
     let kernel = Kernel {
         name,
         inputs: &names,
-        cuda: &source,
-        metal: None,
+        cuda: &cuda,
+        metal: Some(&metal),
     };
     let output = kernel.apply(
         &inputs,
@@ -303,7 +317,7 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
                 (&out_shape, dtype)
             },
             blocks,
-            threads: WARPS * 32,
+            threads: warps * 32,
             template: &template,
         },
         stream,
@@ -315,7 +329,7 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
         name: "combine_splits",
         inputs: &["parts"],
         cuda: include_str!("combine_splits.cu"),
-        metal: None,
+        metal: Some(include_str!("combine_splits.metal")),
     };
     combine.apply(
         &[&output],
@@ -340,12 +354,12 @@ const COMBINE_THREADS: i32 = 128;
 /// (running max, sum, whether it saw a visible key, then the unnormalised mix).
 fn write_source(split: bool) -> &'static str {
     if split {
-        "float* record = out + (Q_ROW(g) * SPLITS + split) * (D + 3);\n\
-         record[3 + d] = mixed;\n\
+        "const size_t record = (Q_ROW(g) * SPLITS + split) * (D + 3);\n\
+         out[record + 3 + d] = mixed;\n\
          if (d == 0) {\n\
-           record[0] = running_max[g];\n\
-           record[1] = running_sum[g];\n\
-           record[2] = first < end ? 1.f : 0.f;\n\
+           out[record] = running_max[g];\n\
+           out[record + 1] = running_sum[g];\n\
+           out[record + 2] = first < end ? 1.f : 0.f;\n\
          }\n"
     } else {
         "float result;\n\
@@ -390,7 +404,7 @@ mod tests {
         for split in [false, true] {
             let source = body.replace(WRITE_MARKER, write_source(split));
             assert!(source.contains(if split {
-                "record[3 + d]"
+                "out[record + 3 + d]"
             } else {
                 "out[Q_ROW(g)"
             }));

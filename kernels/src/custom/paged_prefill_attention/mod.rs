@@ -12,16 +12,18 @@ use crate::{ops, Array, Dtype, Stream};
 
 const WARPS: i32 = 4;
 
-/// Whether this kernel runs on `stream`: MLX's CUDA backend.
+/// Whether this kernel runs on `stream`: MLX's CUDA backend, or Metal through its twin.
 pub fn paged_prefill_attention_runs_on(stream: &Stream) -> bool {
-    super::runs_on(stream, &[Backend::Cuda])
+    super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }
 /// Tokens a block serves: 4 rows per warp (`RPW` in the source).
 const TOKENS_PER_BLOCK: i64 = WARPS as i64 * 4;
-const MAX_HEAD: i64 = 256;
+/// Apple GPUs give a threadgroup 32 KiB: the tiles of heads of 256 take 43.
+const MAX_HEAD: i64 = if cfg!(target_os = "macos") { 128 } else { 256 };
 
 /// Whether the kernel takes heads of `head` elements of `dtype`: float16 or bfloat16 (its
-/// tiles are sized for 2-byte elements), at most 256 elements, a multiple of 8.
+/// tiles are sized for 2-byte elements), a multiple of 8 of at most 256 elements (128 on
+/// macOS, where the GPU is Metal's).
 pub fn paged_prefill_attention_takes(head: i64, dtype: Dtype) -> bool {
     matches!(dtype, Dtype::F16 | Dtype::BF16) && (1..=MAX_HEAD).contains(&head) && head % 8 == 0
 }
@@ -108,7 +110,7 @@ pub fn paged_prefill_attention(
         name: "paged_prefill_attention",
         inputs: &names,
         cuda: include_str!("paged_prefill_attention.cu"),
-        metal: None,
+        metal: Some(include_str!("paged_prefill_attention.metal")),
     };
     let out_shape = [size(tokens)?, size(heads)?, size(d)?];
     let tiles = (tokens + TOKENS_PER_BLOCK - 1) / TOKENS_PER_BLOCK;
