@@ -164,3 +164,51 @@ impl Drop for Names {
         unsafe { sys::mlx_vector_string_free(self.raw) };
     }
 }
+
+/// Checks that a Metal twin keeps its CUDA source's algorithm where a test can see it: the same
+/// template constants and macros, the same block-shared arrays, and identical lines after a
+/// `// COMMON` marker where the sources have one. Line-for-line review does the rest.
+#[cfg(test)]
+fn assert_twins(cuda: &str, metal: &str) {
+    use std::collections::BTreeSet;
+    let constants = |source: &str| -> BTreeSet<String> {
+        source
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| {
+                w.len() > 0
+                    && w.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+                    && w.chars()
+                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            })
+            .map(String::from)
+            .collect()
+    };
+    let shared = |source: &str, keyword: &str| -> Vec<String> {
+        source
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix(keyword))
+            .filter_map(|rest| rest.split('[').next())
+            .filter_map(|decl| decl.split_whitespace().last().map(String::from))
+            .collect()
+    };
+    // Comments may name backend words; the code may not differ in its constants.
+    let code = |source: &str| -> String {
+        source
+            .lines()
+            .map(|line| line.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(constants(&code(cuda)), constants(&code(metal)));
+    assert_eq!(shared(cuda, "__shared__ "), shared(metal, "threadgroup "));
+    let common = |source: &str| {
+        source
+            .split_once("// COMMON")
+            .map(|(_, rest)| rest.to_owned())
+    };
+    if let Some(cuda_common) = common(cuda) {
+        let metal_common = common(metal).expect("both twins mark their common lines");
+        let after_marker = |rest: &str| rest.split_once('\n').map(|(_, r)| r.to_owned());
+        assert_eq!(after_marker(&cuda_common), after_marker(&metal_common));
+    }
+}

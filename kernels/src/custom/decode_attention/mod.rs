@@ -28,8 +28,7 @@ fn warps(stream: &Stream) -> i32 {
     }
 }
 /// The lines of the source that [`KeyRows::source`] and [`write_source`] replace.
-const ROWS_MARKER: &str =
-    "// ROWS: the key rows' count and ROW_START(j) (generated, see mod.rs)\n";
+const ROWS_MARKER: &str = "// ROWS: the key rows' count and ROW_START(j) (generated, see mod.rs)\n";
 const WRITE_MARKER: &str =
     "    // WRITE: the row's result or the split's partial sums (generated, see mod.rs)\n";
 
@@ -383,7 +382,27 @@ mod tests {
     /// both ways of finishing fill the body's one WRITE line.
     #[test]
     fn the_generated_lines_fill_the_body() {
-        let body = include_str!("decode_attention.cu");
+        for body in [
+            include_str!("decode_attention.cu"),
+            include_str!("decode_attention.metal"),
+        ] {
+            fill(body);
+        }
+    }
+
+    #[test]
+    fn the_metal_twins_keep_the_cuda_algorithm() {
+        super::super::assert_twins(
+            include_str!("decode_attention.cu"),
+            include_str!("decode_attention.metal"),
+        );
+        super::super::assert_twins(
+            include_str!("combine_splits.cu"),
+            include_str!("combine_splits.metal"),
+        );
+    }
+
+    fn fill(body: &str) {
         assert_eq!(body.matches(ROWS_MARKER).count(), 1);
         assert_eq!(body.matches(WRITE_MARKER).count(), 1);
         let table = Array::from_slice(&[0i32], &[1, 1]).unwrap();

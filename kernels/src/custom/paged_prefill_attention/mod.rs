@@ -125,3 +125,14 @@ pub fn paged_prefill_attention(
         stream,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_metal_twin_keeps_the_cuda_algorithm() {
+        super::super::assert_twins(
+            include_str!("paged_prefill_attention.cu"),
+            include_str!("paged_prefill_attention.metal"),
+        );
+    }
+}
