@@ -175,7 +175,7 @@ fn assert_twins(cuda: &str, metal: &str) {
         source
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .filter(|w| {
-                w.len() > 0
+                !w.is_empty()
                     && w.chars().next().is_some_and(|c| c.is_ascii_uppercase())
                     && w.chars()
                         .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
