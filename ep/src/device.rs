@@ -1,6 +1,6 @@
 //! Which MLX device a session's plans run on (the `device` setting: cpu, gpu, or unset for the
-//! GPU when the loaded libmlx has one), and whether the hand-written CUDA kernels
-//! (`mlx_kernels::cuda`) join the graphs lowered from then on (`no_cuda_kernels`).
+//! GPU when the loaded libmlx has one), and whether the hand-written GPU kernels
+//! (`mlx_kernels::custom`) join the graphs lowered from then on (`no_cuda_kernels`).
 
 use mlx_kernels::{Result, Stream};
 

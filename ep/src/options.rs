@@ -102,7 +102,7 @@ pub const SETTINGS: &[Setting] = &[
         key: "no_cuda_kernels",
         env: "ONNXRUNTIME_EP_MLX_NO_CUDA_KERNELS",
         kind: Kind::Flag { default: false },
-        doc: "MLX's CUDA backend only: the composed MLX path instead of the hand-written kernels (`kernels/src/cuda/`: decode attention over a buffer or a paged cache, the 4-bit matrix-vector product, RMS normalisation, the packing of what the host reads)",
+        doc: "The composed MLX path instead of the hand-written GPU kernels (`kernels/src/custom/`: decode attention over a buffer or a paged cache, paged prefill attention, on CUDA and Metal; on CUDA only, the 4-bit matrix-vector product, RMS normalisation and the packing of what the host reads)",
     },
     Setting {
         key: "profile_ops",
