@@ -321,6 +321,32 @@ def test_prefill_over_paged_caches(head, elem, group, attrs):
     check(feeds, elem=elem, atol=5e-2 if elem == BF16 else 1e-2, num_heads=2 * group, kv_num_heads=2, **attrs)
 
 
+@pytest.mark.parametrize("elem", [F16, BF16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("q_lens, past", [([1, 1, 1], [1500, 3, 700]), ([37, 0, 5, 20], [0, 30, 100, 3])],
+                         ids=["decode", "prefill"])
+def test_the_kernels_agree_with_the_composed_path(elem, q_lens, past):
+    """The same node with the hand-written kernels (where they run: MLX's GPU) and with the
+    composed path they replace (`no_cuda_kernels`): outputs within a rounding of each other,
+    caches identical, both sessions MLX-first."""
+    feeds = paged_feeds(np.random.default_rng(14), q_lens, past, num_heads=8, kv_num_heads=2, head=128,
+                        num_blocks=150, max_blocks=100, dtype=NP[elem])
+    model = paged_model(feeds, elem, num_heads=8, kv_num_heads=2)
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == MLX]
+    outputs = []
+    for options in ({}, {"no_cuda_kernels": "1"}):
+        so = ort.SessionOptions()
+        so.add_provider_for_devices(devices, options)
+        session = ort.InferenceSession(model, so)
+        session.disable_fallback()
+        assert session.get_providers()[0] == MLX
+        outputs.append([np.asarray(o, np.float32) for o in session.run(None, wire_feeds(feeds))])
+    (kernel_out, *kernel_caches), (composed_out, *composed_caches) = outputs
+    atol = 5e-2 if elem == BF16 else 1e-2
+    np.testing.assert_allclose(kernel_out, composed_out, atol=atol, rtol=atol)
+    for got, want in zip(kernel_caches, composed_caches):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_attention_metadata_bounds_change_nothing():
     feeds = paged_feeds(np.random.default_rng(11), [4, 0, 7], [3, 2, 10])
     feeds["attention_metadata"] = np.array([7, 17, 0], np.int32)
