@@ -295,12 +295,13 @@ def test_bfloat16():
 
 @pytest.mark.parametrize("head", [64, 128, 256])
 @pytest.mark.parametrize("elem", [F16, BF16], ids=["float16", "bfloat16"])
-@pytest.mark.parametrize("group", [1, 4], ids=["mha", "gqa4"])
+@pytest.mark.parametrize("group", [1, 4, 8], ids=["mha", "gqa4", "gqa8"])
 def test_decode_over_long_paged_caches(head, elem, group):
-    """Decode steps as the paged decode-attention kernel takes them on MLX's CUDA backend (the
-    composed path elsewhere): a packed batch whose sequences hold from none to 1,500 cached
-    tokens in 100 shuffled blocks, so one reads a single block and another is split over three
-    blocks of the GPU; query heads sharing a key head or not; the head sizes LLMs use."""
+    """Decode steps as the paged decode-attention kernel takes them on MLX's GPU (the composed
+    path elsewhere): a packed batch whose sequences hold from none to 1,500 cached tokens in 100
+    shuffled blocks, so one reads a single block and another is split over three blocks of the
+    GPU; one, four or eight query heads a key head (a block serves them together; eight take
+    the kernel's narrower blocks); the head sizes LLMs use."""
     past = [0, 15, 16, 1500]
     feeds = paged_feeds(np.random.default_rng(12), [1] * len(past), past, num_heads=2 * group, kv_num_heads=2,
                         head=head, num_blocks=125, max_blocks=100, dtype=NP[elem])

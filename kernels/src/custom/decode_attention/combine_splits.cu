@@ -7,8 +7,9 @@ const int row = blockIdx.x;
 const int tid = threadIdx.x;
 // COMMON: the same lines as combine_splits.metal from here on
 #define RECORD(i) ((static_cast<size_t>(row) * SPLITS + (i)) * (D + 3))
-// A split weighs in when it saw a visible key with a finite score.
-#define WEIGHS(i) (parts[RECORD(i) + 2] != 0.f && parts[RECORD(i)] != -INFINITY)
+// A split weighs in when it saw a visible key: one whose scores were all -inf weighs
+// exp(-inf - top) = 0 (top is finite below), and 0 times a NaN mix is NaN, as in one pass.
+#define WEIGHS(i) (parts[RECORD(i) + 2] != 0.f)
 float top = -INFINITY;  // the largest finite score of the row
 bool any_visible = false;
 bool poisoned = false;  // a NaN score: the row is NaN, as in one pass

@@ -3,8 +3,9 @@ const int row = int(threadgroup_position_in_grid.x);
 const int tid = int(thread_position_in_threadgroup.x);
 // COMMON: the same lines as combine_splits.cu from here on
 #define RECORD(i) ((static_cast<size_t>(row) * SPLITS + (i)) * (D + 3))
-// A split weighs in when it saw a visible key with a finite score.
-#define WEIGHS(i) (parts[RECORD(i) + 2] != 0.f && parts[RECORD(i)] != -INFINITY)
+// A split weighs in when it saw a visible key: one whose scores were all -inf weighs
+// exp(-inf - top) = 0 (top is finite below), and 0 times a NaN mix is NaN, as in one pass.
+#define WEIGHS(i) (parts[RECORD(i) + 2] != 0.f)
 float top = -INFINITY;  // the largest finite score of the row
 bool any_visible = false;
 bool poisoned = false;  // a NaN score: the row is NaN, as in one pass

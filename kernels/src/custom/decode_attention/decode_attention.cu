@@ -30,11 +30,12 @@ const int tid = threadIdx.x;
 const int warp = tid / 32;
 const int lane = tid % 32;
 // ROWS: the key rows' count and ROW_START(j) (generated, see mod.rs)
-const int visible_first = max(lo[batch * S + s_index], 0);
-const int visible_end = min(hi[batch * S + s_index], ROWS);
+// Clamped before any arithmetic: extreme lo/hi cannot overflow.
+const int visible_first = min(max(lo[batch * S + s_index], 0), ROWS);
+const int visible_end = max(min(hi[batch * S + s_index], ROWS), visible_first);
 // This split's share of the visible keys (empty when the range is short).
-const int share = (max(visible_end - visible_first, 0) + SPLITS - 1) / SPLITS;
-const int first = min(visible_first + split * share, ROWS);
+const int share = (visible_end - visible_first + SPLITS - 1) / SPLITS;
+const int first = min(visible_first + split * share, visible_end);
 const int end = min(first + share, visible_end);
 const float scaling = scale[0];
 // Whether every row starts on a 16-byte boundary (block-uniform: one branch for all).

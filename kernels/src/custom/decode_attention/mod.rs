@@ -18,10 +18,11 @@ const MAX_HEAD: i64 = 256;
 pub fn decode_attention_runs_on(stream: &Stream) -> bool {
     super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }
-/// Warps (SIMD groups) a block: 16 on CUDA; 8 on Metal, whose threadgroups have 32 KiB of
-/// memory and may be refused 512 threads.
-fn warps(stream: &Stream) -> i32 {
-    if super::backend(stream) == Some(Backend::Metal) {
+/// Warps (SIMD groups) a block: 16 on CUDA, but 8 for more than 6 heads a block (ptxas gives
+/// those 137-144 registers a thread, and 512 such threads exceed an SM's 65,536); 8 on Metal,
+/// whose threadgroups have 32 KiB of memory and may be refused 512 threads.
+fn warps(stream: &Stream, heads_per_block: i64) -> i32 {
+    if super::backend(stream) == Some(Backend::Metal) || heads_per_block > 6 {
         8
     } else {
         16
@@ -252,8 +253,8 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
     }
     let size = |v: i64| super::size("decode_attention", v);
     let out_shape = [size(b)?, size(hq)?, size(s)?, size(d)?];
-    let warps = warps(stream);
     let plan = Plan::of(b * o.kv_heads * s, hq / o.kv_heads, rows.count());
+    let warps = warps(stream, plan.heads_per_block);
     let mut template = vec![
         ("T", TemplateArg::Type(dtype)),
         ("D", TemplateArg::Int(out_shape[3])),
