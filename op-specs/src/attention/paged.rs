@@ -25,10 +25,12 @@
 //! a token reads or writes, a slot outside `[-1, num_blocks·block_size)`, and two tokens writing
 //! the same slot (a race on the GPU).
 //!
-//! Two shapes of the same computation, chosen from the static shapes by their cost: per token
-//! (each token's sequence gathered for it: decode steps) or all tokens against all sequences with
-//! a mask to their own (prefill). MLX's fused attention runs both when there is no soft cap or
-//! sink.
+//! On the GPU, without soft cap or sink, hand-written kernels read the caches in place through
+//! the block table (`InPlace`: a decode kernel for about one new token a sequence, a prefill
+//! kernel for more). Elsewhere two composed shapes of the same computation, chosen from the
+//! static shapes by their cost: per token (each token's sequence gathered for it: decode steps)
+//! or all tokens against all sequences with a mask to their own (prefill). MLX's fused attention
+//! runs both when there is no soft cap or sink.
 
 use mlx_kernels::ops::ScatterMode;
 use mlx_kernels::{custom, ops, Array, Dtype, Stream};
@@ -321,8 +323,8 @@ fn paged_attention(
     Ok(vec![out, key_cache_out, value_cache_out])
 }
 
-/// Attention read straight from the pools through the block table by a CUDA kernel: the
-/// caches are not gathered.
+/// Attention read straight from the pools through the block table by a GPU kernel: the caches
+/// are not gathered.
 struct InPlace<'a> {
     q: &'a Array,
     key_pool: &'a Array,
@@ -341,12 +343,12 @@ impl InPlace<'_> {
     /// key head, long caches split over blocks); more tokens a sequence run the prefill kernel,
     /// which reads each key tile once for up to 16 of a sequence's tokens.
     fn attend(&self, g: &Geometry, dtype: Dtype, s: &Stream) -> Result<Option<Array>> {
-        let (lo, hi) = self.key_ranges(s)?;
         let decode_like = g.tokens < 4 * g.batch;
         if decode_like
             && custom::decode_attention_runs_on(s)
             && custom::decode_attention_takes(g.head, dtype)
         {
+            let (lo, hi) = self.key_ranges(s)?;
             let table = ops::take(self.table, &self.rows.sequence, 0, s)?; // [T, M]
             let column = |a: &Array| ops::reshape(a, &[g.tokens, 1], s);
             let q4 = ops::expand_dims(self.q, &[2], s)?; // [T, Hq, 1, D]
@@ -365,6 +367,7 @@ impl InPlace<'_> {
         if custom::paged_prefill_attention_runs_on(s)
             && custom::paged_prefill_attention_takes(g.head, dtype)
         {
+            let (lo, hi) = self.key_ranges(s)?;
             let out = custom::paged_prefill_attention(
                 self.q,
                 self.key_pool,
