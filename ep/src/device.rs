@@ -1,6 +1,7 @@
 //! Which MLX device a session's plans run on (the `device` setting: cpu, gpu, or unset for the
 //! GPU when the loaded libmlx has one), and whether the hand-written GPU kernels
-//! (`mlx_kernels::custom`) join the graphs lowered from then on (`no_cuda_kernels`).
+//! (`mlx_kernels::custom`) join the graphs lowered from then on (`no_cuda_kernels`, and
+//! `metal_kernels` for their Metal twins).
 
 use mlx_kernels::{Result, Stream};
 
@@ -18,6 +19,7 @@ enum Named {
 pub struct Device {
     named: Named,
     cuda_kernels: bool,
+    metal_kernels: bool,
 }
 
 impl Default for Device {
@@ -26,6 +28,7 @@ impl Default for Device {
         Device {
             named: Named::Best,
             cuda_kernels: true,
+            metal_kernels: false,
         }
     }
 }
@@ -40,11 +43,13 @@ impl Device {
         Device {
             named,
             cuda_kernels: !options.flag("no_cuda_kernels"),
+            metal_kernels: options.flag("metal_kernels"),
         }
     }
 
     pub fn stream(self) -> Result<Stream> {
         mlx_kernels::custom::set_enabled(self.cuda_kernels);
+        mlx_kernels::custom::set_metal_enabled(self.metal_kernels);
         match self.named {
             Named::Cpu => Stream::cpu(),
             Named::Gpu => Stream::gpu(),

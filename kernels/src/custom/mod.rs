@@ -36,12 +36,20 @@ pub use quantized_matvec::{quantized_matvec, quantized_matvec_runs_on, QUANTIZED
 pub use rms_norm::{rms_norm, rms_norm_runs_on, rms_norm_takes, RMS_NORM_MAX_WIDTH};
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
+static METAL_ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Turns the hand-written kernels off (or on again) for graphs lowered from now on: the
 /// composed MLX path then runs everywhere (a switch for comparisons and for working around a
 /// kernel).
 pub fn set_enabled(enabled: bool) {
     ENABLED.store(enabled, Ordering::Relaxed);
+}
+
+/// Lets the Metal twins run (or not) for graphs lowered from now on. Off by default: no
+/// machine here runs Metal, so they wait for a macOS run (the macOS workflow turns them on);
+/// `set_enabled(false)` still turns them off with the rest.
+pub fn set_metal_enabled(enabled: bool) {
+    METAL_ENABLED.store(enabled, Ordering::Relaxed);
 }
 
 /// The GPU backends MLX builds with, each with its own kernel language.
@@ -64,9 +72,12 @@ fn backend(stream: &Stream) -> Option<Backend> {
     })
 }
 
-/// Whether a kernel with sources for `backends` runs on `stream` (and kernels are enabled).
+/// Whether a kernel with sources for `backends` runs on `stream` (and kernels are enabled,
+/// Metal's by their own switch too).
 fn runs_on(stream: &Stream, backends: &[Backend]) -> bool {
-    ENABLED.load(Ordering::Relaxed) && backend(stream).is_some_and(|b| backends.contains(&b))
+    let on = |b: Backend| b != Backend::Metal || METAL_ENABLED.load(Ordering::Relaxed);
+    ENABLED.load(Ordering::Relaxed)
+        && backend(stream).is_some_and(|b| backends.contains(&b) && on(b))
 }
 
 /// A compile-time constant of a kernel's source (`constexpr int` / `using T = ...` on CUDA,
