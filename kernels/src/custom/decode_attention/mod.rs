@@ -4,8 +4,10 @@
 //! matmul/softmax/matmul over every key), so a step over a shared KV buffer of `P` rows paid
 //! for all of them, widened to float32. This kernel reads only each row's visible keys
 //! `[lo, hi)` straight from the 16- or 32-bit buffer and scores, normalises and mixes in
-//! float32, rounding once to the element type. Each thread scores a whole key, so a pass of
-//! 512 keys costs a few memory round trips (see the source).
+//! float32, rounding once to the element type. A block serves the query heads of one key head,
+//! so each key is read once for all of them; each thread scores a whole key, so a pass of 512
+//! keys costs a few memory round trips; a long buffer with few blocks is split over more
+//! blocks and joined by `combine_splits` (see the sources).
 
 use super::{Backend, Kernel, Launch, TemplateArg};
 use crate::error::{Error, Result};
@@ -18,6 +20,7 @@ const MAX_HEAD: i64 = 256;
 pub fn decode_attention_runs_on(stream: &Stream) -> bool {
     super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }
+
 /// Warps (SIMD groups) a block: 16 on CUDA, but 8 for more than 6 heads a block (ptxas gives
 /// those 137-144 registers a thread, and 512 such threads exceed an SM's 65,536); 8 on Metal,
 /// whose threadgroups have 32 KiB of memory and may be refused 512 threads.
@@ -28,6 +31,7 @@ fn warps(stream: &Stream, heads_per_block: i64) -> i32 {
         16
     }
 }
+
 /// The lines of the source that [`KeyRows::source`] and [`write_source`] replace.
 const ROWS_MARKER: &str = "// ROWS: the key rows' count and ROW_START(j) (generated, see mod.rs)\n";
 const WRITE_MARKER: &str =
@@ -43,9 +47,9 @@ pub fn decode_attention_takes(head: i64, dtype: Dtype) -> bool {
 
 /// `softmax(scale · q · kᵀ) · v` for each query row over keys `lo[b, s] ≤ j < hi[b, s]` only:
 /// `q` `[B, Hq, S, D]`, `keys`/`values` `[B, Hkv, P, D]` (Hq a multiple of Hkv: query head `h`
-/// reads key head `h / (Hq / Hkv)`), `lo`/`hi` int32 `[B, S]` (clipped to `[0, P]`); no dimension may be 0. Scores,
-/// softmax and mixing in float32; a row with no visible key gives zeros; a +inf score, or only
-/// -inf scores, give NaN (as a max-subtracted softmax does).
+/// reads key head `h / (Hq / Hkv)`), `lo`/`hi` int32 `[B, S]` (clipped to `[0, P]`); no
+/// dimension may be 0. Scores, softmax and mixing in float32; a row with no visible key gives
+/// zeros; a +inf score, or only -inf scores, give NaN (as a max-subtracted softmax does).
 pub fn decode_attention(
     q: &Array,
     keys: &Array,
