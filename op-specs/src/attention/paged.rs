@@ -226,16 +226,13 @@ fn paged_attention(
         &[1, cap],
         s,
     )?;
+    let (lo, hi) = rows.key_ranges(is_causal == 1, local_window_size, s)?;
     let column = |a: &Array| ops::reshape(a, &[g.tokens, 1], s);
-    let (pos, len) = (column(&rows.position)?, column(&rows.length)?);
-    let mut visible = ops::less(&key_pos, &len, s)?;
-    if is_causal == 1 {
-        visible = ops::logical_and(&visible, &ops::less_equal(&key_pos, &pos, s)?, s)?;
-    }
-    if local_window_size > 0 {
-        let first = ops::subtract(&pos, &i32s(local_window_size - 1, s)?, s)?;
-        visible = ops::logical_and(&visible, &ops::greater_equal(&key_pos, &first, s)?, s)?;
-    }
+    let visible = ops::logical_and(
+        &ops::greater_equal(&key_pos, &column(&lo)?, s)?,
+        &ops::less(&key_pos, &column(&hi)?, s)?,
+        s,
+    )?;
     let token_ok = ops::take(&position_ok, &rows.sequence, 0, s)?;
     cx.require(
         &ops::logical_or(&ops::logical_not(&visible, s)?, &token_ok, s)?,
@@ -272,9 +269,9 @@ fn paged_attention(
             key_pool: &key_cache_out,
             value_pool: &value_cache_out,
             table: &safe_ids,
-            rows: &rows,
-            causal: is_causal == 1,
-            window: local_window_size,
+            sequence: &rows.sequence,
+            lo: &lo,
+            hi: &hi,
             scale,
         };
         if let Some(out) = in_place.attend(&g, dtype, s)? {
@@ -331,9 +328,10 @@ struct InPlace<'a> {
     value_pool: &'a Array,
     /// The block table with ids clamped to the pool (bad ones already fail the run).
     table: &'a Array,
-    rows: &'a Rows,
-    causal: bool,
-    window: i64,
+    /// Each token's sequence and visible keys `[lo, hi)`, `[T]` int32 ([`Rows::key_ranges`]).
+    sequence: &'a Array,
+    lo: &'a Array,
+    hi: &'a Array,
     scale: f32,
 }
 
@@ -348,8 +346,7 @@ impl InPlace<'_> {
             && custom::decode_attention_runs_on(s)
             && custom::decode_attention_takes(g.head, dtype)
         {
-            let (lo, hi) = self.key_ranges(s)?;
-            let table = ops::take(self.table, &self.rows.sequence, 0, s)?; // [T, M]
+            let table = ops::take(self.table, self.sequence, 0, s)?; // [T, M]
             let column = |a: &Array| ops::reshape(a, &[g.tokens, 1], s);
             let q4 = ops::expand_dims(self.q, &[2], s)?; // [T, Hq, 1, D]
             let out = custom::paged_decode_attention(
@@ -357,8 +354,8 @@ impl InPlace<'_> {
                 self.key_pool,
                 self.value_pool,
                 &table,
-                &column(&lo)?,
-                &column(&hi)?,
+                &column(self.lo)?,
+                &column(self.hi)?,
                 self.scale,
                 s,
             )?;
@@ -367,38 +364,20 @@ impl InPlace<'_> {
         if custom::paged_prefill_attention_runs_on(s)
             && custom::paged_prefill_attention_takes(g.head, dtype)
         {
-            let (lo, hi) = self.key_ranges(s)?;
             let out = custom::paged_prefill_attention(
                 self.q,
                 self.key_pool,
                 self.value_pool,
                 self.table,
-                &self.rows.sequence,
-                &lo,
-                &hi,
+                self.sequence,
+                self.lo,
+                self.hi,
                 self.scale,
                 s,
             )?;
             return Ok(Some(out));
         }
         Ok(None)
-    }
-
-    /// Each token's visible keys `[lo, hi)`, `[T]` int32: up to its own position when causal
-    /// (never past its sequence's length), from `W - 1` before it with a window `W > 0`.
-    fn key_ranges(&self, s: &Stream) -> Result<(Array, Array)> {
-        let (pos, len) = (&self.rows.position, &self.rows.length);
-        let hi = if self.causal {
-            ops::minimum(&ops::add(pos, &i32s(1, s)?, s)?, len, s)?
-        } else {
-            len.clone()
-        };
-        let lo = if self.window > 0 {
-            ops::subtract(pos, &i32s(self.window - 1, s)?, s)?
-        } else {
-            ops::broadcast_to(&i32s(0, s)?, &pos.shape(), s)?
-        };
-        Ok((lo, hi))
     }
 }
 
@@ -596,6 +575,26 @@ impl Rows {
             length: ops::add(&row_past, &of_row(&sequences.lengths)?, s)?,
             sequence,
         })
+    }
+}
+
+impl Rows {
+    /// Each token's visible keys `[lo, hi)`, `[T]` int32: up to its own position when causal
+    /// (never past its sequence's length), from `W - 1` before it with a window `W > 0`. The
+    /// composed paths' mask and the kernels' ranges both come from here.
+    fn key_ranges(&self, causal: bool, window: i64, s: &Stream) -> Result<(Array, Array)> {
+        let (pos, len) = (&self.position, &self.length);
+        let hi = if causal {
+            ops::minimum(&ops::add(pos, &i32s(1, s)?, s)?, len, s)?
+        } else {
+            len.clone()
+        };
+        let lo = if window > 0 {
+            ops::subtract(pos, &i32s(window - 1, s)?, s)?
+        } else {
+            ops::broadcast_to(&i32s(0, s)?, &pos.shape(), s)?
+        };
+        Ok((lo, hi))
     }
 }
 
