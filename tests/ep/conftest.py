@@ -38,6 +38,13 @@ def set_env(monkeypatch, env):
         monkeypatch.setenv(key, value)
 
 
+def mlx_devices():
+    """The MLX EP's devices, for sessions that pass it provider options."""
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == MLX]
+    assert devices, "the EP library registered no device"
+    return devices
+
+
 def make_model(nodes, inputs, outputs, initializers=(), opset=17, domains=()):
     """A model from helper.make_node/... pieces; IR 10 (ORT 1.31.1 rejects IR 14)."""
     graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))

@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from conftest import MLX, kernel_placements, make_model, tensor
+from conftest import MLX, kernel_placements, make_model, mlx_devices, tensor
 
 PREFIX = "ep.mlxexecutionprovider."  # as ORT writes a provider option's key
 # Every option with a value it takes (the table is ep/src/options.rs; README.md shows it).
@@ -23,12 +23,6 @@ BAD = {"device": "npu", "disable": "maybe", "compile_after": "-1", "compile_cach
 MODEL = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])],
                    [tensor("x", shape=[2, 3])], [tensor("y")])
 X = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], np.float32)
-
-
-def mlx_devices():
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == MLX]
-    assert devices, "the EP library registered no device"
-    return devices
 
 
 def session(provider_options=None, config=None):

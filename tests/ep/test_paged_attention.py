@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
-from conftest import MLX, Run, make_model, tensor
+from conftest import MLX, Run, make_model, mlx_devices, tensor
 
 F16 = TensorProto.FLOAT16
 BF16 = TensorProto.BFLOAT16
@@ -332,11 +332,10 @@ def test_the_kernels_agree_with_the_composed_path(elem, q_lens, past):
     feeds = paged_feeds(np.random.default_rng(14), q_lens, past, num_heads=8, kv_num_heads=2, head=128,
                         num_blocks=150, max_blocks=100, dtype=NP[elem])
     model = paged_model(feeds, elem, num_heads=8, kv_num_heads=2)
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == MLX]
     outputs = []
     for options in ({}, {"no_cuda_kernels": "1"}):
         so = ort.SessionOptions()
-        so.add_provider_for_devices(devices, options)
+        so.add_provider_for_devices(mlx_devices(), options)
         session = ort.InferenceSession(model, so)
         session.disable_fallback()
         assert session.get_providers()[0] == MLX

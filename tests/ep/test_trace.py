@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from conftest import MLX, make_model, tensor
+from conftest import MLX, make_model, mlx_devices, tensor
 
 MODEL = make_model(
     [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Mul", ["r", "r"], ["m"], name="square"),
@@ -21,9 +21,8 @@ MODEL = make_model(
 
 
 def traced_runs(path, options, runs=3):
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == MLX]
     so = ort.SessionOptions()
-    so.add_provider_for_devices(devices, {"trace": str(path), **options})
+    so.add_provider_for_devices(mlx_devices(), {"trace": str(path), **options})
     session = ort.InferenceSession(MODEL, so)
     assert session.get_providers()[0] == MLX
     for i in range(runs):
