@@ -59,7 +59,7 @@ def decoder_shape(args: argparse.Namespace) -> make_decoder.Shape:
         return make_decoder.Shape(hidden=128, layers=args.layers, heads=4, kv_heads=2, ffn=256, vocab=512,
                                   context=args.past + args.warm + args.steps + 16)
     return make_decoder.Shape(hidden=2048, layers=args.layers, heads=32, kv_heads=8, ffn=8192, vocab=32000,
-                              context=2304)
+                              context=max(2304, args.past + args.warm + args.steps + 16))
 
 
 def decoder_model(shape: make_decoder.Shape) -> Path:

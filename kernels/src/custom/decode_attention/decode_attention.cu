@@ -17,6 +17,7 @@ constexpr int E = 16 / sizeof(T);         // elements in a 16-byte chunk
 constexpr int CHUNKS = D / E;             // chunks in a row (D is a multiple of E)
 constexpr int GROUPS = THREADS / CHUNKS;  // key groups of the value pass
 constexpr int HEAD_GROUPS = HQ / HKV / GH;
+constexpr int VALUE_LOADS = 4;            // value chunks a thread loads before summing them
 const int split = blockIdx.x % SPLITS;
 const int cell = blockIdx.x / SPLITS;  // ((b * HKV + kv_head) * HEAD_GROUPS + group) * S + s
 const int s_index = cell % S;
@@ -50,18 +51,21 @@ for (int i = tid; i < GH * D; i += THREADS) {
   q_rows[i / D][i % D] = static_cast<float>(q[Q_ROW(i / D) * D + i % D]);
 }
 
-// The E elements of chunk `c` of row `j` of `base`, widened to float32.
-auto load_chunk = [&](const T* base, int j, int c, float* to) {
+// Chunk `c` of row `j` of `base` as its 16 raw bytes, and those bytes widened to float32:
+// apart, so that several loads can be in flight before any of them is used.
+auto load_raw = [&](const T* base, int j, int c) {
   const T* at = base + ROW_START(j) + c * E;
-  if (aligned) {
-    const uint4 chunk = *reinterpret_cast<const uint4*>(at);
-    const T* items = reinterpret_cast<const T*>(&chunk);
+  if (aligned) return *reinterpret_cast<const uint4*>(at);
+  uint4 chunk;
+  T* items = reinterpret_cast<T*>(&chunk);
 #pragma unroll
-    for (int e = 0; e < E; ++e) to[e] = static_cast<float>(items[e]);
-  } else {
+  for (int e = 0; e < E; ++e) items[e] = at[e];
+  return chunk;
+};
+auto widen = [&](const uint4& chunk, float* to) {
+  const T* items = reinterpret_cast<const T*>(&chunk);
 #pragma unroll
-    for (int e = 0; e < E; ++e) to[e] = static_cast<float>(at[e]);
-  }
+  for (int e = 0; e < E; ++e) to[e] = static_cast<float>(items[e]);
 };
 
 // Block-wide max or sum of one value per thread, for each head at once.
@@ -114,7 +118,7 @@ for (int base = first; base < end; base += THREADS) {
   if (visible) {
     for (int c = 0; c < CHUNKS; ++c) {
       float k[E];
-      load_chunk(keys, j, c, k);
+      widen(load_raw(keys, j, c), k);
 #pragma unroll
       for (int g = 0; g < GH; ++g) {
 #pragma unroll
@@ -151,14 +155,25 @@ for (int base = first; base < end; base += THREADS) {
   }
   if (group < GROUPS) {
     const int keys_here = min(THREADS, end - base);
-    for (int k = group; k < keys_here; k += GROUPS) {
-      float v[E];
-      load_chunk(values, base + k, column, v);
+    for (int k0 = group; k0 < keys_here; k0 += GROUPS * VALUE_LOADS) {
+      uint4 chunks[VALUE_LOADS];  // VALUE_LOADS keys' chunks: one memory round trip for all
 #pragma unroll
-      for (int g = 0; g < GH; ++g) {
-        const float weight = probability[g][k];
+      for (int u = 0; u < VALUE_LOADS; ++u) {
+        const int k = k0 + u * GROUPS;
+        chunks[u] = k < keys_here ? load_raw(values, base + k, column) : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][e] += weight * v[e];
+      for (int u = 0; u < VALUE_LOADS; ++u) {
+        const int k = k0 + u * GROUPS;
+        if (k >= keys_here) break;
+        float v[E];
+        widen(chunks[u], v);
+#pragma unroll
+        for (int g = 0; g < GH; ++g) {
+          const float weight = probability[g][k];
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[g][e] += weight * v[e];
+        }
       }
     }
   }

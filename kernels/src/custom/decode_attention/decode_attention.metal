@@ -9,6 +9,7 @@ constexpr int E = 16 / sizeof(T);         // elements in a 16-byte chunk
 constexpr int CHUNKS = D / E;             // chunks in a row (D is a multiple of E)
 constexpr int GROUPS = THREADS / CHUNKS;  // key groups of the value pass
 constexpr int HEAD_GROUPS = HQ / HKV / GH;
+constexpr int VALUE_LOADS = 4;            // value chunks a thread loads before summing them
 const int split = int(threadgroup_position_in_grid.x) % SPLITS;
 const int cell = int(threadgroup_position_in_grid.x) / SPLITS;
 const int s_index = cell % S;
@@ -120,13 +121,24 @@ for (int base = first; base < end; base += THREADS) {
   }
   if (group < GROUPS) {
     const int keys_here = min(THREADS, end - base);
-    for (int k = group; k < keys_here; k += GROUPS) {
-      const size_t row = ROW_START(base + k);
-      float v[E];
-      for (int e = 0; e < E; ++e) v[e] = static_cast<float>(values[row + column * E + e]);
-      for (int g = 0; g < GH; ++g) {
-        const float weight = probability[g][k];
-        for (int e = 0; e < E; ++e) acc[g][e] += weight * v[e];
+    for (int k0 = group; k0 < keys_here; k0 += GROUPS * VALUE_LOADS) {
+      T chunks[VALUE_LOADS][E];  // VALUE_LOADS keys' chunks: one memory round trip for all
+      for (int u = 0; u < VALUE_LOADS; ++u) {
+        const int k = k0 + u * GROUPS;
+        const size_t row = k < keys_here ? ROW_START(base + k) : 0;
+        for (int e = 0; e < E; ++e) {
+          chunks[u][e] = k < keys_here ? values[row + column * E + e] : static_cast<T>(0.f);
+        }
+      }
+      for (int u = 0; u < VALUE_LOADS; ++u) {
+        const int k = k0 + u * GROUPS;
+        if (k >= keys_here) break;
+        float v[E];
+        for (int e = 0; e < E; ++e) v[e] = static_cast<float>(chunks[u][e]);
+        for (int g = 0; g < GH; ++g) {
+          const float weight = probability[g][k];
+          for (int e = 0; e < E; ++e) acc[g][e] += weight * v[e];
+        }
       }
     }
   }
