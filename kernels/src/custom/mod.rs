@@ -11,6 +11,8 @@
 //! kernel's `*_runs_on` first.
 
 mod decode_attention;
+#[cfg(test)]
+mod emulator;
 mod launch;
 mod pack_bytes;
 mod paged_prefill_attention;
@@ -62,6 +64,10 @@ enum Backend {
 /// The backend of work on `stream`: a GPU stream is Metal's on macOS and CUDA's elsewhere
 /// (MLX has no other GPU backend); `None` on the CPU.
 fn backend(stream: &Stream) -> Option<Backend> {
+    #[cfg(test)]
+    if let Some(dialect) = emulator::dialect() {
+        return Some(dialect);
+    }
     if stream.kind() != DeviceKind::Gpu {
         return None;
     }
@@ -117,6 +123,10 @@ impl Kernel<'_> {
                 inputs.len(),
                 self.inputs.len()
             )));
+        }
+        #[cfg(test)]
+        if emulator::dialect().is_some() {
+            return emulator::run(self, inputs, launch);
         }
         match (backend(stream), self.metal) {
             (Some(Backend::Cuda), _) => {

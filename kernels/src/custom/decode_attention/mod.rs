@@ -382,6 +382,9 @@ fn write_source(split: bool) -> &'static str {
 }
 
 #[cfg(test)]
+mod emulated_tests;
+
+#[cfg(test)]
 mod tests {
     use super::{write_source, KeyRows, Plan, ROWS_MARKER, WRITE_MARKER};
     use crate::Array;

@@ -1,0 +1,170 @@
+//! The decode-attention bodies and their Metal twins run in the host emulator
+//! (`custom/emulator`): the wrappers plan, generate and launch as on a GPU, and every output
+//! row is held to a float64 reference over the same rounded inputs.
+
+use super::super::emulator::{attend_row, emulate, rounded, values};
+use super::super::Backend;
+use super::{decode_attention, paged_decode_attention};
+use crate::{ops, Array, Dtype, Stream};
+
+/// One launch's shapes: `rows` keys a sequence may address, each sequence's visible range.
+struct Case {
+    dtype: Dtype,
+    heads: i64,
+    kv_heads: i64,
+    head: i64,
+    /// `Some(block_rows)`: a pool of shuffled blocks read through a table.
+    paged: Option<i64>,
+    rows: i64,
+    ranges: &'static [(i32, i32)],
+}
+
+const CASES: &[Case] = &[
+    // 4 query heads a key head over 600 keys: two splits of one pass, joined.
+    Case {
+        dtype: Dtype::F16,
+        heads: 8,
+        kv_heads: 2,
+        head: 64,
+        paged: None,
+        rows: 600,
+        ranges: &[(37, 590)],
+    },
+    // A pool, one query head a key head, and a sequence that sees nothing (zeros).
+    Case {
+        dtype: Dtype::BF16,
+        heads: 2,
+        kv_heads: 2,
+        head: 32,
+        paged: Some(16),
+        rows: 80,
+        ranges: &[(0, 70), (10, 10)],
+    },
+    // 8 query heads a block (the narrower block), float32, a range past the buffer (clipped).
+    Case {
+        dtype: Dtype::F32,
+        heads: 16,
+        kv_heads: 2,
+        head: 16,
+        paged: None,
+        rows: 300,
+        ranges: &[(0, 300), (5, 123), (290, 900)],
+    },
+    // A pool split in two.
+    Case {
+        dtype: Dtype::F16,
+        heads: 4,
+        kv_heads: 1,
+        head: 64,
+        paged: Some(16),
+        rows: 640,
+        ranges: &[(3, 630)],
+    },
+];
+
+#[test]
+fn the_bodies_attend_like_the_reference_in_both_dialects() {
+    for dialect in [Backend::Cuda, Backend::Metal] {
+        for (i, case) in CASES.iter().enumerate() {
+            emulate(dialect, || check(case, 11 + i as u64))
+                .unwrap_or_else(|e| panic!("{dialect:?}, case {i}: {e}"));
+        }
+    }
+}
+
+/// Where row `j` of sequence `s`, key head `h` starts in the keys' (and values') elements.
+type RowAt = Box<dyn Fn(i64, i64, i64) -> usize>;
+
+fn check(case: &Case, seed: u64) -> crate::Result<()> {
+    let cpu = Stream::cpu()?;
+    let (b, hq, hkv, d) = (
+        case.ranges.len() as i64,
+        case.heads,
+        case.kv_heads,
+        case.head,
+    );
+    let (q, q_values) = rounded(
+        &values(seed, (b * hq * d) as usize),
+        &[b, hq, 1, d],
+        case.dtype,
+        &cpu,
+    );
+    let lo = Array::from_slice(
+        &case.ranges.iter().map(|r| r.0).collect::<Vec<_>>(),
+        &[b, 1],
+    )?;
+    let hi = Array::from_slice(
+        &case.ranges.iter().map(|r| r.1).collect::<Vec<_>>(),
+        &[b, 1],
+    )?;
+    let scale = 1.0 / (d as f32).sqrt();
+    let (out, keys, values_read, at): (_, Vec<f32>, Vec<f32>, RowAt) = match case.paged {
+        None => {
+            let shape = [b, hkv, case.rows, d];
+            let n = (b * hkv * case.rows * d) as usize;
+            let (k, kv) = rounded(&values(seed + 100, n), &shape, case.dtype, &cpu);
+            let (v, vv) = rounded(&values(seed + 200, n), &shape, case.dtype, &cpu);
+            let out = decode_attention(&q, &k, &v, &lo, &hi, scale, &cpu)?;
+            let rows = case.rows;
+            (
+                out,
+                kv,
+                vv,
+                Box::new(move |s, h, j| (((s * hkv + h) * rows + j) * d) as usize),
+            )
+        }
+        Some(block_rows) => {
+            let per_row = case.rows / block_rows;
+            let blocks = b * per_row + 3;
+            // Sequence s's i-th block is pool block (7·(s·per_row + i) + 2) mod blocks: shuffled.
+            let table: Vec<i32> = (0..b * per_row)
+                .map(|i| ((7 * i + 2) % blocks) as i32)
+                .collect();
+            let shape = [blocks, block_rows, hkv, d];
+            let n = (blocks * block_rows * hkv * d) as usize;
+            let (k, kv) = rounded(&values(seed + 100, n), &shape, case.dtype, &cpu);
+            let (v, vv) = rounded(&values(seed + 200, n), &shape, case.dtype, &cpu);
+            let table_array = Array::from_slice(&table, &[b, per_row])?;
+            let out = paged_decode_attention(&q, &k, &v, &table_array, &lo, &hi, scale, &cpu)?;
+            let at = move |s: i64, h: i64, j: i64| {
+                let block = i64::from(table[(s * per_row + j / block_rows) as usize]);
+                (((block * block_rows + j % block_rows) * hkv + h) * d) as usize
+            };
+            (out, kv, vv, Box::new(at))
+        }
+    };
+    let got = ops::astype(&out, Dtype::F32, &cpu)?.to_vec::<f32>(&cpu)?;
+    let tolerance = match case.dtype {
+        Dtype::F32 => 1e-5,
+        Dtype::F16 => 2e-3,
+        _ => 8e-3,
+    };
+    for s in 0..b {
+        let (first, end) = case.ranges[s as usize];
+        let (first, end) = (
+            i64::from(first).clamp(0, case.rows),
+            i64::from(end).clamp(0, case.rows),
+        );
+        for h in 0..hq {
+            let kv_head = h / (hq / hkv);
+            let query = &q_values[((s * hq + h) * d) as usize..][..d as usize];
+            let want = attend_row(
+                query,
+                first..end.max(first),
+                |j| &keys[at(s, kv_head, j)..][..d as usize],
+                |j| &values_read[at(s, kv_head, j)..][..d as usize],
+                scale,
+            );
+            for e in 0..d {
+                let want = want[e as usize];
+                let found = f64::from(got[((s * hq + h) * d + e) as usize]);
+                assert!(
+                    (found - want).abs() <= tolerance * (1.0 + want.abs()),
+                    "{:?} sequence {s} head {h} element {e}: {found} against {want}",
+                    case.dtype
+                );
+            }
+        }
+    }
+    Ok(())
+}

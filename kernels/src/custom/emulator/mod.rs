@@ -1,0 +1,256 @@
+//! Tests run the hand-written kernels' bodies without a GPU: within [`emulate`], a kernel's
+//! application on a CPU stream compiles its CUDA body or its Metal twin, with the launch's
+//! template constants and the arrays' element types, into a host program (`emulator.h`: one
+//! thread per GPU thread, real barriers, warp shuffles through a buffer) and runs it on the
+//! arrays. The wrappers' own planning, generated lines and launches are what run, so a test
+//! checks what a body computes for the shapes a wrapper gives it, on both dialects. Speed and
+//! what only a GPU compiler checks (registers, memory limits, the dialects' type rules) still
+//! need a GPU run.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::{Backend, Kernel, Launch, TemplateArg};
+use crate::error::{Error, Result};
+use crate::{Array, Dtype, Stream};
+
+thread_local! {
+    static DIALECT: Cell<Option<Backend>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with kernels emulated in `dialect`: [`super::backend`] reports it for any stream.
+pub(crate) fn emulate<R>(dialect: Backend, f: impl FnOnce() -> R) -> R {
+    let before = DIALECT.with(|d| d.replace(Some(dialect)));
+    let result = f();
+    DIALECT.with(|d| d.set(before));
+    result
+}
+
+/// The dialect being emulated on this thread, if any.
+pub(super) fn dialect() -> Option<Backend> {
+    DIALECT.with(Cell::get)
+}
+
+/// Applies `kernel` in the emulated dialect: its one output `out`, filled with NaN bytes first
+/// so that an element the body leaves unwritten shows.
+pub(super) fn run(kernel: &Kernel<'_>, inputs: &[&Array], launch: &Launch<'_>) -> Result<Array> {
+    let dialect = dialect().expect("run only inside emulate");
+    let body = match dialect {
+        Backend::Cuda => kernel.cuda,
+        Backend::Metal => kernel
+            .metal
+            .ok_or_else(|| Error::Mlx(format!("{} has no Metal twin", kernel.name)))?,
+    };
+    let stream = Stream::cpu()?;
+    let program = program(dialect, kernel, body, inputs, launch)?;
+    let binary = compiled(&program)?;
+    let folder = scratch_folder()?;
+    for (i, input) in inputs.iter().enumerate() {
+        std::fs::write(folder.join(format!("{i}.bin")), input.to_bytes(&stream)?)
+            .map_err(|e| Error::Mlx(format!("emulator: {e}")))?;
+    }
+    let done = Command::new(&binary)
+        .arg(&folder)
+        .output()
+        .map_err(|e| Error::Mlx(format!("emulator: running {}: {e}", binary.display())))?;
+    if !done.status.success() {
+        return Err(Error::Mlx(format!(
+            "emulated {} failed: {}",
+            kernel.name,
+            String::from_utf8_lossy(&done.stderr)
+        )));
+    }
+    let bytes =
+        std::fs::read(folder.join("out.bin")).map_err(|e| Error::Mlx(format!("emulator: {e}")))?;
+    let _ = std::fs::remove_dir_all(&folder);
+    let (shape, dtype) = launch.output;
+    Array::from_bytes(
+        &bytes,
+        &shape.iter().map(|&d| i64::from(d)).collect::<Vec<_>>(),
+        dtype,
+    )
+}
+
+/// The element type's spelling in `emulator.h`.
+fn type_name(dtype: Dtype) -> Result<&'static str> {
+    Ok(match dtype {
+        Dtype::F32 => "float",
+        Dtype::F16 => "emu::half_t",
+        Dtype::BF16 => "emu::bf16_t",
+        Dtype::I32 => "int32_t",
+        Dtype::I64 => "int64_t",
+        Dtype::U32 => "uint32_t",
+        Dtype::U8 => "uint8_t",
+        Dtype::Bool => "bool",
+        other => return Err(Error::Dtype(format!("emulator: no C++ type for {other:?}"))),
+    })
+}
+
+/// The host program: the constants, the body as a function of the named arrays, and a main
+/// that reads the inputs, launches the grid and writes `out`.
+fn program(
+    dialect: Backend,
+    kernel: &Kernel<'_>,
+    body: &str,
+    inputs: &[&Array],
+    launch: &Launch<'_>,
+) -> Result<String> {
+    let mut text = String::new();
+    let macro_name = match dialect {
+        Backend::Cuda => "EMULATE_CUDA",
+        Backend::Metal => "EMULATE_METAL",
+    };
+    let _ = writeln!(text, "#define {macro_name}\n{}", include_str!("emulator.h"));
+    for (name, value) in launch.template {
+        let _ = match value {
+            TemplateArg::Int(v) => writeln!(text, "constexpr int {name} = {v};"),
+            TemplateArg::Type(d) => writeln!(text, "using {name} = {};", type_name(*d)?),
+        };
+    }
+    let (out_shape, out_dtype) = launch.output;
+    let out_type = type_name(out_dtype)?;
+    let mut params = Vec::new();
+    let mut reads = String::new();
+    let mut args = Vec::new();
+    for (i, (name, array)) in kernel.inputs.iter().zip(inputs).enumerate() {
+        let ty = type_name(array.dtype())?;
+        params.push(format!("const {ty}* {name}"));
+        let _ = writeln!(
+            reads,
+            "  auto bytes{i} = emu::read_file((folder + \"/{i}.bin\").c_str());\n  \
+             const {ty}* {name} = reinterpret_cast<const {ty}*>(bytes{i}.data());"
+        );
+        args.push(name.to_string());
+    }
+    params.push(format!("{out_type}* out"));
+    args.push("reinterpret_cast<".to_string() + out_type + "*>(out.data())");
+    let elements: i64 = out_shape.iter().map(|&d| i64::from(d)).product();
+    let _ = write!(
+        text,
+        "void kernel_body({params}) {{\n{body}\n}}\n\
+         #include <string>\n\
+         int main(int, char** argv) {{\n  const std::string folder = argv[1];\n{reads}  \
+         std::vector<unsigned char> out({bytes}, 0xff);\n  \
+         emu::launch({blocks}, {threads}, [&] {{ kernel_body({args}); }});\n  \
+         emu::write_file((folder + \"/out.bin\").c_str(), out);\n}}\n",
+        params = params.join(", "),
+        bytes = elements * out_dtype.size_in_bytes() as i64,
+        blocks = launch.blocks,
+        threads = launch.threads,
+        args = args.join(", "),
+    );
+    Ok(text)
+}
+
+/// The program compiled once per distinct source in this test process.
+fn compiled(program: &str) -> Result<PathBuf> {
+    static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
+    if let Some(found) = BUILT
+        .lock()
+        .expect("emulator cache")
+        .get_or_insert_with(HashMap::new)
+        .get(program)
+    {
+        return Ok(found.clone());
+    }
+    let folder = scratch_folder()?;
+    let source = folder.join("kernel.cpp");
+    let binary = folder.join("kernel");
+    std::fs::write(&source, program).map_err(|e| Error::Mlx(format!("emulator: {e}")))?;
+    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
+    let done = Command::new(&compiler)
+        .args(["-std=c++17", "-O1", "-pthread", "-w", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .output()
+        .map_err(|e| Error::Mlx(format!("emulator: running {compiler}: {e}")))?;
+    if !done.status.success() {
+        return Err(Error::Mlx(format!(
+            "emulator: {compiler} failed on {}:\n{}",
+            source.display(),
+            String::from_utf8_lossy(&done.stderr)
+        )));
+    }
+    BUILT
+        .lock()
+        .expect("emulator cache")
+        .get_or_insert_with(HashMap::new)
+        .insert(program.to_string(), binary.clone());
+    Ok(binary)
+}
+
+fn scratch_folder() -> Result<PathBuf> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let folder = std::env::temp_dir().join(format!(
+        "mlx-kernel-emulator-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&folder).map_err(|e| Error::Mlx(format!("emulator: {e}")))?;
+    Ok(folder)
+}
+
+/// Values in [-2, 2), deterministic.
+pub(crate) fn values(seed: u64, n: usize) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            let bits = state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40;
+            (bits as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+/// `data` rounded to `dtype`: the array a kernel reads and the values a reference uses.
+pub(crate) fn rounded(
+    data: &[f32],
+    shape: &[i64],
+    dtype: Dtype,
+    cpu: &Stream,
+) -> (Array, Vec<f32>) {
+    let array = crate::ops::astype(&Array::from_slice(data, shape).unwrap(), dtype, cpu).unwrap();
+    let back = crate::ops::astype(&array, Dtype::F32, cpu)
+        .unwrap()
+        .to_vec::<f32>(cpu)
+        .unwrap();
+    (array, back)
+}
+
+/// One query row's attention in float64 over keys `range` (zeros when it is empty).
+pub(crate) fn attend_row<'a>(
+    query: &[f32],
+    range: std::ops::Range<i64>,
+    key: impl Fn(i64) -> &'a [f32],
+    value: impl Fn(i64) -> &'a [f32],
+    scale: f32,
+) -> Vec<f64> {
+    let scores: Vec<f64> = range
+        .clone()
+        .map(|j| {
+            let dot: f64 = query
+                .iter()
+                .zip(key(j))
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
+            dot * f64::from(scale)
+        })
+        .collect();
+    let top = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let weights: Vec<f64> = scores.iter().map(|x| (x - top).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    let mut row = vec![0.0; query.len()];
+    for (j, w) in range.zip(&weights) {
+        for (out, v) in row.iter_mut().zip(value(j)) {
+            *out += w * f64::from(*v) / total;
+        }
+    }
+    row
+}
