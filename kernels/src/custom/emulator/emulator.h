@@ -168,6 +168,7 @@ constexpr std::common_type_t<A, B> max(A a, B b) {
   return std::common_type_t<A, B>(a) < std::common_type_t<A, B>(b) ? b : a;
 }
 using std::isnan;
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 
 #if defined(EMULATE_CUDA)
 #define __shared__ static

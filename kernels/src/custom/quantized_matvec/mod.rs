@@ -90,3 +90,6 @@ pub fn quantized_matvec(
         stream,
     )
 }
+
+#[cfg(test)]
+mod emulated_tests;

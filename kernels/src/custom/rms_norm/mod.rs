@@ -80,3 +80,6 @@ pub fn rms_norm(
         stream,
     )
 }
+
+#[cfg(test)]
+mod emulated_tests;
