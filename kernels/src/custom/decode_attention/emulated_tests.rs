@@ -168,3 +168,86 @@ fn check(case: &Case, seed: u64) -> crate::Result<()> {
     }
     Ok(())
 }
+
+/// The edges one pass of softmax has, kept by both dialects with and without splits: keys
+/// outside a row's range never count (not even NaN or inf ones), a NaN or +inf score makes
+/// the row NaN, a -inf score weighs nothing, only -inf scores give NaN, an empty range gives zeros.
+#[test]
+fn the_bodies_keep_the_edges_of_one_softmax_pass() {
+    let cpu = Stream::cpu().unwrap();
+    let (hq, d) = (2i64, 16i64);
+    // (visible range, what is planted at key 5: outside the range, or inside it)
+    let sequences: [((i32, i32), f32); 6] = [
+        ((10, 30), f32::NAN),         // hidden: a NaN key and value outside the range
+        ((0, 30), f32::INFINITY),     // a +inf score
+        ((0, 30), f32::NEG_INFINITY), // one -inf score among finite ones
+        ((5, 6), f32::NEG_INFINITY),  // only -inf scores
+        ((20, 20), 1.0),              // nothing visible
+        ((0, 30), f32::NAN),          // a NaN score: the sums are poisoned
+    ];
+    let b = sequences.len() as i64;
+    for rows in [40i64, 600] {
+        let mut q = values(3, (b * hq * d) as usize);
+        let mut keys = values(4, (b * rows * d) as usize);
+        let mut vals = values(5, (b * rows * d) as usize);
+        for (s, (_, planted)) in sequences.iter().enumerate() {
+            for h in 0..hq as usize {
+                q[(s * hq as usize + h) * d as usize] = 1.0; // the planted element scores fully
+            }
+            let at = (s * rows as usize + 5) * d as usize;
+            keys[at] = *planted;
+            if planted.is_nan() {
+                vals[at] = f32::NAN;
+            }
+        }
+        let shape = [b, 1, rows, d];
+        let lo = Array::from_slice(
+            &sequences.iter().map(|s| s.0 .0).collect::<Vec<_>>(),
+            &[b, 1],
+        )
+        .unwrap();
+        let hi = Array::from_slice(
+            &sequences.iter().map(|s| s.0 .1).collect::<Vec<_>>(),
+            &[b, 1],
+        )
+        .unwrap();
+        let scale = 0.25;
+        for dialect in [Backend::Cuda, Backend::Metal] {
+            let out = emulate(dialect, || {
+                decode_attention(
+                    &Array::from_slice(&q, &[b, hq, 1, d])?,
+                    &Array::from_slice(&keys, &shape)?,
+                    &Array::from_slice(&vals, &shape)?,
+                    &lo,
+                    &hi,
+                    scale,
+                    &cpu,
+                )
+            })
+            .unwrap();
+            let got = out.to_vec::<f32>(&cpu).unwrap();
+            for (s, ((first, end), _)) in sequences.iter().enumerate() {
+                let row = |j: i64| (s * rows as usize + j as usize) * d as usize;
+                for h in 0..hq as usize {
+                    let at = (s * hq as usize + h) * d as usize;
+                    let want = attend_row(
+                        &q[at..][..d as usize],
+                        i64::from(*first)..i64::from(*end),
+                        |j| &keys[row(j)..][..d as usize],
+                        |j| &vals[row(j)..][..d as usize],
+                        scale,
+                    );
+                    for (e, want) in want.iter().enumerate() {
+                        let found = f64::from(got[at + e]);
+                        let same = if want.is_nan() {
+                            found.is_nan()
+                        } else {
+                            (found - want).abs() <= 1e-5 * (1.0 + want.abs())
+                        };
+                        assert!(same, "{dialect:?}, {rows} rows, sequence {s} head {h} element {e}: {found} against {want}");
+                    }
+                }
+            }
+        }
+    }
+}
