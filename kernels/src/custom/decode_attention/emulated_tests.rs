@@ -50,6 +50,26 @@ const CASES: &[Case] = &[
         rows: 300,
         ranges: &[(0, 300), (5, 123), (290, 900)],
     },
+    // Heads of 256 (a lane holds 8 elements, one key at a time), split.
+    Case {
+        dtype: Dtype::F16,
+        heads: 2,
+        kv_heads: 1,
+        head: 256,
+        paged: None,
+        rows: 300,
+        ranges: &[(1, 299)],
+    },
+    // Heads of 128 (4 elements a lane, two keys at a time) in a pool.
+    Case {
+        dtype: Dtype::BF16,
+        heads: 6,
+        kv_heads: 2,
+        head: 128,
+        paged: Some(16),
+        rows: 96,
+        ranges: &[(0, 96), (17, 50)],
+    },
     // A pool split in two.
     Case {
         dtype: Dtype::F16,
