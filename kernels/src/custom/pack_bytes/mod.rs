@@ -81,3 +81,6 @@ pub fn pack_bytes(parts: &[Array], stream: &Stream) -> Result<Array> {
         stream,
     )
 }
+
+#[cfg(test)]
+mod emulated_tests;
