@@ -6,6 +6,9 @@ must come out unchanged), that the session put MLX first, and that ORT's profile
 ran on MLX. Bad lengths, block ids and slots fail the run naming the node; what the op declines
 fails at session creation, as it does without the EP."""
 
+import gc
+import re
+
 import ml_dtypes
 import numpy as np
 import onnxruntime as ort
@@ -447,3 +450,65 @@ def test_no_new_tokens_passes_the_caches_through():
     feeds = paged_feeds(np.random.default_rng(17), [0, 0], [3, 5])
     run = check(feeds)
     assert run.outputs[0].shape == (0, 64)
+
+
+@pytest.mark.parametrize("skipping", [False, True], ids=["every_token_writes", "a_token_skips"])
+def test_pools_bound_as_their_own_outputs_are_updated_in_place(skipping, monkeypatch, capfd):
+    """A server binds each pool as both the input and its output (ORT's in-place PagedAttention):
+    the EP feeds the next step from its device mirror and writes the step's rows into the
+    mirror's own buffer, not into a copy of the pool; a token with slot_mapping -1 writes
+    nothing. Every step is checked against the reference, pools included."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    rng = np.random.default_rng(12)
+    feeds = paged_feeds(rng, [1, 1], [5, 20])
+    if skipping:
+        feeds["slot_mapping"] = np.zeros(2, np.int32)
+    session = ort.InferenceSession(paged_model(feeds, num_heads=4, kv_num_heads=2), providers=[MLX, "CPUExecutionProvider"])
+    assert session.get_providers()[0] == MLX
+    pools = {name: ort.OrtValue.ortvalue_from_numpy(feeds[name]) for name in ("key_cache", "value_cache")}
+    steps = 5
+    for step in range(steps):
+        table = feeds["block_table"]
+        if skipping:  # the second sequence's token is a prefix-cache hit: not written
+            p = feeds["past_seqlens"][0]
+            feeds["slot_mapping"] = np.array([table[0, p // 16] * 16 + p % 16, -1], np.int32)
+        binding = session.io_binding()
+        for name, value in feeds.items():
+            if name in pools:
+                binding.bind_ortvalue_input(name, pools[name])
+            else:
+                binding.bind_cpu_input(name, value)
+        binding.bind_output("output")
+        binding.bind_ortvalue_output("key_cache_out", pools["key_cache"])
+        binding.bind_ortvalue_output("value_cache_out", pools["value_cache"])
+        session.run_with_iobinding(binding)
+        want = reference(feeds, num_heads=4, kv_num_heads=2)
+        np.testing.assert_allclose(np.asarray(binding.copy_outputs_to_cpu()[0], np.float32),
+                                   np.asarray(want[0], np.float32), atol=1e-2, rtol=1e-2, err_msg=f"step {step}")
+        np.testing.assert_array_equal(pools["key_cache"].numpy(), want[1], err_msg=f"step {step}")
+        np.testing.assert_array_equal(pools["value_cache"].numpy(), want[2], err_msg=f"step {step}")
+        fresh = paged_feeds(rng, [1, 1], [5, 20])
+        feeds.update({name: fresh[name] for name in ("query", "key", "value")})
+        feeds.update({name: pools[name].numpy() for name in pools})
+        feeds["past_seqlens"] = feeds["past_seqlens"] + np.array([1, 0 if skipping else 1], np.int32)
+    capfd.readouterr()
+    del session, binding
+    gc.collect()
+    summary = capfd.readouterr().err
+    found = re.search(r"(\d+) of (\d+) row\(s\) written back, (\d+) input\(s\) fed from the device mirror, "
+                      r"(\d+) mirror\(s\) updated in place", summary)
+    assert found, summary
+    written, mirrored, in_place = int(found[1]), int(found[3]), int(found[4])
+    # Only the tokens' rows go back to ORT's buffers: 2 pools x writing tokens x 2 key heads.
+    assert written == steps * 2 * (1 if skipping else 2) * 2, summary
+    assert mirrored == 2 * (steps - 1), summary
+    if skipping:
+        # The skipped token's repeated write reads the pool (row 0, for a step where no token
+        # writes): MLX may still hold that read when the scatter runs, and then copies the pool.
+        assert in_place >= 1, summary
+    elif "device gpu" in summary:
+        # MLX's CUDA backend may still reference a mirror when a step starts (the timing of its
+        # references), then copies it once; the rows written back stay the same.
+        assert 2 * (steps - 2) <= in_place <= 2 * (steps - 1), summary
+    else:
+        assert in_place == 2 * (steps - 1), summary

@@ -189,10 +189,15 @@ fn paged_attention(
     };
 
     // The cache write.
-    let target = write_slots(cx, &g, &rows, &block_table, slot_mapping.as_ref())?;
+    let slots = write_slots(cx, &g, &rows, &block_table, slot_mapping.as_ref())?;
     let s = cx.stream();
-    let key_cache_out = write_rows(&key_cache, &k, &target, &g, s)?;
-    let value_cache_out = write_rows(&value_cache, &v, &target, &g, s)?;
+    let key_cache_out = write_rows(&key_cache, &k, &slots, &g, s)?;
+    let value_cache_out = write_rows(&value_cache, &v, &slots, &g, s)?;
+    // A pool bound as its own output (ORT's in-place op) changes in the tokens' rows only.
+    let written = written_slots(&slots, &g, s)?;
+    cx.writes_only_rows(1, &written, None, &key_cache_out);
+    cx.writes_only_rows(2, &written, None, &value_cache_out);
+    let s = cx.stream();
 
     // The read: every sequence's keys through its block table, [B, Hkv, Lcap, D].
     let ids = ops::astype(&block_table, Dtype::I32, s)?;
@@ -666,15 +671,57 @@ fn check_metadata(cx: &mut Lower, md: &Array, capacity: i64) -> Result<()> {
     Ok(())
 }
 
-/// Each token's row in the flattened cache `[num_blocks·block_size (+1), Hkv, D]`; a token that
-/// writes nothing gets the extra last row, which is dropped afterwards.
+/// Where a step's tokens write their new K/V rows: one scatter into the cache itself, so that
+/// MLX writes the rows in place when nothing else holds the cache (a pool bound as its own
+/// output: the EP's device mirror). A spare row for the tokens that write nothing would make
+/// the scatter's input a copy of the whole pool every call; instead each of them writes a
+/// writing token's row again with that token's values (two writes of one value to a row agree
+/// in any order), or, when no token writes, row 0 with what it holds.
+struct Slots {
+    /// Each token's row in the flattened cache `[num_blocks·block_size, Hkv, D]`.
+    target: Array,
+    skipped: Option<Skipped>,
+}
+
+/// The tokens that write nothing (slot_mapping -1) and the token whose write they repeat.
+struct Skipped {
+    skip: Array,
+    /// A writing token when there is one, else token 0 (a scalar index).
+    chosen: Array,
+    chosen_writes: Array,
+}
+
+impl Slots {
+    /// What each token writes at its `target` row of `base` `[rows, ...]`, given `updates`
+    /// `[T, ...]`: its own update, or the repeated one.
+    fn values(&self, base: &Array, updates: &Array, s: &Stream) -> Result<Array> {
+        let Some(k) = &self.skipped else {
+            return Ok(updates.clone());
+        };
+        let repeated = ops::where_(
+            &k.chosen_writes,
+            &ops::take(updates, &k.chosen, 0, s)?,
+            &ops::take(base, &i32s(0, s)?, 0, s)?,
+            s,
+        )?;
+        let axes: Vec<i32> = (1..updates.ndim() as i32).collect();
+        Ok(ops::where_(
+            &ops::expand_dims(&k.skip, &axes, s)?,
+            &repeated,
+            updates,
+            s,
+        )?)
+    }
+}
+
+/// The tokens' [`Slots`], checked: in range, no two writing one row.
 fn write_slots(
     cx: &mut Lower,
     g: &Geometry,
     rows: &Rows,
     block_table: &Array,
     slot_mapping: Option<&Array>,
-) -> Result<Array> {
+) -> Result<Slots> {
     let s = cx.stream();
     let slots = g.blocks * g.block_size;
     let (target, skip) = match slot_mapping {
@@ -725,11 +772,20 @@ fn write_slots(
         }
     };
     let s = cx.stream();
-    let target = match &skip {
-        Some(skip) => ops::where_(skip, &i32s(slots, s)?, &target, s)?,
-        None => target,
+    let target = clamp(&target, 0, slots - 1, s)?;
+    let skipped = match &skip {
+        Some(skip) => {
+            let writes = ops::logical_not(skip, s)?;
+            // The largest of the 0/1 flags: a writing token when there is one.
+            let chosen = ops::argmax(&ops::astype(&writes, Dtype::I32, s)?, 0, false, s)?;
+            Some(Skipped {
+                skip: skip.clone(),
+                chosen_writes: ops::take(&writes, &chosen, 0, s)?,
+                chosen,
+            })
+        }
+        None => None,
     };
-    let target = clamp(&target, 0, slots, s)?;
     if g.tokens > 1 {
         // Two tokens writing one slot race on the GPU: distinct keys for the skipped ones, then
         // no two neighbours equal once sorted.
@@ -748,39 +804,69 @@ fn write_slots(
             "PagedAttention: two tokens write the same cache slot",
         )?;
     }
-    Ok(target)
+    let target = match &skipped {
+        Some(k) => {
+            let row = ops::where_(
+                &k.chosen_writes,
+                &ops::take(&target, &k.chosen, 0, s)?,
+                &i32s(0, s)?,
+                s,
+            )?;
+            ops::where_(&k.skip, &row, &target, s)?
+        }
+        None => target,
+    };
+    Ok(Slots { target, skipped })
 }
 
-/// `cache` with `new` `[T, Hkv, D]` written at the rows `target` of its flattened view.
+/// `cache` with `new` `[T, Hkv, D]` written at the tokens' rows of its flattened view.
 fn write_rows(
     cache: &Array,
     new: &Array,
-    target: &Array,
+    slots: &Slots,
     g: &Geometry,
     s: &Stream,
 ) -> Result<Array> {
-    let slots = g.blocks * g.block_size;
-    let flat = ops::reshape(cache, &[slots, g.kv_heads, g.head], s)?;
-    let spare = ops::broadcast_to(&scalar(0.0, cache.dtype(), s)?, &[1, g.kv_heads, g.head], s)?;
-    let flat = ops::concatenate(&[flat, spare], 0, s)?;
+    let flat = ops::reshape(cache, &[g.blocks * g.block_size, g.kv_heads, g.head], s)?;
     let updates = ops::reshape(
         &ops::astype(new, cache.dtype(), s)?,
+        &[g.tokens, g.kv_heads, g.head],
+        s,
+    )?;
+    let updates = ops::reshape(
+        &slots.values(&flat, &updates, s)?,
         &[g.tokens, 1, g.kv_heads, g.head],
         s,
     )?;
-    let written = ops::scatter_rows(&flat, target, &updates, ScatterMode::Set, s)?;
-    let kept = ops::slice(
-        &written,
-        &[0, 0, 0],
-        &[slots as i32, g.kv_heads as i32, g.head as i32],
-        &[1, 1, 1],
-        s,
-    )?;
+    let written = ops::scatter_rows(&flat, &slots.target, &updates, ScatterMode::Set, s)?;
     Ok(ops::reshape(
-        &kept,
+        &written,
         &[g.blocks, g.block_size, g.kv_heads, g.head],
         s,
     )?)
+}
+
+/// The cache rows the tokens write, `[num_blocks, block_size, 1]` (broadcast over the heads):
+/// what a pool bound as its own output has to copy back to ORT's buffer.
+fn written_slots(slots: &Slots, g: &Geometry, s: &Stream) -> Result<Array> {
+    let none = ops::broadcast_to(
+        &scalar(0.0, Dtype::Bool, s)?,
+        &[g.blocks * g.block_size, 1],
+        s,
+    )?;
+    let writes = match &slots.skipped {
+        Some(k) => ops::logical_not(&k.skip, s)?,
+        None => ops::broadcast_to(&scalar(1.0, Dtype::Bool, s)?, &[g.tokens], s)?,
+    };
+    let flags = slots.values(&none, &ops::reshape(&writes, &[g.tokens, 1], s)?, s)?;
+    let marked = ops::scatter_rows(
+        &none,
+        &slots.target,
+        &ops::reshape(&flags, &[g.tokens, 1, 1], s)?,
+        ScatterMode::Set,
+        s,
+    )?;
+    Ok(ops::reshape(&marked, &[g.blocks, g.block_size, 1], s)?)
 }
 
 fn paged_claim(node: &Node) -> Verdict {
