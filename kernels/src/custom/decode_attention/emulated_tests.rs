@@ -2,7 +2,7 @@
 //! (`custom/emulator`): the wrappers plan, generate and launch as on a GPU, and every output
 //! row is held to a float64 reference over the same rounded inputs.
 
-use super::super::emulator::{attend_row, emulate, rounded, values};
+use super::super::emulator::{attend_row, emulate, rounded, values, Pool};
 use super::super::Backend;
 use super::{decode_attention, paged_decode_attention};
 use crate::{ops, Array, Dtype, Stream};
@@ -135,22 +135,19 @@ fn check(case: &Case, seed: u64) -> crate::Result<()> {
         }
         Some(block_rows) => {
             let per_row = case.rows / block_rows;
-            let blocks = b * per_row + 3;
-            // Sequence s's i-th block is pool block (7·(s·per_row + i) + 2) mod blocks: shuffled.
-            let table: Vec<i32> = (0..b * per_row)
-                .map(|i| ((7 * i + 2) % blocks) as i32)
-                .collect();
-            let shape = [blocks, block_rows, hkv, d];
-            let n = (blocks * block_rows * hkv * d) as usize;
-            let (k, kv) = rounded(&values(seed + 100, n), &shape, case.dtype, &cpu);
-            let (v, vv) = rounded(&values(seed + 200, n), &shape, case.dtype, &cpu);
-            let table_array = Array::from_slice(&table, &[b, per_row])?;
-            let out = paged_decode_attention(&q, &k, &v, &table_array, &lo, &hi, scale, &cpu)?;
-            let at = move |s: i64, h: i64, j: i64| {
-                let block = i64::from(table[(s * per_row + j / block_rows) as usize]);
-                (((block * block_rows + j % block_rows) * hkv + h) * d) as usize
-            };
-            (out, kv, vv, Box::new(at))
+            let pool = Pool::new(seed + 100, b, per_row, block_rows, hkv, d, case.dtype, &cpu);
+            let out = paged_decode_attention(
+                &q,
+                &pool.keys,
+                &pool.values,
+                &pool.table_array(),
+                &lo,
+                &hi,
+                scale,
+                &cpu,
+            )?;
+            let (kv, vv) = (pool.key_elements.clone(), pool.value_elements.clone());
+            (out, kv, vv, Box::new(move |s, h, j| pool.at(s, h, j)))
         }
     };
     let got = ops::astype(&out, Dtype::F32, &cpu)?.to_vec::<f32>(&cpu)?;

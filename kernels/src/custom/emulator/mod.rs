@@ -254,3 +254,65 @@ pub(crate) fn attend_row<'a>(
     }
     row
 }
+
+/// A paged KV cache for tests: `sequences` sequences of `per_sequence` blocks of `block_rows`
+/// rows each, handed out shuffled from a pool with 3 blocks no sequence uses.
+pub(crate) struct Pool {
+    pub table: Vec<i32>,
+    pub keys: Array,
+    pub values: Array,
+    /// The keys' and values' elements as rounded to the pool's type.
+    pub key_elements: Vec<f32>,
+    pub value_elements: Vec<f32>,
+    per_sequence: i64,
+    block_rows: i64,
+    kv_heads: i64,
+    head: i64,
+}
+
+impl Pool {
+    #[allow(clippy::too_many_arguments)] // a pool's shape, element type and seed
+    pub fn new(
+        seed: u64,
+        sequences: i64,
+        per_sequence: i64,
+        block_rows: i64,
+        kv_heads: i64,
+        head: i64,
+        dtype: Dtype,
+        cpu: &Stream,
+    ) -> Pool {
+        let blocks = sequences * per_sequence + 3;
+        // Sequence s's i-th block is pool block (7·(s·per_sequence + i) + 2) mod blocks.
+        let table = (0..sequences * per_sequence)
+            .map(|i| ((7 * i + 2) % blocks) as i32)
+            .collect();
+        let shape = [blocks, block_rows, kv_heads, head];
+        let n = (blocks * block_rows * kv_heads * head) as usize;
+        let (key_array, key_elements) = rounded(&values(seed, n), &shape, dtype, cpu);
+        let (value_array, value_elements) = rounded(&values(seed + 1, n), &shape, dtype, cpu);
+        Pool {
+            table,
+            keys: key_array,
+            values: value_array,
+            key_elements,
+            value_elements,
+            per_sequence,
+            block_rows,
+            kv_heads,
+            head,
+        }
+    }
+
+    /// The block table, int32 `[sequences, per_sequence]`.
+    pub fn table_array(&self) -> Array {
+        let rows = self.table.len() as i64 / self.per_sequence;
+        Array::from_slice(&self.table, &[rows, self.per_sequence]).unwrap()
+    }
+
+    /// Where row `j` of sequence `s`, key head `h` starts in the elements.
+    pub fn at(&self, s: i64, h: i64, j: i64) -> usize {
+        let block = i64::from(self.table[(s * self.per_sequence + j / self.block_rows) as usize]);
+        (((block * self.block_rows + j % self.block_rows) * self.kv_heads + h) * self.head) as usize
+    }
+}

@@ -2,7 +2,7 @@
 //! packed tokens of several sequences share 16-token tiles, against a float64 reference over
 //! the same rounded inputs.
 
-use super::super::emulator::{attend_row, emulate, rounded, values};
+use super::super::emulator::{attend_row, emulate, rounded, values, Pool};
 use super::super::Backend;
 use super::paged_prefill_attention;
 use crate::{Array, Dtype, Stream};
@@ -117,15 +117,16 @@ fn check(case: &Case, seed: u64) -> crate::Result<()> {
         case.dtype,
         &cpu,
     );
-    let blocks = b * BLOCKS_PER_SEQUENCE + 2;
-    // Sequence s's i-th block is pool block (5·(s·M + i) + 1) mod blocks: shuffled.
-    let table: Vec<i32> = (0..b * BLOCKS_PER_SEQUENCE)
-        .map(|i| ((5 * i + 1) % blocks) as i32)
-        .collect();
-    let shape = [blocks, BLOCK_ROWS, hkv, d];
-    let n = (blocks * BLOCK_ROWS * hkv * d) as usize;
-    let (k, keys) = rounded(&values(seed + 100, n), &shape, case.dtype, &cpu);
-    let (v, vals) = rounded(&values(seed + 200, n), &shape, case.dtype, &cpu);
+    let pool = Pool::new(
+        seed + 100,
+        b,
+        BLOCKS_PER_SEQUENCE,
+        BLOCK_ROWS,
+        hkv,
+        d,
+        case.dtype,
+        &cpu,
+    );
     let column = |i: usize| {
         Array::from_slice(
             &tokens
@@ -135,13 +136,12 @@ fn check(case: &Case, seed: u64) -> crate::Result<()> {
             &[t],
         )
     };
-    let table_array = Array::from_slice(&table, &[b, BLOCKS_PER_SEQUENCE])?;
     let scale = 1.0 / (d as f32).sqrt();
     let out = paged_prefill_attention(
         &q,
-        &k,
-        &v,
-        &table_array,
+        &pool.keys,
+        &pool.values,
+        &pool.table_array(),
         &column(0)?,
         &column(1)?,
         &column(2)?,
@@ -151,19 +151,15 @@ fn check(case: &Case, seed: u64) -> crate::Result<()> {
     let got = crate::ops::astype(&out, Dtype::F32, &cpu)?.to_vec::<f32>(&cpu)?;
     let tolerance = if case.dtype == Dtype::F16 { 2e-3 } else { 8e-3 };
     for (i, &(s, lo, hi)) in tokens.iter().enumerate() {
-        let at = |h: i64, j: i64| {
-            let block =
-                i64::from(table[(i64::from(s) * BLOCKS_PER_SEQUENCE + j / BLOCK_ROWS) as usize]);
-            (((block * BLOCK_ROWS + j % BLOCK_ROWS) * hkv + h) * d) as usize
-        };
+        let at = |h: i64, j: i64| pool.at(i64::from(s), h, j);
         for h in 0..hq {
             let kv_head = h / (hq / hkv);
             let row = (i as i64 * hq + h) * d;
             let want = attend_row(
                 &q_values[row as usize..][..d as usize],
                 i64::from(lo)..i64::from(hi.max(lo)),
-                |j| &keys[at(kv_head, j)..][..d as usize],
-                |j| &vals[at(kv_head, j)..][..d as usize],
+                |j| &pool.key_elements[at(kv_head, j)..][..d as usize],
+                |j| &pool.value_elements[at(kv_head, j)..][..d as usize],
                 scale,
             );
             for (e, want) in want.iter().enumerate() {
