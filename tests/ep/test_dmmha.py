@@ -5,6 +5,8 @@ BNSH or 3-D), mask_index, attention_bias, bias, scale, mask_filter_value and the
 float32 and float16; every node on MLX. Also: what the entry declines runs on the CPU EP, and
 out-of-range lengths and beam indices fail the run as they do in ORT."""
 
+import gc
+import re
 import tempfile
 from pathlib import Path
 
@@ -260,3 +262,46 @@ def test_a_batched_head_broadcast_bias_with_beams_fails_on_mlx():
     feed = dict(_one_step_feed(), attention_bias=np.zeros((4, 1, 1, 4), np.float32))
     with pytest.raises(Exception, match="node 'dmmha'.*past its end"):
         profiled_session(model).run(None, feed)
+
+
+def test_a_buffer_bound_as_past_and_present_is_updated_in_place(monkeypatch, capfd):
+    """The past and present bound to one OrtValue each (IO binding, as the shared buffer is
+    meant): the EP feeds each step from its device mirror and copies only the new row of each
+    (batch, head) back to ORT's buffer. (Whether the row also goes into the mirror's own buffer
+    depends on the step replaying a compiled trace; past_sequence_length is read on the host,
+    so each step here is lowered anew.)"""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    rng = np.random.default_rng(21)
+    rows, steps = 2, 5
+    used = {"query", "key", "value", "past_key", "past_value", "past_sequence_length"}
+    model = dmmha_model(TensorProto.FLOAT, used, ["output", "present_key", "present_value"],
+                        past_present_share_buffer=1)
+    mlx = profiled_session(model)
+    cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    past = [uniform(rng, (rows, N, MAX, H), np.float32) for _ in range(2)]
+    buffers = [ort.OrtValue.ortvalue_from_numpy(p.copy()) for p in past]
+    for p in range(steps):
+        feed = {"query": uniform(rng, (rows, 1, D), np.float32), "key": uniform(rng, (rows, 1, D), np.float32),
+                "value": uniform(rng, (rows, 1, D), np.float32), "past_sequence_length": np.array([p], np.int32)}
+        binding = mlx.io_binding()
+        for name, value in feed.items():
+            binding.bind_cpu_input(name, value)
+        binding.bind_output("output")
+        for i, name in enumerate(["key", "value"]):
+            binding.bind_ortvalue_input(f"past_{name}", buffers[i])
+            binding.bind_ortvalue_output(f"present_{name}", buffers[i])
+        mlx.run_with_iobinding(binding)
+        want = cpu.run(None, dict(feed, past_key=past[0], past_value=past[1]))
+        got = [binding.copy_outputs_to_cpu()[0], buffers[0].numpy(), buffers[1].numpy()]
+        compare(got, want, np.float32, f"step {p}")
+        past = want[1:3]
+    capfd.readouterr()
+    del mlx, binding
+    gc.collect()
+    summary = capfd.readouterr().err
+    found = re.search(r"(\d+) of (\d+) row\(s\) written back, (\d+) input\(s\) fed from the device mirror, "
+                      r"(\d+) mirror\(s\) updated in place", summary)
+    assert found, summary
+    written, mirrored = int(found[1]), int(found[3])
+    assert written == steps * 2 * rows * N, summary  # one row per (batch, head) a buffer a step
+    assert mirrored == 2 * (steps - 1), summary

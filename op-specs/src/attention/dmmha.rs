@@ -200,18 +200,23 @@ fn decoder_masked_multi_head_attention(
             .ok_or_else(|| err("beam_width holds no value"))?,
     };
 
-    // Present: the past with row P replaced by the new key/value.
-    let row_p = ops::reshape(
-        &ops::equal(
-            &ops::arange(0.0, m as f64, 1.0, Dtype::I32, s)?,
-            &Array::scalar(p as i32)?,
-            s,
-        )?,
-        &[1, 1, m, 1],
+    // Present: the past with row P replaced by the new key/value, scattered into the past's
+    // own buffer (B·N rows), which MLX writes in place when nothing else holds it: a buffer
+    // shared with the present and fed from the EP's device mirror. Only those rows change.
+    let (k_new, v_new) = (
+        ops::astype(&k_new, dtype, s)?,
+        ops::astype(&v_new, dtype, s)?,
+    );
+    let present_key = write_row(&past_key, &k_new, p, s)?;
+    let present_value = write_row(&past_value, &v_new, p, s)?;
+    let row_p = ops::equal(
+        &ops::arange(0.0, m as f64, 1.0, Dtype::I32, s)?,
+        &Array::scalar(p as i32)?,
         s,
     )?;
-    let present_key = ops::where_(&row_p, &ops::astype(&k_new, dtype, s)?, &past_key, s)?;
-    let present_value = ops::where_(&row_p, &ops::astype(&v_new, dtype, s)?, &past_value, s)?;
+    cx.writes_only_rows(1, &row_p, Some(&k_new), &present_key);
+    cx.writes_only_rows(2, &row_p, Some(&v_new), &present_value);
+    let s = cx.stream();
 
     let (out, qk) = match cache_indirection {
         None => {
@@ -220,16 +225,18 @@ fn decoder_masked_multi_head_attention(
                     "If beam width is greater than 1, then cache indirection buffer MUST be present",
                 ));
             }
-            let k = ops::concatenate(&[rows(&past_key, p, s)?, k_new], 2, s)?;
-            let v = ops::concatenate(&[rows(&past_value, p, s)?, v_new], 2, s)?;
+            // The past's rows read from the present (the same rows): reading the past would
+            // hold its buffer, which the write above then could not reuse.
+            let k = ops::concatenate(&[rows(&present_key, p, s)?, k_new], 2, s)?;
+            let v = ops::concatenate(&[rows(&present_value, p, s)?, v_new], 2, s)?;
             let padding = key_padding(mask_index, b, t)?;
             attend(&q, &k, &v, p, &step(padding, attention_bias.as_ref()), s)?
         }
         Some(indirection) => {
             let source = beam_sources(cx, &indirection, beams, b, m, p)?;
             let s = cx.stream();
-            let k = ops::concatenate(&[gather_rows(&past_key, &source, s)?, k_new], 2, s)?;
-            let v = ops::concatenate(&[gather_rows(&past_value, &source, s)?, v_new], 2, s)?;
+            let k = ops::concatenate(&[gather_rows(&present_key, &source, s)?, k_new], 2, s)?;
+            let v = ops::concatenate(&[gather_rows(&present_value, &source, s)?, v_new], 2, s)?;
             // ORT's beam loop masks entries equal to 0 and reads a batched bias at row b / W.
             let padding = match key_padding(mask_index, b, t)? {
                 Padding::Keys(mask) => Padding::Keys(ops::astype(
@@ -283,6 +290,31 @@ impl Options {
             out: self.out,
         }
     }
+}
+
+/// `buffer` `[B, N, M, H]` with row `p` of every (batch, head) replaced by `new` `[B, N, 1, H]`.
+fn write_row(buffer: &Array, new: &Array, p: i64, s: &Stream) -> Result<Array> {
+    let shape = buffer.shape();
+    let [b, n, m, h] = <[i64; 4]>::try_from(shape.as_slice())
+        .map_err(|_| err(format!("a past buffer of shape {shape:?}: expected 4-D")))?;
+    let rows = ops::add(
+        &ops::multiply(
+            &ops::arange(0.0, (b * n) as f64, 1.0, Dtype::I32, s)?,
+            &Array::scalar(m as i32)?,
+            s,
+        )?,
+        &Array::scalar(p as i32)?,
+        s,
+    )?;
+    let flat = ops::reshape(buffer, &[b * n * m, h], s)?;
+    let written = ops::scatter_rows(
+        &flat,
+        &rows,
+        &ops::reshape(new, &[b * n, 1, h], s)?,
+        ops::ScatterMode::Set,
+        s,
+    )?;
+    Ok(ops::reshape(&written, &shape, s)?)
 }
 
 fn err(message: impl Into<String>) -> OpError {
