@@ -8,12 +8,12 @@
 //! need a GPU run.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
 use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use super::{Backend, Kernel, Launch, TemplateArg};
 use crate::error::{Error, Result};
@@ -147,25 +147,30 @@ fn program(
     Ok(text)
 }
 
-/// The program compiled once per distinct source in this test process.
+/// The program's binary, compiled once per distinct source (the header is part of it) into a
+/// folder named by its hash under the temporary directory, which later runs reuse: reruns
+/// skip the compiler and the folder holds one binary per kernel variant, not one per run.
 fn compiled(program: &str) -> Result<PathBuf> {
-    static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
-    if let Some(found) = BUILT
-        .lock()
-        .expect("emulator cache")
-        .get_or_insert_with(HashMap::new)
-        .get(program)
-    {
-        return Ok(found.clone());
-    }
-    let folder = scratch_folder()?;
-    let source = folder.join("kernel.cpp");
+    let mut hasher = DefaultHasher::new(); // fixed keys: the same name in every process
+    program.hash(&mut hasher);
+    let folder = std::env::temp_dir()
+        .join("mlx-kernel-emulator")
+        .join(format!("{:016x}", hasher.finish()));
     let binary = folder.join("kernel");
-    std::fs::write(&source, program).map_err(|e| Error::Mlx(format!("emulator: {e}")))?;
+    if binary.exists() {
+        return Ok(binary);
+    }
+    let io = |e: std::io::Error| Error::Mlx(format!("emulator: {e}"));
+    std::fs::create_dir_all(&folder).map_err(io)?;
+    // Per-process names, then a rename: test processes compiling one source at once agree.
+    let mine = format!("{}-{:?}", std::process::id(), std::thread::current().id());
+    let source = folder.join(format!("kernel-{mine}.cpp"));
+    let built = folder.join(format!("kernel-{mine}"));
+    std::fs::write(&source, program).map_err(io)?;
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
     let done = Command::new(&compiler)
         .args(["-std=c++17", "-O1", "-pthread", "-w", "-o"])
-        .arg(&binary)
+        .arg(&built)
         .arg(&source)
         .output()
         .map_err(|e| Error::Mlx(format!("emulator: running {compiler}: {e}")))?;
@@ -176,11 +181,8 @@ fn compiled(program: &str) -> Result<PathBuf> {
             String::from_utf8_lossy(&done.stderr)
         )));
     }
-    BUILT
-        .lock()
-        .expect("emulator cache")
-        .get_or_insert_with(HashMap::new)
-        .insert(program.to_string(), binary.clone());
+    let _ = std::fs::remove_file(&source);
+    std::fs::rename(&built, &binary).map_err(io)?;
     Ok(binary)
 }
 
