@@ -1,6 +1,8 @@
 """Fixtures for end-to-end tests of the EP through ORT's Python API."""
 
+import gc
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -43,6 +45,19 @@ def mlx_devices():
     devices = [d for d in ort.get_ep_devices() if d.ep_name == MLX]
     assert devices, "the EP library registered no device"
     return devices
+
+
+def shared_buffer_counts(capfd):
+    """(rows written back, rows of shared buffers, inputs fed from the device mirror, mirrors
+    updated in place) from the EP's session summary (ONNXRUNTIME_EP_MLX_VERBOSE=1), printed
+    when the session is released: call it after dropping the last reference to the session.
+    Also returns the summary, for assertion messages."""
+    gc.collect()
+    summary = capfd.readouterr().err
+    found = re.search(r"(\d+) of (\d+) row\(s\) written back, (\d+) input\(s\) fed from the device mirror, "
+                      r"(\d+) mirror\(s\) updated in place", summary)
+    assert found, summary
+    return tuple(int(n) for n in found.groups()), summary
 
 
 def make_model(nodes, inputs, outputs, initializers=(), opset=17, domains=()):

@@ -5,8 +5,6 @@ BNSH or 3-D), mask_index, attention_bias, bias, scale, mask_filter_value and the
 float32 and float16; every node on MLX. Also: what the entry declines runs on the CPU EP, and
 out-of-range lengths and beam indices fail the run as they do in ORT."""
 
-import gc
-import re
 import tempfile
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import MLX, kernel_placements, make_model, tensor
+from conftest import MLX, kernel_placements, make_model, shared_buffer_counts, tensor
 
 N, H, MAX = 2, 8, 7
 D = N * H
@@ -297,11 +295,6 @@ def test_a_buffer_bound_as_past_and_present_is_updated_in_place(monkeypatch, cap
         past = want[1:3]
     capfd.readouterr()
     del mlx, binding
-    gc.collect()
-    summary = capfd.readouterr().err
-    found = re.search(r"(\d+) of (\d+) row\(s\) written back, (\d+) input\(s\) fed from the device mirror, "
-                      r"(\d+) mirror\(s\) updated in place", summary)
-    assert found, summary
-    written, mirrored = int(found[1]), int(found[3])
+    (written, _, mirrored, _), summary = shared_buffer_counts(capfd)
     assert written == steps * 2 * rows * N, summary  # one row per (batch, head) a buffer a step
     assert mirrored == 2 * (steps - 1), summary

@@ -6,8 +6,6 @@ must come out unchanged), that the session put MLX first, and that ORT's profile
 ran on MLX. Bad lengths, block ids and slots fail the run naming the node; what the op declines
 fails at session creation, as it does without the EP."""
 
-import gc
-import re
 
 import ml_dtypes
 import numpy as np
@@ -15,7 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
-from conftest import MLX, Run, make_model, mlx_devices, tensor
+from conftest import MLX, Run, make_model, mlx_devices, shared_buffer_counts, tensor
 
 F16 = TensorProto.FLOAT16
 BF16 = TensorProto.BFLOAT16
@@ -493,12 +491,7 @@ def test_pools_bound_as_their_own_outputs_are_updated_in_place(skipping, monkeyp
         feeds["past_seqlens"] = feeds["past_seqlens"] + np.array([1, 0 if skipping else 1], np.int32)
     capfd.readouterr()
     del session, binding
-    gc.collect()
-    summary = capfd.readouterr().err
-    found = re.search(r"(\d+) of (\d+) row\(s\) written back, (\d+) input\(s\) fed from the device mirror, "
-                      r"(\d+) mirror\(s\) updated in place", summary)
-    assert found, summary
-    written, mirrored, in_place = int(found[1]), int(found[3]), int(found[4])
+    (written, _, mirrored, in_place), summary = shared_buffer_counts(capfd)
     # Only the tokens' rows go back to ORT's buffers: 2 pools x writing tokens x 2 key heads.
     assert written == steps * 2 * (1 if skipping else 2) * 2, summary
     assert mirrored == 2 * (steps - 1), summary
