@@ -50,7 +50,27 @@ const CASES: &[Case] = &[
         rows: 300,
         ranges: &[(0, 300), (5, 123), (290, 900)],
     },
-    // Heads of 256 (a lane holds 8 elements, one key at a time), split.
+    // Heads of 256 in float32: a lane holds two 16-byte chunks of a row.
+    Case {
+        dtype: Dtype::F32,
+        heads: 4,
+        kv_heads: 1,
+        head: 256,
+        paged: None,
+        rows: 200,
+        ranges: &[(3, 197)],
+    },
+    // Heads of 96: 12 chunks a row, so 4 of each 16 lanes hold none.
+    Case {
+        dtype: Dtype::F16,
+        heads: 6,
+        kv_heads: 3,
+        head: 96,
+        paged: Some(16),
+        rows: 160,
+        ranges: &[(0, 150), (40, 41)],
+    },
+    // Heads of 256 (a lane holds one 16-byte chunk, a warp one row a step), split.
     Case {
         dtype: Dtype::F16,
         heads: 2,
@@ -60,7 +80,7 @@ const CASES: &[Case] = &[
         rows: 300,
         ranges: &[(1, 299)],
     },
-    // Heads of 128 (4 elements a lane, two keys at a time) in a pool.
+    // Heads of 128 (16 lanes a row, two rows side by side) in a pool.
     Case {
         dtype: Dtype::BF16,
         heads: 6,
