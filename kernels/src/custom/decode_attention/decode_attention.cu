@@ -6,64 +6,20 @@
 // writes its rows' results or its split's partial sums for combine_splits.cu.
 //
 // One block per (b, key head, group of GH query heads, s, split): the GH query heads of one key
-// head read each key and value once. Each warp walks its own keys of the block's share and keeps
-// its own online softmax, so the walk has no barrier: the lanes of a warp split a key's row into
-// 16-byte chunks (one coalesced load a key, a warp sum for its score), a warp reads SLOTS rows
-// side by side when a row is narrower than 32 chunks, and issues KEYS_AT_ONCE steps' loads
-// before using any, so several memory round trips overlap. The slots and warps merge their
-// softmax states once, at the end. SPLITS > 1 splits a long key range over blocks
-// (flash-decoding).
-const int block = blockIdx.x;
-const int tid = threadIdx.x;
-const int warp = tid / 32;
-const int lane = tid % 32;
-#define SHARED __shared__
-#define BARRIER __syncthreads()
-#define SHUFFLE_XOR(value, offset) __shfl_xor_sync(0xffffffffu, value, offset)
-// A step's chunks stay 16 raw bytes each until used, so that all their loads are in flight
-// together; rows off a 16-byte boundary are read an element at a time (block-uniform branch).
-const bool aligned = ((reinterpret_cast<size_t>(keys) | reinterpret_cast<size_t>(values)) %
-                      16) == 0;
-#define CHUNK_AT(base, j, c) (base + ROW_START(j) + (c) * E)
-auto load_raw = [&](const T* at) {
-  if (aligned) return *reinterpret_cast<const uint4*>(at);
-  uint4 chunk;
-  T* items = reinterpret_cast<T*>(&chunk);
-#pragma unroll
-  for (int e = 0; e < 16 / static_cast<int>(sizeof(T)); ++e) items[e] = at[e];
-  return chunk;
-};
-#define STEP_CHUNKS uint4 key_chunks[KEYS_AT_ONCE][LANE_CHUNKS], value_chunks[KEYS_AT_ONCE][LANE_CHUNKS]
-#define LOAD_CHUNK(u, c, j)                                        \
-  key_chunks[u][c] = load_raw(CHUNK_AT(keys, j, CHUNK(c)));        \
-  value_chunks[u][c] = load_raw(CHUNK_AT(values, j, CHUNK(c)))
-#define CLEAR_CHUNK(u, c) key_chunks[u][c] = value_chunks[u][c] = make_uint4(0, 0, 0, 0)
-#define WIDEN(chunk, to)                                       \
-  for (int e = 0; e < E; ++e) to[e] = static_cast<float>(reinterpret_cast<const T*>(&chunk)[e])
-#define WIDEN_KEY(u, c, to) WIDEN(key_chunks[u][c], to)
-#define WIDEN_VALUE(u, c, to) WIDEN(value_chunks[u][c], to)
-
-// COMMON: the same lines as decode_attention.metal from here on
+// head read each key and value once. The block's share of the visible keys [lo, hi) goes in
+// passes of one key per thread: each thread scores its whole key against every head (16-byte
+// loads), the block takes the pass's maxima and sums, then threads split the pass's values into
+// (key group, 16-byte column chunk) pairs. A decode step's few hundred keys are one or two
+// passes, each a handful of memory round trips, where walking the keys one at a time per warp
+// costs one round trip a key. SPLITS > 1 splits a long key range over blocks (flash-decoding).
 constexpr int THREADS = WARPS * 32;
-constexpr int E = 16 / sizeof(T);                     // elements in a 16-byte chunk
-constexpr int CHUNKS = D / E;                         // chunks in a row (D is a multiple of E)
-constexpr int LANE_CHUNKS = (CHUNKS + 31) / 32;       // chunks of a row one lane holds
-constexpr int LANE_ELEMENTS = LANE_CHUNKS * E;
-constexpr int LANES_NEEDED = (CHUNKS + LANE_CHUNKS - 1) / LANE_CHUNKS;
-// Lanes that share a row: a power of two, so that the score's sum stays inside the slot.
-constexpr int ROW_LANES = LANES_NEEDED <= 1   ? 1
-                          : LANES_NEEDED <= 2 ? 2
-                          : LANES_NEEDED <= 4 ? 4
-                          : LANES_NEEDED <= 8 ? 8
-                          : LANES_NEEDED <= 16 ? 16
-                                               : 32;
-constexpr int SLOTS = 32 / ROW_LANES;  // rows a warp reads side by side
-// Steps of a warp whose loads are in flight together: fewer when a lane holds more.
-constexpr int KEYS_AT_ONCE = GH * LANE_CHUNKS > 4 ? 2 : 4;
-constexpr int WARP_KEYS = SLOTS * KEYS_AT_ONCE;  // keys a warp reads in one walk step
+constexpr int E = 16 / sizeof(T);         // elements in a 16-byte chunk
+constexpr int CHUNKS = D / E;             // chunks in a row (D is a multiple of E)
+constexpr int GROUPS = THREADS / CHUNKS;  // key groups of the value pass
 constexpr int HEAD_GROUPS = HQ / HKV / GH;
-const int split = block % SPLITS;
-const int cell = block / SPLITS;  // ((b * HKV + kv_head) * HEAD_GROUPS + group) * S + s
+constexpr int VALUE_LOADS = 4;            // value chunks a thread loads before summing them
+const int split = blockIdx.x % SPLITS;
+const int cell = blockIdx.x / SPLITS;  // ((b * HKV + kv_head) * HEAD_GROUPS + group) * S + s
 const int s_index = cell % S;
 const int head_group = (cell / S) % HEAD_GROUPS;
 const int kv_head = (cell / (S * HEAD_GROUPS)) % HKV;
@@ -71,8 +27,9 @@ const int batch = cell / (S * HEAD_GROUPS * HKV);
 const int first_head = kv_head * (HQ / HKV) + head_group * GH;
 // q and out are row-contiguous [B, HQ, S, D]: the row of member g of the head group.
 #define Q_ROW(g) ((static_cast<size_t>(batch) * HQ + first_head + (g)) * S + s_index)
-const int slot = lane / ROW_LANES;
-const int row_lane = lane % ROW_LANES;
+const int tid = threadIdx.x;
+const int warp = tid / 32;
+const int lane = tid % 32;
 // ROWS: the key rows' count and ROW_START(j) (generated, see mod.rs)
 // Clamped before any arithmetic: extreme lo/hi cannot overflow.
 const int visible_first = min(max(lo[batch * S + s_index], 0), ROWS);
@@ -82,154 +39,159 @@ const int share = (visible_end - visible_first + SPLITS - 1) / SPLITS;
 const int first = min(visible_first + split * share, visible_end);
 const int end = min(first + share, visible_end);
 const float scaling = scale[0];
-SHARED float warp_max[GH][WARPS];
-SHARED float warp_sum[GH][WARPS];
-SHARED float partial[WARPS][D];
+// Whether every row starts on a 16-byte boundary (block-uniform: one branch for all).
+const bool aligned = ((reinterpret_cast<size_t>(keys) | reinterpret_cast<size_t>(values)) %
+                      16) == 0;
 
-// Chunk `c` of this lane is chunk `row_lane + c * ROW_LANES` of a row, when the row has it.
-#define HOLDS(c) (row_lane + (c) * ROW_LANES < CHUNKS)
-#define CHUNK(c) (row_lane + (c) * ROW_LANES)
-float q_lane[GH][LANE_ELEMENTS];
-float acc[GH][LANE_ELEMENTS];
-float running_max[GH];  // of the finite scores this slot saw (fmax skips NaN)
+__shared__ float q_rows[GH][D];
+__shared__ float probability[GH][THREADS];
+__shared__ float reduced[GH][WARPS];
+__shared__ float partial[GROUPS * D];
+for (int i = tid; i < GH * D; i += THREADS) {
+  q_rows[i / D][i % D] = static_cast<float>(q[Q_ROW(i / D) * D + i % D]);
+}
+
+// Chunk `c` of row `j` of `base` as its 16 raw bytes, and those bytes widened to float32:
+// apart, so that several loads can be in flight before any of them is used.
+auto load_raw = [&](const T* base, int j, int c) {
+  const T* at = base + ROW_START(j) + c * E;
+  if (aligned) return *reinterpret_cast<const uint4*>(at);
+  uint4 chunk;
+  T* items = reinterpret_cast<T*>(&chunk);
+#pragma unroll
+  for (int e = 0; e < E; ++e) items[e] = at[e];
+  return chunk;
+};
+auto widen = [&](const uint4& chunk, float* to) {
+  const T* items = reinterpret_cast<const T*>(&chunk);
+#pragma unroll
+  for (int e = 0; e < E; ++e) to[e] = static_cast<float>(items[e]);
+};
+
+// Block-wide max or sum of one value per thread, for each head at once.
+auto block_reduce = [&](float (&v)[GH], bool take_max) {
+#pragma unroll
+  for (int g = 0; g < GH; ++g) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other = __shfl_xor_sync(0xffffffffu, v[g], offset);
+      v[g] = take_max ? fmaxf(v[g], other) : v[g] + other;
+    }
+  }
+  __syncthreads();  // `reduced` is free again
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < GH; ++g) reduced[g][warp] = v[g];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int g = 0; g < GH; ++g) {
+    float all = take_max ? -INFINITY : 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      all = take_max ? fmaxf(all, reduced[g][w]) : all + reduced[g][w];
+    }
+    v[g] = all;
+  }
+};
+
+const int group = tid / CHUNKS;
+const int column = tid % CHUNKS;
+float acc[GH][E];
+float running_max[GH];  // of the finite scores so far (fmaxf skips NaN)
 float running_sum[GH];
 #pragma unroll
 for (int g = 0; g < GH; ++g) {
   running_max[g] = -INFINITY;
   running_sum[g] = 0.f;
-  #pragma unroll
-  for (int c = 0; c < LANE_CHUNKS; ++c) {
-    #pragma unroll
-    for (int e = 0; e < E; ++e) {
-      q_lane[g][c * E + e] =
-          HOLDS(c) ? static_cast<float>(q[Q_ROW(g) * D + CHUNK(c) * E + e]) : 0.f;
-      acc[g][c * E + e] = 0.f;
-    }
-  }
-}
-
-for (int step = first + warp * WARP_KEYS; step < end; step += WARPS * WARP_KEYS) {
-  // This step's key and value chunks, all in flight before any is used.
-  STEP_CHUNKS;
-  #pragma unroll
-  for (int u = 0; u < KEYS_AT_ONCE; ++u) {
-    const int j = step + u * SLOTS + slot;
-    #pragma unroll
-    for (int c = 0; c < LANE_CHUNKS; ++c) {
-      if (j < end && HOLDS(c)) {
-        LOAD_CHUNK(u, c, j);
-      } else {
-        CLEAR_CHUNK(u, c);
-      }
-    }
-  }
-  float x[KEYS_AT_ONCE][GH];
-  #pragma unroll
-  for (int u = 0; u < KEYS_AT_ONCE; ++u) {
-    #pragma unroll
-    for (int g = 0; g < GH; ++g) x[u][g] = 0.f;
-    #pragma unroll
-    for (int c = 0; c < LANE_CHUNKS; ++c) {
-      float k[E];
-      WIDEN_KEY(u, c, k);
-      #pragma unroll
-      for (int g = 0; g < GH; ++g) {
-        #pragma unroll
-        for (int e = 0; e < E; ++e) x[u][g] += q_lane[g][c * E + e] * k[e];
-      }
-    }
-    // The slot's lanes sum their parts: every lane of the slot gets the same score.
-    #pragma unroll
-    for (int g = 0; g < GH; ++g) {
-      #pragma unroll
-      for (int offset = ROW_LANES / 2; offset > 0; offset /= 2) {
-        x[u][g] += SHUFFLE_XOR(x[u][g], offset);
-      }
-    }
-  }
-  #pragma unroll
-  for (int g = 0; g < GH; ++g) {
-    float step_max = -INFINITY;
-    #pragma unroll
-    for (int u = 0; u < KEYS_AT_ONCE; ++u) {
-      const bool visible = step + u * SLOTS + slot < end;
-      x[u][g] = visible ? x[u][g] * scaling : -INFINITY;
-      // A +inf score makes the whole row NaN in a max-subtracted softmax (inf - inf).
-      if (x[u][g] == INFINITY) x[u][g] = NAN;
-      step_max = fmax(step_max, x[u][g]);
-    }
-    const float next_max = fmax(running_max[g], step_max);
-    const float rescale = running_max[g] == -INFINITY ? 0.f : exp(running_max[g] - next_max);
-    running_max[g] = next_max;
-    running_sum[g] *= rescale;
-    #pragma unroll
-    for (int i = 0; i < LANE_ELEMENTS; ++i) acc[g][i] *= rescale;
-    #pragma unroll
-    for (int u = 0; u < KEYS_AT_ONCE; ++u) {
-      // -inf scores weigh 0 (also while every score so far is -inf); NaN ones poison the sums.
-      // A key past the range was not loaded: its chunks are zeros.
-      const float p = x[u][g] != -INFINITY ? exp(x[u][g] - next_max) : 0.f;
-      running_sum[g] += p;
-      #pragma unroll
-      for (int c = 0; c < LANE_CHUNKS; ++c) {
-        float v[E];
-        WIDEN_VALUE(u, c, v);
-        #pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][c * E + e] += p * v[e];
-      }
-    }
-  }
-}
-
-// The slots of a warp merge their states (lanes of one chunk column meet by shuffles)...
 #pragma unroll
-for (int offset = ROW_LANES; offset < 32; offset *= 2) {
-  #pragma unroll
-  for (int g = 0; g < GH; ++g) {
-    const float other_max = SHUFFLE_XOR(running_max[g], offset);
-    const float other_sum = SHUFFLE_XOR(running_sum[g], offset);
-    const float merged = fmax(running_max[g], other_max);
-    const float mine = running_max[g] == -INFINITY ? 0.f : exp(running_max[g] - merged);
-    const float theirs = other_max == -INFINITY ? 0.f : exp(other_max - merged);
-    running_max[g] = merged;
-    running_sum[g] = running_sum[g] * mine + other_sum * theirs;
-    #pragma unroll
-    for (int i = 0; i < LANE_ELEMENTS; ++i) {
-      acc[g][i] = acc[g][i] * mine + SHUFFLE_XOR(acc[g][i], offset) * theirs;
+  for (int e = 0; e < E; ++e) acc[g][e] = 0.f;
+}
+__syncthreads();  // q_rows is written
+
+for (int base = first; base < end; base += THREADS) {
+  const int j = base + tid;
+  const bool visible = j < end;
+  float x[GH];
+#pragma unroll
+  for (int g = 0; g < GH; ++g) x[g] = 0.f;
+  if (visible) {
+    for (int c = 0; c < CHUNKS; ++c) {
+      float k[E];
+      widen(load_raw(keys, j, c), k);
+#pragma unroll
+      for (int g = 0; g < GH; ++g) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) x[g] += q_rows[g][c * E + e] * k[e];
+      }
     }
   }
+  float pass_max[GH];
+#pragma unroll
+  for (int g = 0; g < GH; ++g) {
+    x[g] = visible ? x[g] * scaling : -INFINITY;
+    // A +inf score makes the whole row NaN in a max-subtracted softmax (inf - inf).
+    if (x[g] == INFINITY) x[g] = NAN;
+    pass_max[g] = x[g];
+  }
+  block_reduce(pass_max, true);
+  float p[GH];
+  float rescale[GH];
+#pragma unroll
+  for (int g = 0; g < GH; ++g) {
+    const float next_max = fmaxf(running_max[g], pass_max[g]);
+    // -inf scores weigh 0 (also while every score so far is -inf); NaN ones poison the sums.
+    p[g] = (visible && x[g] != -INFINITY) ? expf(x[g] - next_max) : 0.f;
+    probability[g][tid] = p[g];
+    rescale[g] = running_max[g] == -INFINITY ? 0.f : expf(running_max[g] - next_max);
+    running_max[g] = next_max;
+  }
+  block_reduce(p, false);  // its syncs also publish `probability`
+#pragma unroll
+  for (int g = 0; g < GH; ++g) {
+    running_sum[g] = running_sum[g] * rescale[g] + p[g];
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] *= rescale[g];
+  }
+  if (group < GROUPS) {
+    const int keys_here = min(THREADS, end - base);
+    for (int k0 = group; k0 < keys_here; k0 += GROUPS * VALUE_LOADS) {
+      uint4 chunks[VALUE_LOADS];  // VALUE_LOADS keys' chunks: one memory round trip for all
+#pragma unroll
+      for (int u = 0; u < VALUE_LOADS; ++u) {
+        const int k = k0 + u * GROUPS;
+        chunks[u] = k < keys_here ? load_raw(values, base + k, column) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < VALUE_LOADS; ++u) {
+        const int k = k0 + u * GROUPS;
+        if (k >= keys_here) break;
+        float v[E];
+        widen(chunks[u], v);
+#pragma unroll
+        for (int g = 0; g < GH; ++g) {
+          const float weight = probability[g][k];
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[g][e] += weight * v[e];
+        }
+      }
+    }
+  }
+  __syncthreads();  // `probability` is read before the next pass writes it
 }
-// ...then the warps, through block memory: each head's largest score, then each head in turn.
-if (lane == 0) {
-  #pragma unroll
-  for (int g = 0; g < GH; ++g) warp_max[g][warp] = running_max[g];
-}
-BARRIER;
+
+// Each head in turn: the key groups' sums, then the row's result (or partial sums).
 #pragma unroll
 for (int g = 0; g < GH; ++g) {
-  float head_max = -INFINITY;
-  #pragma unroll
-  for (int w = 0; w < WARPS; ++w) head_max = fmax(head_max, warp_max[g][w]);
-  const float weight = running_max[g] == -INFINITY ? 0.f : exp(running_max[g] - head_max);
-  if (slot == 0) {
-    #pragma unroll
-    for (int c = 0; c < LANE_CHUNKS; ++c) {
-      #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        if (HOLDS(c)) partial[warp][CHUNK(c) * E + e] = acc[g][c * E + e] * weight;
-      }
-    }
+  if (group < GROUPS) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) partial[group * D + column * E + e] = acc[g][e];
   }
-  if (lane == 0) warp_sum[g][warp] = running_sum[g] * weight;
-  BARRIER;
-  float head_sum = 0.f;
-  #pragma unroll
-  for (int w = 0; w < WARPS; ++w) head_sum += warp_sum[g][w];
+  __syncthreads();
   for (int d = tid; d < D; d += THREADS) {
     float mixed = 0.f;
-    #pragma unroll
-    for (int w = 0; w < WARPS; ++w) mixed += partial[w][d];
+    for (int k = 0; k < GROUPS; ++k) mixed += partial[k * D + d];
     // WRITE: the row's result or the split's partial sums (generated, see mod.rs)
   }
-  BARRIER;  // `partial` and `warp_sum` are read before the next head writes them
+  __syncthreads();  // `partial` is read before the next head writes it
 }

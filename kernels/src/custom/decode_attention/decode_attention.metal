@@ -1,58 +1,26 @@
-// Metal twin of decode_attention.cu: the same algorithm in Metal's dialect (MLX's metal_kernel
-// wraps it in a [[kernel]] function templated on the same constants, with the same inputs and
-// output). The lines after COMMON are the CUDA body's own; only the definitions above it
-// differ: threadgroup memory, barriers and SIMD-group shuffles for CUDA's, and a step's chunks
-// read an element at a time (Metal has no lambdas for the 16-byte loads).
-const int block = int(threadgroup_position_in_grid.x);
-const int tid = int(thread_position_in_threadgroup.x);
-const int warp = int(simdgroup_index_in_threadgroup);
-const int lane = int(thread_index_in_simdgroup);
-#define SHARED threadgroup
-#define BARRIER threadgroup_barrier(mem_flags::mem_threadgroup)
-#define SHUFFLE_XOR(value, offset) simd_shuffle_xor(value, ushort(offset))
-#define CHUNK_AT(base, j, c) (base + ROW_START(j) + (c) * E)
-#define STEP_CHUNKS T key_chunks[KEYS_AT_ONCE][LANE_CHUNKS][E], value_chunks[KEYS_AT_ONCE][LANE_CHUNKS][E]
-#define LOAD_CHUNK(u, c, j)                                                          \
-  for (int e = 0; e < E; ++e) {                                                      \
-    key_chunks[u][c][e] = CHUNK_AT(keys, j, CHUNK(c))[e];                            \
-    value_chunks[u][c][e] = CHUNK_AT(values, j, CHUNK(c))[e];                        \
-  }
-#define CLEAR_CHUNK(u, c) \
-  for (int e = 0; e < E; ++e) key_chunks[u][c][e] = value_chunks[u][c][e] = static_cast<T>(0.f)
-#define WIDEN(chunk, to) for (int e = 0; e < E; ++e) to[e] = static_cast<float>(chunk[e])
-#define WIDEN_KEY(u, c, to) WIDEN(key_chunks[u][c], to)
-#define WIDEN_VALUE(u, c, to) WIDEN(value_chunks[u][c], to)
-
-// COMMON: the same lines as decode_attention.cu from here on
+// Metal twin of decode_attention.cu: the same algorithm, line for line, in Metal's dialect
+// (MLX's metal_kernel wraps it in a [[kernel]] function templated on the same constants, with
+// the same inputs and output). What differs is only the spelling: threadgroup memory for
+// __shared__, barriers for __syncthreads, SIMD-group shuffles for warp shuffles, element loads
+// for the 16-byte vector loads (Metal has no lambdas, so the loads and reductions are written
+// out), and 8 SIMD groups a block (Apple GPUs give a threadgroup 32 KiB of memory).
 constexpr int THREADS = WARPS * 32;
-constexpr int E = 16 / sizeof(T);                     // elements in a 16-byte chunk
-constexpr int CHUNKS = D / E;                         // chunks in a row (D is a multiple of E)
-constexpr int LANE_CHUNKS = (CHUNKS + 31) / 32;       // chunks of a row one lane holds
-constexpr int LANE_ELEMENTS = LANE_CHUNKS * E;
-constexpr int LANES_NEEDED = (CHUNKS + LANE_CHUNKS - 1) / LANE_CHUNKS;
-// Lanes that share a row: a power of two, so that the score's sum stays inside the slot.
-constexpr int ROW_LANES = LANES_NEEDED <= 1   ? 1
-                          : LANES_NEEDED <= 2 ? 2
-                          : LANES_NEEDED <= 4 ? 4
-                          : LANES_NEEDED <= 8 ? 8
-                          : LANES_NEEDED <= 16 ? 16
-                                               : 32;
-constexpr int SLOTS = 32 / ROW_LANES;  // rows a warp reads side by side
-// Steps of a warp whose loads are in flight together: fewer when a lane holds more.
-constexpr int KEYS_AT_ONCE = GH * LANE_CHUNKS > 4 ? 2 : 4;
-constexpr int WARP_KEYS = SLOTS * KEYS_AT_ONCE;  // keys a warp reads in one walk step
+constexpr int E = 16 / sizeof(T);         // elements in a 16-byte chunk
+constexpr int CHUNKS = D / E;             // chunks in a row (D is a multiple of E)
+constexpr int GROUPS = THREADS / CHUNKS;  // key groups of the value pass
 constexpr int HEAD_GROUPS = HQ / HKV / GH;
-const int split = block % SPLITS;
-const int cell = block / SPLITS;  // ((b * HKV + kv_head) * HEAD_GROUPS + group) * S + s
+constexpr int VALUE_LOADS = 4;            // value chunks a thread loads before summing them
+const int split = int(threadgroup_position_in_grid.x) % SPLITS;
+const int cell = int(threadgroup_position_in_grid.x) / SPLITS;
 const int s_index = cell % S;
 const int head_group = (cell / S) % HEAD_GROUPS;
 const int kv_head = (cell / (S * HEAD_GROUPS)) % HKV;
 const int batch = cell / (S * HEAD_GROUPS * HKV);
 const int first_head = kv_head * (HQ / HKV) + head_group * GH;
-// q and out are row-contiguous [B, HQ, S, D]: the row of member g of the head group.
 #define Q_ROW(g) ((static_cast<size_t>(batch) * HQ + first_head + (g)) * S + s_index)
-const int slot = lane / ROW_LANES;
-const int row_lane = lane % ROW_LANES;
+const int tid = int(thread_position_in_threadgroup.x);
+const int warp = int(simdgroup_index_in_threadgroup);
+const int lane = int(thread_index_in_simdgroup);
 // ROWS: the key rows' count and ROW_START(j) (generated, see mod.rs)
 // Clamped before any arithmetic: extreme lo/hi cannot overflow.
 const int visible_first = min(max(lo[batch * S + s_index], 0), ROWS);
@@ -62,154 +30,131 @@ const int share = (visible_end - visible_first + SPLITS - 1) / SPLITS;
 const int first = min(visible_first + split * share, visible_end);
 const int end = min(first + share, visible_end);
 const float scaling = scale[0];
-SHARED float warp_max[GH][WARPS];
-SHARED float warp_sum[GH][WARPS];
-SHARED float partial[WARPS][D];
 
-// Chunk `c` of this lane is chunk `row_lane + c * ROW_LANES` of a row, when the row has it.
-#define HOLDS(c) (row_lane + (c) * ROW_LANES < CHUNKS)
-#define CHUNK(c) (row_lane + (c) * ROW_LANES)
-float q_lane[GH][LANE_ELEMENTS];
-float acc[GH][LANE_ELEMENTS];
-float running_max[GH];  // of the finite scores this slot saw (fmax skips NaN)
+threadgroup float q_rows[GH][D];
+threadgroup float probability[GH][THREADS];
+threadgroup float reduced[GH][WARPS];
+threadgroup float partial[GROUPS * D];
+for (int i = tid; i < GH * D; i += THREADS) {
+  q_rows[i / D][i % D] = static_cast<float>(q[Q_ROW(i / D) * D + i % D]);
+}
+
+const int group = tid / CHUNKS;
+const int column = tid % CHUNKS;
+float acc[GH][E];
+float running_max[GH];  // of the finite scores so far (fmax skips NaN)
 float running_sum[GH];
-#pragma unroll
 for (int g = 0; g < GH; ++g) {
   running_max[g] = -INFINITY;
   running_sum[g] = 0.f;
-  #pragma unroll
-  for (int c = 0; c < LANE_CHUNKS; ++c) {
-    #pragma unroll
-    for (int e = 0; e < E; ++e) {
-      q_lane[g][c * E + e] =
-          HOLDS(c) ? static_cast<float>(q[Q_ROW(g) * D + CHUNK(c) * E + e]) : 0.f;
-      acc[g][c * E + e] = 0.f;
-    }
-  }
+  for (int e = 0; e < E; ++e) acc[g][e] = 0.f;
 }
+threadgroup_barrier(mem_flags::mem_threadgroup);  // q_rows is written
 
-for (int step = first + warp * WARP_KEYS; step < end; step += WARPS * WARP_KEYS) {
-  // This step's key and value chunks, all in flight before any is used.
-  STEP_CHUNKS;
-  #pragma unroll
-  for (int u = 0; u < KEYS_AT_ONCE; ++u) {
-    const int j = step + u * SLOTS + slot;
-    #pragma unroll
-    for (int c = 0; c < LANE_CHUNKS; ++c) {
-      if (j < end && HOLDS(c)) {
-        LOAD_CHUNK(u, c, j);
-      } else {
-        CLEAR_CHUNK(u, c);
-      }
-    }
-  }
-  float x[KEYS_AT_ONCE][GH];
-  #pragma unroll
-  for (int u = 0; u < KEYS_AT_ONCE; ++u) {
-    #pragma unroll
-    for (int g = 0; g < GH; ++g) x[u][g] = 0.f;
-    #pragma unroll
-    for (int c = 0; c < LANE_CHUNKS; ++c) {
+for (int base = first; base < end; base += THREADS) {
+  const int j = base + tid;
+  const bool visible = j < end;
+  float x[GH];
+  for (int g = 0; g < GH; ++g) x[g] = 0.f;
+  if (visible) {
+    const size_t row = ROW_START(j);
+    for (int c = 0; c < CHUNKS; ++c) {
       float k[E];
-      WIDEN_KEY(u, c, k);
-      #pragma unroll
+      for (int e = 0; e < E; ++e) k[e] = static_cast<float>(keys[row + c * E + e]);
       for (int g = 0; g < GH; ++g) {
-        #pragma unroll
-        for (int e = 0; e < E; ++e) x[u][g] += q_lane[g][c * E + e] * k[e];
-      }
-    }
-    // The slot's lanes sum their parts: every lane of the slot gets the same score.
-    #pragma unroll
-    for (int g = 0; g < GH; ++g) {
-      #pragma unroll
-      for (int offset = ROW_LANES / 2; offset > 0; offset /= 2) {
-        x[u][g] += SHUFFLE_XOR(x[u][g], offset);
+        for (int e = 0; e < E; ++e) x[g] += q_rows[g][c * E + e] * k[e];
       }
     }
   }
-  #pragma unroll
+  float pass_max[GH];
   for (int g = 0; g < GH; ++g) {
-    float step_max = -INFINITY;
-    #pragma unroll
-    for (int u = 0; u < KEYS_AT_ONCE; ++u) {
-      const bool visible = step + u * SLOTS + slot < end;
-      x[u][g] = visible ? x[u][g] * scaling : -INFINITY;
-      // A +inf score makes the whole row NaN in a max-subtracted softmax (inf - inf).
-      if (x[u][g] == INFINITY) x[u][g] = NAN;
-      step_max = fmax(step_max, x[u][g]);
+    x[g] = visible ? x[g] * scaling : -INFINITY;
+    // A +inf score makes the whole row NaN in a max-subtracted softmax (inf - inf).
+    if (x[g] == INFINITY) x[g] = NAN;
+    pass_max[g] = x[g];
+  }
+  // Block-wide maxima: within each SIMD group, then across them.
+  for (int g = 0; g < GH; ++g) {
+    for (ushort offset = 16; offset > 0; offset /= 2) {
+      pass_max[g] = fmax(pass_max[g], simd_shuffle_xor(pass_max[g], offset));
     }
-    const float next_max = fmax(running_max[g], step_max);
-    const float rescale = running_max[g] == -INFINITY ? 0.f : exp(running_max[g] - next_max);
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);  // `reduced` is free again
+  if (lane == 0) {
+    for (int g = 0; g < GH; ++g) reduced[g][warp] = pass_max[g];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (int g = 0; g < GH; ++g) {
+    float all = -INFINITY;
+    for (int w = 0; w < WARPS; ++w) all = fmax(all, reduced[g][w]);
+    pass_max[g] = all;
+  }
+  float p[GH];
+  float rescale[GH];
+  for (int g = 0; g < GH; ++g) {
+    const float next_max = fmax(running_max[g], pass_max[g]);
+    // -inf scores weigh 0 (also while every score so far is -inf); NaN ones poison the sums.
+    p[g] = (visible && x[g] != -INFINITY) ? exp(x[g] - next_max) : 0.f;
+    probability[g][tid] = p[g];
+    rescale[g] = running_max[g] == -INFINITY ? 0.f : exp(running_max[g] - next_max);
     running_max[g] = next_max;
-    running_sum[g] *= rescale;
-    #pragma unroll
-    for (int i = 0; i < LANE_ELEMENTS; ++i) acc[g][i] *= rescale;
-    #pragma unroll
-    for (int u = 0; u < KEYS_AT_ONCE; ++u) {
-      // -inf scores weigh 0 (also while every score so far is -inf); NaN ones poison the sums.
-      // A key past the range was not loaded: its chunks are zeros.
-      const float p = x[u][g] != -INFINITY ? exp(x[u][g] - next_max) : 0.f;
-      running_sum[g] += p;
-      #pragma unroll
-      for (int c = 0; c < LANE_CHUNKS; ++c) {
+  }
+  // Block-wide sums, the same way; the barriers also publish `probability`.
+  for (int g = 0; g < GH; ++g) {
+    for (ushort offset = 16; offset > 0; offset /= 2) {
+      p[g] += simd_shuffle_xor(p[g], offset);
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (lane == 0) {
+    for (int g = 0; g < GH; ++g) reduced[g][warp] = p[g];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (int g = 0; g < GH; ++g) {
+    float all = 0.f;
+    for (int w = 0; w < WARPS; ++w) all += reduced[g][w];
+    p[g] = all;
+  }
+  for (int g = 0; g < GH; ++g) {
+    running_sum[g] = running_sum[g] * rescale[g] + p[g];
+    for (int e = 0; e < E; ++e) acc[g][e] *= rescale[g];
+  }
+  if (group < GROUPS) {
+    const int keys_here = min(THREADS, end - base);
+    for (int k0 = group; k0 < keys_here; k0 += GROUPS * VALUE_LOADS) {
+      T chunks[VALUE_LOADS][E];  // VALUE_LOADS keys' chunks: one memory round trip for all
+      for (int u = 0; u < VALUE_LOADS; ++u) {
+        const int k = k0 + u * GROUPS;
+        const size_t row = k < keys_here ? ROW_START(base + k) : 0;
+        for (int e = 0; e < E; ++e) {
+          chunks[u][e] = k < keys_here ? values[row + column * E + e] : static_cast<T>(0.f);
+        }
+      }
+      for (int u = 0; u < VALUE_LOADS; ++u) {
+        const int k = k0 + u * GROUPS;
+        if (k >= keys_here) break;
         float v[E];
-        WIDEN_VALUE(u, c, v);
-        #pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][c * E + e] += p * v[e];
+        for (int e = 0; e < E; ++e) v[e] = static_cast<float>(chunks[u][e]);
+        for (int g = 0; g < GH; ++g) {
+          const float weight = probability[g][k];
+          for (int e = 0; e < E; ++e) acc[g][e] += weight * v[e];
+        }
       }
     }
   }
+  threadgroup_barrier(mem_flags::mem_threadgroup);  // `probability` is read before the next pass
 }
 
-// The slots of a warp merge their states (lanes of one chunk column meet by shuffles)...
-#pragma unroll
-for (int offset = ROW_LANES; offset < 32; offset *= 2) {
-  #pragma unroll
-  for (int g = 0; g < GH; ++g) {
-    const float other_max = SHUFFLE_XOR(running_max[g], offset);
-    const float other_sum = SHUFFLE_XOR(running_sum[g], offset);
-    const float merged = fmax(running_max[g], other_max);
-    const float mine = running_max[g] == -INFINITY ? 0.f : exp(running_max[g] - merged);
-    const float theirs = other_max == -INFINITY ? 0.f : exp(other_max - merged);
-    running_max[g] = merged;
-    running_sum[g] = running_sum[g] * mine + other_sum * theirs;
-    #pragma unroll
-    for (int i = 0; i < LANE_ELEMENTS; ++i) {
-      acc[g][i] = acc[g][i] * mine + SHUFFLE_XOR(acc[g][i], offset) * theirs;
-    }
-  }
-}
-// ...then the warps, through block memory: each head's largest score, then each head in turn.
-if (lane == 0) {
-  #pragma unroll
-  for (int g = 0; g < GH; ++g) warp_max[g][warp] = running_max[g];
-}
-BARRIER;
-#pragma unroll
+// Each head in turn: the key groups' sums, then the row's result (or partial sums).
 for (int g = 0; g < GH; ++g) {
-  float head_max = -INFINITY;
-  #pragma unroll
-  for (int w = 0; w < WARPS; ++w) head_max = fmax(head_max, warp_max[g][w]);
-  const float weight = running_max[g] == -INFINITY ? 0.f : exp(running_max[g] - head_max);
-  if (slot == 0) {
-    #pragma unroll
-    for (int c = 0; c < LANE_CHUNKS; ++c) {
-      #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        if (HOLDS(c)) partial[warp][CHUNK(c) * E + e] = acc[g][c * E + e] * weight;
-      }
-    }
+  if (group < GROUPS) {
+    for (int e = 0; e < E; ++e) partial[group * D + column * E + e] = acc[g][e];
   }
-  if (lane == 0) warp_sum[g][warp] = running_sum[g] * weight;
-  BARRIER;
-  float head_sum = 0.f;
-  #pragma unroll
-  for (int w = 0; w < WARPS; ++w) head_sum += warp_sum[g][w];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
   for (int d = tid; d < D; d += THREADS) {
     float mixed = 0.f;
-    #pragma unroll
-    for (int w = 0; w < WARPS; ++w) mixed += partial[w][d];
+    for (int k = 0; k < GROUPS; ++k) mixed += partial[k * D + d];
     // WRITE: the row's result or the split's partial sums (generated, see mod.rs)
   }
-  BARRIER;  // `partial` and `warp_sum` are read before the next head writes them
+  threadgroup_barrier(mem_flags::mem_threadgroup);  // `partial` is read before the next head
 }

@@ -50,7 +50,7 @@ const CASES: &[Case] = &[
         rows: 300,
         ranges: &[(0, 300), (5, 123), (290, 900)],
     },
-    // Heads of 256 in float32: a lane holds two 16-byte chunks of a row.
+    // Heads of 256 in float32: 64 chunks a row, the widest row.
     Case {
         dtype: Dtype::F32,
         heads: 4,
@@ -60,7 +60,7 @@ const CASES: &[Case] = &[
         rows: 200,
         ranges: &[(3, 197)],
     },
-    // Heads of 96: 12 chunks a row, so 4 of each 16 lanes hold none.
+    // Heads of 96: 12 chunks a row, which do not divide a block's threads.
     Case {
         dtype: Dtype::F16,
         heads: 6,
@@ -70,7 +70,7 @@ const CASES: &[Case] = &[
         rows: 160,
         ranges: &[(0, 150), (40, 41)],
     },
-    // Heads of 256 (a lane holds one 16-byte chunk, a warp one row a step), split.
+    // Heads of 256 (a lane holds 8 elements, one key at a time), split.
     Case {
         dtype: Dtype::F16,
         heads: 2,
@@ -80,7 +80,7 @@ const CASES: &[Case] = &[
         rows: 300,
         ranges: &[(1, 299)],
     },
-    // Heads of 128 (16 lanes a row, two rows side by side) in a pool.
+    // Heads of 128 (4 elements a lane, two keys at a time) in a pool.
     Case {
         dtype: Dtype::BF16,
         heads: 6,

@@ -5,9 +5,9 @@
 //! for all of them, widened to float32. This kernel reads only each row's visible keys
 //! `[lo, hi)` straight from the 16- or 32-bit buffer and scores, normalises and mixes in
 //! float32, rounding once to the element type. A block serves the query heads of one key head,
-//! so each key is read once for all of them; its warps each walk their own keys with several
-//! rows' loads in flight and keep their own softmax, merged once; a long buffer with few blocks
-//! is split over more blocks and joined by `combine_splits` (see the sources).
+//! so each key is read once for all of them; each thread scores a whole key, so a pass of 512
+//! keys costs a few memory round trips; a long buffer with few blocks is split over more
+//! blocks and joined by `combine_splits` (see the sources).
 
 use super::{Backend, Kernel, Launch, TemplateArg};
 use crate::error::{Error, Result};
@@ -21,10 +21,16 @@ pub fn decode_attention_runs_on(stream: &Stream) -> bool {
     super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }
 
-/// Warps (SIMD groups) a block: each walks its own keys, so more warps only shorten the walk
-/// while lengthening the merge; 8 is what MLX's own decode attention runs, and 256 threads of
-/// the heaviest variant (8 heads of 256, ~200 registers) still fit an SM or an Apple GPU core.
-const WARPS: i32 = 8;
+/// Warps (SIMD groups) a block: 16 on CUDA, but 8 for more than 6 heads a block (ptxas gives
+/// those 137-144 registers a thread, and 512 such threads exceed an SM's 65,536); 8 on Metal,
+/// whose threadgroups have 32 KiB of memory and may be refused 512 threads.
+fn warps(stream: &Stream, heads_per_block: i64) -> i32 {
+    if super::backend(stream) == Some(Backend::Metal) || heads_per_block > 6 {
+        8
+    } else {
+        16
+    }
+}
 
 /// The lines of the source that [`KeyRows::source`] and [`write_source`] replace.
 const ROWS_MARKER: &str = "// ROWS: the key rows' count and ROW_START(j) (generated, see mod.rs)\n";
@@ -201,10 +207,11 @@ struct Plan {
 const MAX_HEADS_PER_BLOCK: i64 = 8;
 /// Enough blocks to keep every SM busy: two per SM of an H200's 132.
 const TARGET_BLOCKS: i64 = 264;
-/// A split is worth a block only with this many keys of the buffer or more: two walk steps of
-/// each warp over rows of 256 bytes (8 warps, 2 rows side by side, 4 in flight), so a split's
-/// loads are not mostly waiting on its merge.
-const KEYS_PER_SPLIT: i64 = 128;
+/// A split is worth a block only with this many keys of the buffer or more. A pass costs about
+/// the same for any number of keys up to a block's threads, so a split of half a pass trades a
+/// second pass for more blocks (H200, ncu, one sequence over 3,029 keys: 27.5 µs a layer in 5
+/// splits, 24.5 in 11, with the value loads in flight together).
+const KEYS_PER_SPLIT: i64 = 256;
 const MAX_SPLITS: i64 = 32;
 
 impl Plan {
@@ -254,6 +261,7 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
     let size = |v: i64| super::size("decode_attention", v);
     let out_shape = [size(b)?, size(hq)?, size(s)?, size(d)?];
     let plan = Plan::of(b * o.kv_heads * s, hq / o.kv_heads, rows.count());
+    let warps = warps(stream, plan.heads_per_block);
     let mut template = vec![
         ("T", TemplateArg::Type(dtype)),
         ("D", TemplateArg::Int(out_shape[3])),
@@ -262,7 +270,7 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
         ("S", TemplateArg::Int(out_shape[2])),
         ("GH", TemplateArg::Int(size(plan.heads_per_block)?)),
         ("SPLITS", TemplateArg::Int(size(plan.splits)?)),
-        ("WARPS", TemplateArg::Int(WARPS)),
+        ("WARPS", TemplateArg::Int(warps)),
     ];
     let scale = ops::reshape(&Array::scalar(o.scale)?, &[1], stream)?;
     let mut inputs = vec![o.q, o.keys, o.values, o.lo, o.hi, &scale];
@@ -316,7 +324,7 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
                 (&out_shape, dtype)
             },
             blocks,
-            threads: WARPS * 32,
+            threads: warps * 32,
             template: &template,
         },
         stream,
@@ -356,18 +364,18 @@ fn write_source(split: bool) -> &'static str {
         "const size_t record = (Q_ROW(g) * SPLITS + split) * (D + 3);\n\
          out[record + 3 + d] = mixed;\n\
          if (d == 0) {\n\
-           out[record] = head_max;\n\
-           out[record + 1] = head_sum;\n\
+           out[record] = running_max[g];\n\
+           out[record + 1] = running_sum[g];\n\
            out[record + 2] = first < end ? 1.f : 0.f;\n\
          }\n"
     } else {
         "float result;\n\
          if (first >= end) {\n\
            result = 0.f;  // no visible key: zeros\n\
-         } else if (head_max == -INFINITY) {\n\
+         } else if (running_max[g] == -INFINITY) {\n\
            result = NAN;  // no finite score: the softmax is 0/0\n\
          } else {\n\
-           result = mixed / head_sum;\n\
+           result = mixed / running_sum[g];\n\
          }\n\
          out[Q_ROW(g) * D + d] = static_cast<T>(result);\n"
     }
@@ -443,10 +451,9 @@ mod tests {
         assert_eq!(plan(64, 4, 4096), (4, 5));
         // Many rows already fill the GPU; a short buffer is not worth splitting.
         assert_eq!(plan(512, 4, 4096), (4, 1));
-        // One sequence: its 8 blocks split 3,029 keys 23 ways.
-        assert_eq!(plan(8, 4, 3029), (4, 23));
-        assert_eq!(plan(1, 32, 511), (8, 3));
-        assert_eq!(plan(1, 32, 127), (8, 1));
+        // One sequence: its 8 blocks split 3,029 keys 11 ways.
+        assert_eq!(plan(8, 4, 3029), (4, 11));
+        assert_eq!(plan(1, 32, 511), (8, 1));
         // Heads per block divide the group, at most 8.
         assert_eq!(plan(1, 12, 0).0, 6);
         assert_eq!(plan(1, 7, 0).0, 7);
