@@ -2,7 +2,9 @@
 //! (`custom/emulator`): the wrappers plan, generate and launch as on a GPU, and every output
 //! row is held to a float64 reference over the same rounded inputs.
 
-use super::super::emulator::{attend_row, emulate, rounded, values, Pool};
+use super::super::emulator::{
+    attend_row, check_cases_in_both_dialects, emulate, rounded, values, Pool,
+};
 use super::super::Backend;
 use super::{decode_attention, paged_decode_attention};
 use crate::{ops, Array, Dtype, Stream};
@@ -104,12 +106,7 @@ const CASES: &[Case] = &[
 
 #[test]
 fn the_bodies_attend_like_the_reference_in_both_dialects() {
-    for dialect in [Backend::Cuda, Backend::Metal] {
-        for (i, case) in CASES.iter().enumerate() {
-            emulate(dialect, || check(case, 11 + i as u64))
-                .unwrap_or_else(|e| panic!("{dialect:?}, case {i}: {e}"));
-        }
-    }
+    check_cases_in_both_dialects(CASES, 11, check);
 }
 
 /// Where row `j` of sequence `s`, key head `h` starts in the keys' (and values') elements.

@@ -31,6 +31,21 @@ pub(crate) fn emulate<R>(dialect: Backend, f: impl FnOnce() -> R) -> R {
     result
 }
 
+/// Runs `check` on every case in both dialects, case `i` with seed `first_seed + i`; panics
+/// naming the dialect and the case that failed.
+pub(crate) fn check_cases_in_both_dialects<C>(
+    cases: &[C],
+    first_seed: u64,
+    check: impl Fn(&C, u64) -> Result<()>,
+) {
+    for dialect in [Backend::Cuda, Backend::Metal] {
+        for (i, case) in cases.iter().enumerate() {
+            emulate(dialect, || check(case, first_seed + i as u64))
+                .unwrap_or_else(|e| panic!("{dialect:?}, case {i}: {e}"));
+        }
+    }
+}
+
 /// The dialect being emulated on this thread, if any.
 pub(super) fn dialect() -> Option<Backend> {
     DIALECT.with(Cell::get)
@@ -54,26 +69,31 @@ pub(super) fn run(kernel: &Kernel<'_>, inputs: &[&Array], launch: &Launch<'_>) -
         std::fs::write(folder.join(format!("{i}.bin")), input.to_bytes(&stream)?)
             .map_err(|e| Error::Mlx(format!("emulator: {e}")))?;
     }
-    let done = Command::new(&binary)
-        .arg(&folder)
-        .output()
-        .map_err(|e| Error::Mlx(format!("emulator: running {}: {e}", binary.display())))?;
-    if !done.status.success() {
-        return Err(Error::Mlx(format!(
-            "emulated {} failed: {}",
-            kernel.name,
-            String::from_utf8_lossy(&done.stderr)
-        )));
-    }
-    let bytes =
-        std::fs::read(folder.join("out.bin")).map_err(|e| Error::Mlx(format!("emulator: {e}")))?;
+    let output = run_in(&binary, &folder, kernel.name);
+    // The scratch folder goes whether the run succeeded or not.
     let _ = std::fs::remove_dir_all(&folder);
+    let bytes = output?;
     let (shape, dtype) = launch.output;
     Array::from_bytes(
         &bytes,
         &shape.iter().map(|&d| i64::from(d)).collect::<Vec<_>>(),
         dtype,
     )
+}
+
+/// Runs the compiled `binary` on the inputs in `folder` and reads back its output bytes.
+fn run_in(binary: &std::path::Path, folder: &std::path::Path, name: &str) -> Result<Vec<u8>> {
+    let done = Command::new(binary)
+        .arg(folder)
+        .output()
+        .map_err(|e| Error::Mlx(format!("emulator: running {}: {e}", binary.display())))?;
+    if !done.status.success() {
+        return Err(Error::Mlx(format!(
+            "emulated {name} failed: {}",
+            String::from_utf8_lossy(&done.stderr)
+        )));
+    }
+    std::fs::read(folder.join("out.bin")).map_err(|e| Error::Mlx(format!("emulator: {e}")))
 }
 
 /// The element type's spelling in `emulator.h`.

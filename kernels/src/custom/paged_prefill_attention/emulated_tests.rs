@@ -2,8 +2,7 @@
 //! packed tokens of several sequences share 16-token tiles, against a float64 reference over
 //! the same rounded inputs.
 
-use super::super::emulator::{attend_row, emulate, rounded, values, Pool};
-use super::super::Backend;
+use super::super::emulator::{attend_row, check_cases_in_both_dialects, rounded, values, Pool};
 use super::paged_prefill_attention;
 use crate::{Array, Dtype, Stream};
 
@@ -88,12 +87,7 @@ const CASES: &[Case] = &[
 
 #[test]
 fn the_bodies_attend_like_the_reference_in_both_dialects() {
-    for dialect in [Backend::Cuda, Backend::Metal] {
-        for (i, case) in CASES.iter().enumerate() {
-            emulate(dialect, || check(case, 31 + i as u64))
-                .unwrap_or_else(|e| panic!("{dialect:?}, case {i}: {e}"));
-        }
-    }
+    check_cases_in_both_dialects(CASES, 31, check);
 }
 
 fn check(case: &Case, seed: u64) -> crate::Result<()> {
