@@ -93,6 +93,17 @@ enum TemplateArg {
     Type(Dtype),
 }
 
+impl TemplateArg {
+    /// A float32 constant of the call (a scale, an epsilon) as its bits, which the source reads
+    /// back with `__int_as_float(NAME)` (CUDA) or `as_type<float>(NAME)` (Metal). Not an operand:
+    /// MLX's CUDA allocator keeps arrays of at most 8 bytes in one pool of unified memory that
+    /// host-written scalars share, and a custom kernel reading one there waited ~25 µs on the
+    /// H200 (see `DESIGN.md`, the CUDA kernels). One compiled kernel per distinct value.
+    fn float_bits(value: f32) -> TemplateArg {
+        TemplateArg::Int(value.to_bits() as i32)
+    }
+}
+
 /// How one application of a single-output kernel is laid out: its output, threads and template
 /// constants.
 struct Launch<'a> {

@@ -1,7 +1,8 @@
 // Body of the decode-attention kernels (MLX's custom-kernel primitive wraps it in a __global__
-// function whose parameters are the inputs q, keys, values, lo, hi, scale (the paged kernel
-// adds table) and the output out; T, D, HQ, HKV, S, GH, SPLITS and WARPS are template
-// constants, with P for a contiguous buffer and NB, BS, M for a block pool). Two lines are
+// function whose parameters are the inputs q, keys, values, bounds (each query row's lo and
+// hi side by side; the paged kernel adds table) and the output out; T, D, HQ, HKV, S, GH,
+// SPLITS, WARPS and SCALE_BITS (the score scale's float32 bits) are template constants, with P
+// for a contiguous buffer and NB, BS, M for a block pool). Two lines are
 // generated (see mod.rs): ROWS, where a key's row lies, and WRITE, whether a block
 // writes its rows' results or its split's partial sums for combine_splits.cu.
 //
@@ -18,6 +19,7 @@ constexpr int CHUNKS = D / E;             // chunks in a row (D is a multiple of
 constexpr int GROUPS = THREADS / CHUNKS;  // key groups of the value pass
 constexpr int HEAD_GROUPS = HQ / HKV / GH;
 constexpr int VALUE_LOADS = 4;            // value chunks a thread loads before summing them
+constexpr int KEY_LOADS = CHUNKS < 8 ? CHUNKS : 8;  // key chunks loaded before any is used
 const int split = blockIdx.x % SPLITS;
 const int cell = blockIdx.x / SPLITS;  // ((b * HKV + kv_head) * HEAD_GROUPS + group) * S + s
 const int s_index = cell % S;
@@ -32,13 +34,13 @@ const int warp = tid / 32;
 const int lane = tid % 32;
 // ROWS: the key rows' count and ROW_START(j) (generated, see mod.rs)
 // Clamped before any arithmetic: extreme lo/hi cannot overflow.
-const int visible_first = min(max(lo[batch * S + s_index], 0), ROWS);
-const int visible_end = max(min(hi[batch * S + s_index], ROWS), visible_first);
+const int visible_first = min(max(bounds[2 * (batch * S + s_index)], 0), ROWS);
+const int visible_end = max(min(bounds[2 * (batch * S + s_index) + 1], ROWS), visible_first);
 // This split's share of the visible keys (empty when the range is short).
 const int share = (visible_end - visible_first + SPLITS - 1) / SPLITS;
 const int first = min(visible_first + split * share, visible_end);
 const int end = min(first + share, visible_end);
-const float scaling = scale[0];
+const float scaling = __int_as_float(SCALE_BITS);
 // Whether every row starts on a 16-byte boundary (block-uniform: one branch for all).
 const bool aligned = ((reinterpret_cast<size_t>(keys) | reinterpret_cast<size_t>(values)) %
                       16) == 0;
@@ -51,10 +53,10 @@ for (int i = tid; i < GH * D; i += THREADS) {
   q_rows[i / D][i % D] = static_cast<float>(q[Q_ROW(i / D) * D + i % D]);
 }
 
-// Chunk `c` of row `j` of `base` as its 16 raw bytes, and those bytes widened to float32:
+// Chunk `c` of the row at `row_start` of `base` as its 16 raw bytes, and those bytes widened to float32:
 // apart, so that several loads can be in flight before any of them is used.
-auto load_raw = [&](const T* base, int j, int c) {
-  const T* at = base + ROW_START(j) + c * E;
+auto load_raw = [&](const T* base, size_t row_start, int c) {
+  const T* at = base + row_start + c * E;
   if (aligned) return *reinterpret_cast<const uint4*>(at);
   uint4 chunk;
   T* items = reinterpret_cast<T*>(&chunk);
@@ -116,13 +118,23 @@ for (int base = first; base < end; base += THREADS) {
 #pragma unroll
   for (int g = 0; g < GH; ++g) x[g] = 0.f;
   if (visible) {
-    for (int c = 0; c < CHUNKS; ++c) {
-      float k[E];
-      widen(load_raw(keys, j, c), k);
+    const size_t row = ROW_START(j);
+    for (int c0 = 0; c0 < CHUNKS; c0 += KEY_LOADS) {
+      uint4 chunks[KEY_LOADS];  // one memory round trip for KEY_LOADS chunks of the key
 #pragma unroll
-      for (int g = 0; g < GH; ++g) {
+      for (int u = 0; u < KEY_LOADS; ++u) {
+        chunks[u] = c0 + u < CHUNKS ? load_raw(keys, row, c0 + u) : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-        for (int e = 0; e < E; ++e) x[g] += q_rows[g][c * E + e] * k[e];
+      for (int u = 0; u < KEY_LOADS; ++u) {
+        if (c0 + u >= CHUNKS) break;
+        float k[E];
+        widen(chunks[u], k);
+#pragma unroll
+        for (int g = 0; g < GH; ++g) {
+#pragma unroll
+          for (int e = 0; e < E; ++e) x[g] += q_rows[g][(c0 + u) * E + e] * k[e];
+        }
       }
     }
   }
@@ -160,7 +172,8 @@ for (int base = first; base < end; base += THREADS) {
 #pragma unroll
       for (int u = 0; u < VALUE_LOADS; ++u) {
         const int k = k0 + u * GROUPS;
-        chunks[u] = k < keys_here ? load_raw(values, base + k, column) : make_uint4(0, 0, 0, 0);
+        chunks[u] =
+            k < keys_here ? load_raw(values, ROW_START(base + k), column) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int u = 0; u < VALUE_LOADS; ++u) {

@@ -10,6 +10,7 @@ constexpr int CHUNKS = D / E;             // chunks in a row (D is a multiple of
 constexpr int GROUPS = THREADS / CHUNKS;  // key groups of the value pass
 constexpr int HEAD_GROUPS = HQ / HKV / GH;
 constexpr int VALUE_LOADS = 4;            // value chunks a thread loads before summing them
+constexpr int KEY_LOADS = CHUNKS < 8 ? CHUNKS : 8;  // key chunks loaded before any is used
 const int split = int(threadgroup_position_in_grid.x) % SPLITS;
 const int cell = int(threadgroup_position_in_grid.x) / SPLITS;
 const int s_index = cell % S;
@@ -23,13 +24,13 @@ const int warp = int(simdgroup_index_in_threadgroup);
 const int lane = int(thread_index_in_simdgroup);
 // ROWS: the key rows' count and ROW_START(j) (generated, see mod.rs)
 // Clamped before any arithmetic: extreme lo/hi cannot overflow.
-const int visible_first = min(max(lo[batch * S + s_index], 0), ROWS);
-const int visible_end = max(min(hi[batch * S + s_index], ROWS), visible_first);
+const int visible_first = min(max(bounds[2 * (batch * S + s_index)], 0), ROWS);
+const int visible_end = max(min(bounds[2 * (batch * S + s_index) + 1], ROWS), visible_first);
 // This split's share of the visible keys (empty when the range is short).
 const int share = (visible_end - visible_first + SPLITS - 1) / SPLITS;
 const int first = min(visible_first + split * share, visible_end);
 const int end = min(first + share, visible_end);
-const float scaling = scale[0];
+const float scaling = as_type<float>(SCALE_BITS);
 
 threadgroup float q_rows[GH][D];
 threadgroup float probability[GH][THREADS];
@@ -58,11 +59,20 @@ for (int base = first; base < end; base += THREADS) {
   for (int g = 0; g < GH; ++g) x[g] = 0.f;
   if (visible) {
     const size_t row = ROW_START(j);
-    for (int c = 0; c < CHUNKS; ++c) {
-      float k[E];
-      for (int e = 0; e < E; ++e) k[e] = static_cast<float>(keys[row + c * E + e]);
-      for (int g = 0; g < GH; ++g) {
-        for (int e = 0; e < E; ++e) x[g] += q_rows[g][c * E + e] * k[e];
+    for (int c0 = 0; c0 < CHUNKS; c0 += KEY_LOADS) {
+      T chunks[KEY_LOADS][E];  // one memory round trip for KEY_LOADS chunks of the key
+      for (int u = 0; u < KEY_LOADS; ++u) {
+        for (int e = 0; e < E; ++e) {
+          chunks[u][e] = c0 + u < CHUNKS ? keys[row + (c0 + u) * E + e] : static_cast<T>(0.f);
+        }
+      }
+      for (int u = 0; u < KEY_LOADS; ++u) {
+        if (c0 + u >= CHUNKS) break;
+        for (int g = 0; g < GH; ++g) {
+          for (int e = 0; e < E; ++e) {
+            x[g] += q_rows[g][(c0 + u) * E + e] * static_cast<float>(chunks[u][e]);
+          }
+        }
       }
     }
   }

@@ -21,11 +21,12 @@ pub fn decode_attention_runs_on(stream: &Stream) -> bool {
     super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }
 
-/// Warps (SIMD groups) a block: 16 on CUDA, but 8 for more than 6 heads a block (ptxas gives
-/// those 137-144 registers a thread, and 512 such threads exceed an SM's 65,536); 8 on Metal,
-/// whose threadgroups have 32 KiB of memory and may be refused 512 threads.
+/// Warps (SIMD groups) a block: 16 on CUDA, but 8 for more than 4 heads a block (ptxas 13 gives
+/// those up to 140 registers a thread, and 512 such threads exceed an SM's 65,536; 4 heads take
+/// at most 108 over every head size, type and layout); 8 on Metal, whose threadgroups have
+/// 32 KiB of memory and may be refused 512 threads.
 fn warps(stream: &Stream, heads_per_block: i64) -> i32 {
-    if super::backend(stream) == Some(Backend::Metal) || heads_per_block > 6 {
+    if super::backend(stream) == Some(Backend::Metal) || heads_per_block > 4 {
         8
     } else {
         16
@@ -273,10 +274,11 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
         ("GH", TemplateArg::Int(size(plan.heads_per_block)?)),
         ("SPLITS", TemplateArg::Int(size(plan.splits)?)),
         ("WARPS", TemplateArg::Int(warps)),
+        ("SCALE_BITS", TemplateArg::float_bits(o.scale)),
     ];
-    let scale = ops::reshape(&Array::scalar(o.scale)?, &[1], stream)?;
-    let mut inputs = vec![o.q, o.keys, o.values, o.lo, o.hi, &scale];
-    let mut names = vec!["q", "keys", "values", "lo", "hi", "scale"];
+    let bounds = key_bounds(o.lo, o.hi, stream)?;
+    let mut inputs = vec![o.q, o.keys, o.values, &bounds];
+    let mut names = vec!["q", "keys", "values", "bounds"];
     let name = match &rows {
         KeyRows::Contiguous { rows } => {
             template.push(("P", TemplateArg::Int(size(*rows)?)));
@@ -358,6 +360,23 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
 }
 
 const COMBINE_THREADS: i32 = 128;
+
+/// Each query row's `lo` and `hi` side by side, `[max(R, 2), 2]` int32 for `R` rows (a second,
+/// unread row when there is only one), so that the operand is never 8 bytes or fewer: MLX's
+/// CUDA allocator serves those from a pool of unified memory shared with host-written scalars,
+/// and this kernel reading a decode step's 4-byte `lo` and `hi` there took 37 µs a launch on
+/// the H200, 10.7 with them out of the pool (ncu; MLX's own kernels read the pool without that
+/// wait). Identical across a step's layers, so a compiled step builds it once.
+fn key_bounds(lo: &Array, hi: &Array, stream: &Stream) -> Result<Array> {
+    let rows = lo.size() as i64;
+    let column = |a: &Array| ops::reshape(a, &[rows, 1], stream);
+    let bounds = ops::concatenate(&[column(lo)?, column(hi)?], 1, stream)?;
+    if rows >= 2 {
+        return Ok(bounds);
+    }
+    let zero = Array::scalar(0i32)?;
+    ops::pad(&bounds, &[0], &[0], &[1], &zero, false, stream)
+}
 
 /// The WRITE line: a row's normalised result, or the split's record for combine_splits.cu
 /// (running max, sum, whether it saw a visible key, then the unnormalised mix).

@@ -169,6 +169,15 @@ constexpr std::common_type_t<A, B> max(A a, B b) {
 }
 using std::isnan;
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+// A float passed as its bits in an integer template constant (CUDA and Metal spellings).
+template <class To, class From>
+To as_type(From from) {
+  static_assert(sizeof(To) == sizeof(From), "a bit-cast keeps the size");
+  To to;
+  std::memcpy(&to, &from, sizeof(To));
+  return to;
+}
+inline float __int_as_float(int bits) { return as_type<float>(bits); }
 
 #if defined(EMULATE_CUDA)
 #define __shared__ static

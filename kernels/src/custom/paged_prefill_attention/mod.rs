@@ -8,7 +8,7 @@
 
 use super::{Backend, Kernel, Launch, TemplateArg};
 use crate::error::{Error, Result};
-use crate::{ops, Array, Dtype, Stream};
+use crate::{Array, Dtype, Stream};
 
 const WARPS: i32 = 4;
 
@@ -95,8 +95,8 @@ pub fn paged_prefill_attention(
         ("BS", TemplateArg::Int(size(pool[1])?)),
         ("M", TemplateArg::Int(size(ts[1])?)),
         ("WARPS", TemplateArg::Int(WARPS)),
+        ("SCALE_BITS", TemplateArg::float_bits(scale)),
     ];
-    let scale = ops::reshape(&Array::scalar(scale)?, &[1], stream)?;
     let names = [
         "q",
         "key_pool",
@@ -105,7 +105,6 @@ pub fn paged_prefill_attention(
         "sequence",
         "lo",
         "hi",
-        "scale",
     ];
     let kernel = Kernel {
         name: "paged_prefill_attention",
@@ -116,7 +115,7 @@ pub fn paged_prefill_attention(
     let out_shape = [size(tokens)?, size(heads)?, size(d)?];
     let tiles = (tokens + TOKENS_PER_BLOCK - 1) / TOKENS_PER_BLOCK;
     kernel.apply(
-        &[q, key_pool, value_pool, table, sequence, lo, hi, &scale],
+        &[q, key_pool, value_pool, table, sequence, lo, hi],
         &Launch {
             output: (&out_shape, dtype),
             blocks: size(tiles.saturating_mul(heads))?,

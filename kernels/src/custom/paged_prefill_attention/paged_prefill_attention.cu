@@ -1,8 +1,8 @@
 // Body of the paged prefill-attention kernel (MLX's custom-kernel primitive wraps it in a
 // __global__ function whose parameters are the inputs q [TOKENS, HQ, D], key_pool and value_pool
-// [NB, BS, HKV, D], table [B, M], sequence, lo and hi [TOKENS] (int32), scale [1] and the
-// output out [TOKENS, HQ, D]; T (the element type), TOKENS, B, D, HQ, HKV, NB, BS, M and WARPS
-// are template constants). See paged_prefill_attention.rs.
+// [NB, BS, HKV, D], table [B, M], sequence, lo and hi [TOKENS] (int32) and the output out
+// [TOKENS, HQ, D]; T (the element type), TOKENS, B, D, HQ, HKV, NB, BS, M, WARPS and
+// SCALE_BITS, the score scale's float32 bits, are template constants). See mod.rs.
 //
 // One block per (tile of TQ consecutive tokens, query head); each warp owns RPW of the tile's
 // rows. Packed tokens come sequence by sequence, so a tile holds one or a few runs of tokens
@@ -25,7 +25,7 @@ const int kv_head = head / (HQ / HKV);
 const int tid = threadIdx.x;
 const int warp = tid / 32;
 const int lane = tid % 32;
-const float scaling = scale[0];
+const float scaling = __int_as_float(SCALE_BITS);
 const bool aligned = ((reinterpret_cast<size_t>(key_pool) |
                        reinterpret_cast<size_t>(value_pool)) % 16) == 0;
 

@@ -7,7 +7,7 @@
 
 use super::{Backend, Kernel, Launch, TemplateArg};
 use crate::error::{Error, Result};
-use crate::{ops, Array, Dtype, Stream};
+use crate::{Array, Dtype, Stream};
 
 /// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin).
 pub fn rms_norm_runs_on(stream: &Stream) -> bool {
@@ -58,14 +58,13 @@ pub fn rms_norm(
     let size = |v: i64| super::size("rms_norm", v);
     let kernel = Kernel {
         name: "rms_norm_rounded",
-        inputs: &["x", "weight", "epsilon"],
+        inputs: &["x", "weight"],
         cuda: include_str!("rms_norm.cu"),
         metal: None,
     };
-    let epsilon = ops::reshape(&Array::scalar(epsilon)?, &[1], stream)?;
     let out_shape = shape.iter().map(|&d| size(d)).collect::<Result<Vec<_>>>()?;
     kernel.apply(
-        &[x, weight, &epsilon],
+        &[x, weight],
         &Launch {
             output: (&out_shape, output),
             blocks: size(rows)?,
@@ -75,6 +74,7 @@ pub fn rms_norm(
                 ("TO", TemplateArg::Type(output)),
                 ("H", TemplateArg::Int(size(width)?)),
                 ("THREADS", TemplateArg::Int(THREADS)),
+                ("EPSILON_BITS", TemplateArg::float_bits(epsilon)),
             ],
         },
         stream,

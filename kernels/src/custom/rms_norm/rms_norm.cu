@@ -1,6 +1,6 @@
 // Body of the RMS-norm kernel (MLX's custom-kernel primitive wraps it in a __global__ function
-// whose parameters are the inputs x, weight, epsilon and the output out; TI, TO, H and THREADS
-// are template constants). See rms_norm.rs.
+// whose parameters are the inputs x, weight and the output out; TI, TO, H, THREADS and
+// EPSILON_BITS, the epsilon's float32 bits, are template constants). See mod.rs.
 //
 // One block per row of H elements: each thread keeps its elements in float32 registers, the
 // block sums their squares (warp shuffles, then one warp over the warps' sums), and each
@@ -30,7 +30,7 @@ if (tid < 32) {
   if (tid == 0) partial[0] = total;
 }
 __syncthreads();
-const float inverse_rms = rsqrtf(partial[0] / static_cast<float>(H) + epsilon[0]);
+const float inverse_rms = rsqrtf(partial[0] / static_cast<float>(H) + __int_as_float(EPSILON_BITS));
 #pragma unroll
 for (int k = 0; k < PER; ++k) {
   const int at = tid + k * THREADS;
