@@ -93,15 +93,24 @@ enum TemplateArg {
     Type(Dtype),
 }
 
-impl TemplateArg {
-    /// A float32 constant of the call (a scale, an epsilon) as its bits, which the source reads
-    /// back with `__int_as_float(NAME)` (CUDA) or `as_type<float>(NAME)` (Metal). Not an operand:
-    /// MLX's CUDA allocator keeps arrays of at most 8 bytes in one pool of unified memory that
-    /// host-written scalars share, and a custom kernel reading one there waited ~25 µs on the
-    /// H200 (see `DESIGN.md`, the CUDA kernels). One compiled kernel per distinct value.
-    fn float_bits(value: f32) -> TemplateArg {
-        TemplateArg::Int(value.to_bits() as i32)
-    }
+/// A float32 constant of the call (a scale, an epsilon) as two template integers: its bits with
+/// the sign cleared (`magnitude`) and its sign (`negative`, 0 or 1), which a source reads back as
+/// `(N ? -1.f : 1.f) * __int_as_float(M)` (CUDA) or `as_type<float>(M)` (Metal). Two, because
+/// MLX names a compiled kernel after its template integers and a negative one ("-") would not
+/// make a name. A constant, not an operand: MLX's CUDA allocator keeps arrays of 8 bytes or
+/// fewer in one pool of unified memory that host-written scalars share, and a custom kernel
+/// reading one there waited ~25 µs on the H200 (`docs/DESIGN.md`, the CUDA kernels). One
+/// compiled kernel per distinct value.
+fn float_constant(
+    magnitude: &'static str,
+    negative: &'static str,
+    value: f32,
+) -> [(&'static str, TemplateArg); 2] {
+    let bits = value.to_bits();
+    [
+        (magnitude, TemplateArg::Int((bits & 0x7fff_ffff) as i32)),
+        (negative, TemplateArg::Int((bits >> 31) as i32)),
+    ]
 }
 
 /// How one application of a single-output kernel is laid out: its output, threads and template

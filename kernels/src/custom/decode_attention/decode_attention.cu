@@ -1,10 +1,10 @@
 // Body of the decode-attention kernels (MLX's custom-kernel primitive wraps it in a __global__
 // function whose parameters are the inputs q, keys, values, bounds (each query row's lo and
 // hi side by side; the paged kernel adds table) and the output out; T, D, HQ, HKV, S, GH,
-// SPLITS, WARPS and SCALE_BITS (the score scale's float32 bits) are template constants, with P
-// for a contiguous buffer and NB, BS, M for a block pool). Two lines are
-// generated (see mod.rs): ROWS, where a key's row lies, and WRITE, whether a block
-// writes its rows' results or its split's partial sums for combine_splits.cu.
+// SPLITS, WARPS, SCALE_MAGNITUDE and SCALE_NEGATIVE (the score scale, see float_constant in
+// custom/mod.rs) are template constants, with P for a contiguous buffer and NB, BS, M for a
+// block pool). Two lines are generated (see mod.rs): ROWS, where a key's row lies, and WRITE,
+// whether a block writes its rows' results or its split's partial sums for combine_splits.cu.
 //
 // One block per (b, key head, group of GH query heads, s, split): the GH query heads of one key
 // head read each key and value once. The block's share of the visible keys [lo, hi) goes in
@@ -40,7 +40,7 @@ const int visible_end = max(min(bounds[2 * (batch * S + s_index) + 1], ROWS), vi
 const int share = (visible_end - visible_first + SPLITS - 1) / SPLITS;
 const int first = min(visible_first + split * share, visible_end);
 const int end = min(first + share, visible_end);
-const float scaling = __int_as_float(SCALE_BITS);
+const float scaling = (SCALE_NEGATIVE ? -1.f : 1.f) * __int_as_float(SCALE_MAGNITUDE);
 // Whether every row starts on a 16-byte boundary (block-uniform: one branch for all).
 const bool aligned = ((reinterpret_cast<size_t>(keys) | reinterpret_cast<size_t>(values)) %
                       16) == 0;

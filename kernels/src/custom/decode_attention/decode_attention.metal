@@ -30,7 +30,7 @@ const int visible_end = max(min(bounds[2 * (batch * S + s_index) + 1], ROWS), vi
 const int share = (visible_end - visible_first + SPLITS - 1) / SPLITS;
 const int first = min(visible_first + split * share, visible_end);
 const int end = min(first + share, visible_end);
-const float scaling = as_type<float>(SCALE_BITS);
+const float scaling = (SCALE_NEGATIVE ? -1.f : 1.f) * as_type<float>(SCALE_MAGNITUDE);
 
 threadgroup float q_rows[GH][D];
 threadgroup float probability[GH][THREADS];

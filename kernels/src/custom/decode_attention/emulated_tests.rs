@@ -245,8 +245,13 @@ fn the_bodies_keep_the_edges_of_one_softmax_pass() {
             &[b, 1],
         )
         .unwrap();
-        let scale = 0.25;
-        for dialect in [Backend::Cuda, Backend::Metal] {
+        // A negative scale too: it reaches the kernel as template integers (`float_constant`).
+        for (dialect, scale) in [
+            (Backend::Cuda, 0.25),
+            (Backend::Metal, 0.25),
+            (Backend::Cuda, -0.25),
+            (Backend::Metal, -0.25),
+        ] {
             let out = emulate(dialect, || {
                 decode_attention(
                     &Array::from_slice(&q, &[b, hq, 1, d])?,
@@ -278,7 +283,7 @@ fn the_bodies_keep_the_edges_of_one_softmax_pass() {
                         } else {
                             (found - want).abs() <= 1e-5 * (1.0 + want.abs())
                         };
-                        assert!(same, "{dialect:?}, {rows} rows, sequence {s} head {h} element {e}: {found} against {want}");
+                        assert!(same, "{dialect:?}, scale {scale}, {rows} rows, sequence {s} head {h} element {e}: {found} against {want}");
                     }
                 }
             }

@@ -274,8 +274,12 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
         ("GH", TemplateArg::Int(size(plan.heads_per_block)?)),
         ("SPLITS", TemplateArg::Int(size(plan.splits)?)),
         ("WARPS", TemplateArg::Int(warps)),
-        ("SCALE_BITS", TemplateArg::float_bits(o.scale)),
     ];
+    template.extend(super::float_constant(
+        "SCALE_MAGNITUDE",
+        "SCALE_NEGATIVE",
+        o.scale,
+    ));
     let bounds = key_bounds(o.lo, o.hi, stream)?;
     let mut inputs = vec![o.q, o.keys, o.values, &bounds];
     let mut names = vec!["q", "keys", "values", "bounds"];

@@ -84,7 +84,7 @@ pub fn paged_prefill_attention(
     // A sequence's keys are numbered in int32 (`ROWS`).
     size(ts[1].saturating_mul(pool[1]))?;
     let (tokens, heads, d) = (qs[0], qs[1], qs[2]);
-    let template = [
+    let mut template = vec![
         ("T", TemplateArg::Type(dtype)),
         ("TOKENS", TemplateArg::Int(size(tokens)?)),
         ("B", TemplateArg::Int(size(ts[0])?)),
@@ -95,8 +95,12 @@ pub fn paged_prefill_attention(
         ("BS", TemplateArg::Int(size(pool[1])?)),
         ("M", TemplateArg::Int(size(ts[1])?)),
         ("WARPS", TemplateArg::Int(WARPS)),
-        ("SCALE_BITS", TemplateArg::float_bits(scale)),
     ];
+    template.extend(super::float_constant(
+        "SCALE_MAGNITUDE",
+        "SCALE_NEGATIVE",
+        scale,
+    ));
     let names = [
         "q",
         "key_pool",

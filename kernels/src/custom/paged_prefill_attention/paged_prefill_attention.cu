@@ -1,8 +1,9 @@
 // Body of the paged prefill-attention kernel (MLX's custom-kernel primitive wraps it in a
 // __global__ function whose parameters are the inputs q [TOKENS, HQ, D], key_pool and value_pool
 // [NB, BS, HKV, D], table [B, M], sequence, lo and hi [TOKENS] (int32) and the output out
-// [TOKENS, HQ, D]; T (the element type), TOKENS, B, D, HQ, HKV, NB, BS, M, WARPS and
-// SCALE_BITS, the score scale's float32 bits, are template constants). See mod.rs.
+// [TOKENS, HQ, D]; T (the element type), TOKENS, B, D, HQ, HKV, NB, BS, M, WARPS,
+// SCALE_MAGNITUDE and SCALE_NEGATIVE (the score scale, see float_constant in custom/mod.rs) are
+// template constants). See mod.rs.
 //
 // One block per (tile of TQ consecutive tokens, query head); each warp owns RPW of the tile's
 // rows. Packed tokens come sequence by sequence, so a tile holds one or a few runs of tokens
@@ -25,7 +26,7 @@ const int kv_head = head / (HQ / HKV);
 const int tid = threadIdx.x;
 const int warp = tid / 32;
 const int lane = tid % 32;
-const float scaling = __int_as_float(SCALE_BITS);
+const float scaling = (SCALE_NEGATIVE ? -1.f : 1.f) * __int_as_float(SCALE_MAGNITUDE);
 const bool aligned = ((reinterpret_cast<size_t>(key_pool) |
                        reinterpret_cast<size_t>(value_pool)) % 16) == 0;
 

@@ -17,7 +17,7 @@ const int kv_head = head / (HQ / HKV);
 const int tid = int(thread_position_in_threadgroup.x);
 const int warp = int(simdgroup_index_in_threadgroup);
 const int lane = int(thread_index_in_simdgroup);
-const float scaling = as_type<float>(SCALE_BITS);
+const float scaling = (SCALE_NEGATIVE ? -1.f : 1.f) * as_type<float>(SCALE_MAGNITUDE);
 
 threadgroup T q_tile[TQ][D];
 threadgroup T k_tile[KT][KSTRIDE];

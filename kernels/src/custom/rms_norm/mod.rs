@@ -62,6 +62,17 @@ pub fn rms_norm(
         cuda: include_str!("rms_norm.cu"),
         metal: None,
     };
+    let mut template = vec![
+        ("TI", TemplateArg::Type(x.dtype())),
+        ("TO", TemplateArg::Type(output)),
+        ("H", TemplateArg::Int(size(width)?)),
+        ("THREADS", TemplateArg::Int(THREADS)),
+    ];
+    template.extend(super::float_constant(
+        "EPSILON_MAGNITUDE",
+        "EPSILON_NEGATIVE",
+        epsilon,
+    ));
     let out_shape = shape.iter().map(|&d| size(d)).collect::<Result<Vec<_>>>()?;
     kernel.apply(
         &[x, weight],
@@ -69,13 +80,7 @@ pub fn rms_norm(
             output: (&out_shape, output),
             blocks: size(rows)?,
             threads: THREADS,
-            template: &[
-                ("TI", TemplateArg::Type(x.dtype())),
-                ("TO", TemplateArg::Type(output)),
-                ("H", TemplateArg::Int(size(width)?)),
-                ("THREADS", TemplateArg::Int(THREADS)),
-                ("EPSILON_BITS", TemplateArg::float_bits(epsilon)),
-            ],
+            template: &template,
         },
         stream,
     )

@@ -1,6 +1,7 @@
 // Body of the RMS-norm kernel (MLX's custom-kernel primitive wraps it in a __global__ function
-// whose parameters are the inputs x, weight and the output out; TI, TO, H, THREADS and
-// EPSILON_BITS, the epsilon's float32 bits, are template constants). See mod.rs.
+// whose parameters are the inputs x, weight and the output out; TI, TO, H, THREADS,
+// EPSILON_MAGNITUDE and EPSILON_NEGATIVE (the epsilon, see float_constant in custom/mod.rs)
+// are template constants). See mod.rs.
 //
 // One block per row of H elements: each thread keeps its elements in float32 registers, the
 // block sums their squares (warp shuffles, then one warp over the warps' sums), and each
@@ -30,7 +31,7 @@ if (tid < 32) {
   if (tid == 0) partial[0] = total;
 }
 __syncthreads();
-const float inverse_rms = rsqrtf(partial[0] / static_cast<float>(H) + __int_as_float(EPSILON_BITS));
+const float inverse_rms = rsqrtf(partial[0] / static_cast<float>(H) + (EPSILON_NEGATIVE ? -1.f : 1.f) * __int_as_float(EPSILON_MAGNITUDE));
 #pragma unroll
 for (int k = 0; k < PER; ++k) {
   const int at = tid + k * THREADS;
