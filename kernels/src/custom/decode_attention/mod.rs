@@ -206,9 +206,10 @@ struct Plan {
 /// At most this many query heads a block: the heads' probabilities and sums fill shared memory
 /// and registers (8 heads of 256 elements take 40 KiB of the 48).
 const MAX_HEADS_PER_BLOCK: i64 = 8;
-/// Enough blocks to keep every SM busy: two per SM of an H200's 132. A 512-thread block (78
+/// Enough blocks to keep every SM busy: two per SM of an H200's 132. A 512-thread block (104
 /// registers a thread) fits only once an SM, and `KEYS_PER_SPLIT` usually caps the splits
-/// first: the ~1B decoder's step at 3,043 keys gets 88 blocks, 44 SMs idle (PERFORMANCE.md).
+/// first: the ~1B decoder's step at 3,043 keys gets 88 blocks, 44 SMs idle, yet plans of more,
+/// smaller blocks measured slower there (PERFORMANCE.md, 2026-12-04).
 const TARGET_BLOCKS: i64 = 264;
 /// A split is worth a block only with this many keys of the buffer or more. A pass costs about
 /// the same for any number of keys up to a block's threads, so a split of half a pass trades a
