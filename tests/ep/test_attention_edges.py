@@ -175,7 +175,8 @@ def test_gqa_total_sequence_length_must_match_the_cache():
                        domains=[("com.microsoft", 1)])
     feeds = {"q": np.zeros((2, 0, 64), np.float32), "k": np.zeros((2, 0, 32), np.float32),
              "v": np.zeros((2, 0, 32), np.float32), "sk": np.array([3, 3], np.int32)}
-    with pytest.raises(Exception, match="total_sequence_length"):
+    # ORT 1.30 (the GPU machine's wheel) refuses the same step in other words.
+    with pytest.raises(Exception, match="total_sequence_length|sequence_length shall be 1"):
         cpu_outputs(model, feeds)
     session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
     session.disable_fallback()
