@@ -88,44 +88,57 @@ def mlp(batch: int = 64, width: int = 1024, hidden: int = 4096, layers: int = 2)
     return Bench(f"MLP {layers}x({width}->{hidden}->{width}), batch {batch}", _model(nodes, [("x", ["batch", width])], ["y"], weights), feeds, direct)
 
 
-def encoder(seq: int, batch: int = 4, dim: int = 256, heads: int = 4, ffn: int = 1024) -> Bench:
+def encoder(seq: int, batch: int = 4, dim: int = 256, heads: int = 4, ffn: int = 1024, layers: int = 1) -> Bench:
     head = dim // heads
     w = {
-        "ln1_s": np.ones(dim, np.float32), "ln1_b": np.zeros(dim, np.float32),
-        "wq": weight(dim, dim), "wk": weight(dim, dim), "wv": weight(dim, dim), "wo": weight(dim, dim),
-        "bq": weight(dim), "bk": weight(dim), "bv": weight(dim), "bo": weight(dim),
-        "ln2_s": np.ones(dim, np.float32), "ln2_b": np.zeros(dim, np.float32),
-        "w1": weight(dim, ffn), "b1": weight(ffn), "w2": weight(ffn, dim), "b2": weight(dim),
         "split_heads": np.array([0, 0, heads, head], np.int64), "merge_heads": np.array([0, 0, dim], np.int64),
         "scale": np.array(1.0 / np.sqrt(head), np.float32),
     }
-    n = helper.make_node
-    nodes = [n("LayerNormalization", ["x", "ln1_s", "ln1_b"], ["xn"])]
-    for p in "qkv":
+    for i in range(layers):
+        w.update({f"l{i}_{k}": v for k, v in {
+            "ln1_s": np.ones(dim, np.float32), "ln1_b": np.zeros(dim, np.float32),
+            "wq": weight(dim, dim), "wk": weight(dim, dim), "wv": weight(dim, dim), "wo": weight(dim, dim),
+            "bq": weight(dim), "bk": weight(dim), "bv": weight(dim), "bo": weight(dim),
+            "ln2_s": np.ones(dim, np.float32), "ln2_b": np.zeros(dim, np.float32),
+            "w1": weight(dim, ffn), "b1": weight(ffn), "w2": weight(ffn, dim), "b2": weight(dim),
+        }.items()})
+    shared = {"split_heads", "merge_heads", "scale"}
+
+    def n(op, ins, outs, layer, **attrs):
+        """A node of layer `layer`: its tensors and weights named per layer, the shared ones not."""
+        name = lambda t: t if t in shared else f"l{layer}_{t}"
+        ins = ["x" if (t == "x" and layer == 0) else (f"l{layer - 1}_y" if t == "x" else name(t)) for t in ins]
+        outs = ["y" if (t == "y" and layer == layers - 1) else name(t) for t in outs]
+        return helper.make_node(op, ins, outs, **attrs)
+
+    nodes = []
+    for i in range(layers):
+        nodes.append(n("LayerNormalization", ["x", "ln1_s", "ln1_b"], ["xn"], i))
+        for p in "qkv":
+            nodes += [
+                n("MatMul", ["xn", f"w{p}"], [f"{p}0"], i),
+                n("Add", [f"{p}0", f"b{p}"], [f"{p}1"], i),
+                n("Reshape", [f"{p}1", "split_heads"], [f"{p}2"], i),
+                n("Transpose", [f"{p}2"], [f"{p}3"], i, perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3]),
+            ]
         nodes += [
-            n("MatMul", ["xn", f"w{p}"], [f"{p}0"]),
-            n("Add", [f"{p}0", f"b{p}"], [f"{p}1"]),
-            n("Reshape", [f"{p}1", "split_heads"], [f"{p}2"]),
-            n("Transpose", [f"{p}2"], [f"{p}3"], perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3]),
+            n("MatMul", ["q3", "k3"], ["s0"], i),
+            n("Mul", ["s0", "scale"], ["s1"], i),
+            n("Softmax", ["s1"], ["p"], i, axis=-1),
+            n("MatMul", ["p", "v3"], ["a0"], i),
+            n("Transpose", ["a0"], ["a1"], i, perm=[0, 2, 1, 3]),
+            n("Reshape", ["a1", "merge_heads"], ["a2"], i),
+            n("MatMul", ["a2", "wo"], ["a3"], i),
+            n("Add", ["a3", "bo"], ["a4"], i),
+            n("Add", ["a4", "x"], ["r1"], i),
+            n("LayerNormalization", ["r1", "ln2_s", "ln2_b"], ["rn"], i),
+            n("MatMul", ["rn", "w1"], ["f0"], i),
+            n("Add", ["f0", "b1"], ["f1"], i),
+            n("Gelu", ["f1"], ["f2"], i),
+            n("MatMul", ["f2", "w2"], ["f3"], i),
+            n("Add", ["f3", "b2"], ["f4"], i),
+            n("Add", ["f4", "r1"], ["y"], i),
         ]
-    nodes += [
-        n("MatMul", ["q3", "k3"], ["s0"]),
-        n("Mul", ["s0", "scale"], ["s1"]),
-        n("Softmax", ["s1"], ["p"], axis=-1),
-        n("MatMul", ["p", "v3"], ["a0"]),
-        n("Transpose", ["a0"], ["a1"], perm=[0, 2, 1, 3]),
-        n("Reshape", ["a1", "merge_heads"], ["a2"]),
-        n("MatMul", ["a2", "wo"], ["a3"]),
-        n("Add", ["a3", "bo"], ["a4"]),
-        n("Add", ["a4", "x"], ["r1"]),
-        n("LayerNormalization", ["r1", "ln2_s", "ln2_b"], ["rn"]),
-        n("MatMul", ["rn", "w1"], ["f0"]),
-        n("Add", ["f0", "b1"], ["f1"]),
-        n("Gelu", ["f1"], ["f2"]),
-        n("MatMul", ["f2", "w2"], ["f3"]),
-        n("Add", ["f3", "b2"], ["f4"]),
-        n("Add", ["f4", "r1"], ["y"]),
-    ]
     feeds = {"x": RNG.standard_normal((batch, seq, dim)).astype(np.float32)}
 
     def direct():
@@ -136,20 +149,27 @@ def encoder(seq: int, batch: int = 4, dim: int = 256, heads: int = 4, ffn: int =
         def ln(x, s, b):
             return mx.fast.layer_norm(x, s, b, 1e-5)
 
-        def f(x):
-            xn = ln(x, m["ln1_s"], m["ln1_b"])
-            q, k, v = ((xn @ m[f"w{p}"] + m[f"b{p}"]).reshape(batch, seq, heads, head).transpose(0, 2, 1, 3) for p in "qkv")
+        def layer(x, i):
+            g = lambda k: m[f"l{i}_{k}"]
+            xn = ln(x, g("ln1_s"), g("ln1_b"))
+            q, k, v = ((xn @ g(f"w{p}") + g(f"b{p}")).reshape(batch, seq, heads, head).transpose(0, 2, 1, 3) for p in "qkv")
             p = mx.softmax((q @ k.transpose(0, 1, 3, 2)) * m["scale"], axis=-1, precise=True)
             a = (p @ v).transpose(0, 2, 1, 3).reshape(batch, seq, dim)
-            r1 = a @ m["wo"] + m["bo"] + x
-            h = ln(r1, m["ln2_s"], m["ln2_b"]) @ m["w1"] + m["b1"]
+            r1 = a @ g("wo") + g("bo") + x
+            h = ln(r1, g("ln2_s"), g("ln2_b")) @ g("w1") + g("b1")
             h = 0.5 * h * (1 + mx.erf(h / np.sqrt(2.0)))
-            return h @ m["w2"] + m["b2"] + r1
+            return h @ g("w2") + g("b2") + r1
+
+        def f(x):
+            for i in range(layers):
+                x = layer(x, i)
+            return x
 
         return mx.compile(f)
 
     model = _model(nodes, [("x", ["batch", "seq", dim])], ["y"], w)
-    return Bench(f"encoder layer d{dim} h{heads}, batch {batch}, seq {seq}", model, feeds, direct)
+    stack = f"{layers} encoder layers" if layers > 1 else "encoder layer"
+    return Bench(f"{stack} d{dim} h{heads}, batch {batch}, seq {seq}", model, feeds, direct)
 
 
 def cnn(batch: int = 8, size: int = 64, widths: tuple[int, ...] = (32, 64, 128), classes: int = 10) -> Bench:
@@ -318,13 +338,16 @@ def ort_session(model: bytes, providers: list[str], **env: str) -> ort.Inference
     return session
 
 
-def measure(bench: Bench, runs: int) -> dict[str, float | str]:
+def measure(bench: Bench, runs: int, precision: str | None = None) -> dict[str, float | str]:
     feeds = bench.feeds
     results: dict[str, float | str] = {}
     cpu = ort_session(bench.model, ["CPUExecutionProvider"])
     reference = cpu.run(None, feeds)[0]
     results["ORT CPU"] = median_ms(lambda: cpu.run(None, feeds), runs)
-    for label, env in (("MLX EP eager", {"ONNXRUNTIME_EP_MLX_NO_COMPILE": "1"}), ("MLX EP compiled", {})):
+    variants = [("MLX EP eager", {"ONNXRUNTIME_EP_MLX_NO_COMPILE": "1"}), ("MLX EP compiled", {})]
+    if precision:
+        variants.append((f"MLX EP {precision}", {"ONNXRUNTIME_EP_MLX_PRECISION": precision}))
+    for label, env in variants:
         session = ort_session(bench.model, mlx_ep.providers(), **env)
         assert session.get_providers()[0] == mlx_ep.EP_NAME
         # Settings are read at a plan's first run: run once with the environment in place.
@@ -354,11 +377,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--model", action="append", default=[], help="an ONNX model to add (random inputs)")
     parser.add_argument("--quick", action="store_true", help="small shapes (CI smoke run)")
+    parser.add_argument("--large", action="store_true",
+                        help="GPU-sized models instead: 12 BERT-base encoder layers at 8x256, a CNN at 16x224x224")
+    parser.add_argument("--precision", choices=["fp16", "bf16"],
+                        help="also the compiled EP with this `precision` option, and its difference from ORT's float32")
     args = parser.parse_args()
     mlx_ep.register_execution_provider_library()
     if args.quick:
         benches = [mlp(batch=8, width=128, hidden=256), encoder(seq=16, dim=64, ffn=128), cnn(batch=2, size=16, widths=(8, 16)),
                    audio_front_end(batch=2, seconds=0.5), forest(rows=64, trees=4, depth=4)]
+    elif args.large:
+        benches = [encoder(seq=256, batch=8, dim=768, heads=12, ffn=3072, layers=12),
+                   cnn(batch=16, size=224, widths=(64, 128, 256))]
     else:
         benches = [mlp(), encoder(seq=64), encoder(seq=256), cnn(), audio_front_end(), forest()]
     for path in args.model:
@@ -371,16 +401,22 @@ def main() -> None:
 
     print(f"{platform.machine()}, {os.cpu_count()} cores; ORT {ort.__version__}, MLX {mx.__version__} ({mx.default_device()}); "
           f"median of {args.runs} warm runs, ms")
-    print("| model | ORT CPU EP | MLX EP eager | MLX EP compiled | direct MLX (compiled) | EP compiled / direct | CPU / EP compiled | max diff vs CPU |")
-    print("|---|---|---|---|---|---|---|---|")
+    half = f", EP {args.precision}, CPU / EP {args.precision}, {args.precision} max diff vs CPU" if args.precision else ""
+    print("| model | ORT CPU EP | MLX EP eager | MLX EP compiled | direct MLX (compiled) | EP compiled / direct | CPU / EP compiled "
+          f"| max diff vs CPU{half.replace(', ', ' | ')} |")
+    print("|---|---|---|---|---|---|---|---|" + "---|" * (3 if args.precision else 0))
     for bench in benches:
-        r = measure(bench, args.runs)
+        r = measure(bench, args.runs, args.precision)
+        extra = ""
+        if args.precision:
+            ms = r[f"MLX EP {args.precision}"]
+            extra = f" {ms:.2f} | {r['ORT CPU'] / ms:.2f}x | {r[f'MLX EP {args.precision} max diff']:.1e} |"
         direct = r.get("direct MLX")
         ratio = f"{r['MLX EP compiled'] / direct:.2f}x" if isinstance(direct, float) else "—"
         direct_s = f"{direct:.2f}" if isinstance(direct, float) else "—"
         print(
             f"| {bench.name} | {r['ORT CPU']:.2f} | {r['MLX EP eager']:.2f} | {r['MLX EP compiled']:.2f} | {direct_s} | {ratio} | "
-            f"{r['ORT CPU'] / r['MLX EP compiled']:.2f}x | {r['MLX EP compiled max diff']:.1e} |",
+            f"{r['ORT CPU'] / r['MLX EP compiled']:.2f}x | {r['MLX EP compiled max diff']:.1e} |{extra}",
             flush=True,
         )
 

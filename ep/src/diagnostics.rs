@@ -48,6 +48,8 @@ pub struct PlanReport {
     pub mirror_hits: u64,
     pub mirrors_in_place: u64,
     pub constants: ConstantsReport,
+    /// Under the `precision` option: nodes computing in the half type, of the plan's nodes.
+    pub half_nodes: Option<(&'static str, usize, usize)>,
 }
 
 /// MLX's memory after the latest run: held by live arrays (the plans' constants, what was
@@ -137,6 +139,13 @@ impl Stats {
                     out,
                     "; shared buffers: {} of {} row(s) written back, {} input(s) fed from the device mirror, {} mirror(s) updated in place",
                     report.shared_rows_written, report.shared_rows, report.mirror_hits, report.mirrors_in_place
+                );
+            }
+            if let Some((half, computing, nodes)) = report.half_nodes {
+                let _ = write!(
+                    out,
+                    "; precision {half}: {computing} of {nodes} node(s) in {half}, {} constant(s) rounded",
+                    report.constants.rounded
                 );
             }
             let c = &report.constants;

@@ -111,6 +111,12 @@ pub const SETTINGS: &[Setting] = &[
         doc: "Apple GPUs: the Metal twins of the attention kernels (decode attention, paged prefill attention) instead of the composed MLX path. Off until a macOS run has checked them (the macOS workflow turns it on); `no_cuda_kernels` still turns every kernel off",
     },
     Setting {
+        key: "precision",
+        env: "ONNXRUNTIME_EP_MLX_PRECISION",
+        kind: Kind::Choice(&["fp32", "fp16", "bf16"]),
+        doc: "`fp16`/`bf16`: compute float32 graphs in that half type (float32 constants rounded once, outputs back in float32; softmax, normalisations, reductions and the ops `docs/COVERAGE.md` lists stay in float32). Meant for GPUs: `onnxruntime-ep-mlx run MODEL --ep-option precision=fp16` reports the difference from ORT's float32 answer (unset: `fp32`, as the graph says)",
+    },
+    Setting {
         key: "profile_ops",
         env: "ONNXRUNTIME_EP_MLX_PROFILE_OPS",
         kind: Kind::Flag { default: false },
@@ -235,6 +241,15 @@ impl Options {
     pub fn text(&self, key: &str) -> Option<&str> {
         Options::setting(key);
         self.given.get(key).map(String::as_str)
+    }
+
+    /// The half type float32 values are computed in (`precision`), if any.
+    pub fn half_precision(&self) -> Option<op_specs::ElemType> {
+        match self.text("precision") {
+            Some("fp16") => Some(op_specs::ElemType::Float16),
+            Some("bf16") => Some(op_specs::ElemType::BFloat16),
+            _ => None,
+        }
     }
 
     /// An op list's entries (none when not given).

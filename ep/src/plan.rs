@@ -93,6 +93,8 @@ pub struct ConstantsReport {
     pub prepare_runs: u64,
     pub prepare_time: Duration,
     pub prepared_bytes: usize,
+    /// Float32 constants rounded to the session's half type (the `precision` option).
+    pub rounded: usize,
     /// What the control-flow bodies compiled once for their steps did.
     pub bodies: BodiesReport,
 }
@@ -136,6 +138,10 @@ pub struct Plan {
     unread_inputs: Vec<bool>,
     pub outputs: Vec<PlanOutput>,
     constants: Vec<PlanConstant>,
+    /// Under the `precision` option: the type each node's float32 inputs are given in (the
+    /// session's half type, or float32 where the node's row computes in float32).
+    float32_inputs_as: Vec<Option<Dtype>>,
+    half: Option<ElemType>,
 }
 
 /// The MLX side of a plan, created on (and owned by) the thread that first runs it.
@@ -150,6 +156,8 @@ pub struct Runtime {
 pub struct Constants {
     pub arrays: Vec<(usize, Array)>,
     pub prepared: Rc<RefCell<Prepared>>,
+    /// Float32 constants rounded to the session's half type, by slot, made at first use.
+    pub rounded: Rc<RefCell<HashMap<usize, Array>>>,
 }
 
 impl Constants {
@@ -411,6 +419,8 @@ impl Plan {
             .collect::<Result<Vec<_>, String>>()?;
         Ok(Plan {
             name,
+            float32_inputs_as: vec![None; plan_nodes.len()],
+            half: None,
             nodes: plan_nodes,
             slot_count: slots.len(),
             inputs,
@@ -421,6 +431,42 @@ impl Plan {
     }
 
     /// Whether the run needs fused-node input `index` (a constant the plan holds does not).
+    /// The plan computing its float32 values in `half` (float16 or bfloat16; `None`: as the
+    /// graph says): each node is given its float32 inputs in `half` where its row computes in
+    /// that type (`OpSpec::computes_in`), in float32 otherwise, and float32 outputs leave in
+    /// float32.
+    pub fn in_precision(mut self, half: Option<ElemType>) -> Plan {
+        self.half = half;
+        self.float32_inputs_as = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let half = half?;
+                Some(if n.spec.computes_in(&n.node, half) {
+                    half.to_mlx()?
+                } else {
+                    Dtype::F32
+                })
+            })
+            .collect();
+        self
+    }
+
+    /// Under the `precision` option: its name, the nodes computing in the half type and all
+    /// the plan's nodes.
+    pub fn half_nodes(&self) -> Option<(&'static str, usize, usize)> {
+        let name = match self.half? {
+            ElemType::BFloat16 => "bf16",
+            _ => "fp16",
+        };
+        let computing = self
+            .float32_inputs_as
+            .iter()
+            .filter(|d| matches!(d, Some(Dtype::F16 | Dtype::BF16)))
+            .count();
+        Some((name, computing, self.nodes.len()))
+    }
+
     pub fn reads_input(&self, index: usize) -> bool {
         !self.unread_inputs.get(index).copied().unwrap_or(false)
     }
@@ -454,6 +500,7 @@ impl Plan {
             constants: Constants {
                 arrays,
                 prepared: Rc::default(),
+                rounded: Rc::default(),
             },
         })
     }
@@ -495,6 +542,7 @@ impl Plan {
             prepare_runs: prepared.computed,
             prepare_time: prepared.time,
             prepared_bytes: prepared.bytes,
+            rounded: runtime.constants.rounded.borrow().len(),
             bodies: prepared.bodies(),
         }
     }
@@ -707,12 +755,16 @@ impl Plan {
             host_values: &HashMap::new(),
         };
         let lowered = self.lower_part(stream, constants, part, profile)?;
-        self.finish(lowered)
+        self.finish(lowered, stream)
     }
 
     /// The plan's outputs from a lowering that computed them, with its checks and the rows
     /// they write.
-    pub(crate) fn finish(&self, lowered: PartLowering) -> Result<Lowering, String> {
+    pub(crate) fn finish(
+        &self,
+        lowered: PartLowering,
+        stream: &Stream,
+    ) -> Result<Lowering, String> {
         let PartLowering {
             env,
             checks,
@@ -723,9 +775,14 @@ impl Plan {
             .outputs
             .iter()
             .map(|o| {
-                env[o.slot]
+                let array = env[o.slot]
                     .clone()
-                    .ok_or_else(|| "a fused output was never computed".to_owned())
+                    .ok_or_else(|| "a fused output was never computed".to_owned())?;
+                // Computed in a half type under the `precision` option: leaves as declared.
+                if o.elem == ElemType::Float && matches!(array.dtype(), Dtype::F16 | Dtype::BF16) {
+                    return ops::astype(&array, Dtype::F32, stream).map_err(|e| e.to_string());
+                }
+                Ok(array)
             })
             .collect::<Result<Vec<_>, String>>()?;
         let written_rows = self
@@ -774,6 +831,10 @@ impl Plan {
                     })
                 })
                 .collect();
+            let args = match self.float32_inputs_as[index] {
+                Some(dtype) => self.float32_args_as(planned, args, dtype, constants, stream)?,
+                None => args,
+            };
             let host_values: Vec<Option<Vec<i64>>> = if part.host_values.is_empty() {
                 Vec::new()
             } else {
@@ -856,6 +917,62 @@ impl Plan {
         }
         lowered_part.env = env;
         Ok(lowered_part)
+    }
+}
+
+impl Plan {
+    /// `args` with the float32 tensors of `planned` (those the graph types float32, which may
+    /// arrive in a half type) in `dtype`. A constant is rounded to a half type once per session.
+    fn float32_args_as(
+        &self,
+        planned: &PlanNode,
+        mut args: Vec<Option<Value>>,
+        dtype: Dtype,
+        constants: &Constants,
+        stream: &Stream,
+    ) -> Result<Vec<Option<Value>>, String> {
+        for (i, arg) in args.iter_mut().enumerate() {
+            let Some(Value::Tensor(array)) = arg else {
+                continue;
+            };
+            let float = matches!(array.dtype(), Dtype::F32 | Dtype::F16 | Dtype::BF16);
+            if planned.node.input_type(i) != Some(ElemType::Float)
+                || !float
+                || array.dtype() == dtype
+            {
+                continue;
+            }
+            let slot = planned.inputs.get(i).copied().flatten();
+            let constant = planned.constant_inputs.get(i).copied().unwrap_or(false);
+            let cast = match slot {
+                Some(slot) if constant && dtype != Dtype::F32 => {
+                    constants.rounded(slot, array, dtype, stream)
+                }
+                _ => ops::astype(array, dtype, stream).map_err(|e| e.to_string()),
+            };
+            *array = cast.map_err(|e| node_error(&planned.node, &e))?;
+        }
+        Ok(args)
+    }
+}
+
+impl Constants {
+    /// The constant in `slot` (`array`) in `dtype`, made and evaluated at its first use (in a
+    /// trace too: it depends on no input) and kept for the session's later runs.
+    fn rounded(
+        &self,
+        slot: usize,
+        array: &Array,
+        dtype: Dtype,
+        stream: &Stream,
+    ) -> Result<Array, String> {
+        if let Some(made) = self.rounded.borrow().get(&slot) {
+            return Ok(made.clone());
+        }
+        let made = ops::astype(array, dtype, stream).map_err(|e| e.to_string())?;
+        Array::eval_all(std::slice::from_ref(&made)).map_err(|e| e.to_string())?;
+        self.rounded.borrow_mut().insert(slot, made.clone());
+        Ok(made)
     }
 }
 

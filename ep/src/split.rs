@@ -206,7 +206,7 @@ impl Split {
         };
         let mut lowered = plan.lower_part(stream, constants, part, None)?;
         let keys = std::mem::take(&mut lowered.host_keys);
-        Ok((plan.finish(lowered)?, keys))
+        Ok((plan.finish(lowered, stream)?, keys))
     }
 
     /// The whole run's lowering: the body's (compiled) outputs with the prologue's checks, the

@@ -15,7 +15,7 @@ use crate::{onnx_op, ElemType, Lower, OpError, Result};
 /// values travel in carriers that hold them exactly (DESIGN.md, narrow element types), so casts
 /// from them convert the carrier. `round_mode` concerns float8e8m0 and float4, not claimed.
 #[onnx_op(
-    op = "Cast", since = 6,
+    op = "Cast", precision = Float32, since = 6,
     types(T1 = ANY | since(19, FLOAT8) | since(21, I4 | U4), T2 = ANY | since(19, FLOAT8) | since(21, I4 | U4)),
     ignores(to: i64, round_mode: String),
     inputs(input: T1), outputs(output: T2), shape = Shapeless, claim = saturate_claim,

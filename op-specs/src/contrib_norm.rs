@@ -18,7 +18,7 @@ use crate::{onnx_op, Lower, OpError, Result};
 /// `X / sqrt(mean(X²) + epsilon) * scale` over the axes from `axis` on (statistics in
 /// float32), and the inverse RMS when asked for.
 #[onnx_op(
-    op = "SimplifiedLayerNormalization", since = 1, types(T = FLOAT, V = FLOAT, U = F32),
+    op = "SimplifiedLayerNormalization", precision = Float32, since = 1, types(T = FLOAT, V = FLOAT, U = F32),
     ignores(stash_type: i64), inputs(X: T, scale: V), outputs(Y: V, inv_std_var?: U), shape = ShapeKeyed,
     claim = layer_norm_claim, declines = "stash_type other than 1 (float32)"
 )]
@@ -47,7 +47,7 @@ fn residual_sum(input: &Array, skip: &Array, bias: Option<&Array>, s: &Stream) -
 /// Layer normalisation of `input + skip + bias` over the last axis, with `gamma` and `beta`;
 /// the optional outputs are the mean, the inverse standard deviation and the sum itself.
 #[onnx_op(
-    domain = "com.microsoft", op = "SkipLayerNormalization", since = 1, types(T = FLOAT, U = F32),
+    domain = "com.microsoft", op = "SkipLayerNormalization", precision = Float32, since = 1, types(T = FLOAT, U = F32),
     inputs(input: T, skip: T, gamma: T, beta: T, bias: T),
     outputs(output: T, mean?: U, inv_std_var?: U, input_skip_bias_sum?: T), shape = ShapeKeyed,
     claim = skip_layer_norm_claim,
@@ -243,7 +243,7 @@ fn skip_layer_norm_claim(node: &crate::Node) -> crate::Verdict {
 /// optional outputs are the inverse RMS and the sum. The `mean` output is declined: a
 /// simplified norm has none (ORT's CPU kernel leaves it unspecified).
 #[onnx_op(
-    domain = "com.microsoft", op = "SkipSimplifiedLayerNormalization", since = 1, types(T = FLOAT, U = F32),
+    domain = "com.microsoft", op = "SkipSimplifiedLayerNormalization", precision = Float32, since = 1, types(T = FLOAT, U = F32),
     inputs(input: T, skip: T, gamma: T, bias: T),
     outputs(output: T, mean?: U, inv_std_var?: U, input_skip_bias_sum?: T), shape = ShapeKeyed,
     claim = simplified_skip_claim,
@@ -461,7 +461,7 @@ fn position_rows(ids: &Array, sequence: i64, s: &Stream) -> Result<Array> {
 /// equal to 1 (zeros without a mask), and `embedding_sum` is the sum before normalising.
 #[allow(clippy::too_many_arguments)] // nine inputs, as ORT has them
 #[onnx_op(
-    domain = "com.microsoft", op = "EmbedLayerNormalization", since = 1, types(T1 = I32, T = F32 | F16),
+    domain = "com.microsoft", op = "EmbedLayerNormalization", precision = Float32, since = 1, types(T1 = I32, T = F32 | F16),
     inputs(input_ids: T1, segment_ids: T1, word_embedding: T, position_embedding: T, segment_embedding: T,
            gamma: T, beta: T, mask: T1, position_ids: T1),
     outputs(output: T, mask_index?: T1, embedding_sum?: T), shape = ShapeKeyed,
@@ -572,7 +572,7 @@ fn embed_layer_normalization(
 /// Stable Diffusion's fused residual group norm, channels last: `S = X + skip + bias`, `Y =
 /// activation(GroupNorm(S) * gamma + beta)` with SiLU or no activation.
 #[onnx_op(
-    domain = "com.microsoft", op = "SkipGroupNorm", since = 1, types(T = F32 | F16, M = F32 | F16),
+    domain = "com.microsoft", op = "SkipGroupNorm", precision = Float32, since = 1, types(T = F32 | F16, M = F32 | F16),
     inputs(X: T, gamma: M, beta: M, skip: T, bias: T), outputs(Y: T, S?: T), shape = ShapeKeyed,
     ignores(channels_last: i64), claim = skip_group_norm_claim, declines = "channels_last 0 (ORT's kernel is NHWC only); activations other than 0 (none) and 1 (SiLU)"
 )]

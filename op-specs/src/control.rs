@@ -42,7 +42,7 @@ fn if_claim(node: &Node) -> Verdict {
 /// nothing in a compiled trace (which is keyed on it); one computed from data is read once
 /// per run, on the eager path.
 #[onnx_op(
-    op = "If", since = 1, types(B = BOOL, V = ANY), inputs(cond: B), outputs(outputs...: V),
+    op = "If", precision = Float32, since = 1, types(B = BOOL, V = ANY), inputs(cond: B), outputs(outputs...: V),
     heterogeneous(outputs), shape = bodies_shape_safety, claim = if_claim,
     declines = "a branch with a node this EP declines, an output that is not a tensor (sequences, optionals), or another output count than the node's"
 )]
@@ -132,7 +132,7 @@ fn loop_claim(node: &Node) -> Verdict {
 /// read on the host: a "for" loop over a constant count whose condition passes through (the
 /// usual export) compiles, keyed on the count; a condition computed from data runs eagerly.
 #[onnx_op(
-    op = "Loop", since = 1, types(I = I64, B = BOOL, V = ANY), inputs(M: I, cond: B, v_initial: V),
+    op = "Loop", precision = Float32, since = 1, types(I = I64, B = BOOL, V = ANY), inputs(M: I, cond: B, v_initial: V),
     outputs(v_final_and_scan_outputs...: V), heterogeneous(v_initial, v_final_and_scan_outputs),
     shape = bodies_shape_safety, claim = loop_claim,
     declines = "a body with a node this EP declines or a non-tensor output (sequences, optionals), or whose outputs do not match the node's"
@@ -266,7 +266,7 @@ fn per_value(list: &Option<Vec<i64>>, index: usize, what: &str) -> Result<i64> {
 /// lowers the body on the state and one slice of every scan input, in its direction; the
 /// scan outputs stack each step's elements along their axis, in their direction.
 #[onnx_op(
-    op = "Scan", since = 9, types(V = ANY), inputs(initial_state_and_scan_inputs: V),
+    op = "Scan", precision = Float32, since = 9, types(V = ANY), inputs(initial_state_and_scan_inputs: V),
     outputs(final_state_and_scan_outputs...: V),
     heterogeneous(initial_state_and_scan_inputs, final_state_and_scan_outputs),
     shape = bodies_shape_safety, claim = scan_claim,
@@ -333,7 +333,7 @@ fn scan(
 /// or from its last valid step back); its scan outputs are zero-padded to the sequence axis,
 /// and the entries are stacked back along the batch axis.
 #[onnx_op(
-    op = "Scan", opset = 8..=8, types(I = I64, V = ANY),
+    op = "Scan", precision = Float32, opset = 8..=8, types(I = I64, V = ANY),
     inputs(sequence_lens: I, initial_state_and_scan_inputs: V),
     outputs(final_state_and_scan_outputs...: V),
     heterogeneous(initial_state_and_scan_inputs, final_state_and_scan_outputs),

@@ -24,7 +24,7 @@ use crate::{onnx_op, Lower, OpError, Result};
 /// none, as ORT reads it). Boxes are `[y1, x1, y2, x2]` corners in either order, or
 /// `[x_center, y_center, width, height]` with `center_point_box = 1`.
 #[onnx_op(
-    op = "NonMaxSuppression", since = 10,
+    op = "NonMaxSuppression", precision = Float32, since = 10,
     types(T = F32, I = I64),
     inputs(boxes: T, scores: T, max_output_boxes_per_class: I, iou_threshold: T, score_threshold: T),
     outputs(selected_indices: I),
@@ -187,7 +187,7 @@ impl Corners {
 /// the box by half a pixel and let it be smaller than one.
 #[allow(clippy::too_many_arguments)] // three inputs and six attributes, as ONNX has them
 #[onnx_op(
-    op = "RoiAlign", since = 10, types(T = F32 | F16, I = I64),
+    op = "RoiAlign", precision = Float32, since = 10, types(T = F32 | F16, I = I64),
     inputs(X: T, rois: T, batch_indices: I), outputs(Y: T),
     shape = Eager, claim = roi_align_claim,
     declines = "a mode other than avg and max; a negative sampling_ratio or output size (ORT's kernel refuses them)",
@@ -278,7 +278,7 @@ fn roi_align_claim(node: &crate::Node) -> crate::Verdict {
 /// the corners are scaled by `spatial_scale` and rounded to pixels, the box is cut into
 /// `pooled_shape` bins of whole pixels, and each bin's maximum taken (0 for an empty bin).
 #[onnx_op(
-    op = "MaxRoiPool", since = 1, types(T = F32),
+    op = "MaxRoiPool", precision = Float32, since = 1, types(T = F32),
     inputs(X: T, rois: T), outputs(Y: T),
     shape = Eager, claim = max_roi_pool_claim,
     declines = "pooled_shape other than two positive sizes; spatial_scale not positive (ORT's kernel refuses both)",

@@ -41,7 +41,7 @@ fn constant_of_shape(
 /// host as ORT's CPU EP does: the count from the bounds in float64, the values accumulated in
 /// the element type (`value += delta`).
 #[onnx_op(
-    op = "Range", since = 11, types(T = F32 | I16 | I32 | I64), inputs(start: T, limit: T, delta: T), outputs(output: T),
+    op = "Range", precision = Float32, since = 11, types(T = F32 | I16 | I32 | I64), inputs(start: T, limit: T, delta: T), outputs(output: T),
     shape = Eager
 )]
 fn range(cx: &mut Lower, start: Array, limit: Array, delta: Array) -> Result<Array> {
@@ -176,7 +176,7 @@ fn running(
 
 /// Running sum along `axis` (an input), exclusive and/or reversed on request.
 #[onnx_op(
-    op = "CumSum", since = 11, types(T = F32 | F16 | BF16 | I32 | I64 | U32 | U64, I = I32 | I64),
+    op = "CumSum", precision = Float32, since = 11, types(T = F32 | F16 | BF16 | I32 | I64 | U32 | U64, I = I32 | I64),
     inputs(x: T, axis: I), outputs(y: T), shape = ShapeKeyed, claim = flags_claim,
     declines = "exclusive or reverse other than 0 and 1"
 )]
@@ -194,7 +194,7 @@ fn cumsum(
 
 /// Running product along `axis` (an input), exclusive and/or reversed on request.
 #[onnx_op(
-    op = "CumProd", since = 26, types(T = F32 | F16 | BF16 | I32 | I64 | U32 | U64, I = I32 | I64),
+    op = "CumProd", precision = Float32, since = 26, types(T = F32 | F16 | BF16 | I32 | I64 | U32 | U64, I = I32 | I64),
     inputs(x: T, axis: I), outputs(y: T), shape = ShapeKeyed, claim = flags_claim,
     declines = "exclusive or reverse other than 0 and 1"
 )]

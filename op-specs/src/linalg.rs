@@ -359,7 +359,7 @@ fn without_spaces(equation: &str) -> String {
 /// its pivot 0 (no division), so a singular matrix gives 0. Float32 (16-bit inputs widened),
 /// unrolled over n steps of whole-batch array ops.
 #[onnx_op(
-    op = "Det", since = 11, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
+    op = "Det", precision = Float32, since = 11, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
     numerics = "float32 LU with partial pivoting as Eigen's; the product of the pivots is taken in order (Eigen may reduce it pairwise), so results can differ from ORT's in the last bits"
 )]
 fn det(cx: &mut Lower, x: Array) -> Result<Array> {

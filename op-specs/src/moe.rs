@@ -519,7 +519,7 @@ fn common_claim(node: &Node, fc3_slot: usize) -> Option<Verdict> {
 /// the activation), so float16 is tested against a float64 reference (tests/ep/test_moe.py).
 #[allow(clippy::too_many_arguments)] // eight inputs and eight attributes, as ORT has them
 #[onnx_op(
-    domain = "com.microsoft", op = "MoE", since = 1,
+    domain = "com.microsoft", op = "MoE", precision = Float32, since = 1,
     types(T = FLOAT),
     inputs(
         input: T, router_probs: T, fc1_experts_weights: T, fc1_experts_bias: T,
@@ -620,7 +620,7 @@ fn moe_claim(node: &Node) -> Verdict {
 /// activations to int8 (blocks at level 4, 8-bit blocks always) ORT is the less accurate side.
 #[allow(clippy::too_many_arguments)] // 21 inputs and 16 attributes, as ORT has them
 #[onnx_op(
-    domain = "com.microsoft", op = "QMoE", since = 1,
+    domain = "com.microsoft", op = "QMoE", precision = Float32, since = 1,
     types(T = FLOAT, T1 = U8, T4 = F32),
     inputs(
         input: T, router_probs: T, fc1_experts_weights: T1, fc1_scales: T, fc1_experts_bias: T,

@@ -18,7 +18,7 @@ pub(crate) fn cast(a: &Array, dtype: Dtype, s: &mlx_kernels::Stream) -> Result<A
 /// `(x - mean) / sqrt(var + epsilon) * Scale + B` over the axes from `axis` on, computed in
 /// float32 (`stash_type` 1); the optional outputs are the mean and `1 / sqrt(var + epsilon)`.
 #[onnx_op(
-    op = "LayerNormalization", since = 17, types(T = FLOAT, U = F32),
+    op = "LayerNormalization", precision = Float32, since = 17, types(T = FLOAT, U = F32),
     ignores(stash_type: i64), inputs(X: T, Scale: T, B: T), outputs(Y: T, Mean?: U, InvStdDev?: U),
     shape = ShapeKeyed, claim = layer_norm_claim, declines = "stash_type other than 1 (float32)"
 )]
@@ -75,7 +75,7 @@ pub(crate) fn layer_norm_claim(node: &crate::Node) -> crate::Verdict {
 /// `X / sqrt(mean(X^2) + epsilon) * scale` over the axes from `axis` on, the mean of squares in
 /// float32 (`stash_type` 1); `Y` takes the scale's element type.
 #[onnx_op(
-    op = "RMSNormalization", since = 23, types(T = FLOAT, V = FLOAT), ignores(stash_type: i64),
+    op = "RMSNormalization", precision = Float32, since = 23, types(T = FLOAT, V = FLOAT), ignores(stash_type: i64),
     inputs(X: T, scale: V), outputs(Y: V), shape = ShapeKeyed, claim = layer_norm_claim,
     declines = "stash_type other than 1 (float32)"
 )]
@@ -170,7 +170,7 @@ pub(crate) fn float32_constant(
 /// `X / ||X||_p` along `axis` (p = 1 or 2), the norm in float32; a zero norm gives zeros, as
 /// ORT's CPU kernel does (the ONNX reference would divide by zero).
 #[onnx_op(
-    op = "LpNormalization", since = 1, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed,
+    op = "LpNormalization", precision = Float32, since = 1, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed,
     claim = lp_normalization_claim, declines = "p other than 1 or 2"
 )]
 fn lp_normalization(
@@ -230,7 +230,7 @@ fn lrn_claim(node: &crate::Node) -> crate::Verdict {
 /// Cross-channel local response normalisation, in float32:
 /// `x / (bias + alpha / size * sum of x^2 over the size channels around c)^beta`.
 #[onnx_op(
-    op = "LRN", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
+    op = "LRN", precision = Float32, since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
     claim = lrn_claim, declines = "a size that is not positive and odd, alpha or beta not positive (ORT's kernel refuses them)"
 )]
 fn lrn(
@@ -366,7 +366,7 @@ pub(crate) fn layer_norm_general(
 /// `(x - mean) / sqrt(var + epsilon) * scale[c] + B[c]`, statistics per sample and channel
 /// over the spatial axes (in float32 for 16-bit inputs).
 #[onnx_op(
-    op = "InstanceNormalization", since = 6, types(T = FLOAT), inputs(input: T, scale: T, B: T), outputs(output: T),
+    op = "InstanceNormalization", precision = Float32, since = 6, types(T = FLOAT), inputs(input: T, scale: T, B: T), outputs(output: T),
     shape = ShapeKeyed
 )]
 fn instance_normalization(
@@ -489,7 +489,7 @@ fn group_norm_claim(node: &crate::Node) -> crate::Verdict {
 /// Group normalisation (opset 21): statistics per sample over `num_groups` groups of channels,
 /// in float32 (`stash_type` 1), then `scale` and `bias` per channel.
 #[onnx_op(
-    op = "GroupNormalization", since = 21, types(T = FLOAT), ignores(stash_type: i64),
+    op = "GroupNormalization", precision = Float32, since = 21, types(T = FLOAT), ignores(stash_type: i64),
     inputs(X: T, scale: T, bias: T), outputs(Y: T), shape = ShapeKeyed, claim = group_norm_claim,
     declines = "stash_type other than 1 (float32); scale or bias of a rank other than 1"
 )]
@@ -519,7 +519,7 @@ fn group_normalization(
 /// Group normalisation as opset 18 defined it: `scale` and `bias` per group, not per channel.
 /// A row of its own: the same inputs mean something else from opset 21 (per channel there).
 #[onnx_op(
-    op = "GroupNormalization", opset = 18..=20, types(T = FLOAT), inputs(X: T, scale: T, bias: T), outputs(Y: T),
+    op = "GroupNormalization", precision = Float32, opset = 18..=20, types(T = FLOAT), inputs(X: T, scale: T, bias: T), outputs(Y: T),
     shape = ShapeKeyed, claim = group_norm_claim, declines = "scale or bias of a rank other than 1"
 )]
 fn group_normalization_18(
@@ -565,7 +565,7 @@ fn group_normalization_18(
 /// `E[x²] - E[x]²` loses every digit for data far from zero (an offset of 1000 gave errors of
 /// 0.15). Axes outside the rank are dropped, as ORT does (rank 3 with the default
 /// `[0, 2, 3]` normalises over `[0, 2]`).
-#[onnx_op(op = "MeanVarianceNormalization", since = 9, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed)]
+#[onnx_op(op = "MeanVarianceNormalization", precision = Float32, since = 9, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed)]
 fn mean_variance_normalization(
     cx: &mut Lower,
     x: Array,

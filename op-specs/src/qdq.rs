@@ -309,7 +309,7 @@ fn quantize_to(
 /// changes nothing.
 #[allow(clippy::too_many_arguments)] // three inputs and five attributes, as ONNX has them
 #[onnx_op(
-    op = "QuantizeLinear", since = 10,
+    op = "QuantizeLinear", precision = Float32, since = 10,
     types(T1 = FLOAT, T2 = I8 | U8 | I16 | UINT | since(19, FLOAT8) | since(21, I4 | U4)),
     inputs(x: T1, y_scale: T1, y_zero_point: T2), outputs(y: T2),
     ignores(output_dtype: i64, precision: i64), shape = ShapeKeyed, claim = block_size_claim,
@@ -553,7 +553,7 @@ pub(crate) fn float8_grid(v: &Array, elem: ElemType, saturate: bool, s: &Stream)
 /// a NaN (and the values sharing its SIMD lane) by position, ISA and thread split; the EP
 /// ignores NaN, which is ORT's answer when NaN sits in the scalar tail or x is short.
 #[onnx_op(
-    op = "DynamicQuantizeLinear", since = 11,
+    op = "DynamicQuantizeLinear", precision = Float32, since = 11,
     types(T1 = F32, T2 = U8),
     inputs(x: T1), outputs(y: T2, y_scale: T1, y_zero_point: T2),
     shape = ShapeKeyed

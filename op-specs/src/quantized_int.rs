@@ -220,7 +220,7 @@ fn qlinear_matmul_claim(node: &Node) -> Verdict {
 /// scales (opset 21) are widened to float32 first: ORT runs its float kernel behind casts.
 #[allow(clippy::too_many_arguments)] // eight inputs, as ONNX has them
 #[onnx_op(
-    op = "QLinearMatMul", since = 10,
+    op = "QLinearMatMul", precision = Float32, since = 10,
     types(T1 = I8 | U8, TS = F32 | F16, T2 = I8 | U8, T3 = I8 | U8),
     inputs(a: T1, a_scale: TS, a_zero_point: T1, b: T2, b_scale: TS, b_zero_point: T2,
            y_scale: TS, y_zero_point: T3),
@@ -528,7 +528,7 @@ fn per_channel(op: &str, p: &Array, m: i64, rank: usize, what: &str, s: &Stream)
 /// x86 requantisation. `w_scale` and `w_zero_point` may be per output channel.
 #[allow(clippy::too_many_arguments)] // nine inputs and six attributes, as ONNX has them
 #[onnx_op(
-    op = "QLinearConv", since = 10,
+    op = "QLinearConv", precision = Float32, since = 10,
     types(T1 = I8 | U8, TS = F32, T2 = I8 | U8, T3 = I8 | U8, T4 = I32),
     inputs(x: T1, x_scale: TS, x_zero_point: T1, w: T2, w_scale: TS, w_zero_point: T2,
            y_scale: TS, y_zero_point: T3, B: T4),
@@ -647,7 +647,7 @@ fn scale_and_bias(
 /// one per column of B.
 #[allow(clippy::too_many_arguments)] // seven inputs, as ORT has them
 #[onnx_op(
-    domain = "com.microsoft", op = "MatMulIntegerToFloat", since = 1,
+    domain = "com.microsoft", op = "MatMulIntegerToFloat", precision = Float32, since = 1,
     types(T1 = I8 | U8, T2 = I8 | U8, T3 = F32),
     inputs(A: T1, B: T2, a_scale: T3, b_scale: T3, a_zero_point: T1, b_zero_point: T2, bias: T3),
     outputs(Y: T3), shape = ShapeKeyed
@@ -690,7 +690,7 @@ fn matmul_integer_to_float(
 /// times `a_scale · b_scale`, plus `bias`, in float32. `b_scale` and `b_zero_point` are one
 /// value or one per column of B.
 #[onnx_op(
-    domain = "com.microsoft", op = "DynamicQuantizeMatMul", since = 1,
+    domain = "com.microsoft", op = "DynamicQuantizeMatMul", precision = Float32, since = 1,
     types(T1 = F32, T2 = I8 | U8),
     inputs(A: T1, B: T2, b_scale: T1, b_zero_point: T2, bias: T1), outputs(Y: T1),
     shape = ShapeKeyed

@@ -152,7 +152,7 @@ fn bernoulli(cx: &mut Lower, p: Array, #[attr] seed: Option<f32>) -> Result<Arra
 /// `sample_size` class indices per row of `input` (`[batch, classes]` unnormalised
 /// log-probabilities), drawn independently.
 #[onnx_op(
-    op = "Multinomial", since = 7, types(T1 = FLOAT, T2 = I32 | I64), inputs(input: T1), outputs(output: T2),
+    op = "Multinomial", precision = Float32, since = 7, types(T1 = FLOAT, T2 = I32 | I64), inputs(input: T1), outputs(output: T2),
     ignores(dtype: i64), shape = Eager
 )]
 fn multinomial(

@@ -326,7 +326,7 @@ macro_rules! reduction {
     ($($(#[$doc:meta])* $name:ident = $op:tt over $set:ident by $how:ident, axes attribute until $until:tt, input since $since:tt, declining $declines:literal;)*) => {$(
         $(#[$doc])*
         #[onnx_op(
-            op = $op, since = 1, types(T = $set, I = I64), inputs(data: T, axes: I), outputs(reduced: T),
+            op = $op, precision = Float32, since = 1, types(T = $set, I = I64), inputs(data: T, axes: I), outputs(reduced: T),
             shape = ShapeKeyed, claim = integer_reduction_claim, declines = $declines
         )]
         fn $name(

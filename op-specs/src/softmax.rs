@@ -113,7 +113,7 @@ fn softmax13_claim(node: &crate::Node) -> crate::Verdict {
 
 /// `exp(x) / sum(exp(x))` along `axis`.
 #[onnx_op(
-    op = "Softmax", since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless,
+    op = "Softmax", precision = Float32, since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless,
     claim = softmax13_claim, declines = "an axis beyond 32 bits on 16-bit floats (ORT's function expansion refuses it)"
 )]
 fn softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<Array> {
@@ -122,14 +122,14 @@ fn softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<
 
 /// Softmax over the input flattened to 2-D at `axis`.
 /// A row of its own: opset 13 takes one axis instead of flattening (the same node, other results).
-#[onnx_op(op = "Softmax", opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
+#[onnx_op(op = "Softmax", precision = Float32, opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
 fn softmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
     flattened(&x, ort_axis(axis), cx.stream(), softmax_axis)
 }
 
 /// `x - log(sum(exp(x)))` along `axis`.
 #[onnx_op(
-    op = "LogSoftmax", since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless,
+    op = "LogSoftmax", precision = Float32, since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless,
     claim = softmax13_claim, declines = "an axis beyond 32 bits on 16-bit floats (ORT's function expansion refuses it)"
 )]
 fn log_softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<Array> {
@@ -138,7 +138,7 @@ fn log_softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Res
 
 /// LogSoftmax over the input flattened to 2-D at `axis`.
 /// A row of its own: opset 13 takes one axis instead of flattening (the same node, other results).
-#[onnx_op(op = "LogSoftmax", opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
+#[onnx_op(op = "LogSoftmax", precision = Float32, opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
 fn log_softmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
     flattened(&x, ort_axis(axis), cx.stream(), log_softmax_axis)
 }
@@ -159,7 +159,7 @@ fn hardmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> R
 /// ORT's fusion of `Softmax(data + bias)`: the bias broadcasts as the Add it replaced did
 /// (numpy's rules), and the softmax runs over the axes from `axis` on, flattened.
 #[onnx_op(
-    domain = "com.microsoft", op = "BiasSoftmax", since = 1, types(T = FLOAT), ignores(is_inner_broadcast: i64),
+    domain = "com.microsoft", op = "BiasSoftmax", precision = Float32, since = 1, types(T = FLOAT), ignores(is_inner_broadcast: i64),
     inputs(data: T, bias: T), outputs(output: T), shape = ShapeKeyed
 )]
 fn bias_softmax(

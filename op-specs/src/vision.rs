@@ -57,7 +57,7 @@ fn padding(mode: &str) -> std::result::Result<Padding, String> {
 /// taps are weighted `(x1 + 1) - x` and `x - x1`, cubic ones by Keys' kernel with a = -0.75,
 /// combined innermost axis first, as ORT's general path does.
 #[onnx_op(
-    op = "GridSample", since = 16,
+    op = "GridSample", precision = Float32, since = 16,
     types(T1 = F32 | F16 | since(22, BF16), T2 = F32 | F16 | since(22, BF16)),
     inputs(X: T1, grid: T2), outputs(Y: T1),
     shape = ShapeKeyed, claim = grid_sample_claim,
@@ -436,7 +436,7 @@ fn truncate(x: &Array, s: &Stream) -> Result<Array> {
 /// gives `grid [N, H, W, 2]`, `theta [N, 3, 4]` over `[N, C, D, H, W]` gives `[N, D, H, W, 3]`;
 /// each point is `theta · (x, y[, z], 1)` over the base grid of each axis in [-1, 1].
 #[onnx_op(
-    op = "AffineGrid", since = 20, types(T1 = F32, T2 = I64),
+    op = "AffineGrid", precision = Float32, since = 20, types(T1 = F32, T2 = I64),
     inputs(theta: T1, size: T2), outputs(grid: T1),
     shape = ShapeKeyed,
     declines = "float16 and bfloat16 (ORT runs ONNX's function body for them, whose base grid differs from its float kernel's on axes of one element)",

@@ -134,9 +134,12 @@ pub struct OpArgs {
     pub claim: Option<Path>,
     pub declines: Option<LitStr>,
     pub numerics: Option<LitStr>,
+    /// `precision = Float32`: the op computes in float32 under a half-precision session.
+    pub precision: Option<Ident>,
 }
 
 const SHAPE_KINDS: [&str; 3] = ["Shapeless", "ShapeKeyed", "Eager"];
+const PRECISION_KINDS: [&str; 2] = ["Follows", "Float32"];
 
 impl OpArgs {
     pub fn parse(tokens: proc_macro2::TokenStream) -> syn::Result<OpArgs> {
@@ -152,6 +155,7 @@ impl OpArgs {
         let mut claim = None;
         let mut declines = None;
         let mut numerics = None;
+        let mut precision = None;
 
         let parser = syn::meta::parser(|meta| {
             let key = meta
@@ -229,9 +233,20 @@ impl OpArgs {
                     });
                 }
                 "claim" => claim = Some(meta.value()?.parse::<Path>()?),
+                "precision" => {
+                    let kind: Ident = meta.value()?.parse()?;
+                    if !PRECISION_KINDS.contains(&kind.to_string().as_str()) {
+                        return Err(syn::Error::new(
+                            kind.span(),
+                            "precision is `Follows` (the default) or `Float32`",
+                        ));
+                    }
+                    precision = Some(kind);
+                }
                 _ => return Err(meta.error(
                     "unknown onnx_op argument; expected one of: op, domain, since, opset, types, \
-                         ignores, inputs, outputs, heterogeneous, shape, claim, declines, numerics",
+                         ignores, inputs, outputs, heterogeneous, shape, claim, declines, numerics, \
+                         precision",
                 )),
             }
             Ok(())
@@ -256,6 +271,7 @@ impl OpArgs {
             claim,
             declines,
             numerics,
+            precision,
         };
         args.check_type_vars()?;
         Ok(args)

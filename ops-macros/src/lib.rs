@@ -20,6 +20,9 @@
 //! `declines = "..."` (what the custom claim declines, for the coverage doc).
 //! `numerics = "..."` (how the answer's rounding compares with ORT's CPU EP, where it differs
 //! from computing in the node's type: for the coverage doc).
+//! `precision = Float32` (the op computes in float32 when a session runs float32 graphs in
+//! half precision: accumulations, in-place float32 state, float inputs read as parameters;
+//! the default, `Follows`, computes in the session's half type where the row allows it).
 //!
 //! Parameters after the context bind, in order, to the declared inputs: `Array` (required),
 //! `Option<Array>` (optional), `Vec<Array>` (variadic, last), `Sequence` (an input declared
@@ -260,6 +263,10 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
     };
     let text = |lit: &Option<LitStr>| lit.as_ref().map(LitStr::value).unwrap_or_default();
     let (declines, numerics) = (text(&args.declines), text(&args.numerics));
+    let precision = match &args.precision {
+        Some(kind) => quote!(#p::Precision::#kind),
+        None => quote!(#p::Precision::Follows),
+    };
 
     Ok(quote! {
         #function
@@ -294,6 +301,7 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
                 custom_claim: #claim,
                 declines: #declines,
                 numerics: #numerics,
+                precision: #precision,
                 lower: #lower,
             }
         }

@@ -272,6 +272,7 @@ fn run(
                 mirror_hits: residency.mirror_hits,
                 mirrors_in_place: residency.mirrors_in_place,
                 constants: info.plan.constants_report(runtime),
+                half_nodes: info.plan.half_nodes(),
             },
         );
     }

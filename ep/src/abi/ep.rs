@@ -196,7 +196,8 @@ unsafe extern "C" fn compile(
                     &partition.outputs,
                     partition.constants,
                 )
-                .map_err(|e| format!("cannot compile a fused subgraph: {e}"))?,
+                .map_err(|e| format!("cannot compile a fused subgraph: {e}"))?
+                .in_precision(ep.options.half_precision()),
             );
         }
         if ep.context.enable {

@@ -41,7 +41,7 @@ const OP: &str = "DecoderMaskedMultiHeadAttention";
 /// `mask_filter_value` and the pre-softmax scores `qk` (`output_qk`).
 #[allow(clippy::too_many_arguments)] // eleven inputs and five attributes, as ORT has them
 #[onnx_op(
-    domain = "com.microsoft", op = "DecoderMaskedMultiHeadAttention", since = 1,
+    domain = "com.microsoft", op = "DecoderMaskedMultiHeadAttention", precision = Float32, since = 1,
     types(T = F32 | F16, M = I32, QK = F32 | F16),
     inputs(query: T, key: T, value: T, mask_index: M, attention_bias: T, past_key: T,
            past_value: T, past_sequence_length: M, beam_width: M, cache_indirection: M, bias: T),

@@ -47,7 +47,7 @@ const DECODE_QUERY_ROWS: i64 = 16;
 /// where ORT's semantics and MLX's agree (float32 without softcap, sink or QK output).
 #[allow(clippy::too_many_arguments)] // sixteen inputs and the attributes, as ORT has them
 #[onnx_op(
-    domain = "com.microsoft", op = "GroupQueryAttention", since = 1,
+    domain = "com.microsoft", op = "GroupQueryAttention", precision = Float32, since = 1,
     types(T = F32 | F16 | BF16, M = I32, P = I64, S = F32),
     inputs(query: T, key: T, value: T, past_key: T, past_value: T, seqlens_k: M,
            total_sequence_length: M, cos_cache: T, sin_cache: T, position_ids: P,

@@ -50,7 +50,7 @@ use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 /// the run.
 #[allow(clippy::too_many_arguments)] // seventeen inputs and the attributes, as ORT has them
 #[onnx_op(
-    domain = "com.microsoft", op = "PagedAttention", since = 1,
+    domain = "com.microsoft", op = "PagedAttention", precision = Float32, since = 1,
     types(T = F16 | BF16, S = I32, K = F32),
     inputs(query: T, key: T, value: T, key_cache: T, value_cache: T,
            cumulative_sequence_length: S, past_seqlens: S, block_table: S, cos_cache: T,

@@ -90,7 +90,7 @@ pub fn binary_columns(score: &Array, transform: PostTransform, s: &Stream) -> Re
 /// target (ORT ignores any other count). A single target takes only PROBIT: ORT's kernel skips
 /// the other transforms on a one-score row.
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "LinearRegressor", since = 1, types(T = F32), inputs(X: T), outputs(Y: T),
+    domain = "ai.onnx.ml", op = "LinearRegressor", precision = Float32, since = 1, types(T = F32), inputs(X: T), outputs(Y: T),
     shape = ShapeKeyed, claim = linear_regressor_claim,
     declines = "an input of rank other than 1 or 2; targets below 1"
 )]
@@ -141,7 +141,7 @@ fn linear_regressor_claim(node: &Node) -> Verdict {
 /// model): the second label when the score is above 0, and the columns `[1 - p, p]`
 /// ([`binary_columns`]). One class without labels: 1 or 0, and the raw score.
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "LinearClassifier", since = 1, types(T = F32 | I64 | I32, L = I64, F = F32),
+    domain = "ai.onnx.ml", op = "LinearClassifier", precision = Float32, since = 1, types(T = F32 | I64 | I32, L = I64, F = F32),
     inputs(X: T), outputs(Y: L, Z: F), ignores(multi_class: i64), shape = ShapeKeyed,
     claim = linear_classifier_claim,
     declines = "string labels (MLX holds no strings); class and label counts ORT's kernel refuses; PROBIT on a binary model (ORT leaves half its output unwritten)"

@@ -44,7 +44,7 @@ fn per_feature<T: mlx_kernels::Element>(
 
 /// `(x - offset) · scale` in float32, each of offset and scale one value or one per column.
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "Scaler", since = 1, types(T = F32 | I64 | I32, F = F32),
+    domain = "ai.onnx.ml", op = "Scaler", precision = Float32, since = 1, types(T = F32 | I64 | I32, F = F32),
     inputs(X: T), outputs(Y: F), shape = ShapeKeyed, claim = scaler_claim,
     declines = "offset and scale of different lengths (ORT's kernel refuses them when the session starts)"
 )]
@@ -77,7 +77,7 @@ fn scaler_claim(node: &Node) -> Verdict {
 /// and squares in the input's type (so integers wrap as there), sums in float32, and `L2` as
 /// `√(x²/Σx²)` signed by `x < 0`; a row whose maximum or sum is 0 is left as it is.
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "Normalizer", since = 1, types(T = F32 | I64 | I32, F = F32),
+    domain = "ai.onnx.ml", op = "Normalizer", precision = Float32, since = 1, types(T = F32 | I64 | I32, F = F32),
     inputs(X: T), outputs(Y: F), shape = Shapeless, claim = normalizer_claim,
     declines = "norm other than MAX, L1 and L2; input of rank above 2"
 )]
@@ -130,7 +130,7 @@ fn normalizer_claim(node: &Node) -> Verdict {
 /// 1 where `x` exceeds `threshold`, else 0, in `x`'s type. ORT's kernel fails the run on a
 /// NaN input, and so does this lowering.
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "Binarizer", since = 1, types(T = F32), inputs(X: T), outputs(Y: T),
+    domain = "ai.onnx.ml", op = "Binarizer", precision = Float32, since = 1, types(T = F32), inputs(X: T), outputs(Y: T),
     shape = Shapeless
 )]
 fn binarizer(cx: &mut Lower, x: Array, #[attr] threshold: Option<f32>) -> Result<Array> {
@@ -148,7 +148,7 @@ fn binarizer(cx: &mut Lower, x: Array, #[attr] threshold: Option<f32>) -> Result
 /// Every element equal to the replaced value (NaN matching NaN) becomes the imputed value of
 /// its column.
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "Imputer", since = 1, types(T = F32 | I64), inputs(X: T), outputs(Y: T),
+    domain = "ai.onnx.ml", op = "Imputer", precision = Float32, since = 1, types(T = F32 | I64), inputs(X: T), outputs(Y: T),
     shape = ShapeKeyed, claim = imputer_claim,
     declines = "imputed values of the other type than the input's"
 )]
@@ -196,7 +196,7 @@ fn imputer_claim(node: &Node) -> Verdict {
 
 /// The elements of `X` at `Y`'s positions along the last axis (a 1-d `X` is one row).
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "ArrayFeatureExtractor", since = 1, types(T = F32 | I64 | I32, I = I64),
+    domain = "ai.onnx.ml", op = "ArrayFeatureExtractor", precision = Float32, since = 1, types(T = F32 | I64 | I32, I = I64),
     inputs(X: T, Y: I), outputs(Z: T), shape = ShapeKeyed
 )]
 fn array_feature_extractor(cx: &mut Lower, x: Array, indices: Array) -> Result<Array> {
@@ -226,7 +226,7 @@ fn array_feature_extractor(cx: &mut Lower, x: Array, indices: Array) -> Result<A
 /// The inputs' rows laid side by side, each cut or zero-padded to its `inputdimensions`
 /// columns, in float32.
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "FeatureVectorizer", since = 1, types(T = F32 | I64 | I32, F = F32),
+    domain = "ai.onnx.ml", op = "FeatureVectorizer", precision = Float32, since = 1, types(T = F32 | I64 | I32, F = F32),
     inputs(X...: T), outputs(Y: F), shape = ShapeKeyed
 )]
 fn feature_vectorizer(
@@ -279,7 +279,7 @@ fn feature_vectorizer(
 /// A float that is NaN, infinite or past int64's range is no category: ORT's conversion makes
 /// it int64's minimum, which the claim never accepts as a category.
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "OneHotEncoder", since = 1, types(T = F32 | I64, F = F32),
+    domain = "ai.onnx.ml", op = "OneHotEncoder", precision = Float32, since = 1, types(T = F32 | I64, F = F32),
     inputs(X: T), outputs(Y: F), shape = ShapeKeyed, claim = one_hot_encoder_claim,
     declines = "string categories (MLX holds no strings); int64's minimum as a category"
 )]
@@ -389,7 +389,7 @@ fn numeric_list(
 
 /// LabelEncoder-2: `keys_int64s` or `keys_floats` to `values_int64s` or `values_floats`.
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "LabelEncoder", opset = 2..=3, types(T1 = F32 | I64, T2 = F32 | I64),
+    domain = "ai.onnx.ml", op = "LabelEncoder", precision = Float32, opset = 2..=3, types(T1 = F32 | I64, T2 = F32 | I64),
     inputs(X: T1), outputs(Y: T2), shape = ShapeKeyed, claim = label_encoder_claim,
     declines = "string keys or values (MLX holds no strings); keys and values of different counts"
 )]
@@ -444,7 +444,7 @@ fn label_encoder_claim(node: &Node) -> Verdict {
 
 /// LabelEncoder-4: the keys, values and default as tensors.
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "LabelEncoder", since = 4, types(T1 = F32 | I64, T2 = F32 | I64),
+    domain = "ai.onnx.ml", op = "LabelEncoder", precision = Float32, since = 4, types(T1 = F32 | I64, T2 = F32 | I64),
     inputs(X: T1), outputs(Y: T2), shape = ShapeKeyed, claim = label_encoder4_claim,
     declines = "keys or values other than tensors of the input's and output's numeric types"
 )]

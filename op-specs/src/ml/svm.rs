@@ -110,7 +110,7 @@ fn rows_of_width(x: &Array, features: usize, what: &str, s: &Stream) -> Result<A
 /// `x · coefficients + rho[0]` without them; `one_class` maps it to 1 above 0, else -1. ORT
 /// ignores `post_transform` here.
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "SVMRegressor", since = 1, types(T = F32), inputs(X: T), outputs(Y: T),
+    domain = "ai.onnx.ml", op = "SVMRegressor", precision = Float32, since = 1, types(T = F32), inputs(X: T), outputs(Y: T),
     ignores(post_transform: String), shape = ShapeKeyed, claim = svm_regressor_claim,
     declines = "attributes ORT's kernel refuses (kernel, kernel_params, support vector and coefficient counts)"
 )]
@@ -239,7 +239,7 @@ impl Classes {
 /// under LOGISTIC, `[1 - d, d]` under the softmaxes), as ORT lays them out. Without support
 /// vectors the model is linear: `X·Wᵀ + rho[0]`, transformed, with ORT's two-class label rule.
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "SVMClassifier", since = 1, types(T = F32 | I64 | I32, L = I64, F = F32),
+    domain = "ai.onnx.ml", op = "SVMClassifier", precision = Float32, since = 1, types(T = F32 | I64 | I32, L = I64, F = F32),
     inputs(X: T), outputs(Y: L, Z: F), shape = ShapeKeyed, claim = svm_classifier_claim,
     declines = "string labels; probabilities (prob_a/prob_b) with support vectors (libsvm's pairwise coupling is not built); PROBIT on two classes with support vectors (ORT leaves half its output unwritten); counts ORT's kernel refuses"
 )]

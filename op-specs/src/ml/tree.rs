@@ -620,7 +620,7 @@ fn rows(x: &Array, s: &Stream) -> Result<Array> {
 /// Sums (or averages, minima, maxima) of the trees' leaf weights per target, plus the base
 /// values ([`regress`]).
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "TreeEnsembleRegressor", since = 1, types(T = F32), inputs(X: T), outputs(Y: T),
+    domain = "ai.onnx.ml", op = "TreeEnsembleRegressor", precision = Float32, since = 1, types(T = F32), inputs(X: T), outputs(Y: T),
     shape = ShapeKeyed, claim = regressor_claim,
     declines = "forests ORT refuses (mismatched attributes, unknown nodes, cycles) or builds by accident (a tree id in two runs, EQ chains with mixed NaN flags); non-finite weights; MIN/MAX with one target; an input of rank other than 1 or 2"
 )]
@@ -794,7 +794,7 @@ fn regressor_claim(node: &Node) -> Verdict {
 /// `post_transform` follows ORT's numbering, 1 LOGISTIC and 2 SOFTMAX (ONNX's text swaps them;
 /// ORT is the oracle).
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "TreeEnsemble", since = 5, types(T = F32), inputs(X: T), outputs(Y: T),
+    domain = "ai.onnx.ml", op = "TreeEnsemble", precision = Float32, since = 5, types(T = F32), inputs(X: T), outputs(Y: T),
     shape = ShapeKeyed, claim = tree_ensemble_claim,
     declines = "float64 (MLX's GPUs have none); forests ORT refuses; big membership sets with values past 2^24; non-finite weights; an input of rank other than 1 or 2"
 )]
@@ -866,7 +866,7 @@ fn tree_ensemble_claim(node: &Node) -> Verdict {
 /// more classes the base values join every class and the label is the first class with the
 /// largest raw sum among those with one; with two, ORT's binary layouts (see `two_classes`).
 #[onnx_op(
-    domain = "ai.onnx.ml", op = "TreeEnsembleClassifier", since = 1,
+    domain = "ai.onnx.ml", op = "TreeEnsembleClassifier", precision = Float32, since = 1,
     types(T = F32 | I64 | I32, L = I64, F = F32), inputs(X: T), outputs(Y: L, Z: F),
     shape = ShapeKeyed, claim = classifier_claim,
     declines = "string labels; fewer than two classes; PROBIT on two classes and two-class forests whose scores ORT leaves partly unwritten; forests ORT refuses or builds by accident; non-finite weights"

@@ -17,7 +17,7 @@ fn gru_claim(node: &Node) -> Verdict {
 /// (opset 14 on) puts the batch first.
 #[allow(clippy::too_many_arguments)] // six inputs and eight attributes, as ONNX has them
 #[onnx_op(
-    op = "GRU", since = 7, types(T = FLOAT, T1 = I32),
+    op = "GRU", precision = Float32, since = 7, types(T = FLOAT, T1 = I32),
     inputs(X: T, W: T, R: T, B: T, sequence_lens: T1, initial_h: T), outputs(Y?: T, Y_h?: T),
     shape = ShapeKeyed, claim = gru_claim, declines = "activation names other than ONNX's, or not two per direction; Affine/ThresholdedRelu without activation_alpha, ScaledTanh without activation_alpha/beta (ORT's CPU EP and ONNX default them differently); a non-positive clip or hidden_size; an unknown direction; a layout other than 0 or 1"
 )]

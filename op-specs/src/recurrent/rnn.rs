@@ -15,7 +15,7 @@ fn rnn_claim(node: &Node) -> Verdict {
 /// `layout = 1` (opset 14 on) puts the batch first.
 #[allow(clippy::too_many_arguments)] // six inputs and seven attributes, as ONNX has them
 #[onnx_op(
-    op = "RNN", since = 7, types(T = FLOAT, T1 = I32),
+    op = "RNN", precision = Float32, since = 7, types(T = FLOAT, T1 = I32),
     inputs(X: T, W: T, R: T, B: T, sequence_lens: T1, initial_h: T), outputs(Y?: T, Y_h?: T),
     shape = ShapeKeyed, claim = rnn_claim, declines = "activation names other than ONNX's (case-sensitive), or not one per direction; alpha/beta that ORT's CPU EP (one per direction, default 0) and ONNX (consumed in order, operator defaults) read differently; a non-positive clip or hidden_size; an unknown direction; a layout other than 0 or 1"
 )]

@@ -36,7 +36,7 @@ use lowering::{host_floats, resample};
 /// takes the ceiling on a shrinking axis, as ORT does). A row of its own: input 1 is `scales`
 /// here and `roi` from opset 11 (the ports' layout changed).
 #[onnx_op(
-    op = "Resize", opset = 10..=10, types(T = ANY, F = F32), inputs(X: T, scales: F), outputs(Y: T),
+    op = "Resize", precision = Float32, opset = 10..=10, types(T = ANY, F = F32), inputs(X: T, scales: F), outputs(Y: T),
     shape = ShapeKeyed, claim = legacy_claim, declines = "unknown modes; linear on integer tensors"
 )]
 fn resize_10(
@@ -60,7 +60,7 @@ fn resize_10(
 /// the half_pixel_symmetric coordinate transformation.
 #[allow(clippy::too_many_arguments)] // Resize's inputs and attributes, as ONNX has them
 #[onnx_op(
-    op = "Resize", since = 11, types(T1 = ANY, T2 = FLOAT, F = F32, I = I64),
+    op = "Resize", precision = Float32, since = 11, types(T1 = ANY, T2 = FLOAT, F = F32, I = I64),
     inputs(X: T1, roi: T2, scales: F, sizes: I), outputs(Y: T1), shape = ShapeKeyed,
     claim = resize_claim, declines = "unknown attribute values; linear/cubic on integer tensors; antialias with nearest; exclude_outside without cubic or antialiased linear; half_pixel_symmetric before opset 19"
 )]
@@ -106,7 +106,7 @@ fn resize(
 /// Upsampling by `scales` (nearest or linear, asymmetric coordinates, as Resize-10): a float
 /// attribute up to opset 8, an input (host-known) at 9.
 #[onnx_op(
-    op = "Upsample", opset = 7..=9, types(T = ANY, F = F32), inputs(X: T, scales: F), outputs(Y: T),
+    op = "Upsample", precision = Float32, opset = 7..=9, types(T = ANY, F = F32), inputs(X: T, scales: F), outputs(Y: T),
     shape = ShapeKeyed, claim = legacy_claim, declines = "unknown modes; linear on integer tensors"
 )]
 fn upsample(

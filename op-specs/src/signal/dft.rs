@@ -46,7 +46,7 @@ fn dft_claim(node: &Node) -> Verdict {
 /// inverse (scaled by 1/N), one-sided (the first N/2 + 1 bins), or both (an IRFFT: a real
 /// signal of `dft_length`, by default `2·(bins - 1)`, samples).
 #[onnx_op(
-    op = "DFT", since = 17, types(T1 = FLOAT, T2 = I32 | I64, I = I64),
+    op = "DFT", precision = Float32, since = 17, types(T1 = FLOAT, T2 = I32 | I64, I = I64),
     inputs(input: T1, dft_length: T2, axis: I), outputs(output: T1), shape = ShapeKeyed,
     claim = dft_claim,
     declines = "inverse or onesided other than 0/1; an input below rank 3; an IRFFT (inverse and onesided) with an explicit dft_length",
@@ -140,7 +140,7 @@ fn stft_claim(node: &Node) -> Verdict {
 /// The short-time Fourier transform: frames of `frame_length` samples every `frame_step`, each
 /// multiplied by `window` and transformed (`[batch, frames, bins, 2]`).
 #[onnx_op(
-    op = "STFT", since = 17, types(T1 = FLOAT, T2 = I32 | I64),
+    op = "STFT", precision = Float32, since = 17, types(T1 = FLOAT, T2 = I32 | I64),
     inputs(signal: T1, frame_step: T2, window: T1, frame_length: T2), outputs(output: T1),
     shape = ShapeKeyed, claim = stft_claim,
     declines = "onesided other than 0/1; neither a window nor frame_length",

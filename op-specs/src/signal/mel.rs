@@ -104,7 +104,7 @@ impl Bank {
 /// The `[dft_length/2 + 1, num_mel_bins]` matrix mapping a one-sided spectrum to mel bins:
 /// triangles of height 1, each spanning from its left neighbour's peak to its right one's.
 #[onnx_op(
-    op = "MelWeightMatrix", since = 17, types(T1 = I32 | I64, T2 = FLOAT, T3 = FLOAT),
+    op = "MelWeightMatrix", precision = Float32, since = 17, types(T1 = I32 | I64, T2 = FLOAT, T3 = FLOAT),
     inputs(num_mel_bins: T1, dft_length: T1, sample_rate: T1, lower_edge_hertz: T2, upper_edge_hertz: T2),
     outputs(output: T3), ignores(output_datatype: i64), shape = ShapeKeyed,
     claim = super::window::output_datatype_claim,

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::registry;
-use super::spec::{gate_label, OpSpec, ShapeRule};
+use super::spec::{gate_label, OpSpec, Precision, ShapeRule};
 
 pub const PATH_IN_REPO: &str = "docs/COVERAGE.md";
 
@@ -38,7 +38,12 @@ pub fn markdown() -> String {
          every case of both on MLX). Not claimed because ORT's CPU EP does not run them either: \
          ImageDecoder (no kernel in ORT 1.31; MLX has no image codecs, so this EP could not decode \
          as ORT would) and the opset-27 ops such as CausalConvWithState and LinearAttention (ORT \
-         1.31 refuses opset 27 models).\n\n",
+         1.31 refuses opset 27 models).\n\n\
+         With the `precision` option (`fp16` or `bf16`) a session computes its float32 values \
+         in that half type: each node's float32 inputs are rounded to it where its row allows \
+         the type, except in the entries each family lists as computing in float32 \
+         (accumulations, float32 state written in place, float inputs read as parameters), \
+         whose float32 inputs reach them in float32. Outputs leave in float32.\n\n",
     );
     let _ = writeln!(
         out,
@@ -84,8 +89,26 @@ pub fn markdown() -> String {
             );
         }
         numerics(&mut out, list);
+        float32_under_half_precision(&mut out, list);
     }
     out
+}
+
+/// The family's entries that compute in float32 under the `precision` option.
+fn float32_under_half_precision(out: &mut String, list: &[&OpSpec]) {
+    let mut ops: Vec<&str> = list
+        .iter()
+        .filter(|s| s.precision == Precision::Float32)
+        .map(|s| s.op)
+        .collect();
+    ops.dedup();
+    if !ops.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nIn float32 under `precision=fp16|bf16`: {}.",
+            ops.join(", ")
+        );
+    }
 }
 
 /// The family's notes on how its answers round compared with ORT's CPU EP, one per entry

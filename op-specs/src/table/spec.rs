@@ -1,6 +1,6 @@
 //! The table's row type, filled in by `#[onnx_op]`.
 
-use super::dtypes::DtypeSet;
+use super::dtypes::{DtypeSet, ElemType};
 use super::lower::{Lower, Lowered, OpError, Result, Value};
 use super::node::Node;
 use mlx_kernels::Stream;
@@ -14,6 +14,18 @@ pub enum ShapeSafety {
     ShapeKeyed,
     /// Needs data on the host mid-graph or has a data-dependent output shape: runs eagerly.
     Eager,
+}
+
+/// What an op computes in when a session runs its float32 graphs in half precision (the
+/// `precision` option).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// In the session's half type, wherever the row allows that type for its float32 inputs.
+    Follows,
+    /// In float32 always: what accumulates (softmax, normalisations, sums), what writes
+    /// float32 state in place (KV caches), and whatever reads a float input as a parameter
+    /// rather than as data (scales, sizes, thresholds), which rounding would change.
+    Float32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -181,12 +193,38 @@ pub struct OpSpec {
     /// How the answer's rounding compares with ORT's CPU EP where the two compute differently
     /// (for the coverage doc); empty when they compute alike.
     pub numerics: &'static str,
+    pub precision: Precision,
     pub lower: LowerFn,
 }
 
 impl OpSpec {
     pub fn family(&self) -> &'static str {
         self.module.rsplit("::").next().unwrap_or(self.module)
+    }
+
+    /// Whether `node` computes in `half` (float16 or bfloat16) when its session runs float32
+    /// graphs in half precision: the row follows the session's precision and allows `half`
+    /// wherever the node takes a float32 tensor. Otherwise its float32 inputs stay float32.
+    pub fn computes_in(&self, node: &Node, half: ElemType) -> bool {
+        let version = node.since_version();
+        self.precision == Precision::Follows
+            && (0..node.input_count())
+                .filter(|&i| node.input_type(i) == Some(ElemType::Float))
+                .all(|i| {
+                    self.input_port(i)
+                        .and_then(|port| self.type_var(port.type_var))
+                        .is_some_and(|var| var.allowed_at(version).contains(half))
+                })
+    }
+
+    /// The declared port that node input `index` binds to (the last port, when variadic,
+    /// takes every input past it).
+    pub fn input_port(&self, index: usize) -> Option<&Port> {
+        self.inputs.get(index).or_else(|| {
+            self.inputs
+                .last()
+                .filter(|port| port.kind == PortKind::Variadic)
+        })
     }
 
     pub fn covers(&self, since_version: i64) -> bool {

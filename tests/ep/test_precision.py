@@ -1,0 +1,166 @@
+"""The `precision` option: float32 graphs computed in float16 or bfloat16, with the ops the table
+marks `precision = Float32` (softmax, normalisations, reductions...) kept in float32."""
+
+import gc
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import MLX, cpu_outputs, kernel_placements, make_model, mlx_devices, tensor
+
+F = TensorProto.FLOAT
+
+
+def run(model, feeds, precision, runs=3, **extra):
+    """Outputs of `runs` runs (eager, then compiled) of an MLX-first session with `precision`,
+    checked to be all on MLX."""
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_precision")
+    so.add_provider_for_devices(mlx_devices(), {"precision": precision, "verbose": "1", **extra})
+    session = ort.InferenceSession(model, so)
+    assert session.get_providers()[0] == MLX
+    outputs = [session.run(None, feeds) for _ in range(runs)]
+    assert {p for _, p in kernel_placements(session)} == {MLX}
+    for later in outputs[1:]:
+        for a, b in zip(outputs[0], later):
+            np.testing.assert_array_equal(a, b)
+    return outputs[0]
+
+
+def summary_of_precision(capfd):
+    """(name, nodes in the half type, nodes, constants rounded) from the session summary,
+    printed when the session is released."""
+    gc.collect()
+    summary = capfd.readouterr().err
+    found = re.search(r"precision (\w+): (\d+) of (\d+) node\(s\) in \w+, (\d+) constant\(s\) rounded", summary)
+    assert found, summary
+    name, *counts = found.groups()
+    return (name, *(int(n) for n in counts))
+
+
+def scaled_sum(through_mul):
+    """ReduceSum(x) or ReduceSum(x · 1): x's 1 + 2^-12 rounds to 1 in float16."""
+    nodes = [helper.make_node("ReduceSum", ["m" if through_mul else "x"], ["y"], keepdims=0)]
+    inits = []
+    if through_mul:
+        nodes.insert(0, helper.make_node("Mul", ["x", "one"], ["m"]))
+        inits = [numpy_helper.from_array(np.ones([1], np.float32), "one")]
+    return make_model(nodes, [tensor("x", shape=[4096])], [tensor("y")], initializers=inits, opset=13)
+
+
+def test_float32_ops_read_float32_and_the_rest_compute_in_half(capfd):
+    x = np.full(4096, 1 + 2**-12, np.float32)
+    # ReduceSum computes in float32 (the table says so): the input reaches it unrounded.
+    (direct,) = run(scaled_sum(False), {"x": x}, "fp16")
+    assert direct.dtype == np.float32 and direct == 4097.0
+    assert summary_of_precision(capfd) == ("fp16", 0, 1, 0)
+    # The Mul before it computes in float16, whose x is 1 and whose product it hands on.
+    (rounded,) = run(scaled_sum(True), {"x": x}, "fp16")
+    assert rounded == 4096.0
+    assert summary_of_precision(capfd) == ("fp16", 1, 2, 1)
+    # As the graph says without the option.
+    (exact,) = run(scaled_sum(True), {"x": x}, "fp32")
+    assert exact == np.float32(4097.0)
+
+
+@pytest.mark.parametrize("precision, want", [("fp16", np.inf), ("bf16", 90112.0), ("fp32", 90000.0)])
+def test_the_half_type_is_the_one_asked_for(precision, want):
+    """300 · 300: beyond float16's range (65504), bfloat16's nearest is 90112."""
+    inits = [numpy_helper.from_array(np.array([300.0], np.float32), "k")]
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"]), helper.make_node("Mul", ["a", "k"], ["y"])]
+    model = make_model(nodes, [tensor("x", shape=[2])], [tensor("y")], initializers=inits)
+    (y,) = run(model, {"x": np.ones(2, np.float32)}, precision)
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y, [want, want])
+
+
+def encoder_block(rng, width=64, tokens=16):
+    """MatMul + bias, attention scores, Softmax, residual, LayerNormalization, Gelu-like MLP."""
+    w = lambda *shape: numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32))
+    inits = [w(width, width), w(width, width), w(width, 4 * width), w(4 * width, width)]
+    for init, name in zip(inits, ["wq", "wk", "w1", "w2"]):
+        init.name = name
+    inits += [numpy_helper.from_array(np.ones(width, np.float32), "gamma"),
+              numpy_helper.from_array(np.zeros(width, np.float32), "beta"),
+              numpy_helper.from_array(np.array(1 / np.sqrt(width), np.float32), "scale")]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["ss"]),
+        helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "x"], ["a"]),
+        helper.make_node("Add", ["a", "x"], ["r"]),
+        helper.make_node("LayerNormalization", ["r", "gamma", "beta"], ["n"], axis=-1),
+        helper.make_node("MatMul", ["n", "w1"], ["h"]),
+        helper.make_node("Sigmoid", ["h"], ["g"]),
+        helper.make_node("Mul", ["h", "g"], ["hg"]),
+        helper.make_node("MatMul", ["hg", "w2"], ["y"]),
+    ]
+    return make_model(nodes, [tensor("x", shape=[2, tokens, width])], [tensor("y")], initializers=inits)
+
+
+def conv_block(rng, channels=16):
+    """Conv, BatchNormalization, Relu, MaxPool, GlobalAveragePool, Gemm."""
+    arr = lambda name, a: numpy_helper.from_array(a.astype(np.float32), name)
+    inits = [
+        arr("w", rng.standard_normal((channels, 3, 3, 3)) / 5),
+        arr("b", rng.standard_normal(channels) / 10),
+        arr("bn_scale", rng.uniform(0.5, 1.5, channels)),
+        arr("bn_bias", rng.standard_normal(channels) / 10),
+        arr("bn_mean", rng.standard_normal(channels) / 10),
+        arr("bn_var", rng.uniform(0.5, 1.5, channels)),
+        arr("fc", rng.standard_normal((10, channels)) / 4),
+        arr("fc_b", np.zeros(10)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "bn_scale", "bn_bias", "bn_mean", "bn_var"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["m"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fc_b"], ["y"], transB=1),
+    ]
+    return make_model(nodes, [tensor("x", shape=[2, 3, 32, 32])], [tensor("y")], initializers=inits)
+
+
+@pytest.mark.parametrize("precision, tolerance", [("fp16", 1e-2), ("bf16", 6e-2)])
+@pytest.mark.parametrize("block", [encoder_block, conv_block])
+def test_models_in_half_precision_stay_close_to_float32(block, precision, tolerance, capfd):
+    """Whole blocks: within the half type's rounding of ORT's float32 answer, not equal to it
+    (so the half type really ran), every float32 node but the table's float32 ones in half."""
+    rng = np.random.default_rng(3)
+    model = block(rng)
+    shape = [2, 16, 64] if block is encoder_block else [2, 3, 32, 32]
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+    (want,) = cpu_outputs(model, feeds)
+    capfd.readouterr()
+    (got,) = run(model, feeds, precision)
+    assert got.dtype == np.float32
+    scale = np.abs(want).max()
+    difference = np.abs(got - want).max() / scale
+    assert 0 < difference < tolerance, difference
+    name, computing, nodes, rounded = summary_of_precision(capfd)
+    float32_nodes = 1 if block is encoder_block else 0  # LayerNormalization; Softmax below
+    float32_nodes += 1 if block is encoder_block else 0
+    assert (name, computing) == (precision, nodes - float32_nodes)
+    assert rounded > 0
+
+
+def test_without_the_option_nothing_changes(capfd):
+    rng = np.random.default_rng(4)
+    model = conv_block(rng)
+    feeds = {"x": rng.standard_normal([2, 3, 32, 32]).astype(np.float32)}
+    (want,) = cpu_outputs(model, feeds)
+    (got,) = run(model, feeds, "fp32")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    gc.collect()
+    assert "precision" not in capfd.readouterr().err
