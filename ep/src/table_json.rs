@@ -30,6 +30,8 @@ struct Entry {
     outputs: Vec<PortRow>,
     attributes: Vec<AttrRow>,
     shape: String,
+    /// `Follows` or `Float32`: what the entry computes in under the `precision` option.
+    precision: String,
     /// The file declaring the entry, from the workspace root (`op-specs/src/pool.rs`): where its
     /// Rust tests sit and what its spec file in tests/ops/specs is named after.
     source: &'static str,
@@ -53,6 +55,7 @@ impl Entry {
                 ShapeRule::Fixed(s) => format!("{s:?}"),
                 ShapeRule::OfNode(_) => "per node".into(),
             },
+            precision: format!("{:?}", spec.precision),
             source: spec.source,
         }
     }

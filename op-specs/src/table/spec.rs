@@ -305,3 +305,34 @@ impl std::fmt::Debug for OpSpec {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::table::dtypes::ElemType::{BFloat16, Float, Float16, Int64};
+    use crate::table::node::Node;
+    use crate::table::registry::lookup;
+
+    fn computes_in_half(op: &str, opset: i64, inputs: &[crate::ElemType]) -> (bool, bool) {
+        let spec = lookup("", op, opset).expect("a row");
+        let node = inputs
+            .iter()
+            .fold(Node::new(op, opset), |node, &t| node.input(t))
+            .output(inputs[0]);
+        (
+            spec.computes_in(&node, Float16),
+            spec.computes_in(&node, BFloat16),
+        )
+    }
+
+    #[test]
+    fn rows_follow_the_half_type_unless_marked_or_without_it() {
+        assert_eq!(computes_in_half("Add", 14, &[Float, Float]), (true, true));
+        // Variadic: the third input binds to the port of the first.
+        assert_eq!(computes_in_half("Sum", 13, &[Float; 3]), (true, true));
+        // Marked `precision = Float32`.
+        assert_eq!(computes_in_half("Softmax", 13, &[Float]), (false, false));
+        assert_eq!(computes_in_half("ReduceSum", 13, &[Float, Int64]), (false, false));
+        // Unique's row takes float32 but no half type: float32, unmarked.
+        assert_eq!(computes_in_half("Unique", 11, &[Float]), (false, false));
+    }
+}
