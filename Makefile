@@ -9,7 +9,7 @@ export ORT_MLX_EP_LIBRARY := $(LIBRARY)
 # Prints each phase's wall time ("[time] build: 312.4 s"), so a CI log shows where time goes.
 TIMED = bash scripts/timed.sh
 
-.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul bench-quantized bench-attention bench-paged bench-llm profile-decode bench-compiled real-models leaks stress fuzz docs conformance conformance-update clean
+.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul bench-quantized bench-attention bench-paged bench-first-run bench-llm profile-decode bench-compiled real-models leaks stress fuzz docs conformance conformance-update clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
@@ -81,6 +81,11 @@ bench-attention: build
 bench-paged: build
 	$(PYTHON) scripts/bench_paged.py --case decode $(ARGS)
 	$(PYTHON) scripts/bench_paged.py --case prefill $(ARGS)
+
+## What a new process pays before a model runs warm (session, first run, compiled second run),
+## with MLX's kernel caches empty and then as the first process left them. ARGS="--large" (GPU).
+bench-first-run: build
+	$(PYTHON) scripts/first_run.py $(ARGS)
 
 ## A ~1B int4 Llama-shaped decoder (scripts/make_decoder.py): prefill and decode through ORT
 ## sessions (MLX EP vs CPU EP) vs the same decoder in mlx.core, and genai's loop. ARGS="--quick".

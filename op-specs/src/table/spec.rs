@@ -331,7 +331,10 @@ mod tests {
         assert_eq!(computes_in_half("Sum", 13, &[Float; 3]), (true, true));
         // Marked `precision = Float32`.
         assert_eq!(computes_in_half("Softmax", 13, &[Float]), (false, false));
-        assert_eq!(computes_in_half("ReduceSum", 13, &[Float, Int64]), (false, false));
+        assert_eq!(
+            computes_in_half("ReduceSum", 13, &[Float, Int64]),
+            (false, false)
+        );
         // Unique's row takes float32 but no half type: float32, unmarked.
         assert_eq!(computes_in_half("Unique", 11, &[Float]), (false, false));
     }
