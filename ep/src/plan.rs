@@ -430,7 +430,6 @@ impl Plan {
         })
     }
 
-    /// Whether the run needs fused-node input `index` (a constant the plan holds does not).
     /// The plan computing its float32 values in `half` (float16 or bfloat16; `None`: as the
     /// graph says): each node is given its float32 inputs in `half` where its row computes in
     /// that type (`OpSpec::computes_in`), in float32 otherwise, and float32 outputs leave in
@@ -467,6 +466,7 @@ impl Plan {
         Some((name, computing, self.nodes.len()))
     }
 
+    /// Whether the run needs fused-node input `index` (a constant the plan holds does not).
     pub fn reads_input(&self, index: usize) -> bool {
         !self.unread_inputs.get(index).copied().unwrap_or(false)
     }
@@ -832,7 +832,7 @@ impl Plan {
                 })
                 .collect();
             let args = match self.float32_inputs_as[index] {
-                Some(dtype) => self.float32_args_as(planned, args, dtype, constants, stream)?,
+                Some(dtype) => float32_args_as(planned, args, dtype, constants, stream)?,
                 None => args,
             };
             let host_values: Vec<Option<Vec<i64>>> = if part.host_values.is_empty() {
@@ -920,40 +920,34 @@ impl Plan {
     }
 }
 
-impl Plan {
-    /// `args` with the float32 tensors of `planned` (those the graph types float32, which may
-    /// arrive in a half type) in `dtype`. A constant is rounded to a half type once per session.
-    fn float32_args_as(
-        &self,
-        planned: &PlanNode,
-        mut args: Vec<Option<Value>>,
-        dtype: Dtype,
-        constants: &Constants,
-        stream: &Stream,
-    ) -> Result<Vec<Option<Value>>, String> {
-        for (i, arg) in args.iter_mut().enumerate() {
-            let Some(Value::Tensor(array)) = arg else {
-                continue;
-            };
-            let float = matches!(array.dtype(), Dtype::F32 | Dtype::F16 | Dtype::BF16);
-            if planned.node.input_type(i) != Some(ElemType::Float)
-                || !float
-                || array.dtype() == dtype
-            {
-                continue;
-            }
-            let slot = planned.inputs.get(i).copied().flatten();
-            let constant = planned.constant_inputs.get(i).copied().unwrap_or(false);
-            let cast = match slot {
-                Some(slot) if constant && dtype != Dtype::F32 => {
-                    constants.rounded(slot, array, dtype, stream)
-                }
-                _ => ops::astype(array, dtype, stream).map_err(|e| e.to_string()),
-            };
-            *array = cast.map_err(|e| node_error(&planned.node, &e))?;
+/// `args` with the float32 tensors of `planned` (those the graph types float32, which may
+/// arrive in a half type) in `dtype`. A constant is rounded to a half type once per session.
+fn float32_args_as(
+    planned: &PlanNode,
+    mut args: Vec<Option<Value>>,
+    dtype: Dtype,
+    constants: &Constants,
+    stream: &Stream,
+) -> Result<Vec<Option<Value>>, String> {
+    for (i, arg) in args.iter_mut().enumerate() {
+        let Some(Value::Tensor(array)) = arg else {
+            continue;
+        };
+        let float = matches!(array.dtype(), Dtype::F32 | Dtype::F16 | Dtype::BF16);
+        if planned.node.input_type(i) != Some(ElemType::Float) || !float || array.dtype() == dtype {
+            continue;
         }
-        Ok(args)
+        let slot = planned.inputs.get(i).copied().flatten();
+        let constant = planned.constant_inputs.get(i).copied().unwrap_or(false);
+        let cast = match slot {
+            Some(slot) if constant && dtype != Dtype::F32 => {
+                constants.rounded(slot, array, dtype, stream)
+            }
+            _ => ops::astype(array, dtype, stream).map_err(|e| e.to_string()),
+        };
+        *array = cast.map_err(|e| node_error(&planned.node, &e))?;
     }
+    Ok(args)
 }
 
 impl Constants {

@@ -69,13 +69,15 @@ def test_float32_ops_read_float32_and_the_rest_compute_in_half(capfd):
     assert exact == np.float32(4097.0)
 
 
+@pytest.mark.parametrize("compile_after", ["1", "0"], ids=["eager_first", "traced_first"])
 @pytest.mark.parametrize("precision, want", [("fp16", np.inf), ("bf16", 90112.0), ("fp32", 90000.0)])
-def test_the_half_type_is_the_one_asked_for(precision, want):
-    """300 · 300: beyond float16's range (65504), bfloat16's nearest is 90112."""
+def test_the_half_type_is_the_one_asked_for(precision, want, compile_after):
+    """300 · 300: beyond float16's range (65504), bfloat16's nearest is 90112; the constant
+    rounded at an eager first run, or inside the trace when the first run compiles."""
     inits = [numpy_helper.from_array(np.array([300.0], np.float32), "k")]
     nodes = [helper.make_node("Mul", ["x", "k"], ["a"]), helper.make_node("Mul", ["a", "k"], ["y"])]
     model = make_model(nodes, [tensor("x", shape=[2])], [tensor("y")], initializers=inits)
-    (y,) = run(model, {"x": np.ones(2, np.float32)}, precision)
+    (y,) = run(model, {"x": np.ones(2, np.float32)}, precision, compile_after=compile_after)
     assert y.dtype == np.float32
     np.testing.assert_array_equal(y, [want, want])
 
