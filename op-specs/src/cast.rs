@@ -47,7 +47,7 @@ fn saturate_claim(node: &crate::Node) -> crate::Verdict {
 
 /// Converts `input` to the element type of `target_type` (as Cast, `saturate` included).
 #[onnx_op(
-    op = "CastLike", since = 15,
+    op = "CastLike", precision = Float32, since = 15,
     types(T1 = ANY | since(19, FLOAT8) | since(21, I4 | U4), T2 = ANY | since(19, FLOAT8) | since(21, I4 | U4)),
     ignores(round_mode: String),
     inputs(input: T1, target_type: T2), outputs(output: T2), shape = Shapeless, claim = saturate_claim,
@@ -122,7 +122,7 @@ fn low_nibble(x: &Array, signed: bool, s: &Stream) -> Result<Array> {
 /// `input`'s bits read as the output's element type, which has the same width (`to` is the
 /// output's type, as for Cast). A view: NaN payloads and signed zeros pass unchanged.
 #[onnx_op(
-    op = "BitCast", since = 26, types(T1 = NUMERIC, T2 = NUMERIC), ignores(to: i64),
+    op = "BitCast", precision = Float32, since = 26, types(T1 = NUMERIC, T2 = NUMERIC), ignores(to: i64),
     inputs(input: T1), outputs(output: T2), shape = Shapeless, claim = same_width_claim,
     declines = "element types of different widths (ONNX requires equal ones)"
 )]

@@ -155,7 +155,7 @@ fn block_size_claim(node: &Node) -> Verdict {
 /// kernel for them).
 #[allow(clippy::too_many_arguments)] // three inputs and three attributes, as ONNX has them
 #[onnx_op(
-    op = "DequantizeLinear", since = 10,
+    op = "DequantizeLinear", precision = Float32, since = 10,
     types(T1 = I8 | U8 | I16 | I32 | UINT | since(19, FLOAT8) | since(21, I4 | U4), T2 = FLOAT),
     inputs(x: T1, x_scale: T2, x_zero_point: T1), outputs(y: T2),
     ignores(output_dtype: i64), shape = ShapeKeyed, claim = block_size_claim,

@@ -166,3 +166,17 @@ def test_without_the_option_nothing_changes(capfd):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     gc.collect()
     assert "precision" not in capfd.readouterr().err
+
+
+def test_ops_whose_meaning_is_the_source_type_keep_float32():
+    """BitCast reinterprets its input's bytes and CastLike converts its input's values: rounded
+    to float16 first, BitCast to int32 would halve the last axis (found running the op suite
+    under `precision=fp16`)."""
+    x = np.array([[1.5, -2.25, 3.0e-8, 70000.0]], np.float32)
+    nodes = [helper.make_node("BitCast", ["x"], ["bits"], to=TensorProto.INT32),
+             helper.make_node("CastLike", ["x", "like"], ["same"])]
+    model = make_model(nodes, [tensor("x", shape=[1, 4]), tensor("like", TensorProto.INT64, [1])],
+                       [tensor("bits", TensorProto.INT32), tensor("same", TensorProto.INT64)], opset=26)
+    bits, same = run(model, {"x": x, "like": np.zeros(1, np.int64)}, "fp16")
+    np.testing.assert_array_equal(bits, x.view(np.int32))
+    np.testing.assert_array_equal(same, x.astype(np.int64))
