@@ -165,11 +165,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if EP_NAME not in {placement.provider for placement in placements}:
         print(f"  warning: no node ran on {EP_NAME}; `explain` tells why")
 
-    print("\noutputs: max |MLX - CPU|")
+    options = ", ".join(f"{k}={v}" for k, v in ep_options.items() if k != "trace")
+    print(f"\noutputs: max |MLX - CPU|{f' (EP options: {options})' if options else ''}")
     differences = compare_outputs([o.name for o in cpu.get_outputs()], cpu_outputs, mlx_outputs)
     print(format_table(
-        ["output", "shape", "dtype", "max abs diff", ""],
-        [(d.name, list(d.shape), d.dtype, f"{d.max_abs_diff:.3g}", d.note) for d in differences],
+        ["output", "shape", "dtype", "max abs diff", "of max |CPU|", ""],
+        [(d.name, list(d.shape), d.dtype, f"{d.max_abs_diff:.3g}", f"{d.relative:.2g}", d.note) for d in differences],
     ))
 
     cpu.run(None, feeds)  # the CPU session's own warm-up

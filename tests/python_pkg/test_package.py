@@ -18,7 +18,7 @@ import pytest
 
 import onnxruntime_ep_mlx as mlx_ep
 from onnxruntime_ep_mlx import cli, sessions
-from onnxruntime_ep_mlx.compare import max_abs_difference
+from onnxruntime_ep_mlx.compare import compare_outputs, max_abs_difference
 from onnxruntime_ep_mlx.explain import EXPLAIN_ENV, format_explanation, read_explain_records
 from onnxruntime_ep_mlx.feeds import concrete_shape, make_feeds, parse_dims
 from onnxruntime_ep_mlx.library import workspace_version
@@ -176,6 +176,16 @@ def test_feeds_match_declared_types_and_take_npz_arrays(demo_model, tmp_path):
     given = np.full((2, 4096), 0.5, np.float32)
     np.savez(tmp_path / "inputs.npz", x=given)
     np.testing.assert_array_equal(make_feeds(inputs, npz=tmp_path / "inputs.npz")["x"], given)
+
+
+def test_a_difference_is_also_given_against_the_outputs_scale():
+    """What `run --ep-option precision=fp16` is read by: max |diff| over the largest finite
+    |expected|; nothing to scale by for booleans or all-infinite outputs."""
+    want = [np.array([-400.0, 2.0, np.inf], np.float32), np.array([True]), np.array([np.inf], np.float32)]
+    got = [np.array([-399.0, 2.0, np.inf], np.float32), np.array([True]), np.array([np.inf], np.float32)]
+    scaled, boolean, infinite = compare_outputs(["a", "b", "c"], want, got)
+    assert (scaled.max_abs_diff, scaled.relative) == (1.0, 1.0 / 400.0)
+    assert np.isnan(boolean.relative) and np.isnan(infinite.relative)
 
 
 def test_max_abs_difference_treats_matching_nans_and_infs_as_equal():
