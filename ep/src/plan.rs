@@ -779,7 +779,9 @@ impl Plan {
                     .clone()
                     .ok_or_else(|| "a fused output was never computed".to_owned())?;
                 // Computed in a half type under the `precision` option: leaves as declared.
-                if o.elem == ElemType::Float && matches!(array.dtype(), Dtype::F16 | Dtype::BF16) {
+                // (Without the option such an output is a table bug, which `evaluate` reports.)
+                let half = matches!(array.dtype(), Dtype::F16 | Dtype::BF16);
+                if self.half.is_some() && o.elem == ElemType::Float && half {
                     return ops::astype(&array, Dtype::F32, stream).map_err(|e| e.to_string());
                 }
                 Ok(array)
