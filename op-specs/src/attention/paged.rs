@@ -686,6 +686,8 @@ struct Slots {
 /// The tokens that write nothing (slot_mapping -1) and the token whose write they repeat.
 struct Skipped {
     skip: Array,
+    /// Its negation: the tokens that write.
+    writes: Array,
     /// A writing token when there is one, else token 0 (a scalar index).
     chosen: Array,
     chosen_writes: Array,
@@ -781,6 +783,7 @@ fn write_slots(
             Some(Skipped {
                 skip: skip.clone(),
                 chosen_writes: ops::take(&writes, &chosen, 0, s)?,
+                writes,
                 chosen,
             })
         }
@@ -855,7 +858,7 @@ fn written_slots(slots: &Slots, g: &Geometry, s: &Stream) -> Result<Array> {
         s,
     )?;
     let writes = match &slots.skipped {
-        Some(k) => ops::logical_not(&k.skip, s)?,
+        Some(k) => k.writes.clone(),
         None => ops::broadcast_to(&scalar(1.0, Dtype::Bool, s)?, &[g.tokens], s)?,
     };
     let flags = slots.values(&none, &ops::reshape(&writes, &[g.tokens, 1], s)?, s)?;
