@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::dtypes::ElemType;
 use super::node::{AttrValue, Node};
-use super::spec::{gate_label, AttrKind, OpSpec, Port, PortKind, Verdict};
+use super::spec::{gate_label, port_for, AttrKind, OpSpec, Verdict};
 
 pub fn check(spec: &OpSpec, node: &Node) -> Verdict {
     let verdict = attributes(spec, node)
@@ -95,13 +95,6 @@ fn implicit_inputs(node: &Node) -> Result<(), String> {
         )),
         None => Ok(()),
     }
-}
-
-/// The declared port for slot `index`, following a variadic last port.
-fn port_for(ports: &[Port], index: usize) -> Option<&Port> {
-    ports
-        .get(index)
-        .or_else(|| ports.last().filter(|p| p.kind == PortKind::Variadic))
 }
 
 fn ports(spec: &OpSpec, node: &Node) -> Result<(), String> {

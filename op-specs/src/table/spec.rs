@@ -132,6 +132,13 @@ impl Port {
     }
 }
 
+/// The declared port for slot `index`, following a variadic last port.
+pub(crate) fn port_for(ports: &[Port], index: usize) -> Option<&Port> {
+    ports
+        .get(index)
+        .or_else(|| ports.last().filter(|p| p.kind == PortKind::Variadic))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttrKind {
     Int,
@@ -211,20 +218,10 @@ impl OpSpec {
             && (0..node.input_count())
                 .filter(|&i| node.input_type(i) == Some(ElemType::Float))
                 .all(|i| {
-                    self.input_port(i)
+                    port_for(self.inputs, i)
                         .and_then(|port| self.type_var(port.type_var))
                         .is_some_and(|var| var.allowed_at(version).contains(half))
                 })
-    }
-
-    /// The declared port that node input `index` binds to (the last port, when variadic,
-    /// takes every input past it).
-    pub fn input_port(&self, index: usize) -> Option<&Port> {
-        self.inputs.get(index).or_else(|| {
-            self.inputs
-                .last()
-                .filter(|port| port.kind == PortKind::Variadic)
-        })
     }
 
     pub fn covers(&self, since_version: i64) -> bool {
