@@ -37,11 +37,9 @@ def child(folder: Path, options: list[str]) -> None:
 
     import onnxruntime_ep_mlx as mlx_ep
 
-    mlx_ep.register_execution_provider_library()
     feeds = dict(np.load(folder / "feeds.npz"))
     so = ort.SessionOptions()
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == mlx_ep.EP_NAME]
-    so.add_provider_for_devices(devices, dict(o.split("=", 1) for o in options))
+    mlx_ep.append_to_session_options(so, dict(o.split("=", 1) for o in options))
     started = time.perf_counter()
     session = ort.InferenceSession(str(folder / "model.onnx"), so)
     times = {"session": time.perf_counter() - started}
