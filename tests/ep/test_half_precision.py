@@ -151,8 +151,7 @@ def test_models_in_half_precision_stay_close_to_float32(block, precision, tolera
     difference = np.abs(got - want).max() / scale
     assert 0 < difference < tolerance, difference
     name, computing, nodes, rounded = summary_of_precision(capfd)
-    float32_nodes = 1 if block is encoder_block else 0  # LayerNormalization; Softmax below
-    float32_nodes += 1 if block is encoder_block else 0
+    float32_nodes = 2 if block is encoder_block else 0  # Softmax and LayerNormalization
     assert (name, computing) == (precision, nodes - float32_nodes)
     assert rounded > 0
 
