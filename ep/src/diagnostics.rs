@@ -69,6 +69,25 @@ impl MemoryReport {
     }
 }
 
+/// Tensor bytes that crossed between ORT's memory and MLX's, and tensors that did not have
+/// to: inputs and outputs a user placed in the EP's own memory (ep/src/abi/memory.rs).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Traffic {
+    pub copied_in: usize,
+    pub copied_out: usize,
+    pub bound_in: u64,
+    pub bound_out: u64,
+}
+
+impl Traffic {
+    pub fn add(&mut self, other: Traffic) {
+        self.copied_in += other.copied_in;
+        self.copied_out += other.copied_out;
+        self.bound_in += other.bound_in;
+        self.bound_out += other.bound_out;
+    }
+}
+
 /// Counters of one EP instance (one session).
 #[derive(Debug, Default, Clone)]
 pub struct Stats {
@@ -87,6 +106,7 @@ pub struct Stats {
     pub prologue: Duration,
     pub replay: Duration,
     pub write_back: Duration,
+    pub traffic: Traffic,
     pub memory: MemoryReport,
     pub device: &'static str,
     pub op_profile: OpProfile,
@@ -122,6 +142,15 @@ impl Stats {
                 self.write_back.as_secs_f64() * 1e3,
             );
         }
+        let t = &self.traffic;
+        let _ = write!(
+            out,
+            "; host copies {:.2} MiB in, {:.2} MiB out; in MLX memory (no host copy): {} input(s), {} output(s)",
+            mib(t.copied_in),
+            mib(t.copied_out),
+            t.bound_in,
+            t.bound_out,
+        );
         for (name, report) in &self.plan_reports {
             let _ = write!(
                 out,

@@ -30,10 +30,19 @@ pub fn compile(paths: &Paths, out_dir: &Path) -> Vec<PathBuf> {
         unity.push_str(&format!("#include \"{}\"\n", unit.display()));
     }
     unity.push_str(ARRAY_ID);
-    // Our own C++ over MLX's internals (see the file's notes), compiled with mlx-c.
-    let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("shim/device_copy.cpp");
-    println!("cargo:rerun-if-changed={}", shim.display());
-    unity.push_str(&format!("#include \"{}\"\n", shim.display()));
+    // Our own C++ over MLX's internals (see each file's notes), compiled with mlx-c.
+    let shim_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("shim");
+    println!("cargo:rerun-if-changed={}", shim_dir.display());
+    let mut shims: Vec<_> = fs::read_dir(&shim_dir)
+        .expect("kernels/shim")
+        .map(|e| e.expect("shim entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cpp"))
+        .collect();
+    shims.sort();
+    for shim in &shims {
+        println!("cargo:rerun-if-changed={}", shim.display());
+        unity.push_str(&format!("#include \"{}\"\n", shim.display()));
+    }
     let unity_path = out_dir.join("mlx_c_unity.cpp");
     fs::write(&unity_path, unity).expect("write unity file");
 

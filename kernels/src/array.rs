@@ -109,6 +109,29 @@ impl Array {
         Ok(array.moved_toward_gpu())
     }
 
+    /// An array over the start of an MLX buffer that ORT owns (`crate::bound_memory`), without
+    /// a copy.
+    ///
+    /// # Safety
+    /// `buffer` must be the live handle whose host-visible data `bytes` starts, and the same
+    /// contract as [`Array::from_borrowed_bytes`] holds: the buffer outlives every use.
+    pub(crate) unsafe fn over_mlx_buffer(
+        buffer: *mut std::ffi::c_void,
+        bytes: &[u8],
+        shape: &[i64],
+        dtype: Dtype,
+    ) -> Result<Array> {
+        let (dims, ndim) = host_layout(bytes, shape, dtype)?;
+        let array = Array::from_op(|out| {
+            // SAFETY: per the contract `buffer` is live and holds `bytes.len()` bytes, the
+            // elements `dims` describe (checked above); the array does not own it.
+            unsafe {
+                sys::mlx_ep_array_over_buffer(out, buffer, dims.as_ptr(), ndim, dtype.to_sys())
+            }
+        })?;
+        Ok(array.moved_toward_gpu())
+    }
+
     /// Hands host bytes to MLX: the array owns them from here on and frees them with itself.
     /// Where MLX's allocator can adopt the buffer (the CPU backend) nothing is copied; where it
     /// cannot (CUDA), MLX copies into its own memory and frees the bytes at once. Either way

@@ -9,6 +9,7 @@
 
 mod array;
 pub mod blas;
+pub mod bound_memory;
 mod closure;
 pub mod cuda;
 pub mod custom;

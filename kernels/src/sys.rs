@@ -25,4 +25,21 @@ extern "C" {
     /// Starts moving an evaluated array's unified-memory buffer to GPU `device` (a hint; does
     /// nothing for device memory). MLX's CUDA backend only.
     pub fn mlx_ep_prefetch_to_device(a: mlx_array, device: i32);
+    /// Allocates `bytes` (at least one) from MLX's allocator (`shim/bound_memory.cpp`): returns
+    /// the buffer's handle and sets `*data` to its host-visible address; null on failure.
+    pub fn mlx_ep_buffer_malloc(
+        bytes: usize,
+        data: *mut *mut std::ffi::c_void,
+    ) -> *mut std::ffi::c_void;
+    /// Returns a buffer from `mlx_ep_buffer_malloc` to MLX's allocator.
+    pub fn mlx_ep_buffer_free(buffer: *mut std::ffi::c_void);
+    /// Sets `*out` to an evaluated array over the start of `buffer`, without a copy and without
+    /// owning it: 0 on success, 1 on failure.
+    pub fn mlx_ep_array_over_buffer(
+        out: *mut mlx_array,
+        buffer: *mut std::ffi::c_void,
+        shape: *const i32,
+        ndim: i32,
+        dtype: mlx_dtype,
+    ) -> i32;
 }

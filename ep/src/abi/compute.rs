@@ -4,10 +4,10 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mlx_kernels::Array;
+use mlx_kernels::{bound_memory, Array};
 
 use crate::capture::{Capture, Consumable, Settings};
-use crate::diagnostics::{MemoryReport, PlanReport, Stats};
+use crate::diagnostics::{MemoryReport, PlanReport, Stats, Traffic};
 use crate::huge_empty;
 use crate::narrow;
 use crate::options::Options;
@@ -144,6 +144,7 @@ fn run(
         }
         return Ok(());
     }
+    let mut traffic = Traffic::default();
     let mut inputs = Vec::with_capacity(count);
     // Where each input's bytes live: an output handed the same buffer shares it (see resident.rs).
     let mut buffers = Vec::with_capacity(count);
@@ -178,10 +179,14 @@ fn run(
                     None => {
                         // SAFETY: as above: the bytes outlive every use, and `inputs` holds
                         // the arrays.
-                        let borrowed = unsafe {
-                            Array::from_borrowed_bytes(tensor.bytes, &tensor.shape, dtype)
-                        };
-                        borrowed.map_err(|e| e.to_string())?
+                        let (array, bound) =
+                            unsafe { input_array(tensor.bytes, &tensor.shape, dtype) }?;
+                        if bound {
+                            traffic.bound_in += 1;
+                        } else {
+                            traffic.copied_in += tensor.bytes.len();
+                        }
+                        array
                     }
                 })
             }
@@ -208,7 +213,7 @@ fn run(
             .find(|(i, ..)| *i == index)
             .ok_or("no such mirrored input")?;
         // SAFETY: as above: ORT's bytes outlive the run, and the run holds the array.
-        unsafe { Array::from_borrowed_bytes(bytes, shape, *dtype) }.map_err(|e| e.to_string())
+        unsafe { input_array(bytes, shape, *dtype) }.map(|(array, _)| array)
     };
     let consumable = Consumable {
         inputs: consumed,
@@ -226,13 +231,20 @@ fn run(
     let copying = Instant::now();
     let copy_out = trace::span("copy out", "copy");
     let written = write_outputs(
-        context, &info.plan, &evaluated, &fed, &buffers, residency, runtime,
+        context,
+        &info.plan,
+        &evaluated,
+        &fed,
+        &buffers,
+        residency,
+        runtime,
     );
     drop(copy_out);
     if written.is_err() {
         residency.forget();
     }
-    let write_back = written?;
+    let (write_back, written_traffic) = written?;
+    traffic.add(written_traffic);
     drop(evaluated);
     copies += copying.elapsed();
     if let Ok(mut stats) = info.stats.lock() {
@@ -244,6 +256,7 @@ fn run(
         stats.prologue += times.prologue;
         stats.replay += times.replay;
         stats.write_back += write_back;
+        stats.traffic.add(traffic);
         // A plan's first run uploads its constants and compiles MLX's kernels: not the op's
         // steady cost, so the profile starts with its second run.
         if stats.plan_reports.contains_key(&info.plan.name) {
@@ -279,10 +292,29 @@ fn run(
     Ok(())
 }
 
+/// An array for an input's bytes, and whether they were MLX memory already: over the tensor
+/// itself when a user placed it in the EP's memory (no copy), else borrowing ORT's bytes.
+///
+/// # Safety
+/// As [`Array::from_borrowed_bytes`]: the bytes outlive every use, and the caller holds the array.
+unsafe fn input_array(
+    bytes: &[u8],
+    shape: &[i64],
+    dtype: mlx_kernels::Dtype,
+) -> Result<(Array, bool), String> {
+    // SAFETY: the caller's contract, passed on.
+    let made = match unsafe { bound_memory::array_over(bytes, shape, dtype) } {
+        Some(bound) => bound.map(|array| (array, true)),
+        // SAFETY: the caller's contract, passed on.
+        None => unsafe { Array::from_borrowed_bytes(bytes, shape, dtype) }.map(|a| (a, false)),
+    };
+    made.map_err(|e| e.to_string())
+}
+
 /// Copies the outputs into ORT's tensors. An output whose buffer is one of the inputs' (a
 /// shared KV cache) gets only its changed rows, after every other output: another output may
 /// still read that input's bytes (on the CPU backend arrays borrow ORT's memory). Returns the
-/// time the shared buffers took.
+/// time the shared buffers took, and what crossed to ORT's memory.
 fn write_outputs(
     context: *mut sys::OrtKernelContext,
     plan: &Plan,
@@ -291,7 +323,8 @@ fn write_outputs(
     buffers: &[Option<(usize, usize)>],
     residency: &mut Residency,
     runtime: &Runtime,
-) -> Result<Duration, String> {
+) -> Result<(Duration, Traffic), String> {
+    let mut traffic = Traffic::default();
     let mut shared = Vec::new();
     let outputs = &evaluated.outputs;
     for ((index, array), output) in outputs.iter().enumerate().zip(&plan.outputs) {
@@ -316,12 +349,20 @@ fn write_outputs(
                 written: evaluated.written_rows.get(index).and_then(Option::as_ref),
                 buffer: bytes,
             }),
-            None => array
-                .copy_to(bytes, &runtime.stream)
-                .map_err(|e| e.to_string())?,
+            None => {
+                // An output bound in our memory is written by MLX into its own memory.
+                if bound_memory::is_ours(bytes) {
+                    traffic.bound_out += 1;
+                } else {
+                    traffic.copied_out += bytes.len();
+                }
+                array
+                    .copy_to(bytes, &runtime.stream)
+                    .map_err(|e| e.to_string())?
+            }
         }
     }
     let started = Instant::now();
     residency.write_back(shared, &runtime.stream)?;
-    Ok(started.elapsed())
+    Ok((started.elapsed(), traffic))
 }

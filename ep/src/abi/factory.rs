@@ -4,6 +4,7 @@ use std::ffi::{c_char, CString};
 use std::ptr;
 
 use super::ep::MlxEp;
+use super::memory::{self, Memory, Transfer};
 use crate::context::ContextSettings;
 use crate::device::Device;
 use crate::options::{config_prefix, Options};
@@ -22,10 +23,12 @@ pub struct Factory {
     name: CString,
     vendor: CString,
     version: CString,
+    memory: Memory,
 }
 
 impl Factory {
-    pub fn create() -> *mut sys::OrtEpFactory {
+    pub fn create() -> Result<*mut sys::OrtEpFactory, String> {
+        let memory = Memory::create()?;
         let factory = Box::new(Factory {
             base: sys::OrtEpFactory {
                 ort_version_supported: sys::ORT_API_VERSION,
@@ -46,8 +49,9 @@ impl Factory {
             name: CString::new(EP_NAME).expect("no NUL"),
             vendor: CString::new(VENDOR).expect("no NUL"),
             version: CString::new(VERSION).expect("no NUL"),
+            memory,
         });
-        Box::into_raw(factory).cast()
+        Ok(Box::into_raw(factory).cast())
     }
 
     /// # Safety
@@ -118,6 +122,8 @@ unsafe extern "C" fn get_supported_devices(
             // SAFETY: releasing the pairs we created.
             unsafe { call!(api.ReleaseKeyValuePairs(metadata)) };
             check(status)?;
+            // SAFETY: ORT passes our factory.
+            unsafe { Factory::from(this) }.memory.register(ep_device)?;
             // SAFETY: `found < max_ep_devices`.
             unsafe { *ep_devices.add(found) = ep_device };
             found += 1;
@@ -209,34 +215,42 @@ unsafe extern "C" fn release_ep(_this: *mut sys::OrtEpFactory, ep: *mut sys::Ort
     })
 }
 
-/// ORT uses its own CPU allocator for our (host) memory.
+/// Our memory's allocator (MLX buffers, see memory.rs); ORT's own CPU allocator otherwise.
 unsafe extern "C" fn create_allocator(
-    _this: *mut sys::OrtEpFactory,
-    _memory_info: *const sys::OrtMemoryInfo,
+    this: *mut sys::OrtEpFactory,
+    memory_info: *const sys::OrtMemoryInfo,
     _options: *const sys::OrtKeyValuePairs,
     allocator: *mut *mut sys::OrtAllocator,
 ) -> sys::OrtStatusPtr {
     guard("CreateAllocator", || {
+        // SAFETY: ORT passes our factory.
+        let made = unsafe { Factory::from(this) }
+            .memory
+            .allocator_for(memory_info)?;
         // SAFETY: a valid out-pointer from ORT.
-        unsafe { *allocator = ptr::null_mut() };
+        unsafe { *allocator = made };
         Ok(())
     })
 }
 
 unsafe extern "C" fn release_allocator(
     _this: *mut sys::OrtEpFactory,
-    _allocator: *mut sys::OrtAllocator,
+    allocator: *mut sys::OrtAllocator,
 ) {
+    guard_void("ReleaseAllocator", || {
+        // SAFETY: ORT releases an allocator `create_allocator` made, once.
+        unsafe { memory::release_allocator(allocator) }
+    })
 }
 
-/// No device memory of our own, so nothing to copy between devices.
+/// Copies between CPU memory and ours.
 unsafe extern "C" fn create_data_transfer(
     _this: *mut sys::OrtEpFactory,
     data_transfer: *mut *mut sys::OrtDataTransferImpl,
 ) -> sys::OrtStatusPtr {
     guard("CreateDataTransfer", || {
         // SAFETY: a valid out-pointer from ORT.
-        unsafe { *data_transfer = ptr::null_mut() };
+        unsafe { *data_transfer = Transfer::create() };
         Ok(())
     })
 }

@@ -4,6 +4,7 @@
 mod compute;
 mod ep;
 mod factory;
+mod memory;
 
 use std::ffi::{c_char, CString};
 use std::sync::OnceLock;
@@ -35,7 +36,7 @@ pub unsafe extern "C" fn CreateEpFactories(
         if max_factories < 1 {
             return Err("ORT offered no room for a factory".into());
         }
-        let factory = factory::Factory::create();
+        let factory = factory::Factory::create()?;
         // SAFETY: ORT gave room for at least one factory pointer and a count.
         unsafe {
             *factories = factory;

@@ -1,0 +1,122 @@
+//! Memory the EP's allocator hands ORT (tensors a user places in the EP's memory, for IO
+//! binding): buffers of MLX's own allocator, host-visible on every backend. A tensor ORT passes
+//! in that memory becomes an MLX array with no copy ([`array_over`]); anything else is not ours
+//! and is copied as before.
+//!
+//! ORT gives back a bare data pointer (to `free`, and inside its tensors), so the live
+//! allocations are kept here by address, with the MLX buffer each one is.
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use crate::{sys, Array, Dtype, Result};
+
+/// A live allocation: the MLX buffer's handle and its usable length.
+#[derive(Clone, Copy)]
+struct Allocation {
+    buffer: usize,
+    len: usize,
+}
+
+/// Live allocations by host-visible start address.
+static LIVE: Mutex<BTreeMap<usize, Allocation>> = Mutex::new(BTreeMap::new());
+
+fn live() -> std::sync::MutexGuard<'static, BTreeMap<usize, Allocation>> {
+    // A panic elsewhere while holding the lock leaves the map itself consistent.
+    LIVE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Allocates `bytes` bytes from MLX's allocator; `None` when MLX cannot.
+pub fn allocate(bytes: usize) -> Option<*mut c_void> {
+    crate::init();
+    let mut data = std::ptr::null_mut();
+    // SAFETY: `data` is a valid out-parameter; the shim catches every MLX exception.
+    let buffer = unsafe { sys::mlx_ep_buffer_malloc(bytes, &mut data) };
+    if buffer.is_null() || data.is_null() {
+        return None;
+    }
+    live().insert(
+        data as usize,
+        Allocation {
+            buffer: buffer as usize,
+            len: bytes,
+        },
+    );
+    Some(data)
+}
+
+/// Frees an allocation made by [`allocate`]; false (and nothing freed) for any other pointer.
+pub fn free(data: *mut c_void) -> bool {
+    let Some(allocation) = live().remove(&(data as usize)) else {
+        return false;
+    };
+    // SAFETY: the handle came from `mlx_ep_buffer_malloc` and was just removed from the live
+    // map, so it is freed once.
+    unsafe { sys::mlx_ep_buffer_free(allocation.buffer as *mut c_void) };
+    true
+}
+
+/// The allocation that `bytes` starts and lies within, if `bytes` is in our memory.
+fn allocation_of(bytes: &[u8]) -> Option<Allocation> {
+    let start = bytes.as_ptr() as usize;
+    let allocation = *live().get(&start)?;
+    (bytes.len() <= allocation.len).then_some(allocation)
+}
+
+/// Whether `bytes` are the start of one of our allocations (so an output written there is
+/// written into MLX's memory, not across to ORT's).
+pub fn is_ours(bytes: &[u8]) -> bool {
+    !bytes.is_empty() && allocation_of(bytes).is_some()
+}
+
+/// An array over `bytes` with no copy when they start one of our allocations; `None` for
+/// memory that is not ours (or at an offset within it), which the caller copies.
+///
+/// # Safety
+/// As [`Array::from_borrowed_bytes`]: the bytes outlive every use of the array and of what is
+/// computed from it, and the caller holds the array until then.
+pub unsafe fn array_over(bytes: &[u8], shape: &[i64], dtype: Dtype) -> Option<Result<Array>> {
+    if bytes.is_empty() {
+        return None;
+    }
+    let allocation = allocation_of(bytes)?;
+    // SAFETY: the allocation is live (ORT frees it only through `free`, after the tensor), it
+    // starts at `bytes` and holds them; the lifetime contract is the caller's.
+    Some(unsafe { Array::over_mlx_buffer(allocation.buffer as *mut c_void, bytes, shape, dtype) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Stream;
+
+    #[test]
+    fn an_array_over_our_memory_reads_what_was_written_there() {
+        let data = allocate(16).expect("MLX allocates");
+        // SAFETY: 16 fresh bytes, ours until `free`.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(data.cast::<u8>(), 16) };
+        for (i, chunk) in bytes.chunks_mut(4).enumerate() {
+            chunk.copy_from_slice(&(i as f32 + 0.5).to_ne_bytes());
+        }
+        assert!(is_ours(bytes));
+        assert!(!is_ours(&bytes[4..]), "an offset inside is not a start");
+        // SAFETY: `bytes` stays allocated until after the array is read and dropped.
+        let array = unsafe { array_over(bytes, &[2, 2], Dtype::F32) }
+            .expect("ours")
+            .expect("wrapped");
+        let stream = Stream::cpu().unwrap();
+        assert_eq!(array.to_vec::<f32>(&stream).unwrap(), [0.5, 1.5, 2.5, 3.5]);
+        drop(array);
+        assert!(free(data));
+        assert!(!free(data), "freed once");
+    }
+
+    #[test]
+    fn memory_that_is_not_ours_is_left_to_copy() {
+        let host = vec![0u8; 8];
+        // SAFETY: nothing is wrapped: the bytes are not ours.
+        assert!(unsafe { array_over(&host, &[2], Dtype::F32) }.is_none());
+        assert!(!free(host.as_ptr().cast_mut().cast()));
+    }
+}

@@ -1,0 +1,161 @@
+"""Tensors placed in the EP's own memory (its device's HOST_ACCESSIBLE memory info, allocated by
+MLX) and bound to a session: inputs become MLX arrays and outputs are written by MLX, with no
+copy across ORT's host memory, and the same answers as ORT's CPU EP."""
+
+import gc
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import MLX, cpu_outputs, kernel_placements, make_model, mlx_devices, tensor
+
+F = TensorProto.FLOAT
+
+
+def our_memory():
+    return mlx_devices()[0].memory_info(ort.OrtDeviceMemoryType.HOST_ACCESSIBLE)
+
+
+def in_our_memory(array):
+    """An OrtValue allocated by the EP (MLX's allocator) holding `array`, filled by ORT's copy
+    through the EP's data transfer."""
+    value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), array.dtype, memory_info=our_memory())
+    ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))], [value], None)
+    return value
+
+
+NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+               "tensor(bool)": np.bool_, "tensor(int32)": np.int32}
+
+
+def to_host(value):
+    """A host copy of a tensor in our memory, made by ORT through the EP's data transfer."""
+    host = ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), NUMPY_TYPES[value.data_type()])
+    ort.copy_tensors([value], [host], None)
+    return host.numpy()
+
+
+def session(model):
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_bound")
+    so.add_provider_for_devices(mlx_devices(), {"verbose": "1"})
+    made = ort.InferenceSession(model, so)
+    assert made.get_providers()[0] == MLX
+    return made
+
+
+def traffic(capfd):
+    """(MiB copied in, MiB copied out, inputs in MLX memory, outputs in MLX memory) from the
+    session summary, printed when the session is released."""
+    gc.collect()
+    summary = capfd.readouterr().err
+    found = re.search(r"host copies ([\d.]+) MiB in, ([\d.]+) MiB out; in MLX memory \(no host copy\): "
+                      r"(\d+) input\(s\), (\d+) output\(s\)", summary)
+    assert found, summary
+    copied_in, copied_out, bound_in, bound_out = found.groups()
+    return float(copied_in), float(copied_out), int(bound_in), int(bound_out)
+
+
+def conv_block():
+    """Conv -> Relu -> Add of the input's mean, and a second output: ~0.4 MiB in, 1.5 MiB out."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((16, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+        helper.make_node("ReduceMean", ["x"], ["m"], keepdims=1),
+        helper.make_node("Sub", ["x", "m"], ["z"]),
+    ]
+    return make_model(nodes, [tensor("x", shape=[8, 3, 64, 64])],
+                      [tensor("y", shape=[8, 16, 64, 64]), tensor("z", shape=[8, 3, 64, 64])],
+                      initializers=[w], opset=17)
+
+
+def test_the_device_offers_memory_of_its_own_and_no_device_default():
+    memory = our_memory()
+    assert memory is not None and memory.name == "MLX"
+    # No DEFAULT memory: the EP stays a CPU-memory EP, so ORT inserts no copies around it.
+    assert mlx_devices()[0].memory_info(ort.OrtDeviceMemoryType.DEFAULT) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.int32, np.bool_])
+def test_copies_into_and_out_of_our_memory_keep_every_byte(dtype):
+    data = (np.arange(24).reshape(2, 3, 4) % 5).astype(dtype)
+    value = in_our_memory(data)
+    assert value.shape() == [2, 3, 4]
+    np.testing.assert_array_equal(to_host(value), data)
+
+
+def test_bound_inputs_and_outputs_cross_no_host_memory(capfd):
+    model = conv_block()
+    x = np.random.default_rng(0).standard_normal((8, 3, 64, 64)).astype(np.float32)
+    expected = cpu_outputs(model, {"x": x})
+    plain = session(model)
+    unbound = [plain.run(None, {"x": x}) for _ in range(3)]
+    assert {p for _, p in kernel_placements(plain)} == {MLX}
+    del plain
+    copied_in, copied_out, bound_in, bound_out = traffic(capfd)
+    assert (bound_in, bound_out) == (0, 0)
+    # Each subgraph reading x copies it in (the partition may make more than one).
+    readers = copied_in / (3 * x.nbytes / 2**20)
+    assert readers >= 1 and readers == pytest.approx(round(readers), abs=0.01)
+    assert copied_out == pytest.approx(3 * (8 * 16 + 8 * 3) * 64 * 64 * 4 / 2**20, abs=0.01)
+
+    bound = session(model)
+    x_ours = in_our_memory(x)
+    y_ours = ort.OrtValue.ortvalue_from_shape_and_type([8, 16, 64, 64], np.float32, memory_info=our_memory())
+    z_ours = ort.OrtValue.ortvalue_from_shape_and_type([8, 3, 64, 64], np.float32, memory_info=our_memory())
+    binding = bound.io_binding()
+    binding.bind_ortvalue_input("x", x_ours)
+    binding.bind_ortvalue_output("y", y_ours)
+    binding.bind_ortvalue_output("z", z_ours)
+    # Eager, then compiled (the second run of a shape compiles by default), then replayed.
+    for run in range(3):
+        bound.run_with_iobinding(binding)
+        y, z = to_host(y_ours), to_host(z_ours)
+        np.testing.assert_array_equal(y, unbound[run][0])
+        np.testing.assert_array_equal(z, unbound[run][1])
+        np.testing.assert_allclose(y, expected[0], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(z, expected[1], rtol=1e-5, atol=1e-5)
+    assert {p for _, p in kernel_placements(bound)} == {MLX}
+    del bound, binding
+    assert traffic(capfd) == (0.0, 0.0, 3 * round(readers), 6)
+
+
+def test_a_bound_input_fed_without_io_binding_is_not_copied(capfd):
+    model = make_model([helper.make_node("Mul", ["x", "x"], ["y"])],
+                       [tensor("x", shape=[256, 256])], [tensor("y", shape=[256, 256])])
+    x = np.linspace(-3, 3, 256 * 256, dtype=np.float32).reshape(256, 256)
+    s = session(model)
+    (y,) = s.run_with_ort_values(["y"], {"x": in_our_memory(x)})
+    np.testing.assert_array_equal(y.numpy(), x * x)
+    del s
+    copied_in, copied_out, bound_in, bound_out = traffic(capfd)
+    assert (copied_in, bound_in, bound_out) == (0.0, 1, 0)
+    assert copied_out == pytest.approx(0.25)
+
+
+def test_an_input_changed_in_our_memory_between_runs_is_read_again():
+    model = make_model([helper.make_node("Add", ["x", "x"], ["y"])], [tensor("x", shape=[64])], [tensor("y", shape=[64])])
+    s = session(model)
+    x_ours = in_our_memory(np.zeros(64, np.float32))
+    for step in range(4):
+        ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(np.full(64, step, np.float32))], [x_ours], None)
+        (y,) = s.run_with_ort_values(["y"], {"x": x_ours})
+        np.testing.assert_array_equal(y.numpy(), np.full(64, 2 * step, np.float32))
+
+
+def test_empty_and_half_tensors_in_our_memory():
+    model = make_model([helper.make_node("Neg", ["x"], ["y"])],
+                       [tensor("x", TensorProto.FLOAT16, ["n", 3])], [tensor("y", TensorProto.FLOAT16, ["n", 3])])
+    s = session(model)
+    for n in (0, 5):
+        x = np.arange(n * 3, dtype=np.float16).reshape(n, 3)
+        (y,) = s.run_with_ort_values(["y"], {"x": in_our_memory(x)})
+        np.testing.assert_array_equal(y.numpy(), -x)
