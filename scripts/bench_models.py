@@ -7,7 +7,7 @@ lengths, a small CNN (strided convolutions, batch norm, global pooling) and an a
 front end (STFT, mel filter bank); or any ONNX model given with --model (ORT CPU and MLX EP only: there is no
 direct-MLX twin of an arbitrary model).
 
-Usage: bench_models.py [--runs N] [--model PATH ...] [--markdown]
+Usage: bench_models.py [--runs N] [--model PATH ...] [--quick | --large] [--precision fp16|bf16] [--bound]
 """
 
 from __future__ import annotations
@@ -338,7 +338,7 @@ def ort_session(model: bytes, providers: list[str], **env: str) -> ort.Inference
     return session
 
 
-def measure(bench: Bench, runs: int, precision: str | None = None) -> dict[str, float | str]:
+def measure(bench: Bench, runs: int, precision: str | None = None, bound: bool = False) -> dict[str, float | str]:
     feeds = bench.feeds
     results: dict[str, float | str] = {}
     cpu = ort_session(bench.model, ["CPUExecutionProvider"])
@@ -358,6 +358,18 @@ def measure(bench: Bench, runs: int, precision: str | None = None) -> dict[str, 
             os.environ.pop(key, None)
         results[f"{label} max diff"] = float(np.abs(out - reference).max())
         results[label] = median_ms(lambda: session.run(None, feeds), runs)
+    if bound:
+        # Inputs and outputs in the EP's memory (IO binding): no host copy on either side.
+        session = ort_session(bench.model, mlx_ep.providers())
+        binding = session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_ortvalue_input(name, mlx_ep.ortvalue_in_mlx_memory(value))
+        outputs = [mlx_ep.ortvalue_in_mlx_memory(shape=o.shape, dtype=o.dtype) for o in cpu.run(None, feeds)]
+        for info, value in zip(session.get_outputs(), outputs):
+            binding.bind_ortvalue_output(info.name, value)
+        session.run_with_iobinding(binding)
+        results["MLX EP bound max diff"] = float(np.abs(mlx_ep.to_numpy(outputs[0]) - reference).max())
+        results["MLX EP bound"] = median_ms(lambda: session.run_with_iobinding(binding), runs)
     if bench.direct is not None:
         import mlx.core as mx
 
@@ -369,6 +381,11 @@ def measure(bench: Bench, runs: int, precision: str | None = None) -> dict[str, 
             return np.array(y)
 
         results["direct MLX"] = median_ms(direct_run, runs)
+        if bound:
+            # The same boundary as the bound EP: inputs already in MLX, the output left there.
+            resident = [mx.array(v) for v in feeds.values()]
+            mx.eval(resident)
+            results["direct MLX resident"] = median_ms(lambda: mx.eval(f(*resident)), runs)
     return results
 
 
@@ -381,6 +398,9 @@ def main() -> None:
                         help="GPU-sized models instead: 12 BERT-base encoder layers at 8x256, a CNN at 16x224x224")
     parser.add_argument("--precision", choices=["fp16", "bf16"],
                         help="also the compiled EP with this `precision` option, and its difference from ORT's float32")
+    parser.add_argument("--bound", action="store_true",
+                        help="also the compiled EP with inputs and outputs in its own memory (IO binding), against "
+                             "direct MLX with its inputs already in MLX and its output left there")
     args = parser.parse_args()
     mlx_ep.register_execution_provider_library()
     if args.quick:
@@ -406,7 +426,7 @@ def main() -> None:
           f"| max diff vs CPU{half.replace(', ', ' | ')} |")
     print("|---|---|---|---|---|---|---|---|" + "---|" * (3 if args.precision else 0))
     for bench in benches:
-        r = measure(bench, args.runs, args.precision)
+        r = measure(bench, args.runs, args.precision, args.bound)
         extra = ""
         if args.precision:
             ms = r[f"MLX EP {args.precision}"]
@@ -419,6 +439,11 @@ def main() -> None:
             f"{r['ORT CPU'] / r['MLX EP compiled']:.2f}x | {r['MLX EP compiled max diff']:.1e} |{extra}",
             flush=True,
         )
+        if args.bound:
+            ms, resident = r["MLX EP bound"], r.get("direct MLX resident")
+            versus = f", direct MLX resident {resident:.2f} ms, bound / resident {ms / resident:.2f}x" if resident else ""
+            print(f"|   {bench.name}, IO bound in MLX memory: EP {ms:.2f} ms, CPU / EP bound {r['ORT CPU'] / ms:.2f}x, "
+                  f"max diff {r['MLX EP bound max diff']:.1e}{versus} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ impl Array {
     /// as their raw bits; `bytes.len()` must be exactly `prod(shape) * dtype.size_in_bytes()`.
     pub fn from_bytes(bytes: &[u8], shape: &[i64], dtype: Dtype) -> Result<Array> {
         let (dims, ndim) = host_layout(bytes, shape, dtype)?;
+        if let Some(array) = Array::copied_by_driver(bytes, &dims, dtype) {
+            return Ok(array);
+        }
         let array = capture(|| {
             // SAFETY: `bytes` holds exactly prod(shape) elements of `dtype` (checked above) and
             // mlx_array_new_data copies them before returning. On failure the handle is empty and
@@ -65,6 +68,34 @@ impl Array {
             })
         })?;
         Ok(array.moved_toward_gpu())
+    }
+
+    /// On MLX's CUDA backend, an array of at least [`DRIVER_COPY_MIN`] bytes copied in by the
+    /// CUDA driver into memory already on the GPU (`shim/device_copy.cpp`), instead of written
+    /// by the host into unified memory page by page; `None` elsewhere, for smaller arrays, or
+    /// when the driver cannot, and the caller makes it through MLX.
+    fn copied_by_driver(bytes: &[u8], dims: &[i32], dtype: Dtype) -> Option<Array> {
+        if bytes.len() < DRIVER_COPY_MIN || crate::cuda::compute_capability().is_none() {
+            return None;
+        }
+        let ndim = i32::try_from(dims.len()).ok()?;
+        // SAFETY: a new empty handle, owned by the `Array` made from it below.
+        let mut raw = unsafe { sys::mlx_array_new() };
+        // SAFETY: `raw` is a live handle; `bytes` holds exactly the elements `dims` describe
+        // (the caller checked) and is read before the call returns.
+        let made = unsafe {
+            sys::mlx_ep_array_from_host_by_driver(
+                &mut raw,
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                dims.as_ptr(),
+                ndim,
+                dtype.to_sys(),
+                0,
+            )
+        };
+        let array = Array::from_raw(raw);
+        (made == 0).then_some(array)
     }
 
     /// On MLX's CUDA backend an array made from host bytes lives in unified memory, its pages
@@ -90,6 +121,10 @@ impl Array {
         if bytes.is_empty() {
             // Nothing to borrow (and MLX wants a real pointer).
             return Array::from_bytes(bytes, shape, dtype);
+        }
+        // MLX's CUDA backend copies borrowed bytes anyway: the driver copies large ones faster.
+        if let Some(array) = Array::copied_by_driver(bytes, &dims, dtype) {
+            return Ok(array);
         }
         extern "C" fn keep(_: *mut std::ffi::c_void) {}
         let array = capture(|| {
@@ -334,6 +369,10 @@ impl Array {
 }
 
 /// MLX's dims and rank for host bytes of `shape` and `dtype`, checking that the byte count fits.
+/// The smallest array copied in by the CUDA driver: below it the driver's fixed cost (a call
+/// and a stream synchronisation, ~10-20 us) outweighs the host's slower write.
+const DRIVER_COPY_MIN: usize = 256 * 1024;
+
 fn host_layout(bytes: &[u8], shape: &[i64], dtype: Dtype) -> Result<(Vec<i32>, i32)> {
     crate::init();
     let dims = to_mlx_shape(shape)?;

@@ -25,6 +25,18 @@ extern "C" {
     /// Starts moving an evaluated array's unified-memory buffer to GPU `device` (a hint; does
     /// nothing for device memory). MLX's CUDA backend only.
     pub fn mlx_ep_prefetch_to_device(a: mlx_array, device: i32);
+    /// Sets `*out` to an array of `bytes` bytes copied from host `src` by the CUDA driver into a
+    /// buffer already on GPU `device` (`shim/device_copy.cpp`): 0 made, 1 not possible here (make
+    /// it through MLX). MLX's CUDA backend only.
+    pub fn mlx_ep_array_from_host_by_driver(
+        out: *mut mlx_array,
+        src: *const std::ffi::c_void,
+        bytes: usize,
+        shape: *const i32,
+        ndim: i32,
+        dtype: mlx_dtype,
+        device: i32,
+    ) -> i32;
     /// Allocates `bytes` (at least one) from MLX's allocator (`shim/bound_memory.cpp`): returns
     /// the buffer's handle and sets `*data` to its host-visible address; null on failure.
     pub fn mlx_ep_buffer_malloc(

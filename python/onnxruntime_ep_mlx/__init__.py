@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from .library import library_path, preload_mlx
+from .memory import mlx_memory_info, ortvalue_in_mlx_memory, to_numpy
 from .profiling import NodePlacement, node_providers
 from .registration import (
     EP_NAME,
@@ -31,9 +32,12 @@ __all__ = [
     "ep_name",
     "library_path",
     "mlx_ep_devices",
+    "mlx_memory_info",
     "node_providers",
+    "ortvalue_in_mlx_memory",
     "preload_mlx",
     "providers",
     "register_execution_provider_library",
+    "to_numpy",
     "version",
 ]

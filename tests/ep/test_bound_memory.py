@@ -13,31 +13,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import MLX, cpu_outputs, kernel_placements, make_model, mlx_devices, tensor
+from onnxruntime_ep_mlx import mlx_memory_info, to_numpy as to_host
+from onnxruntime_ep_mlx import ortvalue_in_mlx_memory as in_our_memory
 
 F = TensorProto.FLOAT
 
 
 def our_memory():
     return mlx_devices()[0].memory_info(ort.OrtDeviceMemoryType.HOST_ACCESSIBLE)
-
-
-def in_our_memory(array):
-    """An OrtValue allocated by the EP (MLX's allocator) holding `array`, filled by ORT's copy
-    through the EP's data transfer."""
-    value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), array.dtype, memory_info=our_memory())
-    ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))], [value], None)
-    return value
-
-
-NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
-               "tensor(bool)": np.bool_, "tensor(int32)": np.int32}
-
-
-def to_host(value):
-    """A host copy of a tensor in our memory, made by ORT through the EP's data transfer."""
-    host = ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), NUMPY_TYPES[value.data_type()])
-    ort.copy_tensors([value], [host], None)
-    return host.numpy()
 
 
 def session(model):
@@ -79,7 +62,7 @@ def conv_block():
 
 def test_the_device_offers_memory_of_its_own_and_no_device_default():
     memory = our_memory()
-    assert memory is not None and memory.name == "MLX"
+    assert memory is not None and memory.name == "MLX" == mlx_memory_info().name
     # No DEFAULT memory: the EP stays a CPU-memory EP, so ORT inserts no copies around it.
     assert mlx_devices()[0].memory_info(ort.OrtDeviceMemoryType.DEFAULT) is None
 
@@ -109,8 +92,8 @@ def test_bound_inputs_and_outputs_cross_no_host_memory(capfd):
 
     bound = session(model)
     x_ours = in_our_memory(x)
-    y_ours = ort.OrtValue.ortvalue_from_shape_and_type([8, 16, 64, 64], np.float32, memory_info=our_memory())
-    z_ours = ort.OrtValue.ortvalue_from_shape_and_type([8, 3, 64, 64], np.float32, memory_info=our_memory())
+    y_ours = in_our_memory(shape=[8, 16, 64, 64], dtype=np.float32)
+    z_ours = in_our_memory(shape=[8, 3, 64, 64], dtype=np.float32)
     binding = bound.io_binding()
     binding.bind_ortvalue_input("x", x_ours)
     binding.bind_ortvalue_output("y", y_ours)

@@ -231,13 +231,7 @@ fn run(
     let copying = Instant::now();
     let copy_out = trace::span("copy out", "copy");
     let written = write_outputs(
-        context,
-        &info.plan,
-        &evaluated,
-        &fed,
-        &buffers,
-        residency,
-        runtime,
+        context, &info.plan, &evaluated, &fed, &buffers, residency, runtime,
     );
     drop(copy_out);
     if written.is_err() {
