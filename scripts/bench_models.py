@@ -395,7 +395,8 @@ def main() -> None:
     parser.add_argument("--model", action="append", default=[], help="an ONNX model to add (random inputs)")
     parser.add_argument("--quick", action="store_true", help="small shapes (CI smoke run)")
     parser.add_argument("--large", action="store_true",
-                        help="GPU-sized models instead: 12 BERT-base encoder layers at 8x256, a CNN at 16x224x224")
+                        help="GPU-sized models instead: 12 BERT-base encoder layers at 8x256, CNNs at 16x224x224 and "
+                             "(detection-sized) 8x640x640")
     parser.add_argument("--precision", choices=["fp16", "bf16"],
                         help="also the compiled EP with this `precision` option, and its difference from ORT's float32")
     parser.add_argument("--bound", action="store_true",
@@ -408,7 +409,8 @@ def main() -> None:
                    audio_front_end(batch=2, seconds=0.5), forest(rows=64, trees=4, depth=4)]
     elif args.large:
         benches = [encoder(seq=256, batch=8, dim=768, heads=12, ffn=3072, layers=12),
-                   cnn(batch=16, size=224, widths=(64, 128, 256))]
+                   cnn(batch=16, size=224, widths=(64, 128, 256)),
+                   cnn(batch=8, size=640, widths=(32, 64, 128, 256))]
     else:
         benches = [mlp(), encoder(seq=64), encoder(seq=256), cnn(), audio_front_end(), forest()]
     for path in args.model:
