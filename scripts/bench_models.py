@@ -358,9 +358,14 @@ def measure(bench: Bench, runs: int, precision: str | None = None, bound: bool =
             os.environ.pop(key, None)
         results[f"{label} max diff"] = float(np.abs(out - reference).max())
         results[label] = median_ms(lambda: session.run(None, feeds), runs)
-    if bound:
+    bound_variants = [("MLX EP bound", {})] if bound else []
+    if bound and precision:
+        bound_variants.append((f"MLX EP bound {precision}", {"precision": precision}))
+    for label, options in bound_variants:
         # Inputs and outputs in the EP's memory (IO binding): no host copy on either side.
-        session = ort_session(bench.model, mlx_ep.providers())
+        so = ort.SessionOptions()
+        mlx_ep.append_to_session_options(so, options)
+        session = ort.InferenceSession(bench.model, so)
         binding = session.io_binding()
         for name, value in feeds.items():
             binding.bind_ortvalue_input(name, mlx_ep.ortvalue_in_mlx_memory(value))
@@ -368,8 +373,8 @@ def measure(bench: Bench, runs: int, precision: str | None = None, bound: bool =
         for info, value in zip(session.get_outputs(), outputs):
             binding.bind_ortvalue_output(info.name, value)
         session.run_with_iobinding(binding)
-        results["MLX EP bound max diff"] = float(np.abs(mlx_ep.to_numpy(outputs[0]) - reference).max())
-        results["MLX EP bound"] = median_ms(lambda: session.run_with_iobinding(binding), runs)
+        results[f"{label} max diff"] = float(np.abs(mlx_ep.to_numpy(outputs[0]) - reference).max())
+        results[label] = median_ms(lambda: session.run_with_iobinding(binding), runs)
     if bench.direct is not None:
         import mlx.core as mx
 
@@ -444,8 +449,13 @@ def main() -> None:
         if args.bound:
             ms, resident = r["MLX EP bound"], r.get("direct MLX resident")
             versus = f", direct MLX resident {resident:.2f} ms, bound / resident {ms / resident:.2f}x" if resident else ""
+            half = ""
+            if args.precision:
+                hms = r[f"MLX EP bound {args.precision}"]
+                half = (f"; EP {args.precision} {hms:.2f} ms, CPU / EP {r['ORT CPU'] / hms:.2f}x, "
+                        f"max diff {r[f'MLX EP bound {args.precision} max diff']:.1e}")
             print(f"|   {bench.name}, IO bound in MLX memory: EP {ms:.2f} ms, CPU / EP bound {r['ORT CPU'] / ms:.2f}x, "
-                  f"max diff {r['MLX EP bound max diff']:.1e}{versus} |", flush=True)
+                  f"max diff {r['MLX EP bound max diff']:.1e}{versus}{half} |", flush=True)
 
 
 if __name__ == "__main__":

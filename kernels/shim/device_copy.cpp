@@ -177,3 +177,33 @@ extern "C" int mlx_ep_array_from_host_by_driver(mlx_array* out, const void* src,
     return 1;
   }
 }
+
+// Copies `bytes` bytes of the evaluated, finished, row-contiguous array `a` into `dst`, the
+// start of an MLX unified-memory buffer (an output a user bound in the EP's memory): `dst` is
+// first moved to GPU `device`, so the copy stays on the device instead of pulling its pages to
+// the host (which a device-to-host copy would, and the next kernel to write them would fault
+// them back). Synchronises the legacy stream: a device-to-device copy returns before it ends.
+// Returns 0 when copied; 1 when the driver cannot (read through MLX instead); 2 + CUDA's error.
+extern "C" int mlx_ep_copy_into_unified(mlx_array a, void* dst, size_t bytes, int device) {
+  try {
+    auto& arr = mlx_array_get_(a);
+    const auto* buf = mlx_ep::buffer_of(arr, bytes);
+    const auto& d = mlx_ep::driver();
+    if (buf == nullptr || d.memcpy_any == nullptr || d.prefetch == nullptr ||
+        d.stream_synchronize == nullptr || !mlx_ep::context_current(d)) {
+      return 1;
+    }
+    auto to = reinterpret_cast<uintptr_t>(dst);
+    if (d.prefetch(to, bytes, mlx_ep::MemLocation{1, device}, 0, nullptr) != 0) {
+      return 1;
+    }
+    auto src = reinterpret_cast<uintptr_t>(buf->data) + static_cast<uintptr_t>(arr.offset());
+    int status = d.memcpy_any(to, src, bytes);
+    if (status == 0) {
+      status = d.stream_synchronize(nullptr);
+    }
+    return status == 0 ? 0 : 2 + status;
+  } catch (...) {
+    return 1;
+  }
+}

@@ -298,10 +298,18 @@ impl Array {
             dense
         };
         if crate::cuda::compute_capability().is_some() {
+            // An output bound in MLX's own memory is written on the device; anything else is
+            // host memory.
+            let into_mlx = crate::bound_memory::is_ours(dst);
             // SAFETY: `dense` is evaluated, finished and row-contiguous, and `dst` is valid for
-            // its `nbytes` bytes; the shim checks that they lie within the buffer.
+            // its `nbytes` bytes (the start of an MLX buffer when `into_mlx`); the shim checks
+            // that the source bytes lie within their buffer.
             let status = unsafe {
-                sys::mlx_ep_copy_from_device(dense.raw, dst.as_mut_ptr().cast(), dst.len())
+                if into_mlx {
+                    sys::mlx_ep_copy_into_unified(dense.raw, dst.as_mut_ptr().cast(), dst.len(), 0)
+                } else {
+                    sys::mlx_ep_copy_from_device(dense.raw, dst.as_mut_ptr().cast(), dst.len())
+                }
             };
             match status {
                 0 => return Ok(()),

@@ -37,6 +37,15 @@ extern "C" {
         dtype: mlx_dtype,
         device: i32,
     ) -> i32;
+    /// Copies `bytes` bytes of an evaluated, finished, row-contiguous array into `dst`, the start
+    /// of an MLX unified-memory buffer, on GPU `device` (`shim/device_copy.cpp`): 0 copied, 1 not
+    /// possible here, 2 + CUDA's error code on failure. MLX's CUDA backend only.
+    pub fn mlx_ep_copy_into_unified(
+        a: mlx_array,
+        dst: *mut std::ffi::c_void,
+        bytes: usize,
+        device: i32,
+    ) -> i32;
     /// Allocates `bytes` (at least one) from MLX's allocator (`shim/bound_memory.cpp`): returns
     /// the buffer's handle and sets `*data` to its host-visible address; null on failure.
     pub fn mlx_ep_buffer_malloc(
