@@ -1,4 +1,5 @@
-"""Create, run and destroy MLX-EP sessions N times; print the RSS (kB) after each reporting step.
+"""Create, run and destroy MLX-EP sessions N times, each run also with its input and output in the
+EP's own memory; print the RSS (kB) after each reporting step.
 
 Usage: python cycles.py N [REPORT_EVERY]. Used by test_leaks.py and `make leaks` (valgrind).
 """
@@ -48,8 +49,15 @@ def main() -> None:
     for i in range(1, cycles + 1):
         session = ort.InferenceSession(data, providers=mlx_ep.providers())
         assert session.get_providers()[0] == mlx_ep.EP_NAME
-        session.run(None, {"x": x})
-        del session
+        expected = session.run(None, {"x": x})[0]
+        # The same through tensors in the EP's own memory (its allocator: MLX buffers).
+        binding = session.io_binding()
+        binding.bind_ortvalue_input("x", mlx_ep.ortvalue_in_mlx_memory(x))
+        y = mlx_ep.ortvalue_in_mlx_memory(shape=[1024], dtype=np.float32)
+        binding.bind_ortvalue_output("y", y)
+        session.run_with_iobinding(binding)
+        assert np.array_equal(mlx_ep.to_numpy(y), expected)
+        del session, binding, y
         if i % every == 0:
             gc.collect()
             print(i, rss_kb(), flush=True)
