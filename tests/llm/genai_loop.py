@@ -9,19 +9,25 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from onnxruntime_ep_mlx import providers
+from onnxruntime_ep_mlx import ortvalue_in_mlx_memory, providers
 
 
 class SharedBufferLoop:
     """genai's loop over one session of a make_decoder model of `shape`: prompt, then one token
     a step, each KV buffer bound as both past and present."""
 
-    def __init__(self, model: Path, shape, on_mlx: bool) -> None:
+    def __init__(self, model: Path, shape, on_mlx: bool, in_mlx_memory: bool = False) -> None:
         self.session = ort.InferenceSession(str(model), providers=providers() if on_mlx else ["CPUExecutionProvider"])
         buffer = (1, shape.kv_heads, shape.context, shape.head_size)
-        # The numpy arrays own the memory the OrtValues use: keep them.
-        self.arrays = {f"{i}.{k}": np.zeros(buffer, np.float32) for i in range(shape.layers) for k in ("key", "value")}
-        self.values = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in self.arrays.items()}
+        names = [f"{i}.{k}" for i in range(shape.layers) for k in ("key", "value")]
+        if in_mlx_memory:
+            # The buffers in the EP's own memory; `arrays` are numpy views of them.
+            self.values = {name: ortvalue_in_mlx_memory(np.zeros(buffer, np.float32)) for name in names}
+            self.arrays = {name: value.numpy() for name, value in self.values.items()}
+        else:
+            # The numpy arrays own the memory the OrtValues use: keep them.
+            self.arrays = {name: np.zeros(buffer, np.float32) for name in names}
+            self.values = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in self.arrays.items()}
         self.length = 0
 
     def step(self, ids: np.ndarray, mask_length: int | None = None) -> np.ndarray:

@@ -92,6 +92,28 @@ def test_only_new_rows_are_written_back_and_steps_read_the_device_mirror(decoder
         assert in_place == BUFFERS * compiled, summary
 
 
+def test_buffers_in_the_eps_own_memory_generate_the_same(decoder, monkeypatch, capfd):
+    """The KV buffers allocated in the EP's memory (MLX buffers, bound as past and present):
+    the same logits and buffers as ORT's CPU EP with its own, the same rows written back, and
+    no step's buffer copied in from host memory."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    ids = tokens(PROMPT + DECODE)
+    loops = [SharedBufferLoop(decoder, SHAPE, on_mlx=True, in_mlx_memory=True), session_loop(decoder, on_mlx=False)]
+    steps = [ids[:, :PROMPT]] + [ids[:, PROMPT + t: PROMPT + t + 1] for t in range(DECODE)]
+    for n, chunk in enumerate(steps):
+        got, want = (loop.step(chunk) for loop in loops)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"step {n} logits")
+    for name in loops[0].arrays:
+        np.testing.assert_allclose(loops[0].arrays[name], loops[1].arrays[name], rtol=1e-4, atol=1e-4, err_msg=name)
+    summary = closing_summary(loops, capfd)
+    written, _, mirrored, _ = summary_counts(summary)
+    assert written == BUFFERS * SHAPE.kv_heads * (PROMPT + DECODE)
+    assert mirrored == BUFFERS * DECODE
+    # The prompt's step reads each buffer from MLX memory (the later ones from the mirror).
+    bound_in = int(re.search(r"in MLX memory \(no host copy\): (\d+) input\(s\)", summary)[1])
+    assert bound_in == BUFFERS, summary
+
+
 def test_rows_the_step_does_not_write_keep_what_the_buffer_held(decoder, monkeypatch, capfd):
     """A buffer pre-filled with a sentinel: ORT's kernel writes only each step's new rows into a
     shared buffer, so every row past the sequence keeps the sentinel (a present of its own would
