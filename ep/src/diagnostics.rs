@@ -50,6 +50,8 @@ pub struct PlanReport {
     pub constants: ConstantsReport,
     /// Under the `precision` option: nodes computing in the half type, of the plan's nodes.
     pub half_nodes: Option<(&'static str, usize, usize)>,
+    /// Elementwise node lowerings over channels-last forms, between convolutions.
+    pub channels_last_lowered: usize,
 }
 
 /// MLX's memory after the latest run: held by live arrays (the plans' constants, what was
@@ -175,6 +177,13 @@ impl Stats {
                     out,
                     "; precision {half}: {computing} of {nodes} node(s) in {half}, {} constant(s) rounded",
                     report.constants.rounded
+                );
+            }
+            if report.channels_last_lowered > 0 {
+                let _ = write!(
+                    out,
+                    "; {} elementwise node lowering(s) between convolutions kept channels-last",
+                    report.channels_last_lowered
                 );
             }
             let c = &report.constants;

@@ -8,6 +8,7 @@
 mod abi;
 mod capability;
 mod capture;
+mod channels_last;
 mod context;
 mod device;
 mod diagnostics;

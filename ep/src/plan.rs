@@ -9,15 +9,18 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mlx_kernels::{custom, ops, Array, Dtype, Stream};
+use op_specs::table::channels_last::answer_from_channels_last;
 use op_specs::{
-    decide, BodiesReport, ConstantInputs, Decision, ElemType, HostKey, Lower, Node, OpSpec,
-    Prepared, ShapeSafety, SharedDerivations, Value, ValueInfo,
+    decide, BodiesReport, ConstantInputs, Decision, ElemType, HostKey, Lower, Lowered, Node,
+    OpSpec, Prepared, ShapeSafety, SharedDerivations, Value, ValueInfo,
 };
 
+use crate::channels_last::{self, NodeSlots};
 use crate::device::Device;
 use crate::diagnostics;
 use crate::op_profile::OpProfile;
@@ -142,6 +145,11 @@ pub struct Plan {
     /// session's half type, or float32 where the node's row computes in float32).
     float32_inputs_as: Vec<Option<Dtype>>,
     half: Option<ElemType>,
+    /// Per node: whether it runs over its inputs' channels-last forms (see channels_last.rs).
+    channels_last: Vec<bool>,
+    /// Node lowerings that did, over all runs and traces (a lowering that could not falls back
+    /// to channels-first and is not counted).
+    channels_last_lowered: AtomicUsize,
 }
 
 /// The MLX side of a plan, created on (and owned by) the thread that first runs it.
@@ -417,8 +425,20 @@ impl Plan {
                 Ok(PlanOutput { slot, elem })
             })
             .collect::<Result<Vec<_>, String>>()?;
+        let channels_last = channels_last::runs_channels_last(
+            &plan_nodes
+                .iter()
+                .map(|n| NodeSlots {
+                    layout: n.spec.layout,
+                    inputs: &n.inputs,
+                    outputs: &n.outputs,
+                })
+                .collect::<Vec<_>>(),
+        );
         Ok(Plan {
             name,
+            channels_last,
+            channels_last_lowered: AtomicUsize::new(0),
             float32_inputs_as: vec![None; plan_nodes.len()],
             half: None,
             nodes: plan_nodes,
@@ -464,6 +484,11 @@ impl Plan {
             .filter(|d| matches!(d, Some(Dtype::F16 | Dtype::BF16)))
             .count();
         Some((name, computing, self.nodes.len()))
+    }
+
+    /// How many elementwise node lowerings ran over channels-last forms, between convolutions.
+    pub fn channels_last_lowered(&self) -> usize {
+        self.channels_last_lowered.load(Ordering::Relaxed)
     }
 
     /// Whether the run needs fused-node input `index` (a constant the plan holds does not).
@@ -846,13 +871,13 @@ impl Plan {
                     .map(|s| s.and_then(|s| part.host_values.get(&s).cloned()))
                     .collect()
             };
-            let cx = Lower::new(stream, &planned.node).with_constants(ConstantInputs {
+            let constant_inputs = ConstantInputs {
                 node: index,
                 constant: &planned.constant_inputs,
                 prepared: &constants.prepared,
                 host_values: &host_values,
                 shared: &shared,
-            });
+            };
             let lowering_started = Instant::now();
             let arrays_before = mlx_kernels::arrays_created();
             let span = trace::span_with(planned.node.op_type(), "op", || {
@@ -861,10 +886,23 @@ impl Plan {
                     ("inputs", value_shapes(&args).into()),
                 ]
             });
-            let lowered = planned
-                .spec
-                .lower_in(cx, &args)
-                .map_err(|e| node_error(&planned.node, &e.message))?;
+            let in_channels_last = match self.channels_last[index] {
+                true => lowered_channels_last(planned, &args, constant_inputs, stream),
+                false => None,
+            };
+            let lowered = match in_channels_last {
+                Some(lowered) => {
+                    self.channels_last_lowered.fetch_add(1, Ordering::Relaxed);
+                    lowered
+                }
+                None => planned
+                    .spec
+                    .lower_in(
+                        Lower::new(stream, &planned.node).with_constants(constant_inputs),
+                        &args,
+                    )
+                    .map_err(|e| node_error(&planned.node, &e.message))?,
+            };
             drop(span);
             if let Some(profile) = profile.as_deref_mut() {
                 let lowered_in = lowering_started.elapsed();
@@ -920,6 +958,32 @@ impl Plan {
         lowered_part.env = env;
         Ok(lowered_part)
     }
+}
+
+/// An elementwise node lowered over its inputs' channels-last forms, answered channels-first
+/// (a lazy transpose) with the form recorded for the nodes after it; `None` when its inputs have
+/// no form, or when its lowering gives more than one plain tensor (checks or written rows would
+/// need remapping): the caller then lowers it as it is.
+fn lowered_channels_last(
+    planned: &PlanNode,
+    args: &[Option<Value>],
+    constant_inputs: ConstantInputs,
+    stream: &Stream,
+) -> Option<Lowered> {
+    let forms = constant_inputs.shared;
+    let permuted = channels_last::args_in_channels_last(args, &forms.borrow(), stream).ok()??;
+    let cx = Lower::new(stream, &planned.node).with_constants(constant_inputs);
+    let mut lowered = planned.spec.lower_in(cx, &permuted).ok()?;
+    let plain = lowered.checks.is_empty()
+        && lowered.written_rows.is_empty()
+        && lowered.host_keys.is_empty()
+        && lowered.outputs.len() == 1;
+    let Some(Value::Tensor(last)) = lowered.outputs.pop().filter(|_| plain) else {
+        return None;
+    };
+    let first = answer_from_channels_last(last, Some(forms), stream).ok()?;
+    lowered.outputs.push(Value::Tensor(first));
+    Some(lowered)
 }
 
 /// `args` with the float32 tensors of `planned` (those the graph types float32, which may

@@ -32,6 +32,9 @@ struct Entry {
     shape: String,
     /// `Follows` or `Float32`: what the entry computes in under the `precision` option.
     precision: String,
+    /// `ChannelsFirst`, `Elementwise` or `ChannelsLast`: how the entry meets channels-last
+    /// activations.
+    layout: String,
     /// The file declaring the entry, from the workspace root (`op-specs/src/pool.rs`): where its
     /// Rust tests sit and what its spec file in tests/ops/specs is named after.
     source: &'static str,
@@ -56,6 +59,7 @@ impl Entry {
                 ShapeRule::OfNode(_) => "per node".into(),
             },
             precision: format!("{:?}", spec.precision),
+            layout: format!("{:?}", spec.layout),
             source: spec.source,
         }
     }

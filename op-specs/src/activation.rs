@@ -15,7 +15,7 @@ fn zero_like(x: &Array, s: &Stream) -> Result<Array> {
 }
 
 /// `max(x, 0)`.
-#[onnx_op(op = "Relu", since = 6, types(T = SIGNED), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "Relu", since = 6, types(T = SIGNED), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn relu(cx: &mut Lower, x: Array) -> Result<Array> {
     relu_of(&x, cx.stream())
 }
@@ -30,7 +30,7 @@ pub(crate) fn relu_of(x: &Array, s: &Stream) -> Result<Array> {
 }
 
 /// `x` where `x >= 0`, else `alpha * x`.
-#[onnx_op(op = "LeakyRelu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "LeakyRelu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn leaky_relu(cx: &mut Lower, x: Array, #[attr(default = 0.01)] alpha: f32) -> Result<Array> {
     leaky_relu_of(&x, alpha.into(), cx.stream())
 }
@@ -52,14 +52,14 @@ pub(crate) fn elu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> {
 }
 
 /// Exponential linear unit: `alpha * (e^x - 1)` below zero, `x` above.
-#[onnx_op(op = "Elu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "Elu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn elu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<Array> {
     elu_of(&x, alpha.into(), cx.stream())
 }
 
 /// Scaled ELU: `gamma * (alpha * (e^x - 1))` for `x <= 0`, `gamma * x` above.
 #[onnx_op(
-    op = "Selu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless,
+    op = "Selu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless,
     claim = finite_selu_claim, declines = "a non-finite alpha or gamma (ORT's kernel then gives NaN where the formula is 0)"
 )]
 fn selu(
@@ -85,7 +85,7 @@ fn finite_selu_claim(node: &crate::Node) -> crate::Verdict {
 }
 
 /// Continuously differentiable ELU: `max(0, x) + min(0, alpha * (e^(x/alpha) - 1))`.
-#[onnx_op(op = "Celu", since = 12, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "Celu", since = 12, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn celu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<Array> {
     let s = cx.stream();
     let alpha = f64::from(alpha);
@@ -130,7 +130,7 @@ pub(crate) fn gelu_tanh(x: &Array, s: &Stream) -> Result<Array> {
 
 /// Gaussian error linear unit, exact (`approximate = "none"`) or the tanh approximation.
 #[onnx_op(
-    op = "Gelu", since = 20, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless,
+    op = "Gelu", since = 20, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless,
     claim = gelu_claim, declines = "approximate other than \"none\" or \"tanh\""
 )]
 fn gelu(cx: &mut Lower, x: Array, #[attr(default = "none")] approximate: String) -> Result<Array> {
@@ -172,7 +172,7 @@ pub(crate) fn hard_sigmoid_of(x: &Array, alpha: f64, beta: f64, s: &Stream) -> R
 }
 
 /// `max(0, min(1, alpha * x + beta))`.
-#[onnx_op(op = "HardSigmoid", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "HardSigmoid", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn hard_sigmoid(
     cx: &mut Lower,
     x: Array,
@@ -183,7 +183,7 @@ fn hard_sigmoid(
 }
 
 /// `x * max(0, min(1, x / 6 + 0.5))`.
-#[onnx_op(op = "HardSwish", since = 14, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "HardSwish", since = 14, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn hard_swish(cx: &mut Lower, x: Array) -> Result<Array> {
     in_float32_for_float16(&x, cx.stream(), |x, s| {
         Ok(ops::multiply(
@@ -200,7 +200,7 @@ pub(crate) fn softplus_of(x: &Array, s: &Stream) -> Result<Array> {
 }
 
 /// `x * tanh(softplus(x))`.
-#[onnx_op(op = "Mish", since = 18, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "Mish", since = 18, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn mish(cx: &mut Lower, x: Array) -> Result<Array> {
     let s = cx.stream();
     Ok(ops::multiply(&x, &ops::tanh(&softplus_of(&x, s)?, s)?, s)?)
@@ -208,7 +208,7 @@ fn mish(cx: &mut Lower, x: Array) -> Result<Array> {
 
 /// `x * sigmoid(alpha * x)` (SiLU at alpha 1), as ORT's CPU kernel computes it; 16-bit inputs
 /// in float32, rounded once.
-#[onnx_op(op = "Swish", since = 24, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "Swish", since = 24, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn swish(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<Array> {
     in_float32_for_float16(&x, cx.stream(), |x, s| {
         let scaled = ops::multiply(x, &scalar_like(alpha.into(), x, s)?, s)?;
@@ -217,7 +217,7 @@ fn swish(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<
 }
 
 /// `slope * x` where `x < 0`, else `x`; `slope` broadcasts to `X`.
-#[onnx_op(op = "PRelu", since = 7, types(T = SIGNED), inputs(X: T, slope: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "PRelu", since = 7, types(T = SIGNED), inputs(X: T, slope: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn prelu(cx: &mut Lower, x: Array, slope: Array) -> Result<Array> {
     let s = cx.stream();
     let negative = ops::less(&x, &zero_like(&x, s)?, s)?;
@@ -262,13 +262,13 @@ fn shrink(
 }
 
 /// `ln(1 + e^x)`.
-#[onnx_op(op = "Softplus", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "Softplus", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn softplus(cx: &mut Lower, x: Array) -> Result<Array> {
     softplus_of(&x, cx.stream())
 }
 
 /// `x / (1 + |x|)`.
-#[onnx_op(op = "Softsign", since = 1, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
+#[onnx_op(op = "Softsign", since = 1, types(T = FLOAT), inputs(input: T), outputs(output: T), layout = Elementwise, shape = Shapeless)]
 fn softsign(cx: &mut Lower, x: Array) -> Result<Array> {
     softsign_of(&x, cx.stream())
 }
@@ -279,7 +279,7 @@ pub(crate) fn softsign_of(x: &Array, s: &Stream) -> Result<Array> {
 }
 
 /// `x` where `x > alpha`, else 0.
-#[onnx_op(op = "ThresholdedRelu", since = 10, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "ThresholdedRelu", since = 10, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn thresholded_relu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<Array> {
     thresholded_relu_of(&x, alpha.into(), cx.stream())
 }
@@ -290,13 +290,13 @@ pub(crate) fn thresholded_relu_of(x: &Array, alpha: f64, s: &Stream) -> Result<A
 }
 
 /// `1 / (1 + e^-x)`.
-#[onnx_op(op = "Sigmoid", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+#[onnx_op(op = "Sigmoid", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn sigmoid(cx: &mut Lower, x: Array) -> Result<Array> {
     Ok(ops::sigmoid(&x, cx.stream())?)
 }
 
 /// Hyperbolic tangent.
-#[onnx_op(op = "Tanh", since = 6, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless)]
+#[onnx_op(op = "Tanh", since = 6, types(T = FLOAT), inputs(input: T), outputs(output: T), layout = Elementwise, shape = Shapeless)]
 fn tanh(cx: &mut Lower, x: Array) -> Result<Array> {
     Ok(ops::tanh(&x, cx.stream())?)
 }
@@ -305,7 +305,7 @@ fn tanh(cx: &mut Lower, x: Array) -> Result<Array> {
 /// means the float range; from opset 11 they are inputs of T, and an absent one does not clip.
 #[onnx_op(
     op = "Clip", since = 6, types(T = FLOAT | since(11, INTEGER)), inputs(input: T, min: T, max: T),
-    outputs(output: T), shape = Shapeless,
+    outputs(output: T), layout = Elementwise, shape = Shapeless,
     claim = clip_claim, declines = "attribute bounds (opsets 6–10) with min > max (or NaN): ORT's kernel refuses them"
 )]
 fn clip(

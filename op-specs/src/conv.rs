@@ -4,6 +4,7 @@
 
 use mlx_kernels::{ops, Array, Dtype};
 
+use crate::table::channels_last::{to_channels_first, to_channels_last};
 use crate::table::consts::scalar_like;
 use crate::{onnx_op, Lower, OpError, Result};
 
@@ -55,21 +56,6 @@ fn to_i32(values: &[i64]) -> Vec<i32> {
     values.iter().map(|&v| v as i32).collect()
 }
 
-/// Channels-first `[N, C, d..]` to channels-last `[N, d.., C]`, and back.
-fn channels_last(rank: usize) -> Vec<i32> {
-    std::iter::once(0)
-        .chain(2..rank as i32)
-        .chain(std::iter::once(1))
-        .collect()
-}
-
-fn channels_first(rank: usize) -> Vec<i32> {
-    std::iter::once(0)
-        .chain(std::iter::once(rank as i32 - 1))
-        .chain(1..rank as i32 - 1)
-        .collect()
-}
-
 /// Conv's attributes, shared by every op that convolves.
 struct ConvAttrs {
     auto_pad: String,
@@ -114,14 +100,16 @@ fn kernel_of(x: &Array, w: &Array, attrs: &ConvAttrs) -> Result<Vec<i64>> {
     Ok(kernel)
 }
 
-/// `conv(X, W) + B`, channels first in and out.
+/// `conv(X, W) + B`, channels first in and out. MLX convolves channels-last: X's channels-last
+/// form is read when an earlier node left one, and the answer leaves its own (see `Layout`).
 fn convolve(
-    s: &mlx_kernels::Stream,
+    cx: &Lower,
     x: &Array,
     w: &Array,
     b: Option<&Array>,
     attrs: &ConvAttrs,
 ) -> Result<Array> {
+    let s = cx.stream();
     let rank = x.ndim();
     let kernel = kernel_of(x, w, attrs)?;
     let spatial = rank - 2;
@@ -197,8 +185,11 @@ fn convolve(
     } else {
         (x.clone(), w.clone())
     };
-    let x_last = ops::transpose(&x, &channels_last(rank), s)?;
-    let w_last = ops::transpose(&w, &channels_last(rank), s)?;
+    let x_last = match cx.channels_last_of(&x) {
+        Some(last) => last,
+        None => to_channels_last(&x, s)?,
+    };
+    let w_last = to_channels_last(&w, s)?;
     let y = ops::conv(
         &x_last,
         &w_last,
@@ -214,14 +205,14 @@ fn convolve(
         Some(b) => ops::add(&y, b, s)?,
         None => y,
     };
-    Ok(ops::transpose(&y, &channels_first(rank), s)?)
+    cx.answer_from_channels_last(y)
 }
 
 /// N-d convolution (cross-correlation) with groups, strides, dilations and padding.
 #[allow(clippy::too_many_arguments)] // three inputs and six attributes, as ONNX has them
 #[onnx_op(
     op = "Conv", since = 1, types(T = FLOAT), inputs(X: T, W: T, B: T), outputs(Y: T), shape = ShapeKeyed,
-    claim = conv_claim, declines = "auto_pad values other than ONNX's four, or one besides NOTSET together with pads (ORT refuses both); grouped convolutions beyond 2-D (MLX has none); strides or dilations beyond 65535 (MLX's GPU convolution)"
+    layout = ChannelsLast, claim = conv_claim, declines = "auto_pad values other than ONNX's four, or one besides NOTSET together with pads (ORT refuses both); grouped convolutions beyond 2-D (MLX has none); strides or dilations beyond 65535 (MLX's GPU convolution)"
 )]
 fn conv(
     cx: &mut Lower,
@@ -243,14 +234,14 @@ fn conv(
         pads,
         strides,
     };
-    convolve(cx.stream(), &x, &w, b.as_ref(), &attrs)
+    convolve(cx, &x, &w, b.as_ref(), &attrs)
 }
 
 /// ORT's Conv fusion: `activation(conv(X, W) + B + Z)`, the activation one of MLAS's.
 #[allow(clippy::too_many_arguments)] // four inputs and eight attributes, as ORT has them
 #[onnx_op(
     domain = "com.microsoft", op = "FusedConv", since = 1, types(T = F32 | F16), inputs(X: T, W: T, B: T, Z: T),
-    outputs(Y: T), shape = ShapeKeyed, claim = fused_conv_claim,
+    outputs(Y: T), shape = ShapeKeyed, layout = ChannelsLast, claim = fused_conv_claim,
     declines = "activations other than Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid; Conv's declines"
 )]
 fn fused_conv(
@@ -277,7 +268,7 @@ fn fused_conv(
         pads,
         strides,
     };
-    let y = convolve(s, &x, &w, b.as_ref(), &attrs)?;
+    let y = convolve(cx, &x, &w, b.as_ref(), &attrs)?;
     let y = match z {
         Some(z) => ops::add(&y, &z, s)?,
         None => y,
@@ -509,7 +500,7 @@ fn conv_transpose(
     )?;
     // MLX pads only outwards: negative padding (ONNX pads wider than the kernel's reach) is a
     // crop of the result instead.
-    let x_last = ops::transpose(&x, &channels_last(rank), s)?;
+    let x_last = to_channels_last(&x, s)?;
     let y = ops::conv(
         &x_last,
         &weight,
@@ -526,7 +517,7 @@ fn conv_transpose(
         Some(b) => ops::add(&y, &b, s)?,
         None => y,
     };
-    Ok(ops::transpose(&y, &channels_first(rank), s)?)
+    to_channels_first(&y, s)
 }
 
 /// ONNX's pads before and after spatial axis `i` of a transposed convolution: from
@@ -657,7 +648,8 @@ fn per_channel(p: &Array, rank: usize, s: &mlx_kernels::Stream) -> Result<Array>
     ignores(momentum: f32, training_mode: i64 since 14),
     inputs(X: T, scale: T1, B: T1, input_mean: T2, input_var: T2),
     outputs(Y: T, running_mean?: T2, running_var?: T2, saved_mean?: T, saved_var?: T),
-    shape = ShapeKeyed, claim = batch_norm_claim, declines = "training mode (running statistics outputs)"
+    shape = ShapeKeyed, layout = ChannelsLast, claim = batch_norm_claim,
+    declines = "training mode (running statistics outputs)"
 )]
 fn batch_normalization(
     cx: &mut Lower,
@@ -700,23 +692,34 @@ fn batch_norm(
     } else {
         x.dtype()
     };
-    let xw = ops::astype(x, wide, s)?;
-    let param = |p: &Array| -> Result<Array> { per_channel(&ops::astype(p, wide, s)?, rank, s) };
+    let param = |p: &Array| -> Result<Array> { Ok(ops::astype(p, wide, s)?) };
     // ORT's order: one factor per channel, scale / sqrt(var + eps), then `x * factor + (B -
     // mean * factor)`. Normalising first overflows where ORT does not (x = 3e38, var 0.25,
     // scale 0.5: x / 0.5 is inf before the scale could bring it back).
-    let std = ops::sqrt(
-        &ops::add(&param(var)?, &scalar_like(epsilon.into(), &xw, s)?, s)?,
-        s,
-    )?;
+    let epsilon = crate::table::consts::scalar(epsilon.into(), wide, s)?;
+    let std = ops::sqrt(&ops::add(&param(var)?, &epsilon, s)?, s)?;
     let channel_scale = ops::multiply(&ops::reciprocal(&std, s)?, &param(scale)?, s)?;
     let channel_bias = ops::subtract(
         &param(b)?,
         &ops::multiply(&param(mean)?, &channel_scale, s)?,
         s,
     )?;
-    let y = ops::add(&ops::multiply(&xw, &channel_scale, s)?, &channel_bias, s)?;
-    Ok(ops::astype(&y, x.dtype(), s)?)
+    let normalised = |x: &Array, scale: &Array, bias: &Array| -> Result<Array> {
+        let xw = ops::astype(x, wide, s)?;
+        let y = ops::add(&ops::multiply(&xw, scale, s)?, bias, s)?;
+        Ok(ops::astype(&y, x.dtype(), s)?)
+    };
+    match cx.channels_last_of(x) {
+        // Channels-last, the [C] factors already lie along the last axis.
+        Some(last) => {
+            cx.answer_from_channels_last(normalised(&last, &channel_scale, &channel_bias)?)
+        }
+        None => normalised(
+            x,
+            &per_channel(&channel_scale, rank, s)?,
+            &per_channel(&channel_bias, rank, s)?,
+        ),
+    }
 }
 
 fn batch_norm_claim(node: &crate::Node) -> crate::Verdict {
@@ -751,7 +754,10 @@ fn empty_global_pool(x: &Array) -> Result<Option<Array>> {
 }
 
 /// Mean over the spatial axes, kept as size 1.
-#[onnx_op(op = "GlobalAveragePool", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed)]
+#[onnx_op(
+    op = "GlobalAveragePool", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
+    layout = ChannelsLast
+)]
 fn global_average_pool(cx: &mut Lower, x: Array) -> Result<Array> {
     let s = cx.stream();
     if let Some(empty) = empty_global_pool(&x)? {
@@ -759,21 +765,45 @@ fn global_average_pool(cx: &mut Lower, x: Array) -> Result<Array> {
     }
     // 16-bit floats are summed in float32, as ORT's CPU EP does: the sum of a few large
     // float16 values overflows float16 though their mean does not.
-    let wide = crate::reduce::widened(&x, s)?;
-    Ok(ops::astype(
-        &ops::mean(&wide, &spatial_axes(&x)?, true, s)?,
-        x.dtype(),
-        s,
-    )?)
+    let mean = |x: &Array, axes: &[i32]| -> Result<Array> {
+        let wide = crate::reduce::widened(x, s)?;
+        Ok(ops::astype(
+            &ops::mean(&wide, axes, true, s)?,
+            x.dtype(),
+            s,
+        )?)
+    };
+    match cx.channels_last_of(&x) {
+        Some(last) => Ok(to_channels_first(
+            &mean(&last, &last_spatial_axes(&last))?,
+            s,
+        )?),
+        None => mean(&x, &spatial_axes(&x)?),
+    }
+}
+
+/// The spatial axes of a channels-last `[N, d.., C]`.
+fn last_spatial_axes(last: &Array) -> Vec<i32> {
+    (1..last.ndim() as i32 - 1).collect()
 }
 
 /// Maximum over the spatial axes, kept as size 1.
-#[onnx_op(op = "GlobalMaxPool", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed)]
+#[onnx_op(
+    op = "GlobalMaxPool", since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
+    layout = ChannelsLast
+)]
 fn global_max_pool(cx: &mut Lower, x: Array) -> Result<Array> {
     if let Some(empty) = empty_global_pool(&x)? {
         return Ok(empty);
     }
-    Ok(ops::max(&x, &spatial_axes(&x)?, true, cx.stream())?)
+    let s = cx.stream();
+    match cx.channels_last_of(&x) {
+        Some(last) => Ok(to_channels_first(
+            &ops::max(&last, &last_spatial_axes(&last), true, s)?,
+            s,
+        )?),
+        None => Ok(ops::max(&x, &spatial_axes(&x)?, true, s)?),
+    }
 }
 
 #[cfg(test)]

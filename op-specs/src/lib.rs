@@ -59,7 +59,8 @@ pub use table::lower::{
 pub use table::node::{AttrValue, Graph, Node, TensorValue, ValueInfo};
 pub use table::registry::{all, decide, lookup, overlaps, Decision};
 pub use table::spec::{
-    AttrKind, AttrSpec, DtypeGate, OpSpec, Port, PortKind, Precision, ShapeSafety, TypeVar, Verdict,
+    AttrKind, AttrSpec, DtypeGate, Layout, OpSpec, Port, PortKind, Precision, ShapeSafety, TypeVar,
+    Verdict,
 };
 
 /// What the `#[onnx_op]` expansion refers to. Not for hand-written code.
@@ -72,7 +73,8 @@ pub mod __private {
     };
     pub use crate::table::lower::{AttrArray, FromAttr, IntoOutputs, Lower, Result, Value};
     pub use crate::table::spec::{
-        AttrSpec, DtypeGate, OpSpec, Port, PortKind, Precision, ShapeRule, ShapeSafety, TypeVar,
+        AttrSpec, DtypeGate, Layout, OpSpec, Port, PortKind, Precision, ShapeRule, ShapeSafety,
+        TypeVar,
     };
     pub use inventory;
     pub use mlx_kernels::Array;

@@ -136,10 +136,13 @@ pub struct OpArgs {
     pub numerics: Option<LitStr>,
     /// `precision = Float32`: the op computes in float32 under a half-precision session.
     pub precision: Option<Ident>,
+    /// `layout = Elementwise | ChannelsLast`: how the op meets channels-last activations.
+    pub layout: Option<Ident>,
 }
 
 const SHAPE_KINDS: [&str; 3] = ["Shapeless", "ShapeKeyed", "Eager"];
 const PRECISION_KINDS: [&str; 2] = ["Follows", "Float32"];
+const LAYOUT_KINDS: [&str; 3] = ["ChannelsFirst", "Elementwise", "ChannelsLast"];
 
 impl OpArgs {
     pub fn parse(tokens: proc_macro2::TokenStream) -> syn::Result<OpArgs> {
@@ -156,6 +159,7 @@ impl OpArgs {
         let mut declines = None;
         let mut numerics = None;
         let mut precision = None;
+        let mut layout = None;
 
         let parser = syn::meta::parser(|meta| {
             let key = meta
@@ -243,10 +247,20 @@ impl OpArgs {
                     }
                     precision = Some(kind);
                 }
+                "layout" => {
+                    let kind: Ident = meta.value()?.parse()?;
+                    if !LAYOUT_KINDS.contains(&kind.to_string().as_str()) {
+                        return Err(syn::Error::new(
+                            kind.span(),
+                            "layout is `ChannelsFirst` (the default), `Elementwise` or `ChannelsLast`",
+                        ));
+                    }
+                    layout = Some(kind);
+                }
                 _ => return Err(meta.error(
                     "unknown onnx_op argument; expected one of: op, domain, since, opset, types, \
                          ignores, inputs, outputs, heterogeneous, shape, claim, declines, numerics, \
-                         precision",
+                         precision, layout",
                 )),
             }
             Ok(())
@@ -272,6 +286,7 @@ impl OpArgs {
             declines,
             numerics,
             precision,
+            layout,
         };
         args.check_type_vars()?;
         Ok(args)

@@ -267,6 +267,10 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
         Some(kind) => quote!(#p::Precision::#kind),
         None => quote!(#p::Precision::Follows),
     };
+    let layout = match &args.layout {
+        Some(kind) => quote!(#p::Layout::#kind),
+        None => quote!(#p::Layout::ChannelsFirst),
+    };
 
     Ok(quote! {
         #function
@@ -302,6 +306,7 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
                 declines: #declines,
                 numerics: #numerics,
                 precision: #precision,
+                layout: #layout,
                 lower: #lower,
             }
         }

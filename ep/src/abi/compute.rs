@@ -280,6 +280,7 @@ fn run(
                 mirrors_in_place: residency.mirrors_in_place,
                 constants: info.plan.constants_report(runtime),
                 half_nodes: info.plan.half_nodes(),
+                channels_last_lowered: info.plan.channels_last_lowered(),
             },
         );
     }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::registry;
-use super::spec::{gate_label, OpSpec, Precision, ShapeRule};
+use super::spec::{gate_label, Layout, OpSpec, Precision, ShapeRule};
 
 pub const PATH_IN_REPO: &str = "docs/COVERAGE.md";
 
@@ -90,8 +90,26 @@ pub fn markdown() -> String {
         }
         numerics(&mut out, list);
         float32_under_half_precision(&mut out, list);
+        channels_last(&mut out, list);
     }
     out
+}
+
+/// The family's entries that keep activations channels-last (see `Layout`).
+fn channels_last(out: &mut String, list: &[&OpSpec]) {
+    let mut ops: Vec<&str> = list
+        .iter()
+        .filter(|s| s.layout != Layout::ChannelsFirst)
+        .map(|s| s.op)
+        .collect();
+    ops.dedup();
+    if !ops.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nKept channels-last between convolutions: {}.",
+            ops.join(", ")
+        );
+    }
 }
 
 /// The family's entries that compute in float32 under the `precision` option.

@@ -215,6 +215,29 @@ impl SharedDerivations {
             .and_then(|e| e.value.downcast_ref::<T>().cloned())
     }
 
+    /// Records `value` as what `tag` derives from `inputs` and `extra` (as [`Lower::shared`]
+    /// would after computing it).
+    pub(super) fn record<T: Clone + 'static>(
+        &mut self,
+        tag: &'static str,
+        inputs: &[&Array],
+        extra: &[i64],
+        value: T,
+    ) {
+        self.entries.push(SharedEntry {
+            tag,
+            inputs: inputs.iter().map(|&a| a.clone()).collect(),
+            extra: extra.to_vec(),
+            value: Box::new(value),
+        });
+    }
+
+    /// The channels-last form of `first` an earlier node of this lowering left, if any (see
+    /// `Layout`).
+    pub fn channels_last_of(&self, first: &Array) -> Option<Array> {
+        self.find::<Array>(super::channels_last::FORM, &[first], &[])
+    }
+
     /// How many derivations were computed (each once).
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -416,13 +439,24 @@ impl<'a> Lower<'a> {
             return Ok(found);
         }
         let value = compute(self)?;
-        store.borrow_mut().entries.push(SharedEntry {
-            tag,
-            inputs: inputs.iter().map(|&a| a.clone()).collect(),
-            extra: extra.to_vec(),
-            value: Box::new(value.clone()),
-        });
+        store.borrow_mut().record(tag, inputs, extra, value.clone());
         Ok(value)
+    }
+
+    /// The channels-last form of `x` (`[N, d.., C]`) that an earlier node of this lowering
+    /// left (see `Layout::ChannelsLast`), if any; `None` without a plan's context.
+    pub fn channels_last_of(&self, x: &Array) -> Option<Array> {
+        super::channels_last::recorded_form(self.constants.map(|c| c.shared), x)
+    }
+
+    /// The node's answer from its channels-last form `last`: the channels-first view ONNX
+    /// expects, recorded with `last` for the nodes after it that prefer it.
+    pub fn answer_from_channels_last(&self, last: Array) -> Result<Array> {
+        super::channels_last::answer_from_channels_last(
+            last,
+            self.constants.map(|c| c.shared),
+            self.stream,
+        )
     }
 
     /// Makes the run fail with `message` unless every element of `holds` (bool, any shape) is

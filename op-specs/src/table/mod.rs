@@ -1,6 +1,7 @@
 //! The table machinery; op declarations live in the family files beside this folder.
 
 pub mod body;
+pub mod channels_last;
 pub mod claim;
 pub mod consts;
 pub mod coverage;

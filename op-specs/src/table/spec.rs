@@ -28,6 +28,23 @@ pub enum Precision {
     Float32,
 }
 
+/// How an op meets activations kept channels-last (`[N, d.., C]` for ONNX's `[N, C, d..]`)
+/// between the ops that prefer them: MLX convolves channels-last, so a chain of convolutions and
+/// what lies between them stays so, and ONNX's layout is only a lazy transpose of it (which
+/// nothing evaluates unless an op that needs it reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Reads and writes ONNX's channels-first layout only.
+    ChannelsFirst,
+    /// Elementwise with numpy broadcasting (attributes name no axis): the plan may run it over
+    /// the channels-last forms of its inputs, every operand permuted alike, when one of them
+    /// has that form and a consumer wants it.
+    Elementwise,
+    /// Its lowering reads the channels-last form of its first input when the plan has one
+    /// (`Lower::channels_last_of`) and leaves one of its output (`Lower::set_channels_last`).
+    ChannelsLast,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub enum ShapeRule {
     Fixed(ShapeSafety),
@@ -201,6 +218,7 @@ pub struct OpSpec {
     /// (for the coverage doc); empty when they compute alike.
     pub numerics: &'static str,
     pub precision: Precision,
+    pub layout: Layout,
     pub lower: LowerFn,
 }
 

@@ -1,0 +1,116 @@
+"""Activations kept channels-last between convolutions (the table's `layout` field): chains of
+Conv, BatchNormalization, elementwise ops with every kind of broadcast operand, and global
+pooling answer as ORT's CPU EP does, whichever of their values also leave channels-first (a
+reshape, a graph output), for 1-, 2- and 3-D convolutions and float16."""
+
+import gc
+import re
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import Run, cpu_outputs, make_model, mlx_devices, tensor
+
+RNG = np.random.default_rng(5)
+
+
+def init(name, array):
+    return numpy_helper.from_array(array, name)
+
+
+def chain(spatial, dtype=np.float32):
+    """conv -> BN -> Relu -> Add [C,1..] -> Mul scalar -> conv -> PRelu [C,1..] -> Add [W] ->
+    Clip -> conv -> GlobalAveragePool -> Flatten, with the first Relu's output also a graph
+    output and reshaped (channels-first readers), and Sub(x, x's mean) feeding nothing that
+    prefers channels-last."""
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    size = [9, 7, 5][:spatial]
+    ones = [1] * spatial
+    c = 6
+    k = [3] * spatial
+    w = lambda o, i: (RNG.standard_normal([o, i, *k]) / np.sqrt(i * 9)).astype(dtype)  # noqa: E731
+    inits = [
+        init("w0", w(c, 3)), init("b0", RNG.standard_normal(c).astype(dtype)),
+        init("scale", RNG.uniform(0.5, 1.5, c).astype(dtype)), init("bias", RNG.standard_normal(c).astype(dtype)),
+        init("mean", RNG.standard_normal(c).astype(dtype)), init("var", RNG.uniform(0.5, 2, c).astype(dtype)),
+        init("per_channel", RNG.standard_normal([c, *ones]).astype(dtype)),
+        init("two", np.array(2, dtype)),
+        init("w1", w(c, c)), init("slope", RNG.uniform(0, 0.3, [c, *ones]).astype(dtype)),
+        init("per_last", RNG.standard_normal(size[-1]).astype(dtype)),
+        init("lo", np.array(-1.5, dtype)), init("hi", np.array(1.5, dtype)),
+        init("w2", w(4, c)),
+        init("flat", np.array([0, -1], np.int64)),
+    ]
+    pads = [1] * (2 * spatial)
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w0", "b0"], ["c0"], pads=pads),
+        n("BatchNormalization", ["c0", "scale", "bias", "mean", "var"], ["n0"]),
+        n("Relu", ["n0"], ["r0"]),
+        n("Reshape", ["r0", "flat"], ["r0_flat"]),
+        n("Add", ["r0", "per_channel"], ["a0"]),
+        n("Mul", ["a0", "two"], ["m0"]),
+        n("Conv", ["m0", "w1"], ["c1"], pads=pads, strides=[2] * spatial),
+        n("PRelu", ["c1", "slope"], ["p1"]),
+        n("Add", ["p1", "per_last_strided"], ["a1"]),
+        n("Clip", ["a1", "lo", "hi"], ["k1"]),
+        n("Conv", ["k1", "w2"], ["c2"], pads=pads),
+        n("GlobalAveragePool", ["c2"], ["g"]),
+        n("Flatten", ["g"], ["y"]),
+        n("ReduceMean", ["x"], ["x_mean"], keepdims=1),
+        n("Sub", ["x", "x_mean"], ["centred"]),
+    ]
+    # The [W] operand of the second Add must match the strided conv's last axis.
+    strided_last = (size[-1] + 2 - 3) // 2 + 1
+    inits[10] = init("per_last_strided", RNG.standard_normal(strided_last).astype(dtype))
+    inputs = [tensor("x", elem, [2, 3, *size])]
+    outputs = [tensor("y", elem), tensor("r0", elem), tensor("r0_flat", elem), tensor("centred", elem)]
+    model = make_model(nodes, inputs, outputs, initializers=inits, opset=17)
+    feeds = {"x": RNG.standard_normal([2, 3, *size]).astype(dtype)}
+    return model, feeds
+
+
+def kept_channels_last(capfd):
+    gc.collect()
+    summary = capfd.readouterr().err
+    found = re.findall(r"(\d+) elementwise node lowering\(s\) between convolutions kept channels-last", summary)
+    return sum(int(n) for n in found), summary
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_a_convolution_chain_answers_as_the_cpu_ep(spatial, monkeypatch, capfd):
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    model, feeds = chain(spatial)
+    expected = cpu_outputs(model, feeds)
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    for got, want in zip(run.outputs, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    del run
+    # Relu, Add, Mul between the first convolutions; PRelu, Add, Clip between the next (one
+    # eager run: each lowered once).
+    kept, summary = kept_channels_last(capfd)
+    assert kept == 6, summary
+
+
+def test_float16_chains_keep_their_rounding(monkeypatch):
+    model, feeds = chain(2, np.float16)
+    expected = cpu_outputs(model, feeds)
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    for got, want in zip(run.outputs, expected):
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
+def test_compiled_runs_answer_as_the_first(monkeypatch):
+    """The forms are recorded per lowering: a trace and its replays see the same ones."""
+    model, feeds = chain(2)
+    so = ort.SessionOptions()
+    so.add_provider_for_devices(mlx_devices(), {})
+    session = ort.InferenceSession(model, so)
+    first = session.run(None, feeds)
+    for _ in range(3):
+        for got, want in zip(session.run(None, feeds), first):
+            np.testing.assert_array_equal(got, want)
