@@ -8,6 +8,7 @@ front end (STFT, mel filter bank); or any ONNX model given with --model (ORT CPU
 direct-MLX twin of an arbitrary model).
 
 Usage: bench_models.py [--runs N] [--model PATH ...] [--quick | --large] [--precision fp16|bf16] [--bound]
+                       [--match TEXT]
 """
 
 from __future__ import annotations
@@ -407,6 +408,7 @@ def main() -> None:
     parser.add_argument("--bound", action="store_true",
                         help="also the compiled EP with inputs and outputs in its own memory (IO binding), against "
                              "direct MLX with its inputs already in MLX and its output left there")
+    parser.add_argument("--match", default="", help="only the models whose name contains this text")
     args = parser.parse_args()
     mlx_ep.register_execution_provider_library()
     if args.quick:
@@ -432,7 +434,7 @@ def main() -> None:
     print("| model | ORT CPU EP | MLX EP eager | MLX EP compiled | direct MLX (compiled) | EP compiled / direct | CPU / EP compiled "
           f"| max diff vs CPU{half.replace(', ', ' | ')} |")
     print("|---|---|---|---|---|---|---|---|" + "---|" * (3 if args.precision else 0))
-    for bench in benches:
+    for bench in [b for b in benches if args.match in b.name]:
         r = measure(bench, args.runs, args.precision, args.bound)
         extra = ""
         if args.precision:
