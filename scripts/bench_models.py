@@ -211,6 +211,71 @@ def cnn(batch: int = 8, size: int = 64, widths: tuple[int, ...] = (32, 64, 128),
     return Bench(f"CNN 3 strided convs {widths}, {size}x{size}, batch {batch}", model, feeds, direct)
 
 
+def resnet18(batch: int = 16, size: int = 224, classes: int = 1000) -> Bench:
+    """ResNet-18 as an inference export leaves it: batch norm folded into the convolutions'
+    weights and biases; a 7x7/2 stem, 3x3/2 max pooling, four stages of two basic blocks (a
+    1x1/2 projection where the shape changes), global average pooling and the classifier."""
+    n = helper.make_node
+    nodes, w = [], {}
+    layers = []  # (name, input, output, stride, pad) for the direct twin, in order
+
+    def conv(x, out, c_in, c_out, k, stride, relu):
+        name = f"conv{len(layers)}"
+        fan_in = c_in * k * k
+        w[f"{name}_w"] = (RNG.standard_normal((c_out, c_in, k, k)) * np.sqrt(2 / fan_in)).astype(np.float32)
+        w[f"{name}_b"] = (RNG.standard_normal(c_out) * 0.01).astype(np.float32)
+        target = f"{name}_c" if relu else out
+        nodes.append(n("Conv", [x, f"{name}_w", f"{name}_b"], [target], strides=[stride, stride], pads=[k // 2] * 4))
+        if relu:
+            nodes.append(n("Relu", [target], [out]))
+        layers.append((name, stride, k // 2, relu))
+        return out
+
+    x = conv("x", "stem", 3, 64, 7, 2, True)
+    nodes.append(n("MaxPool", ["stem"], ["pooled"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
+    x, c_in, blocks = "pooled", 64, []
+    for stage, c_out in enumerate([64, 128, 256, 512]):
+        for block in range(2):
+            stride = 2 if stage > 0 and block == 0 else 1
+            tag = f"s{stage}b{block}"
+            h = conv(x, f"{tag}_h", c_in, c_out, 3, stride, True)
+            h = conv(h, f"{tag}_h2", c_out, c_out, 3, 1, False)
+            short = conv(x, f"{tag}_proj", c_in, c_out, 1, stride, False) if stride != 1 or c_in != c_out else x
+            nodes += [n("Add", [h, short], [f"{tag}_sum"]), n("Relu", [f"{tag}_sum"], [f"{tag}_out"])]
+            blocks.append((stride != 1 or c_in != c_out))
+            x, c_in = f"{tag}_out", c_out
+    w |= {"fc": weight(512, classes), "fcb": weight(classes)}
+    nodes += [n("GlobalAveragePool", [x], ["pool"]), n("Flatten", ["pool"], ["flat"]), n("Gemm", ["flat", "fc", "fcb"], ["y"])]
+    feeds = {"x": RNG.standard_normal((batch, 3, size, size)).astype(np.float32)}
+
+    def direct():
+        import mlx.core as mx
+        import mlx.nn as nn
+
+        m = {k: mx.array(v.transpose(0, 2, 3, 1) if v.ndim == 4 else v) for k, v in w.items()}
+        pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        convs = iter(layers)
+
+        def conv_of(h):
+            name, stride, pad, relu = next(convs)
+            h = mx.conv2d(h, m[f"{name}_w"], stride=stride, padding=pad) + m[f"{name}_b"]
+            return mx.maximum(h, 0) if relu else h
+
+        def f(x):
+            nonlocal convs
+            convs = iter(layers)
+            h = pool(conv_of(x.transpose(0, 2, 3, 1)))
+            for projected in blocks:
+                inner = conv_of(conv_of(h))
+                h = mx.maximum(inner + (conv_of(h) if projected else h), 0)
+            return h.mean(axis=(1, 2)) @ m["fc"] + m["fcb"]
+
+        return mx.compile(f)
+
+    model = _model(nodes, [("x", ["batch", 3, size, size])], ["y"], w, opset=17)
+    return Bench(f"ResNet-18 (batch norm folded), {size}x{size}, batch {batch}", model, feeds, direct)
+
+
 def audio_front_end(batch: int = 16, seconds: float = 10.0, rate: int = 16000, n_fft: int = 400, hop: int = 160,
                     mels: int = 80) -> Bench:
     """Whisper-style log-mel features: HannWindow, STFT, power, MelWeightMatrix, log."""
@@ -401,8 +466,8 @@ def main() -> None:
     parser.add_argument("--model", action="append", default=[], help="an ONNX model to add (random inputs)")
     parser.add_argument("--quick", action="store_true", help="small shapes (CI smoke run)")
     parser.add_argument("--large", action="store_true",
-                        help="GPU-sized models instead: 12 BERT-base encoder layers at 8x256, CNNs at 16x224x224 and "
-                             "(detection-sized) 8x640x640")
+                        help="GPU-sized models instead: 12 BERT-base encoder layers at 8x256, CNNs at 16x224x224 (and "
+                             "ResNet-18) and (detection-sized) 8x640x640")
     parser.add_argument("--precision", choices=["fp16", "bf16"],
                         help="also the compiled EP with this `precision` option, and its difference from ORT's float32")
     parser.add_argument("--bound", action="store_true",
@@ -416,7 +481,7 @@ def main() -> None:
                    audio_front_end(batch=2, seconds=0.5), forest(rows=64, trees=4, depth=4)]
     elif args.large:
         benches = [encoder(seq=256, batch=8, dim=768, heads=12, ffn=3072, layers=12),
-                   cnn(batch=16, size=224, widths=(64, 128, 256)),
+                   cnn(batch=16, size=224, widths=(64, 128, 256)), resnet18(batch=16, size=224),
                    cnn(batch=8, size=640, widths=(32, 64, 128, 256))]
     else:
         benches = [mlp(), encoder(seq=64), encoder(seq=256), cnn(), audio_front_end(), forest()]
