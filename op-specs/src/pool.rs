@@ -100,13 +100,46 @@ impl Windows {
             shape.extend(&self.kernel);
             return Ok(ops::broadcast_to(&scalar(0.0, x.dtype(), s)?, &shape, s)?);
         }
-        let axes: Vec<i32> = (2..2 + n as i32).collect();
+        let padded = self.padded(x, fill, overhang_zero, 2, s)?;
+        let padded = ops::contiguous(&padded, s)?;
+        let dims = padded.shape();
+        let mut element_strides = vec![1i64; dims.len()];
+        for i in (0..dims.len() - 1).rev() {
+            element_strides[i] = element_strides[i + 1] * dims[i + 1];
+        }
+        let mut shape = dims[..2].to_vec();
+        shape.extend(&self.out);
+        shape.extend(&self.kernel);
+        let mut strides = element_strides[..2].to_vec();
+        strides.extend((0..n).map(|i| element_strides[2 + i] * self.strides[i]));
+        strides.extend((0..n).map(|i| element_strides[2 + i] * self.dilations[i]));
+        // Copied before anyone reduces it: MLX 0.32.4's reductions misread some overlapping
+        // strided views (kernel 2, stride 1, dilation 2 over 5 elements sums the wrong taps
+        // in every channel after the first), while a contiguous copy reduces correctly.
+        let windows = ops::as_strided(&padded, &shape, &strides, s)?;
+        Ok(ops::contiguous(&windows, s)?)
+    }
+
+    /// `x` padded as the windows need, its spatial axes starting at `spatial_from` (2
+    /// channels-first, 1 channels-last): `fill` before and after (negative padding crops
+    /// instead); with `overhang_zero`, zeros past the declared end padding.
+    fn padded(
+        &self,
+        x: &Array,
+        fill: &Array,
+        overhang_zero: bool,
+        spatial_from: usize,
+        s: &Stream,
+    ) -> Result<Array> {
+        let n = self.kernel.len();
+        let axes: Vec<i32> = (spatial_from..spatial_from + n).map(|a| a as i32).collect();
         let dims = x.shape();
         let mut source = x.clone();
         if self.lo.iter().any(|&p| p < 0) {
             let mut start = vec![0i32; dims.len()];
             for (i, &p) in self.lo.iter().enumerate() {
-                start[2 + i] = (-p).clamp(0, dims[2 + i]) as i32;
+                let axis = spatial_from + i;
+                start[axis] = (-p).clamp(0, dims[axis]) as i32;
             }
             let stop: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
             source = ops::slice(&source, &start, &stop, &vec![1; dims.len()], s)?;
@@ -133,23 +166,59 @@ impl Windows {
                 s,
             )?;
         }
-        let padded = ops::contiguous(&padded, s)?;
+        Ok(padded)
+    }
+
+    /// Whether [`Windows::fold_taps`] can take these windows: undilated, at most
+    /// `SLICED_TAPS` taps, and at least one window on every axis.
+    fn foldable(&self) -> bool {
+        self.dilations.iter().all(|&d| d == 1)
+            && self.kernel.iter().product::<i64>() <= SLICED_TAPS
+            && !self.out.contains(&0)
+    }
+
+    /// `fold` of each window, tap by tap: each of the kernel's taps is a strided slice of the
+    /// padded input (a view), and the taps are folded pairwise. No window is materialised
+    /// (the windows are `taps` times the answer, copied), and a compiled closure fuses the
+    /// taps into one kernel. `spatial_from` as in [`Windows::padded`]; only when `foldable`.
+    fn fold_taps(
+        &self,
+        x: &Array,
+        fill: &Array,
+        spatial_from: usize,
+        fold: impl Fn(&Array, &Array) -> Result<Array>,
+        s: &Stream,
+    ) -> Result<Array> {
+        let padded = self.padded(x, fill, false, spatial_from, s)?;
         let dims = padded.shape();
-        let mut element_strides = vec![1i64; dims.len()];
-        for i in (0..dims.len() - 1).rev() {
-            element_strides[i] = element_strides[i + 1] * dims[i + 1];
+        let n = self.kernel.len();
+        let mut answer: Option<Array> = None;
+        let mut tap = vec![0i64; n];
+        loop {
+            let (mut start, mut stop, mut step) = (
+                vec![0i32; dims.len()],
+                dims.iter().map(|&d| d as i32).collect::<Vec<_>>(),
+                vec![1i32; dims.len()],
+            );
+            for i in 0..n {
+                let axis = spatial_from + i;
+                start[axis] = tap[i] as i32;
+                stop[axis] = (tap[i] + (self.out[i] - 1) * self.strides[i] + 1) as i32;
+                step[axis] = self.strides[i] as i32;
+            }
+            let taken = ops::slice(&padded, &start, &stop, &step, s)?;
+            answer = Some(match answer {
+                Some(folded) => fold(&folded, &taken)?,
+                None => taken,
+            });
+            // The next tap, the last axis fastest.
+            let Some(axis) = (0..n).rev().find(|&i| tap[i] + 1 < self.kernel[i]) else {
+                break;
+            };
+            tap[axis] += 1;
+            tap[axis + 1..].iter_mut().for_each(|t| *t = 0);
         }
-        let mut shape = dims[..2].to_vec();
-        shape.extend(&self.out);
-        shape.extend(&self.kernel);
-        let mut strides = element_strides[..2].to_vec();
-        strides.extend((0..n).map(|i| element_strides[2 + i] * self.strides[i]));
-        strides.extend((0..n).map(|i| element_strides[2 + i] * self.dilations[i]));
-        // Copied before anyone reduces it: MLX 0.32.4's reductions misread some overlapping
-        // strided views (kernel 2, stride 1, dilation 2 over 5 elements sums the wrong taps
-        // in every channel after the first), while a contiguous copy reduces correctly.
-        let windows = ops::as_strided(&padded, &shape, &strides, s)?;
-        Ok(ops::contiguous(&windows, s)?)
+        answer.ok_or_else(|| OpError::new("a kernel without taps"))
     }
 
     fn kernel_axes(&self) -> Vec<i32> {
@@ -163,6 +232,10 @@ impl Windows {
 /// the padded input still yields one output when the shortfall is under a stride; ceil_mode
 /// divides in float32 and drops a last window that would start in the end padding. Zero
 /// windows is a valid, empty answer; a negative count fails as in ORT.
+/// The most taps a kernel is folded tap by tap ([`Windows::fold_taps`]); larger kernels reduce
+/// materialised windows, one op instead of a chain of hundreds.
+const SLICED_TAPS: i64 = 32;
+
 fn output_length(
     input: i64,
     lo: i64,
@@ -296,7 +369,7 @@ fn only_n_may_be_empty(x: &Array) -> Result<()> {
 #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
 #[onnx_op(
     op = "MaxPool", since = 8, types(T = FLOAT | since(12, I8 | U8), I = I64), inputs(X: T), outputs(Y: T, Indices?: I),
-    shape = ShapeKeyed, claim = pool_claim,
+    shape = ShapeKeyed, layout = ChannelsLast, claim = pool_claim,
     declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel (ORT refuses them)"
 )]
 fn max_pool(
@@ -481,7 +554,7 @@ fn padding_value(dtype: Dtype, s: &Stream) -> Result<Array> {
 /// adds an output (`Indices`), and outputs have no opset gate in the table.
 #[onnx_op(
     op = "MaxPool", opset = 1..=7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
-    claim = pool_attributes_claim, declines = "pads not smaller than the kernel (ORT refuses them)"
+    layout = ChannelsLast, claim = pool_attributes_claim, declines = "pads not smaller than the kernel (ORT refuses them)"
 )]
 fn max_pool_legacy(
     cx: &mut Lower,
@@ -498,6 +571,15 @@ fn max_pool_legacy(
 
 fn window_max(cx: &mut Lower, x: &Array, windows: &Windows) -> Result<Array> {
     let s = cx.stream();
+    if windows.foldable() {
+        // Undilated pads are smaller than the kernel: every window holds an input element.
+        let fill = padding_value(x.dtype(), s)?;
+        let max = |a: &Array, b: &Array| -> Result<Array> { Ok(ops::maximum(a, b, s)?) };
+        return match cx.channels_last_of(x) {
+            Some(last) => cx.answer_from_channels_last(windows.fold_taps(&last, &fill, 1, max, s)?),
+            None => windows.fold_taps(x, &fill, 2, max, s),
+        };
+    }
     let y = ops::max(
         &windows.view(x, &padding_value(x.dtype(), s)?, false, s)?,
         &windows.kernel_axes(),

@@ -125,3 +125,32 @@ def test_compiled_runs_answer_as_the_cpu_ep_and_replays_alike(monkeypatch, capfd
     # Six nodes in the eager run, six in the trace; replays lower nothing.
     kept, summary = kept_channels_last(capfd)
     assert kept == 12, summary
+
+
+@pytest.mark.parametrize("ceil_mode", [0, 1])
+@pytest.mark.parametrize("spatial", [1, 2])
+def test_max_pooling_between_convolutions_reads_and_leaves_channels_last(spatial, ceil_mode, monkeypatch, capfd):
+    """conv -> Relu -> MaxPool 3/2 (padded; ceil_mode overhangs) -> conv, as in a ResNet stem."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    size = [12, 10][:spatial]
+    k = [3] * spatial
+    w = lambda o, i: (RNG.standard_normal([o, i, *k]) / 3).astype(np.float32)  # noqa: E731
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w0"], ["c0"], pads=[1] * (2 * spatial)),
+        n("Relu", ["c0"], ["r0"]),
+        n("MaxPool", ["r0"], ["p0"], kernel_shape=k, strides=[2] * spatial, pads=[1] * (2 * spatial),
+          ceil_mode=ceil_mode),
+        n("Conv", ["p0", "w1"], ["y"], pads=[1] * (2 * spatial)),
+    ]
+    model = make_model(nodes, [tensor("x", shape=[2, 3, *size])], [tensor("y"), tensor("p0")],
+                       initializers=[init("w0", w(4, 3)), init("w1", w(5, 4))], opset=17)
+    feeds = {"x": RNG.standard_normal([2, 3, *size]).astype(np.float32)}
+    expected = cpu_outputs(model, feeds)
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    for got, want in zip(run.outputs, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    del run
+    kept, summary = kept_channels_last(capfd)
+    assert kept == 1, summary  # the Relu between the convolution and the pooling
