@@ -200,10 +200,10 @@ impl Windows {
                 dims.iter().map(|&d| d as i32).collect::<Vec<_>>(),
                 vec![1i32; dims.len()],
             );
-            for i in 0..n {
+            for (i, &offset) in tap.iter().enumerate() {
                 let axis = spatial_from + i;
-                start[axis] = tap[i] as i32;
-                stop[axis] = (tap[i] + (self.out[i] - 1) * self.strides[i] + 1) as i32;
+                start[axis] = offset as i32;
+                stop[axis] = (offset + (self.out[i] - 1) * self.strides[i] + 1) as i32;
                 step[axis] = self.strides[i] as i32;
             }
             let taken = ops::slice(&padded, &start, &stop, &step, s)?;
