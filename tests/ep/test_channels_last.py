@@ -79,19 +79,25 @@ def kept_channels_last(capfd):
     return sum(int(n) for n in found), summary
 
 
-@pytest.mark.parametrize("spatial", [1, 2, 3])
-def test_a_convolution_chain_answers_as_the_cpu_ep(spatial, monkeypatch, capfd):
-    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
-    model, feeds = chain(spatial)
+def answers_as_the_cpu_ep(model, feeds, tolerance, capfd):
+    """One run all on MLX, as ORT's CPU EP answers; returns the elementwise lowerings it kept
+    channels-last, and the session summary."""
     expected = cpu_outputs(model, feeds)
     run = Run(model, feeds)
     run.assert_all_on_mlx()
     for got, want in zip(run.outputs, expected):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
     del run
+    return kept_channels_last(capfd)
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_a_convolution_chain_answers_as_the_cpu_ep(spatial, monkeypatch, capfd):
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    model, feeds = chain(spatial)
+    kept, summary = answers_as_the_cpu_ep(model, feeds, 1e-4, capfd)
     # Relu, Add, Mul between the first convolutions; PRelu, Add, Clip between the next (one
     # eager run: each lowered once).
-    kept, summary = kept_channels_last(capfd)
     assert kept == 6, summary
 
 
@@ -146,11 +152,5 @@ def test_max_pooling_between_convolutions_reads_and_leaves_channels_last(spatial
     model = make_model(nodes, [tensor("x", shape=[2, 3, *size])], [tensor("y"), tensor("p0")],
                        initializers=[init("w0", w(4, 3)), init("w1", w(5, 4))], opset=17)
     feeds = {"x": RNG.standard_normal([2, 3, *size]).astype(np.float32)}
-    expected = cpu_outputs(model, feeds)
-    run = Run(model, feeds)
-    run.assert_all_on_mlx()
-    for got, want in zip(run.outputs, expected):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    del run
-    kept, summary = kept_channels_last(capfd)
+    kept, summary = answers_as_the_cpu_ep(model, feeds, 1e-5, capfd)
     assert kept == 1, summary  # the Relu between the convolution and the pooling

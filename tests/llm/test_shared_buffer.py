@@ -52,11 +52,13 @@ def summary_counts(text: str) -> tuple[int, int, int, int]:
     return int(found[1]), int(found[2]), int(found[3]), int(found[4])
 
 
-def generate_both(decoder, edit=None):
+def generate_both(decoder, edit=None, in_mlx_memory=False):
     """Prompt + DECODE steps on MLX and on CPU; `edit(loop, step)` may change both loops'
-    buffers between steps. Returns both loops and the MLX EP's session summary."""
+    buffers between steps; `in_mlx_memory` puts the MLX loop's buffers in the EP's memory.
+    Returns both loops and the MLX EP's session summary."""
     ids = tokens(PROMPT + DECODE)
-    loops = [session_loop(decoder, on_mlx=True), session_loop(decoder, on_mlx=False)]
+    loops = [SharedBufferLoop(decoder, SHAPE, on_mlx=True, in_mlx_memory=in_mlx_memory),
+             session_loop(decoder, on_mlx=False)]
     steps = [ids[:, :PROMPT]] + [ids[:, PROMPT + t: PROMPT + t + 1] for t in range(DECODE)]
     for n, chunk in enumerate(steps):
         if edit is not None:
@@ -97,14 +99,7 @@ def test_buffers_in_the_eps_own_memory_generate_the_same(decoder, monkeypatch, c
     the same logits and buffers as ORT's CPU EP with its own, the same rows written back, and
     no step's buffer copied in from host memory."""
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
-    ids = tokens(PROMPT + DECODE)
-    loops = [SharedBufferLoop(decoder, SHAPE, on_mlx=True, in_mlx_memory=True), session_loop(decoder, on_mlx=False)]
-    steps = [ids[:, :PROMPT]] + [ids[:, PROMPT + t: PROMPT + t + 1] for t in range(DECODE)]
-    for n, chunk in enumerate(steps):
-        got, want = (loop.step(chunk) for loop in loops)
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"step {n} logits")
-    for name in loops[0].arrays:
-        np.testing.assert_allclose(loops[0].arrays[name], loops[1].arrays[name], rtol=1e-4, atol=1e-4, err_msg=name)
+    loops = generate_both(decoder, in_mlx_memory=True)  # logits and whole buffers as ORT's CPU EP's
     summary = closing_summary(loops, capfd)
     written, _, mirrored, _ = summary_counts(summary)
     assert written == BUFFERS * SHAPE.kv_heads * (PROMPT + DECODE)

@@ -97,35 +97,24 @@ pub fn markdown() -> String {
 
 /// The family's entries that keep activations channels-last (see `Layout`).
 fn channels_last(out: &mut String, list: &[&OpSpec]) {
-    let mut ops: Vec<&str> = list
-        .iter()
-        .filter(|s| s.layout != Layout::ChannelsFirst)
-        .map(|s| s.op)
-        .collect();
-    ops.dedup();
-    if !ops.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nKept channels-last between convolutions: {}.",
-            ops.join(", ")
-        );
-    }
+    marked(out, list, "Kept channels-last between convolutions", |s| {
+        s.layout != Layout::ChannelsFirst
+    });
 }
 
 /// The family's entries that compute in float32 under the `precision` option.
 fn float32_under_half_precision(out: &mut String, list: &[&OpSpec]) {
-    let mut ops: Vec<&str> = list
-        .iter()
-        .filter(|s| s.precision == Precision::Float32)
-        .map(|s| s.op)
-        .collect();
+    marked(out, list, "In float32 under `precision=fp16|bf16`", |s| {
+        s.precision == Precision::Float32
+    });
+}
+
+/// One line naming the family's ops whose entries `mark` holds for, if any.
+fn marked(out: &mut String, list: &[&OpSpec], label: &str, mark: impl Fn(&OpSpec) -> bool) {
+    let mut ops: Vec<&str> = list.iter().filter(|s| mark(s)).map(|s| s.op).collect();
     ops.dedup();
     if !ops.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nIn float32 under `precision=fp16|bf16`: {}.",
-            ops.join(", ")
-        );
+        let _ = writeln!(out, "\n{label}: {}.", ops.join(", "));
     }
 }
 
