@@ -348,14 +348,14 @@ fn variadic_shape(node: &crate::Node) -> crate::table::spec::ShapeSafety {
 }
 
 /// Elementwise maximum of all inputs (NaN propagates).
-#[onnx_op(op = "Max", since = 6, types(T = NUMERIC), inputs(data_0: T), outputs(max: T), layout = Elementwise, shape = variadic_shape)]
+#[onnx_op(op = "Max", since = 6, types(T = NUMERIC), inputs(data_0: T), outputs(max: T), shape = variadic_shape)]
 fn max(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
     same_shapes_before_8(cx, &data)?;
     fold(data, cx.stream(), ops::maximum)
 }
 
 /// Elementwise minimum of all inputs (NaN propagates).
-#[onnx_op(op = "Min", since = 6, types(T = NUMERIC), inputs(data_0: T), outputs(min: T), layout = Elementwise, shape = variadic_shape)]
+#[onnx_op(op = "Min", since = 6, types(T = NUMERIC), inputs(data_0: T), outputs(min: T), shape = variadic_shape)]
 fn min(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
     same_shapes_before_8(cx, &data)?;
     fold(data, cx.stream(), ops::minimum)
@@ -363,7 +363,7 @@ fn min(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
 
 /// Elementwise sum of all inputs; 16-bit floats add up in float32 and round once, as in ORT's
 /// CPU EP (a float16 Mean of [6e4, 6e4] is 6e4 there, not inf).
-#[onnx_op(op = "Sum", since = 6, types(T = FLOAT), inputs(data_0: T), outputs(sum: T), layout = Elementwise, shape = variadic_shape)]
+#[onnx_op(op = "Sum", since = 6, types(T = FLOAT), inputs(data_0: T), outputs(sum: T), shape = variadic_shape)]
 fn sum(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
     same_shapes_before_8(cx, &data)?;
     let s = cx.stream();
@@ -373,7 +373,7 @@ fn sum(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
 }
 
 /// Elementwise mean of all inputs (16-bit floats in float32, as [`sum`]).
-#[onnx_op(op = "Mean", since = 6, types(T = FLOAT), inputs(data_0: T), outputs(mean: T), layout = Elementwise, shape = variadic_shape)]
+#[onnx_op(op = "Mean", since = 6, types(T = FLOAT), inputs(data_0: T), outputs(mean: T), shape = variadic_shape)]
 fn mean(cx: &mut Lower, data: Vec<Array>) -> Result<Array> {
     same_shapes_before_8(cx, &data)?;
     let s = cx.stream();
