@@ -142,3 +142,26 @@ def test_empty_and_half_tensors_in_our_memory():
         x = np.arange(n * 3, dtype=np.float16).reshape(n, 3)
         (y,) = s.run_with_ort_values(["y"], {"x": in_our_memory(x)})
         np.testing.assert_array_equal(y.numpy(), -x)
+
+
+def test_a_node_left_to_the_cpu_ep_reads_our_memory_too(capfd):
+    """ORT hands memory of ours straight to its CPU EP too (HOST_ACCESSIBLE is host memory):
+    Mul, excluded from the EP, reads the bound input; the Relu after it runs on MLX."""
+    model = make_model([helper.make_node("Mul", ["x", "x"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                       [tensor("x", shape=[4, 8])], [tensor("y", shape=[4, 8])])
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_bound")
+    so.add_provider_for_devices(mlx_devices(), {"exclude_ops": "Mul", "verbose": "1"})
+    s = ort.InferenceSession(model, so)
+    x = np.linspace(-2, 2, 32, dtype=np.float32).reshape(4, 8)
+    y_ours = in_our_memory(shape=[4, 8], dtype=np.float32)
+    binding = s.io_binding()
+    binding.bind_ortvalue_input("x", in_our_memory(x))
+    binding.bind_ortvalue_output("y", y_ours)
+    s.run_with_iobinding(binding)
+    np.testing.assert_array_equal(to_host(y_ours), np.maximum(x * x, 0))
+    assert {p for _, p in kernel_placements(s)} == {MLX, "CPUExecutionProvider"}
+    del s, binding
+    # The Relu's input came from the CPU EP (ORT's memory); its output went to ours.
+    assert traffic(capfd)[2:] == (0, 1)
