@@ -180,16 +180,18 @@ impl Windows {
     /// `fold` of each window, tap by tap: each of the kernel's taps is a strided slice of the
     /// padded input (a view), and the taps are folded pairwise. No window is materialised
     /// (the windows are `taps` times the answer, copied), and a compiled closure fuses the
-    /// taps into one kernel. `spatial_from` as in [`Windows::padded`]; only when `foldable`.
+    /// taps into one kernel. `spatial_from` and `overhang_zero` as in [`Windows::padded`];
+    /// only when `foldable`.
     fn fold_taps(
         &self,
         x: &Array,
         fill: &Array,
         spatial_from: usize,
+        overhang_zero: bool,
         fold: impl Fn(&Array, &Array) -> Result<Array>,
         s: &Stream,
     ) -> Result<Array> {
-        let padded = self.padded(x, fill, false, spatial_from, s)?;
+        let padded = self.padded(x, fill, overhang_zero, spatial_from, s)?;
         let dims = padded.shape();
         let n = self.kernel.len();
         let mut answer: Option<Array> = None;
@@ -576,8 +578,10 @@ fn window_max(cx: &mut Lower, x: &Array, windows: &Windows) -> Result<Array> {
         let fill = padding_value(x.dtype(), s)?;
         let max = |a: &Array, b: &Array| -> Result<Array> { Ok(ops::maximum(a, b, s)?) };
         return match cx.channels_last_of(x) {
-            Some(last) => cx.answer_from_channels_last(windows.fold_taps(&last, &fill, 1, max, s)?),
-            None => windows.fold_taps(x, &fill, 2, max, s),
+            Some(last) => {
+                cx.answer_from_channels_last(windows.fold_taps(&last, &fill, 1, false, max, s)?)
+            }
+            None => windows.fold_taps(x, &fill, 2, false, max, s),
         };
     }
     let y = ops::max(
@@ -605,7 +609,8 @@ fn window_max(cx: &mut Lower, x: &Array, windows: &Windows) -> Result<Array> {
 /// its declared padding too.
 #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
 #[onnx_op(
-    op = "AveragePool", since = 7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = pool_claim,
+    op = "AveragePool", since = 7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
+    layout = ChannelsLast, claim = pool_claim,
     declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel (ORT refuses them)"
 )]
 fn average_pool(
@@ -629,8 +634,42 @@ fn average_pool(
         &auto_pad,
         ceil_mode == 1,
     )?;
-    let wide = ops::astype(&x, Dtype::F32, s)?;
     let zero = scalar(0.0, Dtype::F32, s)?;
+    let pad_weight = scalar(
+        if count_include_pad != 0 { 1.0 } else { 0.0 },
+        Dtype::F32,
+        s,
+    )?;
+    if windows.foldable() {
+        let add = |a: &Array, b: &Array| -> Result<Array> { Ok(ops::add(a, b, s)?) };
+        // Each window's divisor depends on its position alone: folded over one image of ones.
+        let mean = |x: &Array, spatial_from: usize| -> Result<Array> {
+            let sums = windows.fold_taps(
+                &ops::astype(x, Dtype::F32, s)?,
+                &zero,
+                spatial_from,
+                false,
+                add,
+                s,
+            )?;
+            let mut image = x.shape();
+            let channels = if spatial_from == 2 {
+                1
+            } else {
+                image.len() - 1
+            };
+            image[0] = 1;
+            image[channels] = 1;
+            let ones = ops::broadcast_to(&scalar(1.0, Dtype::F32, s)?, &image, s)?;
+            let counts = windows.fold_taps(&ones, &pad_weight, spatial_from, true, add, s)?;
+            Ok(ops::astype(&ops::divide(&sums, &counts, s)?, x.dtype(), s)?)
+        };
+        return match cx.channels_last_of(&x) {
+            Some(last) => cx.answer_from_channels_last(mean(&last, 1)?),
+            None => mean(&x, 2),
+        };
+    }
+    let wide = ops::astype(&x, Dtype::F32, s)?;
     let sums = ops::sum(
         &windows.view(&wide, &zero, false, s)?,
         &windows.kernel_axes(),
@@ -639,11 +678,6 @@ fn average_pool(
     )?;
     // Each window's divisor: its input elements, plus its declared padding when counted.
     let ones = ops::broadcast_to(&scalar(1.0, Dtype::F32, s)?, &x.shape(), s)?;
-    let pad_weight = scalar(
-        if count_include_pad != 0 { 1.0 } else { 0.0 },
-        Dtype::F32,
-        s,
-    )?;
     let counted = windows.view(&ones, &pad_weight, true, s)?;
     // A window of padding only (dilations can make one) counts nothing: ORT's answer is 0.
     let counts = ops::maximum(

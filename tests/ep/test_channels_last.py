@@ -133,10 +133,13 @@ def test_compiled_runs_answer_as_the_cpu_ep_and_replays_alike(monkeypatch, capfd
     assert kept == 12, summary
 
 
+@pytest.mark.parametrize("pool", [("MaxPool", {}), ("AveragePool", {}), ("AveragePool", {"count_include_pad": 1})],
+                         ids=["max", "average", "average_counting_pads"])
 @pytest.mark.parametrize("ceil_mode", [0, 1])
 @pytest.mark.parametrize("spatial", [1, 2])
-def test_max_pooling_between_convolutions_reads_and_leaves_channels_last(spatial, ceil_mode, monkeypatch, capfd):
-    """conv -> Relu -> MaxPool 3/2 (padded; ceil_mode overhangs) -> conv, as in a ResNet stem."""
+def test_pooling_between_convolutions_reads_and_leaves_channels_last(spatial, ceil_mode, pool, monkeypatch, capfd):
+    """conv -> Relu -> pooling 3/2 (padded; ceil_mode overhangs) -> conv, as in a ResNet stem."""
+    op, attrs = pool
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
     size = [12, 10][:spatial]
     k = [3] * spatial
@@ -145,8 +148,8 @@ def test_max_pooling_between_convolutions_reads_and_leaves_channels_last(spatial
     nodes = [
         n("Conv", ["x", "w0"], ["c0"], pads=[1] * (2 * spatial)),
         n("Relu", ["c0"], ["r0"]),
-        n("MaxPool", ["r0"], ["p0"], kernel_shape=k, strides=[2] * spatial, pads=[1] * (2 * spatial),
-          ceil_mode=ceil_mode),
+        n(op, ["r0"], ["p0"], kernel_shape=k, strides=[2] * spatial, pads=[1] * (2 * spatial),
+          ceil_mode=ceil_mode, **attrs),
         n("Conv", ["p0", "w1"], ["y"], pads=[1] * (2 * spatial)),
     ]
     model = make_model(nodes, [tensor("x", shape=[2, 3, *size])], [tensor("y"), tensor("p0")],
