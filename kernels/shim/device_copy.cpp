@@ -1,7 +1,8 @@
 // Copies between host memory and MLX's CUDA buffers made by the CUDA driver: device-to-host
 // copies that leave the buffers on the device, host-to-device copies of large inputs, and
-// prefetches of arrays made from host bytes to the device. Included in the mlx-c unity build (build/mlx_c.rs), where
-// mlx-c's handle accessors are in scope. Called on MLX's CUDA backend only.
+// prefetches of arrays made from host bytes to the device. Included in the mlx-c unity build
+// (build/mlx_c.rs), where mlx-c's handle accessors are in scope. Called on MLX's CUDA backend
+// only.
 //
 // Why: reading an array's data through MLX (`array::data()`, mlx-c's `mlx_array_data_*`) moves
 // its buffer to unified (managed) memory for good, with its pages on the host. MLX's allocator
@@ -80,6 +81,13 @@ bool context_current(const Driver& d) {
   return primary != nullptr && d.ctx_set_current != nullptr && d.ctx_set_current(primary) == 0;
 }
 
+// Whether this thread can move a unified buffer to the GPU, copy with the driver and wait for the
+// legacy stream: what the copies into MLX memory below need.
+bool copies_on_device(const Driver& d) {
+  return d.memcpy_any != nullptr && d.prefetch != nullptr && d.stream_synchronize != nullptr &&
+         context_current(d);
+}
+
 // The buffer behind an evaluated array, when the array's bytes lie within it.
 const CudaBufferView* buffer_of(const mlx::core::array& arr, size_t bytes) {
   auto* buf = static_cast<const CudaBufferView*>(arr.buffer().ptr());
@@ -152,8 +160,7 @@ extern "C" int mlx_ep_array_from_host_by_driver(mlx_array* out, const void* src,
                                                 int device) {
   try {
     const auto& d = mlx_ep::driver();
-    if (bytes == 0 || d.memcpy_any == nullptr || d.prefetch == nullptr ||
-        d.stream_synchronize == nullptr || !mlx_ep::context_current(d)) {
+    if (bytes == 0 || !mlx_ep::copies_on_device(d)) {
       return 1;
     }
     auto data = mlx::core::allocator::malloc(bytes);
@@ -189,8 +196,7 @@ extern "C" int mlx_ep_copy_into_unified(mlx_array a, void* dst, size_t bytes, in
     auto& arr = mlx_array_get_(a);
     const auto* buf = mlx_ep::buffer_of(arr, bytes);
     const auto& d = mlx_ep::driver();
-    if (buf == nullptr || d.memcpy_any == nullptr || d.prefetch == nullptr ||
-        d.stream_synchronize == nullptr || !mlx_ep::context_current(d)) {
+    if (buf == nullptr || !mlx_ep::copies_on_device(d)) {
       return 1;
     }
     auto to = reinterpret_cast<uintptr_t>(dst);
