@@ -103,7 +103,7 @@ fn kernel_of(x: &Array, w: &Array, attrs: &ConvAttrs) -> Result<Vec<i64>> {
 /// `conv(X, W) + B`, channels first in and out. MLX convolves channels-last: X's channels-last
 /// form is read when an earlier node left one, and the answer leaves its own (see `Layout`).
 fn convolve(
-    cx: &Lower,
+    cx: &mut Lower,
     x: &Array,
     w: &Array,
     b: Option<&Array>,
@@ -172,7 +172,7 @@ fn convolve(
     }
     // Zero input channels sum to zero (the output is the bias), but MLX's CUDA backend traps
     // (SIGFPE) convolving them: one zero channel per group gives the same sums.
-    let (x, w) = if channels == 0 {
+    let (x, w_last) = if channels == 0 {
         let zero = |shape: Vec<i64>| -> Result<Array> {
             let zero = crate::table::consts::scalar(0.0, x.dtype(), s)?;
             Ok(ops::broadcast_to(&zero, &shape, s)?)
@@ -181,15 +181,20 @@ fn convolve(
         x_shape[1] = attrs.group;
         let mut w_shape = w.shape();
         w_shape[1] = 1;
-        (zero(x_shape)?, zero(w_shape)?)
+        (zero(x_shape)?, to_channels_last(&zero(w_shape)?, s)?)
     } else {
-        (x.clone(), w.clone())
+        // A weight's channels-last copy is made once per session when W is a constant, not
+        // transposed again by every run (a ResNet's twenty copies): it costs the weight's size
+        // again in memory, small next to a CNN's activations.
+        let mut w_last = cx.prepared("W channels-last", &[1], || {
+            Ok(vec![ops::contiguous(&to_channels_last(w, s)?, s)?])
+        })?;
+        (x.clone(), w_last.swap_remove(0))
     };
     let x_last = match cx.channels_last_of(&x) {
         Some(last) => last,
         None => to_channels_last(&x, s)?,
     };
-    let w_last = to_channels_last(&w, s)?;
     let y = ops::conv(
         &x_last,
         &w_last,
@@ -318,7 +323,7 @@ fn fused_conv_claim(node: &crate::Node) -> crate::Verdict {
 #[allow(clippy::too_many_arguments)] // three inputs and eight attributes, as ONNX has them
 #[onnx_op(
     op = "ConvTranspose", since = 1, types(T = FLOAT), inputs(X: T, W: T, B: T), outputs(Y: T), shape = ShapeKeyed,
-    claim = conv_claim, declines = "auto_pad values other than ONNX's four, or one besides NOTSET together with pads (ORT refuses both); grouped convolutions beyond 2-D (MLX has none); strides or dilations beyond 65535 (MLX's GPU convolution)"
+    layout = ChannelsLast, claim = conv_claim, declines = "auto_pad values other than ONNX's four, or one besides NOTSET together with pads (ORT refuses both); grouped convolutions beyond 2-D (MLX has none); strides or dilations beyond 65535 (MLX's GPU convolution)"
 )]
 fn conv_transpose(
     cx: &mut Lower,
@@ -482,25 +487,34 @@ fn conv_transpose(
             None => zeros,
         });
     }
-    // W [C_in, C_out/g, k..] -> MLX's [C_out, k.., C_in/g], kernel flipped on every spatial axis.
-    let mut grouped_shape = vec![group, c_in / group, c_out_per_group];
-    grouped_shape.extend(&kernel);
-    let grouped = ops::reshape(&w, &grouped_shape, s)?;
-    let mut order: Vec<i32> = vec![0, 2];
-    order.extend(3..3 + spatial as i32);
-    order.push(1);
-    let mut weight_shape = vec![group * c_out_per_group];
-    weight_shape.extend(&kernel);
-    weight_shape.push(c_in / group);
-    let spatial_axes: Vec<i32> = (1..=spatial as i32).collect();
-    let weight = ops::flip(
-        &ops::reshape(&ops::transpose(&grouped, &order, s)?, &weight_shape, s)?,
-        &spatial_axes,
-        s,
-    )?;
+    // W [C_in, C_out/g, k..] -> MLX's [C_out, k.., C_in/g], kernel flipped on every spatial axis;
+    // made once per session when W is a constant (as Conv's).
+    let mut weight = cx.prepared("W as a flipped channels-last kernel", &[1], || {
+        let mut grouped_shape = vec![group, c_in / group, c_out_per_group];
+        grouped_shape.extend(&kernel);
+        let grouped = ops::reshape(&w, &grouped_shape, s)?;
+        let mut order: Vec<i32> = vec![0, 2];
+        order.extend(3..3 + spatial as i32);
+        order.push(1);
+        let mut weight_shape = vec![group * c_out_per_group];
+        weight_shape.extend(&kernel);
+        weight_shape.push(c_in / group);
+        let spatial_axes: Vec<i32> = (1..=spatial as i32).collect();
+        let flipped = ops::flip(
+            &ops::reshape(&ops::transpose(&grouped, &order, s)?, &weight_shape, s)?,
+            &spatial_axes,
+            s,
+        )?;
+        Ok(vec![ops::contiguous(&flipped, s)?])
+    })?;
+    let weight = weight.swap_remove(0);
+    // An input sliced above has no recorded form: it is transposed here.
+    let x_last = match cx.channels_last_of(&x) {
+        Some(last) => last,
+        None => to_channels_last(&x, s)?,
+    };
     // MLX pads only outwards: negative padding (ONNX pads wider than the kernel's reach) is a
     // crop of the result instead.
-    let x_last = to_channels_last(&x, s)?;
     let y = ops::conv(
         &x_last,
         &weight,
@@ -517,7 +531,7 @@ fn conv_transpose(
         Some(b) => ops::add(&y, &b, s)?,
         None => y,
     };
-    to_channels_first(&y, s)
+    cx.answer_from_channels_last(y)
 }
 
 /// ONNX's pads before and after spatial axis `i` of a transposed convolution: from

@@ -697,17 +697,31 @@ fn lp_claim(node: &crate::Node) -> crate::Verdict {
 
 /// The p-norm of `x` over `axes`, accumulated in float32: `(sum |x|^p)^(1/p)`.
 fn lp_norm(x: &Array, p: i64, axes: &[i32], keepdims: bool, s: &Stream) -> Result<Array> {
+    let sums = ops::sum(&lp_powers(x, p, s)?, axes, keepdims, s)?;
+    lp_root(&sums, p, x.dtype(), s)
+}
+
+/// `|x|^p` in float32, the terms of a p-norm.
+fn lp_powers(x: &Array, p: i64, s: &Stream) -> Result<Array> {
     let wide = ops::astype(x, Dtype::F32, s)?;
-    let powered = ops::power(&ops::abs(&wide, s)?, &scalar(p as f64, Dtype::F32, s)?, s)?;
-    let sums = ops::sum(&powered, axes, keepdims, s)?;
-    let root = ops::power(&sums, &scalar(1.0 / p as f64, Dtype::F32, s)?, s)?;
-    Ok(ops::astype(&root, x.dtype(), s)?)
+    Ok(ops::power(
+        &ops::abs(&wide, s)?,
+        &scalar(p as f64, Dtype::F32, s)?,
+        s,
+    )?)
+}
+
+/// `sums^(1/p)` in `dtype`, a p-norm from its summed terms.
+fn lp_root(sums: &Array, p: i64, dtype: Dtype, s: &Stream) -> Result<Array> {
+    let root = ops::power(sums, &scalar(1.0 / p as f64, Dtype::F32, s)?, s)?;
+    Ok(ops::astype(&root, dtype, s)?)
 }
 
 /// The p-norm of each window; padding contributes zero.
 #[allow(clippy::too_many_arguments)] // the pooling attributes, as ONNX has them
 #[onnx_op(
-    op = "LpPool", since = 2, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed, claim = lp_claim,
+    op = "LpPool", since = 2, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
+    layout = ChannelsLast, claim = lp_claim,
     declines = "p < 1; SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel (ORT refuses them)"
 )]
 fn lp_pool(
@@ -731,6 +745,20 @@ fn lp_pool(
         &auto_pad,
         ceil_mode == 1,
     )?;
+    if windows.foldable() {
+        // Padding adds zero terms; the taps' terms are summed as slices (as AveragePool's).
+        let zero = scalar(0.0, Dtype::F32, s)?;
+        let add = |a: &Array, b: &Array| -> Result<Array> { Ok(ops::add(a, b, s)?) };
+        let norm = |x: &Array, spatial_from: usize| -> Result<Array> {
+            let terms = lp_powers(x, p, s)?;
+            let sums = windows.fold_taps(&terms, &zero, spatial_from, false, add, s)?;
+            lp_root(&sums, p, x.dtype(), s)
+        };
+        return match cx.channels_last_of(&x) {
+            Some(last) => cx.answer_from_channels_last(norm(&last, 1)?),
+            None => norm(&x, 2),
+        };
+    }
     let zero = scalar(0.0, x.dtype(), s)?;
     lp_norm(
         &windows.view(&x, &zero, false, s)?,

@@ -5,13 +5,15 @@ reshape, a graph output), for 1-, 2- and 3-D convolutions and float16."""
 
 import gc
 import re
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import Run, cpu_outputs, make_model, mlx_devices, tensor
+from conftest import MLX, Run, cpu_outputs, kernel_placements, make_model, mlx_devices, tensor
 
 RNG = np.random.default_rng(5)
 
@@ -157,3 +159,43 @@ def test_pooling_between_convolutions_reads_and_leaves_channels_last(spatial, ce
     feeds = {"x": RNG.standard_normal([2, 3, *size]).astype(np.float32)}
     kept, summary = answers_as_the_cpu_ep(model, feeds, 1e-5, capfd)
     assert kept == 1, summary  # the Relu between the convolution and the pooling
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_lp_pooling_and_transposed_convolutions_read_and_leave_channels_last(p, monkeypatch, capfd):
+    """conv -> Relu -> LpPool 3/2 -> ConvTranspose 2x (output_padding) -> Relu -> ConvTranspose
+    grouped, as a decoder upsamples; compiled replays too. Each of the three convolutions'
+    weights is laid out once (prepared), not at every run."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    n = helper.make_node
+    w = lambda *shape: (RNG.standard_normal(shape) / 3).astype(np.float32)  # noqa: E731
+    nodes = [
+        n("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+        n("Relu", ["c0"], ["r0"]),
+        n("LpPool", ["r0"], ["p0"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], p=p),
+        n("ConvTranspose", ["p0", "wt0", "bt0"], ["u0"], strides=[2, 2], pads=[1, 1, 1, 1],
+          output_padding=[1, 1], kernel_shape=[3, 3]),
+        n("Relu", ["u0"], ["r1"]),
+        n("ConvTranspose", ["r1", "wt1"], ["y"], group=2, kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    inits = [init("w0", w(4, 3, 3, 3)), init("wt0", w(4, 6, 3, 3)), init("bt0", w(6)), init("wt1", w(6, 1, 2, 2))]
+    model = make_model(nodes, [tensor("x", shape=[2, 3, 11, 9])], [tensor("y"), tensor("p0")],
+                       initializers=inits, opset=17)
+    feeds = {"x": RNG.standard_normal([2, 3, 11, 9]).astype(np.float32)}
+    expected = cpu_outputs(model, feeds)
+    so = ort.SessionOptions()
+    so.add_provider_for_devices(mlx_devices(), {})
+    so.enable_profiling = True
+    so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_test")
+    session = ort.InferenceSession(model, so)
+    for _ in range(4):  # eager, traced, replayed twice
+        for got, want in zip(session.run(None, feeds), expected):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert session.get_providers()[0] == MLX
+    placements = kernel_placements(session)
+    assert placements and {provider for _, provider in placements} == {MLX}, placements
+    del session
+    kept, summary = kept_channels_last(capfd)
+    assert kept == 4, summary  # both Relus, in the eager run and in the trace
+    prepared = re.search(r"(\d+) prepared from them in (\d+) computation\(s\)", summary)
+    assert prepared and prepared.groups() == ("3", "3"), summary
