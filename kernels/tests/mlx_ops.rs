@@ -4,7 +4,7 @@ mod common;
 
 use common::{array, assert_close, matmul_ref, stream, Rng};
 use mlx_kernels::ops::{self, AttentionMask};
-use mlx_kernels::{Array, Dtype};
+use mlx_kernels::{Array, Dtype, Stream};
 
 #[test]
 fn add_broadcasts_like_numpy() {
@@ -258,4 +258,68 @@ fn zero_size_and_scalar_arrays() {
     let scalar = Array::scalar(7i64).unwrap();
     assert_eq!(scalar.shape(), Vec::<i64>::new());
     assert_eq!(scalar.to_vec::<i64>(&s).unwrap(), vec![7]);
+}
+
+/// `values` of shape `dims` reduced over axis `k` by `f`, on the host.
+fn host_reduce(values: &[f32], dims: &[i64], k: usize, f: fn(f32, f32) -> f32) -> Vec<f32> {
+    let (outer, extent) = (dims[..k].iter().product::<i64>(), dims[k]);
+    let inner: i64 = dims[k + 1..].iter().product();
+    let mut out = Vec::new();
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |e: i64| values[((o * extent + e) * inner + i) as usize];
+            out.push((1..extent).fold(at(0), |acc, e| f(acc, at(e))));
+        }
+    }
+    out
+}
+
+#[test]
+fn reductions_over_short_axes_are_folded_to_the_same_values() {
+    // Axes of 2..=8 elements are folded over slices; 9 takes MLX's reduction: both checked.
+    let s = stream();
+    let mut rng = Rng::new(7);
+    for extent in [2i64, 3, 8, 9] {
+        let dims = [extent, 5, extent];
+        let values = rng.vec(dims.iter().product::<i64>() as usize);
+        let x = array(&values, &dims);
+        for axis in [0i32, 1, 2, -1] {
+            let k = axis.rem_euclid(3) as usize;
+            for keep in [false, true] {
+                let mut shape = dims.to_vec();
+                if keep {
+                    shape[k] = 1;
+                } else {
+                    shape.remove(k);
+                }
+                type Reduce = fn(&Array, &[i32], bool, &Stream) -> mlx_kernels::Result<Array>;
+                let cases: [(Reduce, fn(f32, f32) -> f32, f32); 4] = [
+                    (ops::sum, |a, b| a + b, 1e-5),
+                    (ops::max, f32::max, 0.0),
+                    (ops::min, f32::min, 0.0),
+                    (ops::prod, |a, b| a * b, 1e-5),
+                ];
+                for (reduce, f, tolerance) in cases {
+                    let got = reduce(&x, &[axis], keep, &s).unwrap();
+                    assert_eq!(got.shape(), shape, "extent {extent}, axis {axis}");
+                    assert_close(
+                        &got.to_vec::<f32>(&s).unwrap(),
+                        &host_reduce(&values, &dims, k, f),
+                        tolerance,
+                    );
+                }
+            }
+        }
+    }
+    // float16 sums accumulate in float32 (no overflow on the way), as MLX's reduction does.
+    let halves = ops::astype(&array(&[6e4, 6e4, -6e4], &[3]), Dtype::F16, &s).unwrap();
+    let sum = ops::sum(&halves, &[0], false, &s).unwrap();
+    assert_eq!(sum.dtype(), Dtype::F16);
+    let sum = ops::astype(&sum, Dtype::F32, &s).unwrap();
+    assert_eq!(sum.to_vec::<f32>(&s).unwrap(), vec![6e4]);
+    // uint8 sums widen to uint32 first, as MLX's reduction does.
+    let bytes = ops::astype(&array(&[200.0, 100.0], &[1, 2]), Dtype::U8, &s).unwrap();
+    let sum = ops::sum(&bytes, &[1], false, &s).unwrap();
+    assert_eq!(sum.dtype(), Dtype::U32);
+    assert_eq!(sum.to_vec::<u32>(&s).unwrap(), vec![300]);
 }

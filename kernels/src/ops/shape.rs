@@ -83,7 +83,7 @@ pub fn sum(a: &Array, axes: &[i32], keepdims: bool, stream: &Stream) -> Result<A
             }
         }
     })?;
-    super::reduce::unless_size_one(a, axes, reduced, stream)
+    super::reduce::folded_unless_size_one(a, axes, reduced, super::add, stream)
 }
 
 /// Joins arrays along `axis`.

@@ -90,20 +90,40 @@ fn transform_within(
     }
     let components = dims[rank - 1];
     let read = t.samples_read(dims[rank - 2]);
-    let mut x = leading(x, rank - 2, read, s)?;
-    if let Some(window) = window {
-        let window = leading(window, 0, read, s)?;
-        x = ops::multiply(&x, &ops::reshape(&window, &[read, 1], s)?, s)?;
-    }
+    let x = leading(x, rank - 2, read, s)?;
+    // The window as a `[read, 1]` column: it scales each sample's components alike.
+    let window = window
+        .map(|w| -> Result<Array> { Ok(ops::reshape(&leading(w, 0, read, s)?, &[read, 1], s)?) })
+        .transpose()?;
+    let windowed = |x: &Array| -> Result<Array> {
+        Ok(match &window {
+            Some(w) => ops::multiply(x, w, s)?,
+            None => x.clone(),
+        })
+    };
     let (bins, out_components) = t.output();
     let matrix_bytes = read * components * bins * out_components * 4;
     let batch = &dims[..rank - 2];
+    let rows: i64 = batch.iter().product();
     let y = if matrix_bytes <= dense_bytes {
         let matrix = dense_matrix(t, read, components, s)?;
-        let rows = ops::reshape(&x, &[batch.iter().product(), read * components], s)?;
-        ops::matmul(&rows, &matrix, s)?
+        let columns = bins * out_components;
+        // The window scales the matrix's rows instead of the signal's samples when the matrix
+        // is the smaller of the two (an STFT's many frames): one pass over the frames less.
+        let (x, matrix) = if rows > columns {
+            let by_sample = ops::reshape(&matrix, &[read, components * columns], s)?;
+            let scaled = ops::reshape(&windowed(&by_sample)?, &[read * components, columns], s)?;
+            (x, scaled)
+        } else {
+            (windowed(&x)?, matrix)
+        };
+        ops::matmul(
+            &ops::reshape(&x, &[rows, read * components], s)?,
+            &matrix,
+            s,
+        )?
     } else {
-        by_fft(&x, t, components == 2)?
+        by_fft(&windowed(&x)?, t, components == 2)?
     };
     let shape: Vec<i64> = batch
         .iter()
@@ -311,21 +331,27 @@ mod tests {
 
     #[test]
     fn a_window_scales_the_samples_before_the_transform() {
-        let x = signal(&[2, 8, 1]);
-        let window = f32s(&[0.0, 0.25, 0.5, 1.0, 1.0, 0.5, 0.25, 0.0], &[8]);
-        let t = Transform {
-            length: 8,
-            inverse: false,
-            bins: Bins::OneSided,
-        };
-        let (dense, fft) = both_ways(&x, &t, Some(&window));
-        assert_close(&dense, &fft, 8.0);
-        // Bin 0 is the windowed sum.
-        let samples = values_f32(&x);
-        let weights = [0.0, 0.25, 0.5, 1.0, 1.0, 0.5, 0.25, 0.0];
-        let sum: f32 = samples[..8].iter().zip(weights).map(|(x, w)| x * w).sum();
-        assert!((dense[0] - sum).abs() < 1e-5, "{} vs {sum}", dense[0]);
-        assert_eq!(dense[1], 0.0);
+        // 2 rows: the window scales the samples; 16 rows (more than the matrix's 10 columns):
+        // it scales the matrix's rows instead, real and complex.
+        for shape in [[2, 8, 1], [16, 8, 1], [16, 8, 2]] {
+            let x = signal(&shape);
+            let window = f32s(&[0.0, 0.25, 0.5, 1.0, 1.0, 0.5, 0.25, 0.0], &[8]);
+            let t = Transform {
+                length: 8,
+                inverse: false,
+                bins: Bins::OneSided,
+            };
+            let (dense, fft) = both_ways(&x, &t, Some(&window));
+            assert_close(&dense, &fft, 8.0);
+            if shape[2] == 1 {
+                // Bin 0 is the windowed sum.
+                let samples = values_f32(&x);
+                let weights = [0.0, 0.25, 0.5, 1.0, 1.0, 0.5, 0.25, 0.0];
+                let sum: f32 = samples[..8].iter().zip(weights).map(|(x, w)| x * w).sum();
+                assert!((dense[0] - sum).abs() < 1e-5, "{} vs {sum}", dense[0]);
+                assert_eq!(dense[1], 0.0);
+            }
+        }
     }
 
     #[test]
