@@ -293,7 +293,8 @@ fn reductions_over_short_axes_are_folded_to_the_same_values() {
                     shape.remove(k);
                 }
                 type Reduce = fn(&Array, &[i32], bool, &Stream) -> mlx_kernels::Result<Array>;
-                let cases: [(Reduce, fn(f32, f32) -> f32, f32); 4] = [
+                type Reference = fn(f32, f32) -> f32;
+                let cases: [(Reduce, Reference, f32); 4] = [
                     (ops::sum, |a, b| a + b, 1e-5),
                     (ops::max, f32::max, 0.0),
                     (ops::min, f32::min, 0.0),
