@@ -110,11 +110,10 @@ fn transform_within(
         let columns = bins * out_components;
         // The window scales the matrix's rows instead of the signal's samples when the matrix
         // is the smaller of the two (an STFT's many frames): one pass over the frames less.
-        // Real signals only: the complex matrix so scaled (`[read·2, ·]` viewed as `[read, ·]`)
-        // came out as garbage on MLX's CUDA backend (the op suite's complex STFT cases, H200,
-        // 2026-12-04; right on its CPU backend).
-        let (x, matrix) = if rows > columns && components == 1 {
-            (x, windowed(&matrix)?)
+        let (x, matrix) = if rows > columns {
+            let by_sample = ops::reshape(&matrix, &[read, components * columns], s)?;
+            let scaled = ops::reshape(&windowed(&by_sample)?, &[read * components, columns], s)?;
+            (x, scaled)
         } else {
             (windowed(&x)?, matrix)
         };
@@ -333,7 +332,7 @@ mod tests {
     #[test]
     fn a_window_scales_the_samples_before_the_transform() {
         // 2 rows: the window scales the samples; 16 rows (more than the matrix's 10 columns):
-        // it scales the matrix's rows instead (real signals).
+        // it scales the matrix's rows instead, real and complex.
         for shape in [[2, 8, 1], [16, 8, 1], [16, 8, 2]] {
             let x = signal(&shape);
             let window = f32s(&[0.0, 0.25, 0.5, 1.0, 1.0, 0.5, 0.25, 0.0], &[8]);
