@@ -10,12 +10,12 @@
 //! - `dft_length` below 1, a frame step below 1, a frame longer than the signal, and a window
 //!   whose length is not `frame_length` fail the run.
 
-use mlx_kernels::{ops, Array, Dtype};
+use mlx_kernels::{ops, Array};
 
 use crate::table::lower::float32;
 
-use super::spectrum::{transform, Bins, Transform};
-use crate::table::consts::{scalar, zeros};
+use super::spectrum::{transform, Bins, KeptMatrices, Transform};
+use crate::table::consts::zeros;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 /// A DFT whose form ORT answers as ONNX defines it.
@@ -118,7 +118,8 @@ fn dft(
     let mut order: Vec<i32> = (0..rank as i32).collect();
     order.swap(resolved as usize, rank as usize - 2);
     let moved = ops::transpose(&float32(&x, s)?, &order, s)?;
-    let y = transform(&moved, &t, None, s)?;
+    let kept = cx.kept("dense matrices", || Ok(KeptMatrices::default()))?;
+    let y = transform(&moved, &t, None, &kept, s)?;
     Ok(ops::astype(&ops::transpose(&y, &order, s)?, x.dtype(), s)?)
 }
 
@@ -188,27 +189,15 @@ fn stft(
         )));
     }
     let frames = (samples - length) / frame_step + 1;
-    // Sample `f·step + n` of the signal is sample `n` of frame `f`.
-    let starts = ops::multiply(
-        &ops::arange(0.0, frames as f64, 1.0, Dtype::I32, s)?,
-        &scalar(frame_step as f64, Dtype::I32, s)?,
-        s,
-    )?;
-    let offsets = ops::arange(0.0, length as f64, 1.0, Dtype::I32, s)?;
-    let positions = ops::add(
-        &ops::reshape(&starts, &[frames, 1], s)?,
-        &ops::reshape(&offsets, &[1, length], s)?,
-        s,
-    )?;
-    let framed = ops::take(
+    let (batch, components) = (signal.shape()[0], signal.shape()[2]);
+    // Sample `n` of frame `f` is the signal's sample `f·step + n`: a strided view of it (the
+    // last frame ends within the signal), copied once where the product reads it.
+    let framed = ops::as_strided(
         &signal,
-        &ops::reshape(&positions, &[frames * length], s)?,
-        1,
+        &[batch, frames, length, components],
+        &[samples * components, frame_step * components, components, 1],
         s,
     )?;
-    let components = signal.shape()[2];
-    let batch = signal.shape()[0];
-    let framed = ops::reshape(&framed, &[batch, frames, length, components], s)?;
     let t = Transform {
         length,
         inverse: false,
@@ -219,6 +208,7 @@ fn stft(
         },
     };
     let window = window.map(|w| float32(&w, s)).transpose()?;
-    let y = transform(&float32(&framed, s)?, &t, window.as_ref(), s)?;
+    let kept = cx.kept("dense matrices", || Ok(KeptMatrices::default()))?;
+    let y = transform(&float32(&framed, s)?, &t, window.as_ref(), &kept, s)?;
     Ok(ops::astype(&y, signal.dtype(), s)?)
 }

@@ -11,6 +11,8 @@
 //!   backend has no FFT kernel, so it runs on MLX's CPU stream on every device; the result joins
 //!   the graph like any array.
 
+use std::cell::RefCell;
+
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::table::consts::scalar;
@@ -60,10 +62,51 @@ impl Transform {
     }
 }
 
+/// Matrices of at most this many bytes are kept between runs ([`KeptMatrices`]).
+const KEPT_MATRIX_BYTES: i64 = 8 << 20;
+
+/// How many matrices one node keeps (a signal whose length varies needs one per read length).
+const KEPT_MATRICES: usize = 2;
+
+/// What shapes a dense matrix: the transform, the samples read, the input's components.
+type MatrixKey = (i64, bool, Bins, i64, i64);
+
+/// A node's dense matrices, evaluated, kept across a plan's runs (`Lower::kept`): they depend
+/// on sizes alone, so a compiled trace captures one as a constant instead of rebuilding it
+/// (a dozen small kernels) at every replay. The oldest gives way past [`KEPT_MATRICES`].
+#[derive(Default)]
+pub struct KeptMatrices(RefCell<Vec<(MatrixKey, Array)>>);
+
+impl KeptMatrices {
+    fn matrix(&self, t: &Transform, read: i64, components: i64, s: &Stream) -> Result<Array> {
+        let key = (t.length, t.inverse, t.bins, read, components);
+        if let Some((_, found)) = self.0.borrow().iter().find(|(k, _)| *k == key) {
+            return Ok(found.clone());
+        }
+        let matrix = dense_matrix(t, read, components, s)?;
+        let (bins, out_components) = t.output();
+        if read * components * bins * out_components * 4 <= KEPT_MATRIX_BYTES {
+            Array::eval_all(std::slice::from_ref(&matrix))?;
+            let mut kept = self.0.borrow_mut();
+            if kept.len() == KEPT_MATRICES {
+                kept.remove(0);
+            }
+            kept.push((key, matrix.clone()));
+        }
+        Ok(matrix)
+    }
+}
+
 /// `x` (`[..., samples, 1 or 2]`, float32) transformed along axis -2, each sample first
 /// multiplied by `window` (1-D, at least as long as the samples read) when one is given.
-pub fn transform(x: &Array, t: &Transform, window: Option<&Array>, s: &Stream) -> Result<Array> {
-    transform_within(x, t, window, DENSE_MATRIX_BYTES, s)
+pub fn transform(
+    x: &Array,
+    t: &Transform,
+    window: Option<&Array>,
+    kept: &KeptMatrices,
+    s: &Stream,
+) -> Result<Array> {
+    transform_within(x, t, window, kept, DENSE_MATRIX_BYTES, s)
 }
 
 /// [`transform`] with the dense matrix limited to `dense_bytes`.
@@ -71,6 +114,7 @@ fn transform_within(
     x: &Array,
     t: &Transform,
     window: Option<&Array>,
+    kept: &KeptMatrices,
     dense_bytes: i64,
     s: &Stream,
 ) -> Result<Array> {
@@ -106,7 +150,7 @@ fn transform_within(
     let batch = &dims[..rank - 2];
     let rows: i64 = batch.iter().product();
     let y = if matrix_bytes <= dense_bytes {
-        let matrix = dense_matrix(t, read, components, s)?;
+        let matrix = kept.matrix(t, read, components, s)?;
         let columns = bins * out_components;
         // The window scales the matrix's rows instead of the signal's samples when the matrix
         // is the smaller of the two (an STFT's many frames): one pass over the frames less.
@@ -290,8 +334,9 @@ mod tests {
     /// The transform by the dense product and by the FFT, as host values.
     fn both_ways(x: &Array, t: &Transform, window: Option<&Array>) -> (Vec<f32>, Vec<f32>) {
         let s = stream();
-        let dense = transform_within(x, t, window, i64::MAX, &s).unwrap();
-        let fft = transform_within(x, t, window, 0, &s).unwrap();
+        let kept = KeptMatrices::default();
+        let dense = transform_within(x, t, window, &kept, i64::MAX, &s).unwrap();
+        let fft = transform_within(x, t, window, &kept, 0, &s).unwrap();
         assert_eq!(dense.shape(), fft.shape());
         (values_f32(&dense), values_f32(&fft))
     }
@@ -365,7 +410,7 @@ mod tests {
             inverse: false,
             bins: Bins::All,
         };
-        let spectrum = transform(&x, &forward, None, &s).unwrap();
+        let spectrum = transform(&x, &forward, None, &KeptMatrices::default(), &s).unwrap();
         let values = values_f32(&spectrum);
         for bin in values.chunks(2) {
             assert!(
@@ -377,10 +422,34 @@ mod tests {
             inverse: true,
             ..forward
         };
-        let back = values_f32(&transform(&spectrum, &inverse, None, &s).unwrap());
+        let back = values_f32(
+            &transform(&spectrum, &inverse, None, &KeptMatrices::default(), &s).unwrap(),
+        );
         for (n, value) in back.chunks(2).enumerate() {
             assert!((value[0] - impulse[n]).abs() < 1e-6 && value[1].abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn matrices_are_kept_by_what_shapes_them_the_oldest_giving_way() {
+        let s = stream();
+        let kept = KeptMatrices::default();
+        let t = |length| Transform {
+            length,
+            inverse: false,
+            bins: Bins::OneSided,
+        };
+        let keys = || -> Vec<i64> { kept.0.borrow().iter().map(|(k, _)| k.0).collect() };
+        kept.matrix(&t(8), 8, 1, &s).unwrap();
+        kept.matrix(&t(8), 8, 1, &s).unwrap();
+        assert_eq!(keys(), [8]);
+        kept.matrix(&t(16), 16, 1, &s).unwrap();
+        kept.matrix(&t(32), 32, 1, &s).unwrap();
+        assert_eq!(keys(), [16, 32]);
+        // 2,048 samples by 1,025 bins by 2: 16 MiB, made but not kept.
+        let big = kept.matrix(&t(2048), 2048, 1, &s).unwrap();
+        assert_eq!(big.shape(), [2048, 2050]);
+        assert_eq!(keys(), [16, 32]);
     }
 
     #[test]
@@ -391,8 +460,15 @@ mod tests {
             inverse: false,
             bins: Bins::All,
         };
-        assert!(transform(&signal(&[2, 8, 3]), &t, None, &s).is_err());
+        assert!(transform(&signal(&[2, 8, 3]), &t, None, &KeptMatrices::default(), &s).is_err());
         let empty = Transform { length: 0, ..t };
-        assert!(transform(&signal(&[2, 8, 1]), &empty, None, &s).is_err());
+        assert!(transform(
+            &signal(&[2, 8, 1]),
+            &empty,
+            None,
+            &KeptMatrices::default(),
+            &s
+        )
+        .is_err());
     }
 }
