@@ -199,3 +199,23 @@ def test_lp_pooling_and_transposed_convolutions_read_and_leave_channels_last(p, 
     assert kept == 4, summary  # both Relus, in the eager run and in the trace
     prepared = re.search(r"(\d+) prepared from them in (\d+) computation\(s\)", summary)
     assert prepared and prepared.groups() == ("3", "3"), summary
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_half_precision_chains_stay_channels_last(precision, monkeypatch, capfd):
+    """Under `precision` the whole chain computes in the half type (none of its rows is marked
+    float32) and stays channels-last: eager, traced and replayed, within the half type's
+    rounding of ORT's float32 answer."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
+    model, feeds = chain(2)
+    expected = cpu_outputs(model, feeds)
+    so = ort.SessionOptions()
+    so.add_provider_for_devices(mlx_devices(), {"precision": precision})
+    session = ort.InferenceSession(model, so)
+    tolerance = 3e-2 if precision == "fp16" else 2e-1
+    for _ in range(3):
+        for got, want in zip(session.run(None, feeds), expected):
+            np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+    del session
+    kept, summary = kept_channels_last(capfd)
+    assert kept == 12, summary
