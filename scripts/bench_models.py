@@ -14,6 +14,7 @@ Usage: bench_models.py [--runs N] [--model PATH ...] [--quick | --large] [--prec
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import platform
 import statistics
@@ -142,10 +143,13 @@ def encoder(seq: int, batch: int = 4, dim: int = 256, heads: int = 4, ffn: int =
         ]
     feeds = {"x": RNG.standard_normal((batch, seq, dim)).astype(np.float32)}
 
-    def direct():
+    def direct(half=None):
         import mlx.core as mx
 
-        m = {k: mx.array(v) for k, v in w.items() if v.dtype == np.float32}
+        # In `half` (a half type) as the EP's `precision` computes: weights rounded once, layer
+        # norm and softmax accumulating in float32, the output back in float32.
+        dtype = half or mx.float32
+        m = {k: mx.array(v).astype(dtype) for k, v in w.items() if v.dtype == np.float32}
 
         def ln(x, s, b):
             return mx.fast.layer_norm(x, s, b, 1e-5)
@@ -162,9 +166,10 @@ def encoder(seq: int, batch: int = 4, dim: int = 256, heads: int = 4, ffn: int =
             return h @ g("w2") + g("b2") + r1
 
         def f(x):
+            x = x.astype(dtype)
             for i in range(layers):
                 x = layer(x, i)
-            return x
+            return x.astype(mx.float32)
 
         return mx.compile(f)
 
@@ -457,6 +462,9 @@ def measure(bench: Bench, runs: int, precision: str | None = None, bound: bool =
             resident = [mx.array(v) for v in feeds.values()]
             mx.eval(resident)
             results["direct MLX resident"] = median_ms(lambda: mx.eval(f(*resident)), runs)
+            if precision and "half" in inspect.signature(bench.direct).parameters:
+                half = bench.direct(half={"fp16": mx.float16, "bf16": mx.bfloat16}[precision])
+                results[f"direct MLX resident {precision}"] = median_ms(lambda: mx.eval(half(*resident)), runs)
     return results
 
 
@@ -521,6 +529,9 @@ def main() -> None:
                 hms = r[f"MLX EP bound {args.precision}"]
                 half = (f"; EP {args.precision} {hms:.2f} ms, CPU / EP {r['ORT CPU'] / hms:.2f}x, "
                         f"max diff {r[f'MLX EP bound {args.precision} max diff']:.1e}")
+                direct_half = r.get(f"direct MLX resident {args.precision}")
+                if direct_half:
+                    half += f", direct MLX {args.precision} resident {direct_half:.2f} ms, EP / direct {hms / direct_half:.2f}x"
             print(f"|   {bench.name}, IO bound in MLX memory: EP {ms:.2f} ms, CPU / EP bound {r['ORT CPU'] / ms:.2f}x, "
                   f"max diff {r['MLX EP bound max diff']:.1e}{versus}{half} |", flush=True)
 
