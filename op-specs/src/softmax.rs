@@ -113,7 +113,7 @@ fn softmax13_claim(node: &crate::Node) -> crate::Verdict {
 
 /// `exp(x) / sum(exp(x))` along `axis`.
 #[onnx_op(
-    op = "Softmax", precision = Float32, since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless,
+    op = "Softmax", precision = Widens, since = 13, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = Shapeless,
     claim = softmax13_claim, declines = "an axis beyond 32 bits on 16-bit floats (ORT's function expansion refuses it)"
 )]
 fn softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<Array> {
@@ -122,7 +122,7 @@ fn softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<
 
 /// Softmax over the input flattened to 2-D at `axis`.
 /// A row of its own: opset 13 takes one axis instead of flattening (the same node, other results).
-#[onnx_op(op = "Softmax", precision = Float32, opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
+#[onnx_op(op = "Softmax", precision = Widens, opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
 fn softmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
     flattened(&x, ort_axis(axis), cx.stream(), softmax_axis)
 }

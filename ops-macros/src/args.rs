@@ -134,14 +134,14 @@ pub struct OpArgs {
     pub claim: Option<Path>,
     pub declines: Option<LitStr>,
     pub numerics: Option<LitStr>,
-    /// `precision = Float32`: the op computes in float32 under a half-precision session.
+    /// `precision = Float32 | Widens`: how the op computes under a half-precision session.
     pub precision: Option<Ident>,
     /// `layout = Elementwise | ChannelsLast`: how the op meets channels-last activations.
     pub layout: Option<Ident>,
 }
 
 const SHAPE_KINDS: [&str; 3] = ["Shapeless", "ShapeKeyed", "Eager"];
-const PRECISION_KINDS: [&str; 2] = ["Follows", "Float32"];
+const PRECISION_KINDS: [&str; 3] = ["Follows", "Float32", "Widens"];
 const LAYOUT_KINDS: [&str; 3] = ["ChannelsFirst", "Elementwise", "ChannelsLast"];
 
 impl OpArgs {
@@ -242,7 +242,7 @@ impl OpArgs {
                     if !PRECISION_KINDS.contains(&kind.to_string().as_str()) {
                         return Err(syn::Error::new(
                             kind.span(),
-                            "precision is `Follows` (the default) or `Float32`",
+                            "precision is `Follows` (the default), `Float32` or `Widens`",
                         ));
                     }
                     precision = Some(kind);

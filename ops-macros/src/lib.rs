@@ -22,7 +22,8 @@
 //! from computing in the node's type: for the coverage doc).
 //! `precision = Float32` (the op computes in float32 when a session runs float32 graphs in
 //! half precision: accumulations, in-place float32 state, float inputs read as parameters;
-//! the default, `Follows`, computes in the session's half type where the row allows it).
+//! the default, `Follows`, computes in the session's half type where the row allows it;
+//! `Widens`, takes the half type and accumulates in float32 inside its own lowering).
 //!
 //! Parameters after the context bind, in order, to the declared inputs: `Array` (required),
 //! `Option<Array>` (optional), `Vec<Array>` (variadic, last), `Sequence` (an input declared

@@ -102,11 +102,18 @@ fn channels_last(out: &mut String, list: &[&OpSpec]) {
     });
 }
 
-/// The family's entries that compute in float32 under the `precision` option.
+/// The family's entries that compute in float32 under the `precision` option, or take the
+/// half type and accumulate in float32 within.
 fn float32_under_half_precision(out: &mut String, list: &[&OpSpec]) {
     marked(out, list, "In float32 under `precision=fp16|bf16`", |s| {
         s.precision == Precision::Float32
     });
+    marked(
+        out,
+        list,
+        "In the half type, accumulating in float32, under `precision=fp16|bf16`",
+        |s| s.precision == Precision::Widens,
+    );
 }
 
 /// One line naming the family's ops whose entries `mark` holds for, if any.

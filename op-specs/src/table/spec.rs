@@ -26,6 +26,11 @@ pub enum Precision {
     /// float32 state in place (KV caches), and whatever reads a float input as a parameter
     /// rather than as data (scales, sizes, thresholds), which rounding would change.
     Float32,
+    /// Takes the session's half type and accumulates in float32 inside its own lowering (as
+    /// it does for a 16-bit graph), rounding its answer once: the values of computing it in
+    /// float32 and rounding where a half-type node reads it, without the float32 copies of
+    /// its input and output in between (softmax over attention scores: twice their bytes).
+    Widens,
 }
 
 /// How an op meets activations kept channels-last (`[N, d.., C]` for ONNX's `[N, C, d..]`)
@@ -232,7 +237,7 @@ impl OpSpec {
     /// wherever the node takes a float32 tensor. Otherwise its float32 inputs stay float32.
     pub fn computes_in(&self, node: &Node, half: ElemType) -> bool {
         let version = node.since_version();
-        self.precision == Precision::Follows
+        matches!(self.precision, Precision::Follows | Precision::Widens)
             && (0..node.input_count())
                 .filter(|&i| node.input_type(i) == Some(ElemType::Float))
                 .all(|i| {
@@ -344,8 +349,13 @@ mod tests {
         assert_eq!(computes_in_half("Add", 14, &[Float, Float]), (true, true));
         // Variadic: the third input binds to the port of the first.
         assert_eq!(computes_in_half("Sum", 13, &[Float; 3]), (true, true));
+        // Marked `precision = Widens`: half in, float32 inside.
+        assert_eq!(computes_in_half("Softmax", 13, &[Float]), (true, true));
         // Marked `precision = Float32`.
-        assert_eq!(computes_in_half("Softmax", 13, &[Float]), (false, false));
+        assert_eq!(
+            computes_in_half("LayerNormalization", 17, &[Float; 3]),
+            (false, false)
+        );
         assert_eq!(
             computes_in_half("ReduceSum", 13, &[Float, Int64]),
             (false, false)
