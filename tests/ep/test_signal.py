@@ -185,3 +185,19 @@ def test_windowed_stfts_match_numpys_fft(frames, onesided, components):
         np.testing.assert_allclose(y, exact, rtol=0, atol=2e-5 * np.abs(exact).max())
     assert session.get_providers()[0] == MLX
     assert {provider for _, provider in kernel_placements(session)} == {MLX}
+
+
+@pytest.mark.parametrize("step", [4, 5 * 10**18], ids=["step_4", "one_frame_huge_step"])
+def test_frames_of_a_transposed_signal_and_of_a_huge_step(step):
+    """Frames are a strided view of the signal: a transposed (non-contiguous) complex signal
+    reads right, and a step past the signal's end (one frame; times 2 components it would
+    overflow 64 bits) leaves the view's strides alone."""
+    nodes = [helper.make_node("Transpose", ["x"], ["signal"], perm=[1, 2, 0]),
+             helper.make_node("STFT", ["signal", "step", "", "length"], ["y"], onesided=0)]
+    model = make_model(nodes, [tensor("x", shape=[2, 3, 40])], [tensor("y")], [i64("step", step), i64("length", 16)])
+    x = np.random.default_rng(12).standard_normal((2, 3, 40)).astype(np.float32)
+    run = Run(model, {"x": x})
+    run.assert_all_on_mlx()
+    (want,) = cpu_outputs(model, {"x": x})
+    assert run.outputs[0].shape == want.shape == (3, 7 if step == 4 else 1, 16, 2)
+    np.testing.assert_allclose(run.outputs[0], want, rtol=0, atol=2e-5)

@@ -191,11 +191,17 @@ fn stft(
     let frames = (samples - length) / frame_step + 1;
     let (batch, components) = (signal.shape()[0], signal.shape()[2]);
     // Sample `n` of frame `f` is the signal's sample `f·step + n`: a strided view of it (the
-    // last frame ends within the signal), copied once where the product reads it.
+    // last frame ends within the signal), copied once where the product reads it. One frame
+    // has no step (which may be any size).
+    let frame_stride = if frames == 1 {
+        0
+    } else {
+        frame_step * components
+    };
     let framed = ops::as_strided(
         &signal,
         &[batch, frames, length, components],
-        &[samples * components, frame_step * components, components, 1],
+        &[samples * components, frame_stride, components, 1],
         s,
     )?;
     let t = Transform {
