@@ -144,6 +144,25 @@ const SHAPE_KINDS: [&str; 3] = ["Shapeless", "ShapeKeyed", "Eager"];
 const PRECISION_KINDS: [&str; 3] = ["Follows", "Float32", "Widens"];
 const LAYOUT_KINDS: [&str; 3] = ["ChannelsFirst", "Elementwise", "ChannelsLast"];
 
+/// `kind` when it is one of `kinds` (the first being the default), else an error naming them.
+fn one_of(argument: &str, kinds: &[&str], kind: Ident) -> syn::Result<Ident> {
+    if kinds.contains(&kind.to_string().as_str()) {
+        return Ok(kind);
+    }
+    let quoted: Vec<String> = kinds.iter().map(|k| format!("`{k}`")).collect();
+    let listed = match quoted.as_slice() {
+        [default, middle @ .., last] => {
+            let middle: String = middle.iter().map(|k| format!(", {k}")).collect();
+            format!("{default} (the default){middle} or {last}")
+        }
+        _ => quoted.join(", "),
+    };
+    Err(syn::Error::new(
+        kind.span(),
+        format!("{argument} is {listed}"),
+    ))
+}
+
 impl OpArgs {
     pub fn parse(tokens: proc_macro2::TokenStream) -> syn::Result<OpArgs> {
         let mut op = None;
@@ -238,25 +257,9 @@ impl OpArgs {
                 }
                 "claim" => claim = Some(meta.value()?.parse::<Path>()?),
                 "precision" => {
-                    let kind: Ident = meta.value()?.parse()?;
-                    if !PRECISION_KINDS.contains(&kind.to_string().as_str()) {
-                        return Err(syn::Error::new(
-                            kind.span(),
-                            "precision is `Follows` (the default), `Float32` or `Widens`",
-                        ));
-                    }
-                    precision = Some(kind);
+                    precision = Some(one_of("precision", &PRECISION_KINDS, meta.value()?.parse()?)?)
                 }
-                "layout" => {
-                    let kind: Ident = meta.value()?.parse()?;
-                    if !LAYOUT_KINDS.contains(&kind.to_string().as_str()) {
-                        return Err(syn::Error::new(
-                            kind.span(),
-                            "layout is `ChannelsFirst` (the default), `Elementwise` or `ChannelsLast`",
-                        ));
-                    }
-                    layout = Some(kind);
-                }
+                "layout" => layout = Some(one_of("layout", &LAYOUT_KINDS, meta.value()?.parse()?)?),
                 _ => return Err(meta.error(
                     "unknown onnx_op argument; expected one of: op, domain, since, opset, types, \
                          ignores, inputs, outputs, heterogeneous, shape, claim, declines, numerics, \
