@@ -191,10 +191,7 @@ fn convolve(
         })?;
         (x.clone(), w_last.swap_remove(0))
     };
-    let x_last = match cx.channels_last_of(&x) {
-        Some(last) => last,
-        None => to_channels_last(&x, s)?,
-    };
+    let x_last = cx.in_channels_last(&x)?;
     let y = ops::conv(
         &x_last,
         &w_last,
@@ -509,10 +506,7 @@ fn conv_transpose(
     })?;
     let weight = weight.swap_remove(0);
     // An input sliced above has no recorded form: it is transposed here.
-    let x_last = match cx.channels_last_of(&x) {
-        Some(last) => last,
-        None => to_channels_last(&x, s)?,
-    };
+    let x_last = cx.in_channels_last(&x)?;
     // MLX pads only outwards: negative padding (ONNX pads wider than the kernel's reach) is a
     // crop of the result instead.
     let y = ops::conv(

@@ -229,15 +229,15 @@ impl Windows {
     }
 }
 
+/// The most taps a kernel is folded tap by tap ([`Windows::fold_taps`]); larger kernels reduce
+/// materialised windows, one op instead of a chain of hundreds.
+const SLICED_TAPS: i64 = 32;
+
 /// The number of windows along one axis, as ORT's CPU EP counts them (its own rule, not ONNX's
 /// formula in two places): the floor division truncates toward zero, so a window larger than
 /// the padded input still yields one output when the shortfall is under a stride; ceil_mode
 /// divides in float32 and drops a last window that would start in the end padding. Zero
 /// windows is a valid, empty answer; a negative count fails as in ORT.
-/// The most taps a kernel is folded tap by tap ([`Windows::fold_taps`]); larger kernels reduce
-/// materialised windows, one op instead of a chain of hundreds.
-const SLICED_TAPS: i64 = 32;
-
 fn output_length(
     input: i64,
     lo: i64,
@@ -577,12 +577,9 @@ fn window_max(cx: &mut Lower, x: &Array, windows: &Windows) -> Result<Array> {
         // Undilated pads are smaller than the kernel: every window holds an input element.
         let fill = padding_value(x.dtype(), s)?;
         let max = |a: &Array, b: &Array| -> Result<Array> { Ok(ops::maximum(a, b, s)?) };
-        return match cx.channels_last_of(x) {
-            Some(last) => {
-                cx.answer_from_channels_last(windows.fold_taps(&last, &fill, 1, false, max, s)?)
-            }
-            None => windows.fold_taps(x, &fill, 2, false, max, s),
-        };
+        return cx.in_either_layout(x, |x, spatial_from| {
+            windows.fold_taps(x, &fill, spatial_from, false, max, s)
+        });
     }
     let y = ops::max(
         &windows.view(x, &padding_value(x.dtype(), s)?, false, s)?,
@@ -664,10 +661,7 @@ fn average_pool(
             let counts = windows.fold_taps(&ones, &pad_weight, spatial_from, true, add, s)?;
             Ok(ops::astype(&ops::divide(&sums, &counts, s)?, x.dtype(), s)?)
         };
-        return match cx.channels_last_of(&x) {
-            Some(last) => cx.answer_from_channels_last(mean(&last, 1)?),
-            None => mean(&x, 2),
-        };
+        return cx.in_either_layout(&x, mean);
     }
     let wide = ops::astype(&x, Dtype::F32, s)?;
     let sums = ops::sum(
@@ -754,10 +748,7 @@ fn lp_pool(
             let sums = windows.fold_taps(&terms, &zero, spatial_from, false, add, s)?;
             lp_root(&sums, p, x.dtype(), s)
         };
-        return match cx.channels_last_of(&x) {
-            Some(last) => cx.answer_from_channels_last(norm(&last, 1)?),
-            None => norm(&x, 2),
-        };
+        return cx.in_either_layout(&x, norm);
     }
     let zero = scalar(0.0, x.dtype(), s)?;
     lp_norm(

@@ -459,6 +459,29 @@ impl<'a> Lower<'a> {
         )
     }
 
+    /// `x` channels-last: the form an earlier node left, else a lazy transpose of `x`.
+    pub fn in_channels_last(&self, x: &Array) -> Result<Array> {
+        match self.channels_last_of(x) {
+            Some(last) => Ok(last),
+            None => super::channels_last::to_channels_last(x, self.stream),
+        }
+    }
+
+    /// `compute(x, first spatial axis)` in whichever layout `x` is at hand: over its
+    /// channels-last form when an earlier node left one (spatial axes from 1; the answer is
+    /// this node's form, answered as with [`Lower::answer_from_channels_last`]), else over `x`
+    /// itself (spatial axes from 2). For ops that work along the spatial axes alike in both.
+    pub fn in_either_layout(
+        &self,
+        x: &Array,
+        compute: impl FnOnce(&Array, usize) -> Result<Array>,
+    ) -> Result<Array> {
+        match self.channels_last_of(x) {
+            Some(last) => self.answer_from_channels_last(compute(&last, 1)?),
+            None => compute(x, 2),
+        }
+    }
+
     /// Makes the run fail with `message` unless every element of `holds` (bool, any shape) is
     /// true. Costs one reduction in the same evaluation as the outputs, and a 1-byte read.
     pub fn require(&mut self, holds: &Array, message: impl Into<String>) -> Result<()> {
