@@ -52,6 +52,8 @@ pub struct PlanReport {
     pub half_nodes: Option<(&'static str, usize, usize)>,
     /// Elementwise node lowerings over channels-last forms, between convolutions.
     pub channels_last_lowered: usize,
+    /// Node lowerings that answered for several nodes at once, by what they made.
+    pub rewrites: Vec<(&'static str, usize)>,
 }
 
 /// MLX's memory after the latest run: held by live arrays (the plans' constants, what was
@@ -185,6 +187,9 @@ impl Stats {
                     "; {} elementwise node lowering(s) between convolutions kept channels-last",
                     report.channels_last_lowered
                 );
+            }
+            for (what, count) in &report.rewrites {
+                let _ = write!(out, "; {count} {what}");
             }
             let c = &report.constants;
             if c.bytes > 0 || c.prepared > 0 {

@@ -7,7 +7,7 @@
 //! derive from constants alone is prepared once and kept (`op_specs::Prepared`).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -150,6 +150,9 @@ pub struct Plan {
     /// Node lowerings that did, over all runs and traces (a lowering that could not falls back
     /// to channels-first and is not counted).
     channels_last_lowered: AtomicUsize,
+    /// Rewrites node lowerings made (several nodes answered by one computation), by what they
+    /// made, over all runs and traces.
+    rewrites: Mutex<BTreeMap<&'static str, usize>>,
 }
 
 /// The MLX side of a plan, created on (and owned by) the thread that first runs it.
@@ -439,6 +442,7 @@ impl Plan {
             name,
             channels_last,
             channels_last_lowered: AtomicUsize::new(0),
+            rewrites: Mutex::default(),
             float32_inputs_as: vec![None; plan_nodes.len()],
             half: None,
             nodes: plan_nodes,
@@ -489,6 +493,12 @@ impl Plan {
     /// How many elementwise node lowerings ran over channels-last forms, between convolutions.
     pub fn channels_last_lowered(&self) -> usize {
         self.channels_last_lowered.load(Ordering::Relaxed)
+    }
+
+    /// The rewrites node lowerings made, by what they made, over all runs and traces.
+    pub fn rewrites(&self) -> Vec<(&'static str, usize)> {
+        let rewrites = self.rewrites.lock().unwrap_or_else(|e| e.into_inner());
+        rewrites.iter().map(|(&what, &n)| (what, n)).collect()
     }
 
     /// Whether the run needs fused-node input `index` (a constant the plan holds does not).
@@ -953,6 +963,13 @@ impl Plan {
                     }
                     (None, _) => {}
                 }
+            }
+        }
+        let made = shared.borrow();
+        if !made.rewrites().is_empty() {
+            let mut rewrites = self.rewrites.lock().unwrap_or_else(|e| e.into_inner());
+            for &what in made.rewrites() {
+                *rewrites.entry(what).or_default() += 1;
             }
         }
         lowered_part.env = env;

@@ -3,6 +3,7 @@
 
 use mlx_kernels::{ops, Array, Stream};
 
+use crate::attention::formed;
 use crate::table::consts::{scalar, scalar_like};
 use crate::{onnx_op, Lower, Result};
 
@@ -21,7 +22,10 @@ fn sub(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
 /// Elementwise product with numpy broadcasting (integers wrap).
 #[onnx_op(op = "Mul", since = 7, types(T = NUMERIC), inputs(A: T, B: T), outputs(C: T), layout = Elementwise, shape = Shapeless)]
 fn mul(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
-    Ok(ops::multiply(&a, &b, cx.stream())?)
+    let y = ops::multiply(&a, &b, cx.stream())?;
+    formed::note_scaled(cx, &a, &b, 1, false, &y)?;
+    formed::note_scaled(cx, &b, &a, 0, false, &y)?;
+    Ok(y)
 }
 
 /// Elementwise quotient. Integers divide truncating toward zero, as C (and ORT) do; an integer
@@ -30,7 +34,9 @@ fn mul(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
 fn div(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
     let s = cx.stream();
     if a.dtype().is_float() {
-        return Ok(ops::divide(&a, &b, s)?);
+        let y = ops::divide(&a, &b, s)?;
+        formed::note_scaled(cx, &a, &b, 1, true, &y)?;
+        return Ok(y);
     }
     let divisor = SafeDivisor::new(cx, &b, "integer division by zero")?;
     let quotient = divisor.truncating_quotient(&a, s)?;

@@ -2,6 +2,7 @@
 
 use mlx_kernels::{ops, Array, Dtype};
 
+use crate::attention::formed;
 use crate::table::consts::scalar_like;
 use crate::{onnx_op, Lower, OpError, Result};
 
@@ -9,7 +10,12 @@ use crate::{onnx_op, Lower, OpError, Result};
 #[onnx_op(op = "MatMul", since = 1, types(T = FLOAT), inputs(A: T, B: T), outputs(Y: T), shape = Shapeless)]
 fn matmul(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
     ort_batch_check(&a.shape(), &b.shape(), Transposes::default())?;
-    numpy_matmul(&a, &b, cx.stream())
+    if let Some(attention) = formed::fused_product(cx, &a, &b)? {
+        return Ok(attention);
+    }
+    let y = numpy_matmul(&a, &b, cx.stream())?;
+    formed::note_product(cx, &a, &b, &y);
+    Ok(y)
 }
 
 /// FusedMatMul's transposition flags (all false for MatMul).

@@ -3,6 +3,7 @@
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
+use crate::attention::formed;
 use crate::{onnx_op, Lower, OpError, Result};
 
 type AxisFn = fn(&Array, i32, &Stream) -> Result<Array>;
@@ -117,14 +118,23 @@ fn softmax13_claim(node: &crate::Node) -> crate::Verdict {
     claim = softmax13_claim, declines = "an axis beyond 32 bits on 16-bit floats (ORT's function expansion refuses it)"
 )]
 fn softmax(cx: &mut Lower, x: Array, #[attr(default = -1)] axis: i64) -> Result<Array> {
-    along_axis(&x, ort_axis(axis), cx.stream(), softmax_axis)
+    let y = along_axis(&x, ort_axis(axis), cx.stream(), softmax_axis)?;
+    let axis = normalise_axis(ort_axis(axis), x.ndim())?;
+    formed::note_softmax(cx, &x, axis as usize, &y);
+    Ok(y)
 }
 
 /// Softmax over the input flattened to 2-D at `axis`.
 /// A row of its own: opset 13 takes one axis instead of flattening (the same node, other results).
 #[onnx_op(op = "Softmax", precision = Widens, opset = 1..=12, types(T = FLOAT), inputs(input: T), outputs(output: T), shape = ShapeKeyed)]
 fn softmax_legacy(cx: &mut Lower, x: Array, #[attr(default = 1)] axis: i64) -> Result<Array> {
-    flattened(&x, ort_axis(axis), cx.stream(), softmax_axis)
+    let y = flattened(&x, ort_axis(axis), cx.stream(), softmax_axis)?;
+    // Flattened at the last axis, the rows are the last axis's.
+    if x.size() > 0 {
+        let axis = normalise_axis(ort_axis(axis), x.ndim())?;
+        formed::note_softmax(cx, &x, axis as usize, &y);
+    }
+    Ok(y)
 }
 
 /// `x - log(sum(exp(x)))` along `axis`.

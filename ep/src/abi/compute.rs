@@ -281,6 +281,7 @@ fn run(
                 constants: info.plan.constants_report(runtime),
                 half_nodes: info.plan.half_nodes(),
                 channels_last_lowered: info.plan.channels_last_lowered(),
+                rewrites: info.plan.rewrites(),
             },
         );
     }

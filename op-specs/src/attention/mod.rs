@@ -10,6 +10,7 @@
 
 mod bert;
 mod dmmha;
+pub(crate) mod formed;
 mod gqa;
 mod mha;
 mod onnx_attention;

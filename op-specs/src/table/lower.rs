@@ -191,6 +191,8 @@ impl fmt::Debug for Prepared {
 #[derive(Default)]
 pub struct SharedDerivations {
     entries: Vec<SharedEntry>,
+    /// The rewrites the lowering made (see [`Lower::note_rewrite`]), one entry each.
+    rewrites: Vec<&'static str>,
 }
 
 struct SharedEntry {
@@ -236,6 +238,11 @@ impl SharedDerivations {
     /// `Layout`).
     pub fn channels_last_of(&self, first: &Array) -> Option<Array> {
         self.find::<Array>(super::channels_last::FORM, &[first], &[])
+    }
+
+    /// The rewrites this lowering made, one entry per node that answered with one.
+    pub fn rewrites(&self) -> &[&'static str] {
+        &self.rewrites
     }
 
     /// How many derivations were computed (each once).
@@ -441,6 +448,29 @@ impl<'a> Lower<'a> {
         let value = compute(self)?;
         store.borrow_mut().record(tag, inputs, extra, value.clone());
         Ok(value)
+    }
+
+    /// What an earlier node of this lowering recorded under `tag` about its answer `x` (what
+    /// `x` is made of, say), if any; `None` without a plan's context.
+    pub fn form_of<T: Clone + 'static>(&self, tag: &'static str, x: &Array) -> Option<T> {
+        self.constants?.shared.borrow().find(tag, &[x], &[])
+    }
+
+    /// Records `value` under `tag` as what this node knows about its answer `x`, for the nodes
+    /// after it (see [`Lower::form_of`]). Nothing is recorded without a plan's context.
+    pub fn record_form<T: Clone + 'static>(&self, tag: &'static str, x: &Array, value: T) {
+        if let Some(constants) = self.constants {
+            constants.shared.borrow_mut().record(tag, &[x], &[], value);
+        }
+    }
+
+    /// Notes that this node answered with `what`: a computation that stands for several nodes
+    /// (their answers, recorded by [`Lower::record_form`], left unread), which the plan's
+    /// summary counts.
+    pub fn note_rewrite(&self, what: &'static str) {
+        if let Some(constants) = self.constants {
+            constants.shared.borrow_mut().rewrites.push(what);
+        }
     }
 
     /// The channels-last form of `x` (`[N, d.., C]`) that an earlier node of this lowering

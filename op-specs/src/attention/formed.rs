@@ -1,0 +1,120 @@
+//! Attention formed from its parts. Encoders exported without a graph optimizer spell attention
+//! out: `MatMul(Q, Kᵀ)`, a scale (`Mul` or `Div` by a constant), `Softmax` over the last axis,
+//! `MatMul(P, V)`. Each of those lowerings answers as usual and records beside its answer what
+//! the answer is made of ([`Lower::record_form`]); the last MatMul, finding the whole chain
+//! behind its left operand, answers with one call of MLX's fused `scaled_dot_product_attention`
+//! instead. The chain's own arrays are then left unread, and MLX evaluates only what an output
+//! depends on, so they cost nothing unless another node (or a graph output) reads them.
+//!
+//! The fused call is the same function, rounded no more often: in float32 it is the graph's
+//! arithmetic reordered (where MLX has no fused kernel it composes the same ops); in float16
+//! and bfloat16, MLX's GPU kernels score and normalise in float32 where the graph rounds the
+//! scores to the element type twice. Only the unmasked chain is formed: with an additive mask,
+//! a row masked out entirely (NaN in the graph) has no answer MLX's kernels promise to share.
+
+use mlx_kernels::{ops, Array, Dtype};
+
+use super::{fused_attention, AttentionMask};
+use crate::{Lower, Result};
+
+/// Recorded on `scale · q·kᵀ` (a scale of 1 for the bare product).
+const SCORES: &str = "attention: scaled scores";
+/// Recorded on `softmax(scale · q·kᵀ)` over the last axis.
+const WEIGHTS: &str = "attention: weights";
+/// The rewrite the plan's summary counts.
+pub(crate) const FORMED: &str = "attention(s) fused from MatMul, Softmax and MatMul";
+
+/// What scores are made of: `q` `[B, H, L, D]`, `k_t` `[B, H, D, S]` and the scale.
+#[derive(Clone)]
+struct Scores {
+    q: Array,
+    k_t: Array,
+    scale: f32,
+}
+
+/// `[B, H, rows, columns]`, when `a` is 4-D and not empty.
+fn dims4(a: &Array) -> Option<[i64; 4]> {
+    <[i64; 4]>::try_from(a.shape())
+        .ok()
+        .filter(|_| a.size() > 0)
+}
+
+/// MatMul's answer `y = a · b` is scores when `a` is `[B, H, L, D]` and `b` `[B, H, D, S]` (the
+/// same leading dims: no broadcasting, which the fused kernel reads otherwise) of a float type.
+pub(crate) fn note_product(cx: &Lower, a: &Array, b: &Array, y: &Array) {
+    let (Some(a4), Some(b4)) = (dims4(a), dims4(b)) else {
+        return;
+    };
+    if a.dtype().is_float() && a4[..2] == b4[..2] && a4[3] == b4[2] {
+        let scores = Scores {
+            q: a.clone(),
+            k_t: b.clone(),
+            scale: 1.0,
+        };
+        cx.record_form(SCORES, y, scores);
+    }
+}
+
+/// Mul's (or Div's, `divides`) answer `y = x · factor` (`x / factor`) is scores scaled again
+/// when `x` is scores and `factor`, input `factor_index`, is a constant of one element that
+/// does not raise the rank.
+pub(crate) fn note_scaled(
+    cx: &Lower,
+    x: &Array,
+    factor: &Array,
+    factor_index: usize,
+    divides: bool,
+    y: &Array,
+) -> Result<()> {
+    let Some(scores) = cx.form_of::<Scores>(SCORES, x) else {
+        return Ok(());
+    };
+    if !cx.input_is_constant(factor_index) || factor.size() != 1 || factor.ndim() > x.ndim() {
+        return Ok(());
+    }
+    // The constant as the graph multiplies by it (already rounded to a half type under
+    // `precision`); a constant is evaluated, so this read costs no evaluation of the graph.
+    let s = cx.stream();
+    let value = ops::astype(factor, Dtype::F32, s)?.to_vec::<f32>(s)?[0];
+    let by = if divides { value.recip() } else { value };
+    if by.is_finite() && by != 0.0 {
+        let scale = scores.scale * by;
+        cx.record_form(SCORES, y, Scores { scale, ..scores });
+    }
+    Ok(())
+}
+
+/// Softmax's answer `y` over `axis` (normalised) of `x` is attention weights when `x` is scores
+/// and `axis` is the last.
+pub(crate) fn note_softmax(cx: &Lower, x: &Array, axis: usize, y: &Array) {
+    if axis + 1 != x.ndim() {
+        return;
+    }
+    if let Some(scores) = cx.form_of::<Scores>(SCORES, x) {
+        cx.record_form(WEIGHTS, y, scores);
+    }
+}
+
+/// MatMul's `p · v` as one fused attention, when `p` is attention weights and `v` is
+/// `[B, H, S, Dv]` with the scores' `B`, `H` and `S` and their type; `None` otherwise (and
+/// when MLX refuses the operands), for the plain product.
+pub(crate) fn fused_product(cx: &Lower, p: &Array, v: &Array) -> Result<Option<Array>> {
+    let Some(Scores { q, k_t, scale }) = cx.form_of::<Scores>(WEIGHTS, p) else {
+        return Ok(None);
+    };
+    let (Some(q4), Some(k4), Some(v4)) = (dims4(&q), dims4(&k_t), dims4(v)) else {
+        return Ok(None);
+    };
+    if v4[..2] != q4[..2] || v4[2] != k4[3] || v.dtype() != q.dtype() {
+        return Ok(None);
+    }
+    let s = cx.stream();
+    let k = ops::transpose(&k_t, &[0, 1, 3, 2], s)?;
+    match fused_attention(&q, &k, v, scale, AttentionMask::None, s) {
+        Ok(y) => {
+            cx.note_rewrite(FORMED);
+            Ok(Some(y))
+        }
+        Err(_) => Ok(None),
+    }
+}

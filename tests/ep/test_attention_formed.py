@@ -1,0 +1,156 @@
+"""Attention spelled out as MatMul(Q, Kᵀ) → scale → Softmax → MatMul(P, V), as encoders are
+exported before a graph optimizer fuses them, runs as one fused MLX attention (the session summary
+counts it) and answers as ORT's CPU EP does, eager, traced and replayed; the chains it must not
+fuse (another softmax axis, broadcast heads, a scale only known at run time, a mask) answer the
+same, unfused."""
+
+import gc
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import COMPILE_MODES, MLX, cpu_outputs, kernel_placements, make_model, set_env, tensor
+
+RNG = np.random.default_rng(11)
+
+
+def chain(dtype=np.float32, scale="Mul", opset=17, axis=-1, heads=3, key_heads=3, head=8, value_head=8,
+          weights_out=False, mask=False):
+    """q [2, heads, 5, head] · kᵀ (k [2, key_heads, 7, head], transposed in the graph), scaled by
+    `scale` ("Mul", "Mul first" for the constant as the first operand, "Div", "input" for a
+    graph input, None), plus a graph-input mask when `mask`, Softmax over `axis`, times v
+    [2, heads, 7, value_head]."""
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    n = helper.make_node
+    nodes = [n("Transpose", ["k"], ["k_t"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "k_t"], ["scores"])]
+    inits, inputs = [], [tensor("q", elem), tensor("k", elem), tensor("v", elem)]
+    feeds = {
+        "q": RNG.standard_normal([2, heads, 5, head]).astype(dtype),
+        "k": RNG.standard_normal([2, key_heads, 7, head]).astype(dtype),
+        "v": RNG.standard_normal([2, heads, 7, value_head]).astype(dtype),
+    }
+    factor = np.array(1 / np.sqrt(head) * 1.5, dtype)
+    scaled = "scaled"
+    if scale == "Mul":
+        nodes.append(n("Mul", ["scores", "factor"], [scaled]))
+    elif scale == "Mul first":
+        nodes.append(n("Mul", ["factor", "scores"], [scaled]))
+    elif scale == "Div":
+        factor = np.array(np.sqrt(head) / 1.5, dtype)
+        nodes.append(n("Div", ["scores", "factor"], [scaled]))
+    elif scale == "input":
+        nodes.append(n("Mul", ["scores", "factor"], [scaled]))
+        inputs.append(tensor("factor", elem))
+        feeds["factor"] = factor
+    else:
+        scaled = "scores"
+    if scale not in (None, "input"):
+        inits.append(numpy_helper.from_array(factor, "factor"))
+    if mask:
+        nodes.append(n("Add", [scaled, "mask"], ["masked"]))
+        inputs.append(tensor("mask", elem))
+        feeds["mask"] = np.where(RNG.random([2, 1, 1, 7]) < 0.3, -1e4, 0).astype(dtype)
+        scaled = "masked"
+    nodes += [n("Softmax", [scaled], ["weights"], axis=axis), n("MatMul", ["weights", "v"], ["y"])]
+    outputs = [tensor("y", elem)] + ([tensor("weights", elem)] if weights_out else [])
+    return make_model(nodes, inputs, outputs, initializers=inits, opset=opset), feeds
+
+
+def fused_on_mlx(model, feeds, tolerance, monkeypatch, capfd, mode="eager_then_compiled", runs=3):
+    """`runs` runs all on MLX, each answering as ORT's CPU EP; returns how many lowerings the
+    session summary says formed a fused attention, and the summary."""
+    set_env(monkeypatch, {**COMPILE_MODES[mode], "ONNXRUNTIME_EP_MLX_VERBOSE": "1"})
+    gc.collect()
+    capfd.readouterr()  # an earlier test's session, released late, is not this one's
+    expected = cpu_outputs(model, feeds)
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_formed")
+    session = ort.InferenceSession(model, options, providers=[MLX, "CPUExecutionProvider"])
+    assert session.get_providers()[0] == MLX
+    for _ in range(runs):
+        for got, want in zip(session.run(None, feeds), expected):
+            np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tolerance, atol=tolerance)
+    kernels = kernel_placements(session)
+    assert kernels and {provider for _, provider in kernels} == {MLX}, kernels
+    del session
+    gc.collect()
+    summary = capfd.readouterr().err
+    found = re.findall(r"(\d+) attention\(s\) fused from MatMul, Softmax and MatMul", summary)
+    return sum(int(count) for count in found), summary
+
+
+@pytest.mark.parametrize("mode", sorted(COMPILE_MODES))
+@pytest.mark.parametrize("scale", ["Mul", "Mul first", "Div", None])
+def test_a_spelled_out_attention_runs_fused(scale, mode, monkeypatch, capfd):
+    model, feeds = chain(scale=scale)
+    fused, summary = fused_on_mlx(model, feeds, 1e-5, monkeypatch, capfd, mode)
+    # Eager runs lower every time; a compiled plan lowers once to trace, then replays.
+    want = {"eager_only": 3, "eager_then_compiled": 2, "traced_first": 1}[mode]
+    assert fused == want, summary
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(dtype=np.float16),
+        dict(opset=11, axis=3),  # the flattening Softmax, flattened at the last axis
+        dict(weights_out=True),  # the weights are read too: computed as well, and right
+        dict(value_head=4, head=16),
+    ],
+    ids=["float16", "softmax-11-last-axis", "weights-also-an-output", "value-head-differs"],
+)
+def test_attention_variants_run_fused(case, monkeypatch, capfd):
+    model, feeds = chain(**case)
+    tolerance = 2e-3 if case.get("dtype") == np.float16 else 1e-5
+    fused, summary = fused_on_mlx(model, feeds, tolerance, monkeypatch, capfd)
+    assert fused == 2, summary
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(axis=2),
+        dict(opset=11, axis=2),  # flattened at axis 2: rows span two axes
+        dict(key_heads=1),  # k broadcast over the heads by MatMul
+        dict(scale="input"),  # the scale is only known at run time
+        dict(mask=True),
+    ],
+    ids=["softmax-over-keys-axis", "softmax-11-flattened-early", "broadcast-key-heads", "runtime-scale", "masked"],
+)
+def test_chains_that_are_not_attention_stay_unfused(case, monkeypatch, capfd):
+    model, feeds = chain(**case)
+    fused, summary = fused_on_mlx(model, feeds, 1e-5, monkeypatch, capfd)
+    assert fused == 0, summary
+
+
+def test_a_half_precision_encoder_fuses_every_layer(monkeypatch, capfd):
+    """The benchmark's encoder (Q, K, V split into heads by Reshape and Transpose, as exported)
+    under `precision=fp16`: every layer's attention fused, the output close to float32's."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import bench_models
+
+    bench = bench_models.encoder(seq=16, dim=64, heads=4, ffn=128, layers=3)
+    set_env(monkeypatch, {"ONNXRUNTIME_EP_MLX_COMPILE_AFTER": "1"})
+    (expected,) = cpu_outputs(bench.model, bench.feeds)
+    options = ort.SessionOptions()
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == MLX]
+    options.add_provider_for_devices(devices, {"precision": "fp16", "verbose": "1"})
+    session = ort.InferenceSession(bench.model, options)
+    assert session.get_providers()[0] == MLX
+    for _ in range(3):
+        (got,) = session.run(None, bench.feeds)
+        np.testing.assert_allclose(got, expected, rtol=2e-2, atol=2e-2)
+    del session
+    gc.collect()
+    summary = capfd.readouterr().err
+    assert "precision fp16" in summary, summary
+    found = re.findall(r"(\d+) attention\(s\) fused from MatMul, Softmax and MatMul", summary)
+    assert sum(int(count) for count in found) == 2 * 3, summary
