@@ -114,7 +114,7 @@ pub const SETTINGS: &[Setting] = &[
         key: "precision",
         env: "ONNXRUNTIME_EP_MLX_PRECISION",
         kind: Kind::Choice(&["fp32", "fp16", "bf16"]),
-        doc: "`fp16`/`bf16`: compute float32 graphs in that half type (float32 constants rounded once, outputs back in float32; normalisations, reductions and the ops `docs/COVERAGE.md` lists stay in float32, softmax takes the half type and sums in float32). Meant for GPUs: `onnxruntime-ep-mlx run MODEL --ep-option precision=fp16` reports the difference from ORT's float32 answer (unset: `fp32`, as the graph says)",
+        doc: "`fp16`/`bf16`: compute float32 graphs in that half type (float32 constants rounded once, finite ones past the half type's range to its largest value; outputs back in float32; normalisations, reductions and the ops `docs/COVERAGE.md` lists stay in float32, softmax takes the half type and sums in float32). Meant for GPUs: `onnxruntime-ep-mlx run MODEL --ep-option precision=fp16` reports the difference from ORT's float32 answer (unset: `fp32`, as the graph says)",
     },
     Setting {
         key: "profile_ops",

@@ -1046,11 +1046,34 @@ impl Constants {
         if let Some(made) = self.rounded.borrow().get(&slot) {
             return Ok(made.clone());
         }
-        let made = ops::astype(array, dtype, stream).map_err(|e| e.to_string())?;
+        let made = within_finite_range(array, dtype, stream)
+            .and_then(|finite| ops::astype(&finite, dtype, stream))
+            .map_err(|e| e.to_string())?;
         Array::eval_all(std::slice::from_ref(&made)).map_err(|e| e.to_string())?;
         self.rounded.borrow_mut().insert(slot, made.clone());
         Ok(made)
     }
+}
+
+/// `a` with its finite values past `half`'s range set to `half`'s largest finite value of
+/// their sign (infinities and NaN as they are), so that a finite constant stays finite when
+/// rounded, as onnxconverter-common's float16 conversion clamps: an exported encoder's mask
+/// fill of float32's lowest (`(1 - mask) · lowest`) would otherwise round to -inf, and
+/// `0 · -inf` is NaN where `0 · -65504` is 0.
+fn within_finite_range(a: &Array, half: Dtype, s: &Stream) -> mlx_kernels::Result<Array> {
+    let largest = match half {
+        Dtype::F16 => 65504.0f32,
+        Dtype::BF16 => f32::from_bits(0x7F7F_0000),
+        _ => return Ok(a.clone()),
+    };
+    let largest = Array::scalar(largest)?;
+    let beyond = ops::logical_and(
+        &ops::greater(&ops::abs(a, s)?, &largest, s)?,
+        &ops::logical_not(&ops::isinf(a, s)?, s)?,
+        s,
+    )?;
+    let edge = ops::multiply(&ops::sign(a, s)?, &largest, s)?;
+    ops::where_(&beyond, &edge, a, s)
 }
 
 /// Which nodes a lowering covers and what it starts from besides the constants.

@@ -83,6 +83,30 @@ def test_the_half_type_is_the_one_asked_for(precision, want, compile_after):
     np.testing.assert_array_equal(y, [want, want])
 
 
+LOWEST = float(np.finfo(np.float32).min)
+BF16_LARGEST = float(np.frombuffer(np.uint32(0x7F7F0000).tobytes(), np.float32)[0])
+
+
+@pytest.mark.parametrize(
+    "precision, k, want",
+    [
+        ("fp16", [LOWEST, 7e4, 3.4e38, np.inf, -np.inf, np.nan, 1.5], [-0.0, 65504, 65504, np.inf, -np.inf, np.nan, 1.5]),
+        ("bf16", [LOWEST, 3.4e38, np.inf, -np.inf, np.nan, 1.5], [-0.0, BF16_LARGEST, np.inf, -np.inf, np.nan, 1.5]),
+    ],
+)
+def test_constants_past_the_half_range_are_clamped_not_infinite(precision, k, want):
+    """A finite constant past the half type's range rounds to its largest finite value of the
+    same sign (an exported mask fill of float32's lowest times 0 stays 0, not NaN); infinities
+    and NaN stay what they are."""
+    inits = [numpy_helper.from_array(np.array(k, np.float32), "k")]
+    model = make_model([helper.make_node("Mul", ["x", "k"], ["y"])], [tensor("x", shape=[len(k)])], [tensor("y")],
+                       initializers=inits)
+    x = np.ones(len(k), np.float32)
+    x[0] = 0
+    (y,) = run(model, {"x": x}, precision)
+    np.testing.assert_array_equal(y, np.array(want, np.float32))
+
+
 def encoder_block(rng, width=64, tokens=16):
     """MatMul + bias, attention scores, Softmax, residual, LayerNormalization, Gelu-like MLP."""
     w = lambda *shape: numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32))

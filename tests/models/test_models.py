@@ -46,6 +46,25 @@ def test_real_model_runs_entirely_on_mlx(model, tmp_path):
         assert difference <= model.atol, f"{model.name} output {name}: max |MLX - CPU| {difference:.3g} > {model.atol}"
 
 
+@pytest.mark.parametrize("precision, atol", [("fp16", 1e-2), ("bf16", 5e-2)])
+def test_the_real_encoder_in_half_precision_stays_close_to_float32(precision, atol, tmp_path):
+    """paraphrase-MiniLM-L3-v2 under the `precision` option, all on MLX, within `atol` of ORT's
+    float32 answer. Its attention mask is `(1 - mask) · lowest` with float32's lowest, a
+    constant past both half types' range: rounded to -inf it made `0 · -inf`, NaN in every
+    output, until constants were clamped to the half type's finite range."""
+    (model,) = [m for m in MODELS if m.name == "paraphrase_minilm_l3_v2"]
+    path = fetch(model)
+    feeds = model.feeds()
+    session = mlx_session(path, {"precision": precision}, profile_prefix=tmp_path / "profile")
+    assert session.get_providers()[0] == EP_NAME
+    got = session.run(None, feeds)
+    assert {p.provider for p in node_providers(session.end_profiling())} == {EP_NAME}
+    want = cpu_session(path).run(None, feeds)
+    for output, g, w in zip(session.get_outputs(), got, want):
+        assert not np.isnan(g).any(), f"{output.name} has NaN under {precision}"
+        np.testing.assert_allclose(g, w, rtol=0, atol=atol, err_msg=output.name)
+
+
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)
 def test_real_model_compiled_for_the_ep_gives_the_same_outputs(model, tmp_path):
     """ORT's compile API: every partition becomes an EPContext node of this EP (nothing else is
