@@ -10,7 +10,10 @@ use crate::{onnx_op, Lower, Result};
 /// Elementwise sum with numpy broadcasting (integers wrap).
 #[onnx_op(op = "Add", since = 7, types(T = NUMERIC), inputs(A: T, B: T), outputs(C: T), layout = Elementwise, shape = Shapeless)]
 fn add(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
-    Ok(ops::add(&a, &b, cx.stream())?)
+    let y = ops::add(&a, &b, cx.stream())?;
+    formed::note_masked(cx, &a, &b, &y);
+    formed::note_masked(cx, &b, &a, &y);
+    Ok(y)
 }
 
 /// Elementwise difference with numpy broadcasting (integers wrap).

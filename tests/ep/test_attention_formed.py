@@ -1,8 +1,8 @@
 """Attention spelled out as MatMul(Q, Kᵀ) → scale → Softmax → MatMul(P, V), as encoders are
 exported before a graph optimizer fuses them, runs as one fused MLX attention (the session summary
-counts it) and answers as ORT's CPU EP does, eager, traced and replayed; the chains it must not
-fuse (another softmax axis, broadcast heads, a scale only known at run time, a mask) answer the
-same, unfused."""
+counts it) and answers as ORT's CPU EP does, eager, traced and replayed, masked or not (rows a
+mask makes NaN included); the chains it must not fuse (another softmax axis, broadcast heads, a
+scale only known at run time or after the mask) answer the same, unfused."""
 
 import gc
 import re
@@ -20,11 +20,12 @@ RNG = np.random.default_rng(11)
 
 
 def chain(dtype=np.float32, scale="Mul", opset=17, axis=-1, heads=3, key_heads=3, head=8, value_head=8,
-          weights_out=False, mask=False):
+          weights_out=False, mask=None, mask_first=False, scale_after_mask=False, poison=False):
     """q [2, heads, 5, head] · kᵀ (k [2, key_heads, 7, head], transposed in the graph), scaled by
     `scale` ("Mul", "Mul first" for the constant as the first operand, "Div", "input" for a
-    graph input, None), plus a graph-input mask when `mask`, Softmax over `axis`, times v
-    [2, heads, 7, value_head]."""
+    graph input, None), plus a graph-input mask of shape `mask` (as Add's first operand when
+    `mask_first`; scaled after it when `scale_after_mask`; with rows it makes NaN when
+    `poison`), Softmax over `axis`, times v [2, heads, 7, value_head]."""
     elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
     n = helper.make_node
     nodes = [n("Transpose", ["k"], ["k_t"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "k_t"], ["scores"])]
@@ -36,6 +37,11 @@ def chain(dtype=np.float32, scale="Mul", opset=17, axis=-1, heads=3, key_heads=3
     }
     factor = np.array(1 / np.sqrt(head) * 1.5, dtype)
     scaled = "scaled"
+    if scale_after_mask:
+        nodes.append(n("Add", ["scores", "mask"], ["scores_masked"]))
+        nodes[1].output[0] = "scores_raw"
+        nodes[-1].input[0] = "scores_raw"
+        nodes[-1].output[0] = "scores"
     if scale == "Mul":
         nodes.append(n("Mul", ["scores", "factor"], [scaled]))
     elif scale == "Mul first":
@@ -51,11 +57,19 @@ def chain(dtype=np.float32, scale="Mul", opset=17, axis=-1, heads=3, key_heads=3
         scaled = "scores"
     if scale not in (None, "input"):
         inits.append(numpy_helper.from_array(factor, "factor"))
-    if mask:
-        nodes.append(n("Add", [scaled, "mask"], ["masked"]))
+    if mask is not None:
+        if not scale_after_mask:
+            nodes.append(n("Add", ["mask", scaled] if mask_first else [scaled, "mask"], ["masked"]))
+            scaled = "masked"
         inputs.append(tensor("mask", elem))
-        feeds["mask"] = np.where(RNG.random([2, 1, 1, 7]) < 0.3, -1e4, 0).astype(dtype)
-        scaled = "masked"
+        values = np.where(RNG.random(mask) < 0.3, np.finfo(dtype).min, 0).astype(dtype)
+        if poison:
+            # Rows of [2, 1, 5, 7]: one all -inf, one with a NaN, one with +inf, one partly -inf.
+            values[0, 0, 0, :] = -np.inf
+            values[0, 0, 1, 3] = np.nan
+            values[1, 0, 2, 6] = np.inf
+            values[1, 0, 3, :4] = -np.inf
+        feeds["mask"] = values
     nodes += [n("Softmax", [scaled], ["weights"], axis=axis), n("MatMul", ["weights", "v"], ["y"])]
     outputs = [tensor("y", elem)] + ([tensor("weights", elem)] if weights_out else [])
     return make_model(nodes, inputs, outputs, initializers=inits, opset=opset), feeds
@@ -115,13 +129,39 @@ def test_attention_variants_run_fused(case, monkeypatch, capfd):
 @pytest.mark.parametrize(
     "case",
     [
+        dict(mask=[2, 1, 1, 7]),
+        dict(mask=[2, 1, 1, 7], mask_first=True),
+        dict(mask=[7], scale=None),
+        dict(mask=[5, 7], scale="Div"),
+        dict(mask=[2, 3, 5, 7], dtype=np.float16),
+        dict(mask=[2, 1, 5, 7], poison=True),
+        dict(mask=[2, 1, 5, 7], poison=True, dtype=np.float16),  # MLX's GPU kernels take float16
+    ],
+    ids=["padding-mask", "mask-as-first-operand", "1d-mask-unscaled", "2d-mask-divided", "full-mask-float16",
+         "rows-the-mask-makes-nan", "rows-the-mask-makes-nan-float16"],
+)
+def test_masked_attention_runs_fused(case, monkeypatch, capfd):
+    model, feeds = chain(**case)
+    tolerance = 2e-3 if case.get("dtype") == np.float16 else 1e-5
+    fused, summary = fused_on_mlx(model, feeds, tolerance, monkeypatch, capfd)
+    assert fused == 2, summary
+    if case.get("poison"):
+        (y,) = cpu_outputs(model, feeds)
+        assert np.isnan(y[0, :, :2]).all() and np.isnan(y[1, :, 2]).all() and not np.isnan(y[1, :, 3]).any()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
         dict(axis=2),
         dict(opset=11, axis=2),  # flattened at axis 2: rows span two axes
         dict(key_heads=1),  # k broadcast over the heads by MatMul
         dict(scale="input"),  # the scale is only known at run time
-        dict(mask=True),
+        dict(mask=[2, 1, 1, 7], scale_after_mask=True),  # the scale would apply to the mask too
+        dict(mask=[3, 1, 3, 5, 7]),  # a 5-D mask makes 5-D scores
     ],
-    ids=["softmax-over-keys-axis", "softmax-11-flattened-early", "broadcast-key-heads", "runtime-scale", "masked"],
+    ids=["softmax-over-keys-axis", "softmax-11-flattened-early", "broadcast-key-heads", "runtime-scale",
+         "scaled-after-the-mask", "mask-raising-the-rank"],
 )
 def test_chains_that_are_not_attention_stay_unfused(case, monkeypatch, capfd):
     model, feeds = chain(**case)

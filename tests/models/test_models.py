@@ -6,6 +6,8 @@ A decline would name its reason here (the EP's claim report); the coverage doc l
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import onnx
 import pytest
@@ -47,22 +49,30 @@ def test_real_model_runs_entirely_on_mlx(model, tmp_path):
 
 
 @pytest.mark.parametrize("precision, atol", [("fp16", 1e-2), ("bf16", 5e-2)])
-def test_the_real_encoder_in_half_precision_stays_close_to_float32(precision, atol, tmp_path):
+def test_the_real_encoder_in_half_precision_stays_close_to_float32(precision, atol, tmp_path, capfd, monkeypatch):
     """paraphrase-MiniLM-L3-v2 under the `precision` option, all on MLX, within `atol` of ORT's
-    float32 answer. Its attention mask is `(1 - mask) · lowest` with float32's lowest, a
-    constant past both half types' range: rounded to -inf it made `0 · -inf`, NaN in every
-    output, until constants were clamped to the half type's finite range."""
+    float32 answer, each of its 3 layers' masked attention fused. Its attention mask is
+    `(1 - mask) · lowest` with float32's lowest, a constant past both half types' range:
+    rounded to -inf it made `0 · -inf`, NaN in every output, until constants were clamped to
+    the half type's finite range."""
     (model,) = [m for m in MODELS if m.name == "paraphrase_minilm_l3_v2"]
     path = fetch(model)
     feeds = model.feeds()
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_VERBOSE", "1")
     session = mlx_session(path, {"precision": precision}, profile_prefix=tmp_path / "profile")
     assert session.get_providers()[0] == EP_NAME
     got = session.run(None, feeds)
     assert {p.provider for p in node_providers(session.end_profiling())} == {EP_NAME}
     want = cpu_session(path).run(None, feeds)
-    for output, g, w in zip(session.get_outputs(), got, want):
-        assert not np.isnan(g).any(), f"{output.name} has NaN under {precision}"
-        np.testing.assert_allclose(g, w, rtol=0, atol=atol, err_msg=output.name)
+    # Names, not ORT's NodeArgs: those keep the session, whose release prints the summary.
+    names = [output.name for output in session.get_outputs()]
+    for name, g, w in zip(names, got, want):
+        assert not np.isnan(g).any(), f"{name} has NaN under {precision}"
+        np.testing.assert_allclose(g, w, rtol=0, atol=atol, err_msg=name)
+    del session
+    gc.collect()
+    summary = capfd.readouterr().err
+    assert "; 3 attention(s) fused from MatMul, Softmax and MatMul" in summary, summary
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)

@@ -1,6 +1,6 @@
 //! Attention formed from its parts. Encoders exported without a graph optimizer spell attention
-//! out: `MatMul(Q, Kᵀ)`, a scale (`Mul` or `Div` by a constant), `Softmax` over the last axis,
-//! `MatMul(P, V)`. Each of those lowerings answers as usual and records beside its answer what
+//! out: `MatMul(Q, Kᵀ)`, a scale (`Mul` or `Div` by a constant), an additive mask (`Add`),
+//! `Softmax` over the last axis, `MatMul(P, V)`. Each of those lowerings answers as usual and records beside its answer what
 //! the answer is made of ([`Lower::record_form`]); the last MatMul, finding the whole chain
 //! behind its left operand, answers with one call of MLX's fused `scaled_dot_product_attention`
 //! instead. The chain's own arrays are then left unread, and MLX evaluates only what an output
@@ -9,27 +9,30 @@
 //! The fused call is the same function, rounded no more often: in float32 it is the graph's
 //! arithmetic reordered (where MLX has no fused kernel it composes the same ops); in float16
 //! and bfloat16, MLX's GPU kernels score and normalise in float32 where the graph rounds the
-//! scores to the element type twice. Only the unmasked chain is formed: with an additive mask,
-//! a row masked out entirely (NaN in the graph) has no answer MLX's kernels promise to share.
+//! scores to the element type twice. Where the graph's softmax row is NaN because of its mask
+//! alone (a NaN or +inf in it, or every key at -inf), MLX's kernels promise nothing, so those
+//! rows are set to NaN after the fused call.
 
 use mlx_kernels::{ops, Array, Dtype};
 
 use super::{fused_attention, AttentionMask};
 use crate::{Lower, Result};
 
-/// Recorded on `scale · q·kᵀ` (a scale of 1 for the bare product).
+/// Recorded on `scale · q·kᵀ + mask` (a scale of 1 for the bare product, no mask until an Add).
 const SCORES: &str = "attention: scaled scores";
 /// Recorded on `softmax(scale · q·kᵀ)` over the last axis.
 const WEIGHTS: &str = "attention: weights";
 /// The rewrite the plan's summary counts.
 pub(crate) const FORMED: &str = "attention(s) fused from MatMul, Softmax and MatMul";
 
-/// What scores are made of: `q` `[B, H, L, D]`, `k_t` `[B, H, D, S]` and the scale.
+/// What scores are made of: `q` `[B, H, L, D]`, `k_t` `[B, H, D, S]`, the scale, and an
+/// additive mask that broadcasts to `[B, H, L, S]`.
 #[derive(Clone)]
 struct Scores {
     q: Array,
     k_t: Array,
     scale: f32,
+    mask: Option<Array>,
 }
 
 /// `[B, H, rows, columns]`, when `a` is 4-D and not empty.
@@ -50,14 +53,15 @@ pub(crate) fn note_product(cx: &Lower, a: &Array, b: &Array, y: &Array) {
             q: a.clone(),
             k_t: b.clone(),
             scale: 1.0,
+            mask: None,
         };
         cx.record_form(SCORES, y, scores);
     }
 }
 
 /// Mul's (or Div's, `divides`) answer `y = x · factor` (`x / factor`) is scores scaled again
-/// when `x` is scores and `factor`, input `factor_index`, is a constant of one element that
-/// does not raise the rank.
+/// when `x` is unmasked scores and `factor`, input `factor_index`, is a constant of one element
+/// that does not raise the rank.
 pub(crate) fn note_scaled(
     cx: &Lower,
     x: &Array,
@@ -66,7 +70,7 @@ pub(crate) fn note_scaled(
     divides: bool,
     y: &Array,
 ) -> Result<()> {
-    let Some(scores) = cx.form_of::<Scores>(SCORES, x) else {
+    let Some(scores) = cx.form_of::<Scores>(SCORES, x).filter(|s| s.mask.is_none()) else {
         return Ok(());
     };
     if !cx.input_is_constant(factor_index) || factor.size() != 1 || factor.ndim() > x.ndim() {
@@ -84,6 +88,25 @@ pub(crate) fn note_scaled(
     Ok(())
 }
 
+/// Add's answer `y = x + mask` is masked scores when `x` is scores without a mask and `mask`
+/// (of their type, not empty) broadcasts to their shape without enlarging it.
+pub(crate) fn note_masked(cx: &Lower, x: &Array, mask: &Array, y: &Array) {
+    let Some(scores) = cx.form_of::<Scores>(SCORES, x).filter(|s| s.mask.is_none()) else {
+        return;
+    };
+    let (shape, dims) = (x.shape(), mask.shape());
+    let fits = dims.len() <= shape.len()
+        && dims
+            .iter()
+            .rev()
+            .zip(shape.iter().rev())
+            .all(|(&m, &x)| m == x || m == 1);
+    if fits && mask.dtype() == x.dtype() && mask.size() > 0 && y.shape() == shape {
+        let mask = Some(mask.clone());
+        cx.record_form(SCORES, y, Scores { mask, ..scores });
+    }
+}
+
 /// Softmax's answer `y` over `axis` (normalised) of `x` is attention weights when `x` is scores
 /// and `axis` is the last.
 pub(crate) fn note_softmax(cx: &Lower, x: &Array, axis: usize, y: &Array) {
@@ -98,8 +121,14 @@ pub(crate) fn note_softmax(cx: &Lower, x: &Array, axis: usize, y: &Array) {
 /// MatMul's `p · v` as one fused attention, when `p` is attention weights and `v` is
 /// `[B, H, S, Dv]` with the scores' `B`, `H` and `S` and their type; `None` otherwise (and
 /// when MLX refuses the operands), for the plain product.
-pub(crate) fn fused_product(cx: &Lower, p: &Array, v: &Array) -> Result<Option<Array>> {
-    let Some(Scores { q, k_t, scale }) = cx.form_of::<Scores>(WEIGHTS, p) else {
+pub(crate) fn fused_product(cx: &mut Lower, p: &Array, v: &Array) -> Result<Option<Array>> {
+    let Some(Scores {
+        q,
+        k_t,
+        scale,
+        mask,
+    }) = cx.form_of::<Scores>(WEIGHTS, p)
+    else {
         return Ok(None);
     };
     let (Some(q4), Some(k4), Some(v4)) = (dims4(&q), dims4(&k_t), dims4(v)) else {
@@ -110,11 +139,41 @@ pub(crate) fn fused_product(cx: &Lower, p: &Array, v: &Array) -> Result<Option<A
     }
     let s = cx.stream();
     let k = ops::transpose(&k_t, &[0, 1, 3, 2], s)?;
-    match fused_attention(&q, &k, v, scale, AttentionMask::None, s) {
-        Ok(y) => {
-            cx.note_rewrite(FORMED);
-            Ok(Some(y))
+    let masked = mask
+        .as_ref()
+        .map_or(AttentionMask::None, AttentionMask::Array);
+    let Ok(y) = fused_attention(&q, &k, v, scale, masked, s) else {
+        return Ok(None);
+    };
+    let y = match &mask {
+        Some(mask) => {
+            let poisoned = cx.shared(POISONED, &[mask], &[], |cx| {
+                poisoned_rows(mask, cx.stream())
+            })?;
+            let nan = Array::scalar(f32::NAN)?;
+            ops::where_(&poisoned, &ops::astype(&nan, y.dtype(), s)?, &y, s)?
         }
-        Err(_) => Ok(None),
-    }
+        None => y,
+    };
+    cx.note_rewrite(FORMED);
+    Ok(Some(y))
+}
+
+/// Shared by every layer that reads one mask.
+const POISONED: &str = "attention: rows a mask makes NaN";
+
+/// Where `softmax(scores + mask)` is NaN whatever the scores: rows of `mask` (along its last
+/// axis, kept as 1 so that it lines up with the attention's value axis) holding a NaN or +inf,
+/// or -inf throughout.
+fn poisoned_rows(mask: &Array, s: &mlx_kernels::Stream) -> Result<Array> {
+    let mask = match mask.ndim() {
+        0 => ops::reshape(mask, &[1], s)?,
+        _ => mask.clone(),
+    };
+    let last = [mask.ndim() as i32 - 1];
+    let spoils = ops::logical_or(&ops::isnan(&mask, s)?, &ops::isposinf(&mask, s)?, s)?;
+    let spoilt = ops::max(&ops::astype(&spoils, Dtype::F32, s)?, &last, true, s)?;
+    let spoilt = ops::greater(&spoilt, &Array::scalar(0f32)?, s)?;
+    let all_out = ops::isneginf(&ops::max(&mask, &last, true, s)?, s)?;
+    Ok(ops::logical_or(&spoilt, &all_out, s)?)
 }
