@@ -69,23 +69,26 @@ pub(crate) fn note_scaled(
     factor_index: usize,
     divides: bool,
     y: &Array,
-) -> Result<()> {
+) {
     let Some(scores) = cx.form_of::<Scores>(SCORES, x).filter(|s| s.mask.is_none()) else {
-        return Ok(());
+        return;
     };
     if !cx.input_is_constant(factor_index) || factor.size() != 1 || factor.ndim() > x.ndim() {
-        return Ok(());
+        return;
     }
     // The constant as the graph multiplies by it (already rounded to a half type under
     // `precision`); a constant is evaluated, so this read costs no evaluation of the graph.
+    // A read that fails only leaves the chain unformed: the node's own answer stands.
     let s = cx.stream();
-    let value = ops::astype(factor, Dtype::F32, s)?.to_vec::<f32>(s)?[0];
+    let read = ops::astype(factor, Dtype::F32, s).and_then(|f| f.to_vec::<f32>(s));
+    let Some(&value) = read.as_deref().ok().and_then(<[f32]>::first) else {
+        return;
+    };
     let by = if divides { value.recip() } else { value };
     if by.is_finite() && by != 0.0 {
         let scale = scores.scale * by;
         cx.record_form(SCORES, y, Scores { scale, ..scores });
     }
-    Ok(())
 }
 
 /// Add's answer `y = x + mask` is masked scores when `x` is scores without a mask and `mask`
@@ -119,44 +122,40 @@ pub(crate) fn note_softmax(cx: &Lower, x: &Array, axis: usize, y: &Array) {
 }
 
 /// MatMul's `p · v` as one fused attention, when `p` is attention weights and `v` is
-/// `[B, H, S, Dv]` with the scores' `B`, `H` and `S` and their type; `None` otherwise (and
-/// when MLX refuses the operands), for the plain product.
-pub(crate) fn fused_product(cx: &mut Lower, p: &Array, v: &Array) -> Result<Option<Array>> {
-    let Some(Scores {
-        q,
-        k_t,
-        scale,
-        mask,
-    }) = cx.form_of::<Scores>(WEIGHTS, p)
-    else {
-        return Ok(None);
-    };
-    let (Some(q4), Some(k4), Some(v4)) = (dims4(&q), dims4(&k_t), dims4(v)) else {
-        return Ok(None);
-    };
-    if v4[..2] != q4[..2] || v4[2] != k4[3] || v.dtype() != q.dtype() {
-        return Ok(None);
+/// `[B, H, S, Dv]` with the scores' `B`, `H` and `S` and their type; `None` otherwise, and when
+/// MLX refuses to build it, for the plain product.
+pub(crate) fn fused_product(cx: &mut Lower, p: &Array, v: &Array) -> Option<Array> {
+    let scores = cx.form_of::<Scores>(WEIGHTS, p)?;
+    let (q4, k4, v4) = (dims4(&scores.q)?, dims4(&scores.k_t)?, dims4(v)?);
+    if v4[..2] != q4[..2] || v4[2] != k4[3] || v.dtype() != scores.q.dtype() {
+        return None;
     }
-    let s = cx.stream();
-    let k = ops::transpose(&k_t, &[0, 1, 3, 2], s)?;
-    let masked = mask
-        .as_ref()
-        .map_or(AttentionMask::None, AttentionMask::Array);
-    let Ok(y) = fused_attention(&q, &k, v, scale, masked, s) else {
-        return Ok(None);
-    };
-    let y = match &mask {
-        Some(mask) => {
-            let poisoned = cx.shared(POISONED, &[mask], &[], |cx| {
-                poisoned_rows(mask, cx.stream())
-            })?;
-            let nan = Array::scalar(f32::NAN)?;
-            ops::where_(&poisoned, &ops::astype(&nan, y.dtype(), s)?, &y, s)?
-        }
-        None => y,
-    };
+    let fused = fused_attention_of(cx, &scores, v).ok()?;
     cx.note_rewrite(FORMED);
-    Ok(Some(y))
+    Some(fused)
+}
+
+/// `softmax(scale · q·kᵀ + mask) · v`, NaN on the rows the mask alone makes NaN.
+fn fused_attention_of(cx: &mut Lower, scores: &Scores, v: &Array) -> Result<Array> {
+    let s = cx.stream();
+    let k = ops::transpose(&scores.k_t, &[0, 1, 3, 2], s)?;
+    let Some(mask) = &scores.mask else {
+        return Ok(fused_attention(
+            &scores.q,
+            &k,
+            v,
+            scores.scale,
+            AttentionMask::None,
+            s,
+        )?);
+    };
+    let masked = AttentionMask::Array(mask);
+    let y = fused_attention(&scores.q, &k, v, scores.scale, masked, s)?;
+    let poisoned = cx.shared(POISONED, &[mask], &[], |cx| {
+        poisoned_rows(mask, cx.stream())
+    })?;
+    let nan = ops::astype(&Array::scalar(f32::NAN)?, y.dtype(), s)?;
+    Ok(ops::where_(&poisoned, &nan, &y, s)?)
 }
 
 /// Shared by every layer that reads one mask.
