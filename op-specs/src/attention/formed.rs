@@ -1,9 +1,9 @@
 //! Attention formed from its parts. Encoders exported without a graph optimizer spell attention
 //! out: `MatMul(Q, Kᵀ)`, a scale (`Mul` or `Div` by a constant), an additive mask (`Add`),
-//! `Softmax` over the last axis, `MatMul(P, V)`. Each of those lowerings answers as usual and records beside its answer what
-//! the answer is made of ([`Lower::record_form`]); the last MatMul, finding the whole chain
-//! behind its left operand, answers with one call of MLX's fused `scaled_dot_product_attention`
-//! instead. The chain's own arrays are then left unread, and MLX evaluates only what an output
+//! `Softmax` over the last axis, `MatMul(P, V)`. Each of those lowerings answers as usual and
+//! records beside its answer what the answer is made of ([`Lower::record_form`]); the last
+//! MatMul, finding the whole chain behind its left operand, answers with one call of MLX's
+//! fused `scaled_dot_product_attention` instead. The chain's own arrays are then left unread, and MLX evaluates only what an output
 //! depends on, so they cost nothing unless another node (or a graph output) reads them.
 //!
 //! The fused call is the same function, rounded no more often: in float32 it is the graph's
@@ -20,7 +20,7 @@ use crate::{Lower, Result};
 
 /// Recorded on `scale · q·kᵀ + mask` (a scale of 1 for the bare product, no mask until an Add).
 const SCORES: &str = "attention: scaled scores";
-/// Recorded on `softmax(scale · q·kᵀ)` over the last axis.
+/// Recorded on `softmax(scale · q·kᵀ + mask)` over the last axis.
 const WEIGHTS: &str = "attention: weights";
 /// The rewrite the plan's summary counts.
 pub(crate) const FORMED: &str = "attention(s) fused from MatMul, Softmax and MatMul";
