@@ -28,7 +28,11 @@ def chain(dtype=np.float32, scale="Mul", opset=17, axis=-1, heads=3, key_heads=3
     `poison`), Softmax over `axis`, times v [2, heads, 7, value_head]."""
     elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
     n = helper.make_node
-    nodes = [n("Transpose", ["k"], ["k_t"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "k_t"], ["scores"])]
+    # With the mask before the scale, "scores" is the masked product.
+    product = "product" if scale_after_mask else "scores"
+    nodes = [n("Transpose", ["k"], ["k_t"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "k_t"], [product])]
+    if scale_after_mask:
+        nodes.append(n("Add", [product, "mask"], ["scores"]))
     inits, inputs = [], [tensor("q", elem), tensor("k", elem), tensor("v", elem)]
     feeds = {
         "q": RNG.standard_normal([2, heads, 5, head]).astype(dtype),
@@ -37,11 +41,6 @@ def chain(dtype=np.float32, scale="Mul", opset=17, axis=-1, heads=3, key_heads=3
     }
     factor = np.array(1 / np.sqrt(head) * 1.5, dtype)
     scaled = "scaled"
-    if scale_after_mask:
-        nodes.append(n("Add", ["scores", "mask"], ["scores_masked"]))
-        nodes[1].output[0] = "scores_raw"
-        nodes[-1].input[0] = "scores_raw"
-        nodes[-1].output[0] = "scores"
     if scale == "Mul":
         nodes.append(n("Mul", ["scores", "factor"], [scaled]))
     elif scale == "Mul first":
