@@ -20,24 +20,28 @@ RNG = np.random.default_rng(11)
 
 
 def chain(dtype=np.float32, scale="Mul", opset=17, axis=-1, heads=3, key_heads=3, head=8, value_head=8,
-          weights_out=False, mask=None, mask_first=False, scale_after_mask=False, poison=False):
+          weights_out=False, mask=None, mask_first=False, scale_after_mask=False, poison=False, flat=False):
     """q [2, heads, 5, head] · kᵀ (k [2, key_heads, 7, head], transposed in the graph), scaled by
     `scale` ("Mul", "Mul first" for the constant as the first operand, "Div", "input" for a
     graph input, None), plus a graph-input mask of shape `mask` (as Add's first operand when
     `mask_first`; scaled after it when `scale_after_mask`; with rows it makes NaN when
-    `poison`), Softmax over `axis`, times v [2, heads, 7, value_head]."""
+    `poison`), Softmax over `axis`, times v [2, heads, 7, value_head]; with `flat`, the batch and
+    head axes are one, as PyTorch's nn.MultiheadAttention exports them."""
     elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
     n = helper.make_node
     # With the mask before the scale, "scores" is the masked product.
     product = "product" if scale_after_mask else "scores"
-    nodes = [n("Transpose", ["k"], ["k_t"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "k_t"], [product])]
+    swap_last = [0, 2, 1] if flat else [0, 1, 3, 2]
+    nodes = [n("Transpose", ["k"], ["k_t"], perm=swap_last), n("MatMul", ["q", "k_t"], [product])]
     if scale_after_mask:
         nodes.append(n("Add", [product, "mask"], ["scores"]))
     inits, inputs = [], [tensor("q", elem), tensor("k", elem), tensor("v", elem)]
+    # Flat, one key head is a stack of one (MatMul broadcasts a 1, not 2 against 6).
+    stack = (lambda h: [2 * h if h > 1 else 1]) if flat else (lambda h: [2, h])
     feeds = {
-        "q": RNG.standard_normal([2, heads, 5, head]).astype(dtype),
-        "k": RNG.standard_normal([2, key_heads, 7, head]).astype(dtype),
-        "v": RNG.standard_normal([2, heads, 7, value_head]).astype(dtype),
+        "q": RNG.standard_normal([*stack(heads), 5, head]).astype(dtype),
+        "k": RNG.standard_normal([*stack(key_heads), 7, head]).astype(dtype),
+        "v": RNG.standard_normal([*stack(heads), 7, value_head]).astype(dtype),
     }
     factor = np.array(1 / np.sqrt(head) * 1.5, dtype)
     scaled = "scaled"
@@ -115,8 +119,11 @@ def test_a_spelled_out_attention_runs_fused(scale, mode, monkeypatch, capfd):
         dict(opset=11, axis=3),  # the flattening Softmax, flattened at the last axis
         dict(weights_out=True),  # the weights are read too: computed as well, and right
         dict(value_head=4, head=16),
+        dict(flat=True),  # [batch * heads, L, D], as nn.MultiheadAttention exports
+        dict(flat=True, dtype=np.float16, weights_out=True),
     ],
-    ids=["float16", "softmax-11-last-axis", "weights-also-an-output", "value-head-differs"],
+    ids=["float16", "softmax-11-last-axis", "weights-also-an-output", "value-head-differs", "3d-heads",
+         "3d-heads-float16-weights-out"],
 )
 def test_attention_variants_run_fused(case, monkeypatch, capfd):
     model, feeds = chain(**case)
@@ -135,9 +142,11 @@ def test_attention_variants_run_fused(case, monkeypatch, capfd):
         dict(mask=[2, 3, 5, 7], dtype=np.float16),
         dict(mask=[2, 1, 5, 7], poison=True),
         dict(mask=[2, 1, 5, 7], poison=True, dtype=np.float16),  # MLX's GPU kernels take float16
+        dict(flat=True, mask=[6, 5, 7]),
+        dict(flat=True, mask=[5, 7], dtype=np.float16),
     ],
     ids=["padding-mask", "mask-as-first-operand", "1d-mask-unscaled", "2d-mask-divided", "full-mask-float16",
-         "rows-the-mask-makes-nan", "rows-the-mask-makes-nan-float16"],
+         "rows-the-mask-makes-nan", "rows-the-mask-makes-nan-float16", "3d-heads-3d-mask", "3d-heads-2d-mask-float16"],
 )
 def test_masked_attention_runs_fused(case, monkeypatch, capfd):
     model, feeds = chain(**case)
@@ -158,9 +167,10 @@ def test_masked_attention_runs_fused(case, monkeypatch, capfd):
         dict(scale="input"),  # the scale is only known at run time
         dict(mask=[2, 1, 1, 7], scale_after_mask=True),  # the scale would apply to the mask too
         dict(mask=[3, 1, 3, 5, 7]),  # a 5-D mask makes 5-D scores
+        dict(flat=True, key_heads=1),  # 3-D, k broadcast over the stack
     ],
     ids=["softmax-over-keys-axis", "softmax-11-flattened-early", "broadcast-key-heads", "runtime-scale",
-         "scaled-after-the-mask", "mask-raising-the-rank"],
+         "scaled-after-the-mask", "mask-raising-the-rank", "3d-broadcast-key-stack"],
 )
 def test_chains_that_are_not_attention_stay_unfused(case, monkeypatch, capfd):
     model, feeds = chain(**case)

@@ -1,6 +1,7 @@
 //! Attention formed from its parts. Encoders exported without a graph optimizer spell attention
 //! out: `MatMul(Q, Kᵀ)`, a scale (`Mul` or `Div` by a constant), an additive mask (`Add`),
-//! `Softmax` over the last axis, `MatMul(P, V)`. Each of those lowerings answers as usual and
+//! `Softmax` over the last axis, `MatMul(P, V)`, over `[B, H, L, D]` heads or, as PyTorch's
+//! `nn.MultiheadAttention` exports them, `[B·H, L, D]`. Each of those lowerings answers as usual and
 //! records beside its answer what the answer is made of ([`Lower::record_form`]); the last
 //! MatMul, finding the whole chain behind its left operand, answers with one call of MLX's
 //! fused `scaled_dot_product_attention` instead. The chain's own arrays are then left unread, and MLX evaluates only what an output
@@ -25,8 +26,8 @@ const WEIGHTS: &str = "attention: weights";
 /// The rewrite the plan's summary counts.
 pub(crate) const FORMED: &str = "attention(s) fused from MatMul, Softmax and MatMul";
 
-/// What scores are made of: `q` `[B, H, L, D]`, `k_t` `[B, H, D, S]`, the scale, and an
-/// additive mask that broadcasts to `[B, H, L, S]`.
+/// What scores are made of: `q` `[B, H, L, D]`, `k_t` `[B, H, D, S]` (or both without `B`), the
+/// scale, and an additive mask that broadcasts to the scores.
 #[derive(Clone)]
 struct Scores {
     q: Array,
@@ -35,20 +36,22 @@ struct Scores {
     mask: Option<Array>,
 }
 
-/// `[B, H, rows, columns]`, when `a` is 4-D and not empty.
-fn dims4(a: &Array) -> Option<[i64; 4]> {
-    <[i64; 4]>::try_from(a.shape())
-        .ok()
-        .filter(|_| a.size() > 0)
+/// The dims of a stack of matrices attention reads: `[B, H, rows, columns]` or `[N, rows,
+/// columns]`, not empty.
+fn stacked(a: &Array) -> Option<Vec<i64>> {
+    Some(a.shape()).filter(|dims| matches!(dims.len(), 3 | 4) && a.size() > 0)
 }
 
-/// MatMul's answer `y = a · b` is scores when `a` is `[B, H, L, D]` and `b` `[B, H, D, S]` (the
-/// same leading dims: no broadcasting, which the fused kernel reads otherwise) of a float type.
+/// MatMul's answer `y = a · b` is scores when `a` is `[B, H, L, D]` and `b` `[B, H, D, S]` (or
+/// both 3-D), of one float type, with the same leading dims: no broadcasting, which the fused
+/// kernel reads otherwise.
 pub(crate) fn note_product(cx: &Lower, a: &Array, b: &Array, y: &Array) {
-    let (Some(a4), Some(b4)) = (dims4(a), dims4(b)) else {
+    let (Some(a_dims), Some(b_dims)) = (stacked(a), stacked(b)) else {
         return;
     };
-    if a.dtype().is_float() && a4[..2] == b4[..2] && a4[3] == b4[2] {
+    let n = a_dims.len();
+    let same_stack = b_dims.len() == n && a_dims[..n - 2] == b_dims[..n - 2];
+    if a.dtype().is_float() && same_stack && a_dims[n - 1] == b_dims[n - 2] {
         let scores = Scores {
             q: a.clone(),
             k_t: b.clone(),
@@ -122,12 +125,14 @@ pub(crate) fn note_softmax(cx: &Lower, x: &Array, axis: usize, y: &Array) {
 }
 
 /// MatMul's `p · v` as one fused attention, when `p` is attention weights and `v` is
-/// `[B, H, S, Dv]` with the scores' `B`, `H` and `S` and their type; `None` otherwise, and when
-/// MLX refuses to build it, for the plain product.
+/// `[B, H, S, Dv]` (or 3-D, as the scores are) with the scores' leading dims, their `S` and
+/// their type; `None` otherwise, and when MLX refuses to build it, for the plain product.
 pub(crate) fn fused_product(cx: &mut Lower, p: &Array, v: &Array) -> Option<Array> {
     let scores = cx.form_of::<Scores>(WEIGHTS, p)?;
-    let (q4, k4, v4) = (dims4(&scores.q)?, dims4(&scores.k_t)?, dims4(v)?);
-    if v4[..2] != q4[..2] || v4[2] != k4[3] || v.dtype() != scores.q.dtype() {
+    let (q_dims, k_dims, v_dims) = (stacked(&scores.q)?, stacked(&scores.k_t)?, stacked(v)?);
+    let n = q_dims.len();
+    let same_stack = v_dims.len() == n && v_dims[..n - 2] == q_dims[..n - 2];
+    if !same_stack || v_dims[n - 2] != k_dims[n - 1] || v.dtype() != scores.q.dtype() {
         return None;
     }
     let fused = fused_attention_of(cx, &scores, v).ok()?;
@@ -138,19 +143,23 @@ pub(crate) fn fused_product(cx: &mut Lower, p: &Array, v: &Array) -> Option<Arra
 /// `softmax(scale · q·kᵀ + mask) · v`, NaN on the rows the mask alone makes NaN.
 fn fused_attention_of(cx: &mut Lower, scores: &Scores, v: &Array) -> Result<Array> {
     let s = cx.stream();
-    let k = ops::transpose(&scores.k_t, &[0, 1, 3, 2], s)?;
-    let Some(mask) = &scores.mask else {
-        return Ok(fused_attention(
-            &scores.q,
-            &k,
-            v,
-            scores.scale,
-            AttentionMask::None,
-            s,
-        )?);
+    // MLX's kernel takes `[B, H, L, D]`: a 3-D stack is one batch of heads, and a 3-D mask
+    // (the scores' own rank) gains that batch axis too; a smaller one broadcasts as it is.
+    let flat = scores.q.ndim() == 3;
+    let heads = |a: &Array| match flat && a.ndim() == 3 {
+        true => ops::expand_dims(a, &[0], s),
+        false => Ok(a.clone()),
     };
-    let masked = AttentionMask::Array(mask);
-    let y = fused_attention(&scores.q, &k, v, scores.scale, masked, s)?;
+    let k_t = heads(&scores.k_t)?;
+    let k = ops::transpose(&k_t, &[0, 1, 3, 2], s)?;
+    let (q, v) = (heads(&scores.q)?, heads(v)?);
+    let Some(mask) = &scores.mask else {
+        let y = fused_attention(&q, &k, &v, scores.scale, AttentionMask::None, s)?;
+        return Ok(if flat { ops::squeeze(&y, &[0], s)? } else { y });
+    };
+    let masked = AttentionMask::Array(&heads(mask)?);
+    let y = fused_attention(&q, &k, &v, scores.scale, masked, s)?;
+    let y = if flat { ops::squeeze(&y, &[0], s)? } else { y };
     let poisoned = cx.shared(POISONED, &[mask], &[], |cx| {
         poisoned_rows(mask, cx.stream())
     })?;
