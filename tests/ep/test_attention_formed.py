@@ -203,3 +203,56 @@ def test_a_half_precision_encoder_fuses_every_layer(monkeypatch, capfd):
     assert "precision fp16" in summary, summary
     found = re.findall(r"(\d+) attention\(s\) fused from MatMul, Softmax and MatMul", summary)
     assert sum(int(count) for count in found) == 2 * 3, summary
+
+
+def random_chain(rng):
+    """A random attention chain: 3-D or 4-D heads, float32 or float16, any scale form (a
+    negative or tiny factor included), and a mask of random broadcast shape whose values mix
+    0, large negatives, -inf and, now and then, NaN and +inf."""
+    flat = bool(rng.integers(2))
+    dtype = [np.float32, np.float16][rng.integers(2)]
+    batch, heads, rows, keys = (int(rng.choice(c)) for c in ([1, 2], [1, 3], [1, 4], [1, 5]))
+    head = int(rng.choice([1, 8, 16]))
+    value_head = int(rng.choice([head, 4]))
+    stack = [batch * heads] if flat else [batch, heads]
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    n = helper.make_node
+    nodes = [n("Transpose", ["k"], ["k_t"], perm=[0, 2, 1] if flat else [0, 1, 3, 2]),
+             n("MatMul", ["q", "k_t"], ["scores"])]
+    inputs = [tensor("q", elem), tensor("k", elem), tensor("v", elem)]
+    feeds = {
+        "q": rng.standard_normal([*stack, rows, head]).astype(dtype),
+        "k": rng.standard_normal([*stack, keys, head]).astype(dtype),
+        "v": rng.standard_normal([*stack, keys, value_head]).astype(dtype),
+    }
+    inits = []
+    scaled = "scores"
+    form = rng.choice(["Mul", "Mul first", "Div", "none"])
+    if form != "none":
+        factor = np.array(rng.choice([0.125, -0.7, 1e-3, 2.5]), dtype)
+        inits.append(numpy_helper.from_array(factor, "factor"))
+        operands = {"Mul": ["scores", "factor"], "Mul first": ["factor", "scores"], "Div": ["scores", "factor"]}[form]
+        nodes.append(n("Div" if form == "Div" else "Mul", operands, ["scaled"]))
+        scaled = "scaled"
+    if rng.integers(3):
+        full = [*stack, rows, keys]
+        rank = int(rng.integers(1, len(full) + 1))
+        shape = [d if rng.integers(2) else 1 for d in full[len(full) - rank:]]
+        values = rng.choice([0.0, -3.0, -1e4, -np.inf], size=shape, p=[0.5, 0.2, 0.2, 0.1]).astype(dtype)
+        if rng.integers(4) == 0:
+            values.flat[rng.integers(values.size)] = rng.choice([np.nan, np.inf])
+        nodes.append(n("Add", [scaled, "mask"], ["masked"]))
+        inputs.append(tensor("mask", elem))
+        feeds["mask"] = values
+        scaled = "masked"
+    nodes += [n("Softmax", [scaled], ["weights"], axis=-1), n("MatMul", ["weights", "v"], ["y"])]
+    model = make_model(nodes, inputs, [tensor("y", elem)], initializers=inits, opset=17)
+    return model, feeds, dtype
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_attention_chains_run_fused_and_answer_as_the_cpu_ep(seed, monkeypatch, capfd):
+    model, feeds, dtype = random_chain(np.random.default_rng(1000 + seed))
+    tolerance = 3e-3 if dtype == np.float16 else 2e-5
+    fused, summary = fused_on_mlx(model, feeds, tolerance, monkeypatch, capfd)
+    assert fused == 2, summary
