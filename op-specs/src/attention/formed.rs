@@ -1,11 +1,12 @@
 //! Attention formed from its parts. Encoders exported without a graph optimizer spell attention
 //! out: `MatMul(Q, Kᵀ)`, a scale (`Mul` or `Div` by a constant), an additive mask (`Add`),
 //! `Softmax` over the last axis, `MatMul(P, V)`, over `[B, H, L, D]` heads or, as PyTorch's
-//! `nn.MultiheadAttention` exports them, `[B·H, L, D]`. Each of those lowerings answers as usual and
-//! records beside its answer what the answer is made of ([`Lower::record_form`]); the last
+//! `nn.MultiheadAttention` exports them, `[B·H, L, D]`. Each of those lowerings answers as usual
+//! and records beside its answer what the answer is made of ([`Lower::record_form`]); the last
 //! MatMul, finding the whole chain behind its left operand, answers with one call of MLX's
-//! fused `scaled_dot_product_attention` instead. The chain's own arrays are then left unread, and MLX evaluates only what an output
-//! depends on, so they cost nothing unless another node (or a graph output) reads them.
+//! fused `scaled_dot_product_attention` instead. The chain's own arrays are then left unread,
+//! and MLX evaluates only what an output depends on, so they cost nothing unless another node
+//! (or a graph output) reads them.
 //!
 //! The fused call is the same function, rounded no more often: in float32 it is the graph's
 //! arithmetic reordered (where MLX has no fused kernel it composes the same ops); in float16
@@ -146,9 +147,12 @@ fn fused_attention_of(cx: &mut Lower, scores: &Scores, v: &Array) -> Result<Arra
     // MLX's kernel takes `[B, H, L, D]`: a 3-D stack is one batch of heads, and a 3-D mask
     // (the scores' own rank) gains that batch axis too; a smaller one broadcasts as it is.
     let flat = scores.q.ndim() == 3;
-    let heads = |a: &Array| match flat && a.ndim() == 3 {
-        true => ops::expand_dims(a, &[0], s),
-        false => Ok(a.clone()),
+    let heads = |a: &Array| {
+        if flat && a.ndim() == 3 {
+            ops::expand_dims(a, &[0], s)
+        } else {
+            Ok(a.clone())
+        }
     };
     let k_t = heads(&scores.k_t)?;
     let k = ops::transpose(&k_t, &[0, 1, 3, 2], s)?;
