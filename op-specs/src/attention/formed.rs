@@ -27,8 +27,8 @@ const WEIGHTS: &str = "attention: weights";
 /// The rewrite the plan's summary counts.
 pub(crate) const FORMED: &str = "attention(s) fused from MatMul, Softmax and MatMul";
 
-/// What scores are made of: `q` `[B, H, L, D]`, `k_t` `[B, H, D, S]` (or both without `B`), the
-/// scale, and an additive mask that broadcasts to the scores.
+/// What scores are made of: `q` `[B, H, L, D]`, `k_t` `[B, H or 1, D, S]` (or both without
+/// `B`), the scale, and an additive mask that broadcasts to the scores.
 #[derive(Clone)]
 struct Scores {
     q: Array,
@@ -43,16 +43,24 @@ fn stacked(a: &Array) -> Option<Vec<i64>> {
     Some(a.shape()).filter(|dims| matches!(dims.len(), 3 | 4) && a.size() > 0)
 }
 
+/// Whether keys (or values) of leading dims `kv` serve queries of leading dims `q` as MLX's
+/// kernel reads them: the same batch, and the same heads or one head for all (MatMul's
+/// broadcast of a 1 is then MLX's grouping of every query head on key head 0; other head
+/// counts do not broadcast in MatMul, and MLX would group them instead).
+fn serves(kv: &[i64], q: &[i64]) -> bool {
+    let heads = q.len() - 1;
+    kv.len() == q.len() && kv[..heads] == q[..heads] && (kv[heads] == q[heads] || kv[heads] == 1)
+}
+
 /// MatMul's answer `y = a · b` is scores when `a` is `[B, H, L, D]` and `b` `[B, H, D, S]` (or
-/// both 3-D), of one float type, with the same leading dims: no broadcasting, which the fused
-/// kernel reads otherwise.
+/// both 3-D), of one float type, `b` with `a`'s leading dims or a single head.
 pub(crate) fn note_product(cx: &Lower, a: &Array, b: &Array, y: &Array) {
     let (Some(a_dims), Some(b_dims)) = (stacked(a), stacked(b)) else {
         return;
     };
     let n = a_dims.len();
-    let same_stack = b_dims.len() == n && a_dims[..n - 2] == b_dims[..n - 2];
-    if a.dtype().is_float() && same_stack && a_dims[n - 1] == b_dims[n - 2] {
+    let served = b_dims.len() == n && serves(&b_dims[..n - 2], &a_dims[..n - 2]);
+    if a.dtype().is_float() && served && a_dims[n - 1] == b_dims[n - 2] {
         let scores = Scores {
             q: a.clone(),
             k_t: b.clone(),
@@ -126,13 +134,13 @@ pub(crate) fn note_softmax(cx: &Lower, x: &Array, axis: usize, y: &Array) {
 }
 
 /// MatMul's `p · v` as one fused attention, when `p` is attention weights and `v` is
-/// `[B, H, S, Dv]` (or 3-D, as the scores are) with the scores' leading dims, their `S` and
+/// `[B, H, S, Dv]` (or 3-D, as the scores are) with the keys' leading dims, their `S` and
 /// their type; `None` otherwise, and when MLX refuses to build it, for the plain product.
 pub(crate) fn fused_product(cx: &mut Lower, p: &Array, v: &Array) -> Option<Array> {
     let scores = cx.form_of::<Scores>(WEIGHTS, p)?;
-    let (q_dims, k_dims, v_dims) = (stacked(&scores.q)?, stacked(&scores.k_t)?, stacked(v)?);
-    let n = q_dims.len();
-    let same_stack = v_dims.len() == n && v_dims[..n - 2] == q_dims[..n - 2];
+    let (k_dims, v_dims) = (stacked(&scores.k_t)?, stacked(v)?);
+    let n = k_dims.len();
+    let same_stack = v_dims.len() == n && v_dims[..n - 2] == k_dims[..n - 2];
     if !same_stack || v_dims[n - 2] != k_dims[n - 1] || v.dtype() != scores.q.dtype() {
         return None;
     }
