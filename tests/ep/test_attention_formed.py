@@ -130,10 +130,17 @@ def test_a_spelled_out_attention_runs_fused(scale, mode, monkeypatch, capfd):
          "3d-heads-float16-weights-out", "one-key-head", "one-key-head-masked-float16", "3d-one-key-head"],
 )
 def test_attention_variants_run_fused(case, monkeypatch, capfd):
+    fused_twice(case, monkeypatch, capfd)
+
+
+def fused_twice(case, monkeypatch, capfd):
+    """Three runs of `chain(**case)` on MLX as ORT's CPU EP answers, its attention fused at the
+    eager first run and in the trace of the second; the model and its feeds."""
     model, feeds = chain(**case)
     tolerance = 2e-3 if case.get("dtype") == np.float16 else 1e-5
     fused, summary = fused_on_mlx(model, feeds, tolerance, monkeypatch, capfd)
     assert fused == 2, summary
+    return model, feeds
 
 
 @pytest.mark.parametrize(
@@ -153,10 +160,7 @@ def test_attention_variants_run_fused(case, monkeypatch, capfd):
          "rows-the-mask-makes-nan", "rows-the-mask-makes-nan-float16", "3d-heads-3d-mask", "3d-heads-2d-mask-float16"],
 )
 def test_masked_attention_runs_fused(case, monkeypatch, capfd):
-    model, feeds = chain(**case)
-    tolerance = 2e-3 if case.get("dtype") == np.float16 else 1e-5
-    fused, summary = fused_on_mlx(model, feeds, tolerance, monkeypatch, capfd)
-    assert fused == 2, summary
+    model, feeds = fused_twice(case, monkeypatch, capfd)
     if case.get("poison"):
         (y,) = cpu_outputs(model, feeds)
         assert np.isnan(y[0, :, :2]).all() and np.isnan(y[1, :, 2]).all() and not np.isnan(y[1, :, 3]).any()
