@@ -60,6 +60,12 @@ impl Transform {
             Bins::RealSignal => (self.length, 1),
         }
     }
+
+    /// The float32 bytes of the dense matrix for `read` samples of `components` each.
+    fn matrix_bytes(&self, read: i64, components: i64) -> i64 {
+        let (bins, out_components) = self.output();
+        read * components * bins * out_components * 4
+    }
 }
 
 /// Matrices of at most this many bytes are kept between runs ([`KeptMatrices`]).
@@ -84,8 +90,7 @@ impl KeptMatrices {
             return Ok(found.clone());
         }
         let matrix = dense_matrix(t, read, components, s)?;
-        let (bins, out_components) = t.output();
-        if read * components * bins * out_components * 4 <= KEPT_MATRIX_BYTES {
+        if t.matrix_bytes(read, components) <= KEPT_MATRIX_BYTES {
             Array::eval_all(std::slice::from_ref(&matrix))?;
             let mut kept = self.0.borrow_mut();
             if kept.len() == KEPT_MATRICES {
@@ -146,7 +151,7 @@ fn transform_within(
         })
     };
     let (bins, out_components) = t.output();
-    let matrix_bytes = read * components * bins * out_components * 4;
+    let matrix_bytes = t.matrix_bytes(read, components);
     let batch = &dims[..rank - 2];
     let rows: i64 = batch.iter().product();
     let y = if matrix_bytes <= dense_bytes {
