@@ -84,7 +84,7 @@ def test_the_half_type_is_the_one_asked_for(precision, want, compile_after):
 
 
 LOWEST = float(np.finfo(np.float32).min)
-BF16_LARGEST = float(np.frombuffer(np.uint32(0x7F7F0000).tobytes(), np.float32)[0])
+BF16_LARGEST = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
 
 
 @pytest.mark.parametrize(
