@@ -108,5 +108,26 @@ class Run:
         assert self.providers_of_kernels() == {MLX}, self.kernels
 
 
+def profiled_session(model, ep_options=None):
+    """An MLX-first session that profiles its runs (see `kernels_on_mlx`); `ep_options`, when
+    given, go to the EP's devices as provider options."""
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_test")
+    if ep_options is None:
+        session = ort.InferenceSession(model, options, providers=[MLX, "CPUExecutionProvider"])
+    else:
+        options.add_provider_for_devices(mlx_devices(), ep_options)
+        session = ort.InferenceSession(model, options)
+    assert session.get_providers()[0] == MLX
+    return session
+
+
+def assert_kernels_on_mlx(session):
+    """Ends a profiled session's profiling; every kernel it ran ran on MLX."""
+    placements = kernel_placements(session)
+    assert placements and {provider for _, provider in placements} == {MLX}, placements
+
+
 def cpu_outputs(model, feeds):
     return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)

@@ -6,15 +6,15 @@ scale only known at run time or after the mask) answer the same, unfused."""
 
 import gc
 import re
-import tempfile
+import sys
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import COMPILE_MODES, MLX, cpu_outputs, kernel_placements, make_model, set_env, tensor
+from conftest import (COMPILE_MODES, assert_kernels_on_mlx, cpu_outputs, make_model, profiled_session, set_env,
+                      tensor)
 
 RNG = np.random.default_rng(11)
 
@@ -86,17 +86,18 @@ def fused_on_mlx(model, feeds, tolerance, monkeypatch, capfd, mode="eager_then_c
     gc.collect()
     capfd.readouterr()  # an earlier test's session, released late, is not this one's
     expected = cpu_outputs(model, feeds)
-    options = ort.SessionOptions()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_formed")
-    session = ort.InferenceSession(model, options, providers=[MLX, "CPUExecutionProvider"])
-    assert session.get_providers()[0] == MLX
+    session = profiled_session(model)
     for _ in range(runs):
         for got, want in zip(session.run(None, feeds), expected):
             np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tolerance, atol=tolerance)
-    kernels = kernel_placements(session)
-    assert kernels and {provider for _, provider in kernels} == {MLX}, kernels
+    assert_kernels_on_mlx(session)
     del session
+    return fused_in_summary(capfd)
+
+
+def fused_in_summary(capfd):
+    """How many lowerings the session summary (printed when the session is released) says
+    formed a fused attention, and the summary."""
     gc.collect()
     summary = capfd.readouterr().err
     found = re.findall(r"(\d+) attention\(s\) fused from MatMul, Softmax and MatMul", summary)
@@ -189,28 +190,21 @@ def test_chains_that_are_not_attention_stay_unfused(case, monkeypatch, capfd):
 def test_a_half_precision_encoder_fuses_every_layer(monkeypatch, capfd):
     """The benchmark's encoder (Q, K, V split into heads by Reshape and Transpose, as exported)
     under `precision=fp16`: every layer's attention fused, the output close to float32's."""
-    import sys
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     import bench_models
 
     bench = bench_models.encoder(seq=16, dim=64, heads=4, ffn=128, layers=3)
     set_env(monkeypatch, {"ONNXRUNTIME_EP_MLX_COMPILE_AFTER": "1"})
     (expected,) = cpu_outputs(bench.model, bench.feeds)
-    options = ort.SessionOptions()
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == MLX]
-    options.add_provider_for_devices(devices, {"precision": "fp16", "verbose": "1"})
-    session = ort.InferenceSession(bench.model, options)
-    assert session.get_providers()[0] == MLX
+    session = profiled_session(bench.model, {"precision": "fp16", "verbose": "1"})
     for _ in range(3):
         (got,) = session.run(None, bench.feeds)
         np.testing.assert_allclose(got, expected, rtol=2e-2, atol=2e-2)
+    assert_kernels_on_mlx(session)
     del session
-    gc.collect()
-    summary = capfd.readouterr().err
+    fused, summary = fused_in_summary(capfd)
     assert "precision fp16" in summary, summary
-    found = re.findall(r"(\d+) attention\(s\) fused from MatMul, Softmax and MatMul", summary)
-    assert sum(int(count) for count in found) == 2 * 3, summary
+    assert fused == 2 * 3, summary
 
 
 def random_chain(rng):

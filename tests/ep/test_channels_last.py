@@ -5,15 +5,13 @@ reshape, a graph output), for 1-, 2- and 3-D convolutions and float16."""
 
 import gc
 import re
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import MLX, Run, cpu_outputs, kernel_placements, make_model, mlx_devices, tensor
+from conftest import Run, assert_kernels_on_mlx, cpu_outputs, make_model, mlx_devices, profiled_session, tensor
 
 RNG = np.random.default_rng(5)
 
@@ -183,17 +181,11 @@ def test_lp_pooling_and_transposed_convolutions_read_and_leave_channels_last(p, 
                        initializers=inits, opset=17)
     feeds = {"x": RNG.standard_normal([2, 3, 11, 9]).astype(np.float32)}
     expected = cpu_outputs(model, feeds)
-    so = ort.SessionOptions()
-    so.add_provider_for_devices(mlx_devices(), {})
-    so.enable_profiling = True
-    so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_test")
-    session = ort.InferenceSession(model, so)
+    session = profiled_session(model, {})
     for _ in range(4):  # eager, traced, replayed twice
         for got, want in zip(session.run(None, feeds), expected):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    assert session.get_providers()[0] == MLX
-    placements = kernel_placements(session)
-    assert placements and {provider for _, provider in placements} == {MLX}, placements
+    assert_kernels_on_mlx(session)
     del session
     kept, summary = kept_channels_last(capfd)
     assert kept == 4, summary  # both Relus, in the eager run and in the trace

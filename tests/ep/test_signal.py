@@ -3,7 +3,6 @@ log) fully on MLX against ORT's CPU EP; a DFT long enough for MLX's FFT against 
 inputs ORT's CPU EP refuses (or crashes on) failing the MLX run with the node's name."""
 
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import MLX, Run, cpu_outputs, kernel_placements, make_model, tensor
+from conftest import MLX, Run, assert_kernels_on_mlx, cpu_outputs, make_model, profiled_session, tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from bench_models import audio_front_end  # noqa: E402
@@ -172,10 +171,7 @@ def test_windowed_stfts_match_numpys_fft(frames, onesided, components):
     rng = np.random.default_rng(11)
     signal = rng.standard_normal((2, samples, components)).astype(np.float32)
     window = rng.uniform(size=length).astype(np.float32)
-    so = ort.SessionOptions()
-    so.enable_profiling = True
-    so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_test")
-    session = ort.InferenceSession(model, so, providers=[MLX, "CPUExecutionProvider"])
+    session = profiled_session(model)
     values = signal[..., 0] + (1j * signal[..., 1] if components == 2 else 0)
     framed = np.stack([values[:, f * step:f * step + length] * window.astype(np.float64) for f in range(frames)], 1)
     spectrum = np.fft.fft(framed, axis=-1)[..., :length // 2 + 1 if onesided else length]
@@ -183,8 +179,7 @@ def test_windowed_stfts_match_numpys_fft(frames, onesided, components):
     for _ in range(3):  # eager, compiled, replayed
         (y,) = session.run(None, {"signal": signal, "window": window})
         np.testing.assert_allclose(y, exact, rtol=0, atol=2e-5 * np.abs(exact).max())
-    assert session.get_providers()[0] == MLX
-    assert {provider for _, provider in kernel_placements(session)} == {MLX}
+    assert_kernels_on_mlx(session)
 
 
 @pytest.mark.parametrize("step", [4, 5 * 10**18], ids=["step_4", "one_frame_huge_step"])
