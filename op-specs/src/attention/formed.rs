@@ -75,7 +75,7 @@ pub(crate) fn note_product(cx: &Lower, a: &Array, b: &Array, y: &Array) {
 /// when `x` is unmasked scores and `factor`, input `factor_index`, is a constant of one element
 /// that does not raise the rank.
 pub(crate) fn note_scaled(
-    cx: &Lower,
+    cx: &mut Lower,
     x: &Array,
     factor: &Array,
     factor_index: usize,
@@ -89,11 +89,15 @@ pub(crate) fn note_scaled(
         return;
     }
     // The constant as the graph multiplies by it (already rounded to a half type under
-    // `precision`); a constant is evaluated, so this read costs no evaluation of the graph.
-    // A read that fails only leaves the chain unformed: the node's own answer stands.
+    // `precision`), read on the host once per session rather than at every eager run; a
+    // read that fails only leaves the chain unformed: the node's own answer stands.
     let s = cx.stream();
-    let read = ops::astype(factor, Dtype::F32, s).and_then(|f| f.to_vec::<f32>(s));
-    let Some(&value) = read.as_deref().ok().and_then(<[f32]>::first) else {
+    let tag = ["attention scale of input 0", "attention scale of input 1"][factor_index.min(1)];
+    let read = cx.kept(tag, || {
+        let values = ops::astype(factor, Dtype::F32, s)?.to_vec::<f32>(s)?;
+        Ok(values.first().copied())
+    });
+    let Some(value) = read.ok().and_then(|value| *value) else {
         return;
     };
     let by = if divides { value.recip() } else { value };
