@@ -186,6 +186,12 @@ fn general_product(
     // -inf, not NaN). Where the plain sum is not finite, the same sum at half scale, doubled,
     // gives the fused result (halving is exact), and stays inf where the result is.
     let y = ops::add(&scaled(1.0)?, &bias, s)?;
+    if alpha.abs() <= 1.0 {
+        // `alpha * A·B` is finite wherever `A·B` is, and the doubled half-scale sum is not
+        // finite exactly where the plain one is not: the guard could change nothing, and it
+        // costs a pass over Y (most Gemms are `A·B + C`).
+        return Ok(y);
+    }
     let half_bias = ops::multiply(&bias, &scalar_like(0.5, &bias, s)?, s)?;
     let halved = ops::add(&scaled(0.5)?, &half_bias, s)?;
     let doubled = ops::add(&halved, &halved, s)?;

@@ -252,6 +252,13 @@ def test_arg_max_over_an_empty_axis_fails_like_cpu():
     (np.inf, 1.0, 0.0, 1.0),     # 0 * inf in the product: NaN
     (1.0, np.nan, 1.0, 0.0),     # beta = 0 ignores C
     (3e38, 1.0, 1.0, 1.0),
+    # |alpha| <= 1 skips the guard: the plain sum must already be the fused one
+    (3e38, 3e38, 1.0, 1.0),      # the sum overflows: inf
+    (3e38, 3e38, 0.5, 1.0),      # 1.5e38 + 3e38: inf
+    (3e38, -np.inf, 1.0, 1.0),   # -inf
+    (np.inf, -np.inf, 1.0, 1.0), # inf - inf: NaN
+    (-3e38, 3e38, -1.0, -1.0),   # 3e38 - 3e38: 0
+    (3e38, 3e38, -1.0, -1.0),    # -3e38 - 3e38: -inf
 ])
 def test_gemm_overflow_edge_like_cpu(a, c, alpha, beta):
     feeds = {"a": np.array([[a, 0.5]], np.float32), "b": np.array([[1.0], [0.0]], np.float32), "c": np.array([[c]], np.float32)}
