@@ -197,18 +197,22 @@ def cnn(batch: int = 8, size: int = 64, widths: tuple[int, ...] = (32, 64, 128),
     nodes += [n("GlobalAveragePool", [x], ["pool"]), n("Flatten", ["pool"], ["flat"]), n("Gemm", ["flat", "fc", "fcb"], ["y"])]
     feeds = {"x": RNG.standard_normal((batch, 3, size, size)).astype(np.float32)}
 
-    def direct():
+    def direct(half=None):
         import mlx.core as mx
 
-        m = {k: mx.array(v) for k, v in w.items()}
+        # In `half` as the EP's `precision` computes: weights rounded once, the pooling's mean
+        # accumulated in float32, the output back in float32.
+        dtype = half or mx.float32
+        m = {k: mx.array(v.transpose(0, 2, 3, 1) if v.ndim == 4 else v).astype(dtype) for k, v in w.items()}
 
         def f(x):
-            h = x.transpose(0, 2, 3, 1)
+            h = x.transpose(0, 2, 3, 1).astype(dtype)
             for i in range(len(widths)):
-                h = mx.conv2d(h, m[f"k{i}"].transpose(0, 2, 3, 1), stride=2, padding=1) + m[f"kb{i}"]
+                h = mx.conv2d(h, m[f"k{i}"], stride=2, padding=1) + m[f"kb{i}"]
                 h = (h - m[f"m{i}"]) * mx.rsqrt(m[f"v{i}"] + 1e-5) * m[f"s{i}"] + m[f"b{i}"]
                 h = mx.maximum(h, 0)
-            return h.mean(axis=(1, 2)) @ m["fc"] + m["fcb"]
+            pooled = h.astype(mx.float32).mean(axis=(1, 2)).astype(dtype)
+            return (pooled @ m["fc"] + m["fcb"]).astype(mx.float32)
 
         return mx.compile(f)
 
@@ -253,11 +257,13 @@ def resnet18(batch: int = 16, size: int = 224, classes: int = 1000) -> Bench:
     nodes += [n("GlobalAveragePool", [x], ["pool"]), n("Flatten", ["pool"], ["flat"]), n("Gemm", ["flat", "fc", "fcb"], ["y"])]
     feeds = {"x": RNG.standard_normal((batch, 3, size, size)).astype(np.float32)}
 
-    def direct():
+    def direct(half=None):
         import mlx.core as mx
         import mlx.nn as nn
 
-        m = {k: mx.array(v.transpose(0, 2, 3, 1) if v.ndim == 4 else v) for k, v in w.items()}
+        # In `half` as the CNN above computes it.
+        dtype = half or mx.float32
+        m = {k: mx.array(v.transpose(0, 2, 3, 1) if v.ndim == 4 else v).astype(dtype) for k, v in w.items()}
         pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
         convs = iter(layers)
 
@@ -269,11 +275,12 @@ def resnet18(batch: int = 16, size: int = 224, classes: int = 1000) -> Bench:
         def f(x):
             nonlocal convs
             convs = iter(layers)
-            h = pool(conv_of(x.transpose(0, 2, 3, 1)))
+            h = pool(conv_of(x.transpose(0, 2, 3, 1).astype(dtype)))
             for projected in blocks:
                 inner = conv_of(conv_of(h))
                 h = mx.maximum(inner + (conv_of(h) if projected else h), 0)
-            return h.mean(axis=(1, 2)) @ m["fc"] + m["fcb"]
+            pooled = h.astype(mx.float32).mean(axis=(1, 2)).astype(dtype)
+            return (pooled @ m["fc"] + m["fcb"]).astype(mx.float32)
 
         return mx.compile(f)
 
