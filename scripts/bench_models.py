@@ -394,15 +394,28 @@ def forest(rows: int = 20000, features: int = 20, trees: int = 100, depth: int =
                  direct)
 
 
+def interleaved_ms(runners: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
+    """Median ms of each runner over `runs` rounds, every round running each runner once (in an
+    order rotated from round to round). Why interleaved: a GPU's clocks and a host's load move
+    within seconds, and runners timed one block after another compared different machines
+    (the same direct MLX CNN took 0.49 ms in one block and 0.63 ms in the next on an H200)."""
+    labels = list(runners)
+    for label in labels:
+        for _ in range(3):
+            runners[label]()
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    for round_ in range(runs):
+        shift = round_ % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            start = time.perf_counter()
+            runners[label]()
+            times[label].append((time.perf_counter() - start) * 1e3)
+    return {label: statistics.median(t) for label, t in times.items()}
+
+
 def median_ms(run: Callable[[], object], runs: int) -> float:
-    for _ in range(3):
-        run()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    """Median ms of `run` over `runs` warm runs."""
+    return interleaved_ms({"run": run}, runs)["run"]
 
 
 def ort_session(model: bytes, providers: list[str], **env: str) -> ort.InferenceSession:
@@ -419,9 +432,10 @@ def ort_session(model: bytes, providers: list[str], **env: str) -> ort.Inference
 def measure(bench: Bench, runs: int, precision: str | None = None, bound: bool = False) -> dict[str, float | str]:
     feeds = bench.feeds
     results: dict[str, float | str] = {}
+    runners: dict[str, Callable[[], object]] = {}
     cpu = ort_session(bench.model, ["CPUExecutionProvider"])
     reference = cpu.run(None, feeds)[0]
-    results["ORT CPU"] = median_ms(lambda: cpu.run(None, feeds), runs)
+    runners["ORT CPU"] = lambda: cpu.run(None, feeds)
     variants = [("MLX EP eager", {"ONNXRUNTIME_EP_MLX_NO_COMPILE": "1"}), ("MLX EP compiled", {})]
     if precision:
         variants.append((f"MLX EP {precision}", {"ONNXRUNTIME_EP_MLX_PRECISION": precision}))
@@ -435,7 +449,7 @@ def measure(bench: Bench, runs: int, precision: str | None = None, bound: bool =
         for key in env:
             os.environ.pop(key, None)
         results[f"{label} max diff"] = float(np.abs(out - reference).max())
-        results[label] = median_ms(lambda: session.run(None, feeds), runs)
+        runners[label] = lambda session=session: session.run(None, feeds)
     bound_variants = [("MLX EP bound", {})] if bound else []
     if bound and precision:
         bound_variants.append((f"MLX EP bound {precision}", {"precision": precision}))
@@ -452,7 +466,7 @@ def measure(bench: Bench, runs: int, precision: str | None = None, bound: bool =
             binding.bind_ortvalue_output(info.name, value)
         session.run_with_iobinding(binding)
         results[f"{label} max diff"] = float(np.abs(mlx_ep.to_numpy(outputs[0]) - reference).max())
-        results[label] = median_ms(lambda: session.run_with_iobinding(binding), runs)
+        runners[label] = lambda session=session, binding=binding: session.run_with_iobinding(binding)
     if bench.direct is not None:
         import mlx.core as mx
 
@@ -463,15 +477,16 @@ def measure(bench: Bench, runs: int, precision: str | None = None, bound: bool =
             y = f(*(mx.array(v) for v in feeds.values()))
             return np.array(y)
 
-        results["direct MLX"] = median_ms(direct_run, runs)
+        runners["direct MLX"] = direct_run
         if bound:
             # The same boundary as the bound EP: inputs already in MLX, the output left there.
             resident = [mx.array(v) for v in feeds.values()]
             mx.eval(resident)
-            results["direct MLX resident"] = median_ms(lambda: mx.eval(f(*resident)), runs)
+            runners["direct MLX resident"] = lambda: mx.eval(f(*resident))
             if precision and "half" in inspect.signature(bench.direct).parameters:
                 half = bench.direct(half={"fp16": mx.float16, "bf16": mx.bfloat16}[precision])
-                results[f"direct MLX resident {precision}"] = median_ms(lambda: mx.eval(half(*resident)), runs)
+                runners[f"direct MLX resident {precision}"] = lambda: mx.eval(half(*resident))
+    results.update(interleaved_ms(runners, runs))
     return results
 
 
@@ -509,7 +524,7 @@ def main() -> None:
     import mlx.core as mx
 
     print(f"{platform.machine()}, {os.cpu_count()} cores; ORT {ort.__version__}, MLX {mx.__version__} ({mx.default_device()}); "
-          f"median of {args.runs} warm runs, ms")
+          f"median of {args.runs} warm runs, each model's variants interleaved, ms")
     half = f", EP {args.precision}, CPU / EP {args.precision}, {args.precision} max diff vs CPU" if args.precision else ""
     print("| model | ORT CPU EP | MLX EP eager | MLX EP compiled | direct MLX (compiled) | EP compiled / direct | CPU / EP compiled "
           f"| max diff vs CPU{half.replace(', ', ' | ')} |")
