@@ -25,8 +25,8 @@ use op_specs::ShapeSafety;
 use crate::device::Device;
 use crate::options::Options;
 use crate::plan::{
-    Constants, EvalError, Evaluated, Guard, InPlace, Lowering, NodeCheck, Plan, RunTimes, Runtime,
-    SlotKey,
+    Constants, EvalError, Evaluated, Guard, InPlace, Lowering, NodeCheck, OutputSink, Plan,
+    RunTimes, Runtime, SlotKey,
 };
 use crate::split::{self, Split};
 use crate::trace;
@@ -304,18 +304,19 @@ impl Capture {
         inputs: Vec<Option<Array>>,
         consumable: &Consumable<'_>,
         times: &mut RunTimes,
+        sink: &mut dyn OutputSink,
     ) -> Result<Evaluated, String> {
         // Zero-size inputs run eagerly: the plan replaces zero-size results by constants, which a
         // trace made for other shapes would not do (and MLX's CUDA kernels trap on them).
         let present: Option<Vec<Array>> = inputs.iter().cloned().collect();
         let present = present.filter(|arrays| arrays.iter().all(|a| a.size() > 0));
         let (Path::ShapeKeyed | Path::Shapeless, Some(arrays)) = (self.path, present) else {
-            return plan.run(runtime, inputs, times, self.settings.profile_ops);
+            return plan.run(runtime, inputs, times, sink, self.settings.profile_ops);
         };
         if let Some(split) = self.split_for(plan, &arrays) {
             let speculate = self.speculating;
             return self.run_split(
-                plan, runtime, arrays, inputs, split, consumable, times, speculate,
+                plan, runtime, arrays, inputs, split, consumable, times, sink, speculate,
             );
         }
         let started = Instant::now();
@@ -325,7 +326,7 @@ impl Capture {
             shapes: ShapeKey::of(&arrays, &runtime.constants.arrays, self.path),
         };
         if self.warming(&key) {
-            return plan.run(runtime, inputs, times, self.settings.profile_ops);
+            return plan.run(runtime, inputs, times, sink, self.settings.profile_ops);
         }
         let replaying = Instant::now();
         let replayed = self.replay(plan, runtime, key, &arrays, TraceOf::Plan);
@@ -333,17 +334,17 @@ impl Capture {
         let lowering = replayed.and_then(|replayed| replayed.into_lowering(plan, &arrays));
         let lowering = match lowering {
             Ok(lowering) => lowering,
-            Err(reason) => return self.fall_back(plan, runtime, inputs, times, reason),
+            Err(reason) => return self.fall_back(plan, runtime, inputs, times, sink, reason),
         };
         times.charge_translation(runtime, started, prepared_before);
         let (lowering, inputs) = consumable.release(lowering, inputs, arrays);
-        match plan.evaluate(lowering, &runtime.stream, times) {
+        match plan.evaluate(lowering, &runtime.stream, times, sink) {
             Ok(evaluated) => Ok(evaluated),
             // The inputs are at fault, not the trace: the eager path would fail the same way.
             Err(EvalError::Input(message)) => Err(message),
             Err(error @ (EvalError::Mlx(_) | EvalError::Stale)) => {
                 let inputs = consumable.restore(inputs)?;
-                self.fall_back(plan, runtime, inputs, times, error.into())
+                self.fall_back(plan, runtime, inputs, times, sink, error.into())
             }
         }
     }
@@ -403,6 +404,7 @@ impl Capture {
         split: Arc<Split>,
         consumable: &Consumable<'_>,
         times: &mut RunTimes,
+        sink: &mut dyn OutputSink,
         speculate: bool,
     ) -> Result<Evaluated, String> {
         let started = Instant::now();
@@ -451,7 +453,7 @@ impl Capture {
             Ok(Some((lowering, guessed))) => {
                 times.charge_translation(runtime, started, prepared_before);
                 let (lowering, inputs) = consumable.release(lowering, inputs, arrays);
-                let evaluated = plan.evaluate(lowering, &runtime.stream, times);
+                let evaluated = plan.evaluate(lowering, &runtime.stream, times, sink);
                 if !matches!(evaluated, Err(EvalError::Stale)) {
                     self.split_runs += 1;
                     self.hits += u64::from(guessed);
@@ -465,16 +467,16 @@ impl Capture {
                         let arrays = inputs.iter().cloned().collect::<Option<Vec<_>>>();
                         let arrays = arrays.ok_or("a split run lost an input (EP bug)")?;
                         return self.run_split(
-                            plan, runtime, arrays, inputs, split, consumable, times, false,
+                            plan, runtime, arrays, inputs, split, consumable, times, sink, false,
                         );
                     }
                     Err(EvalError::Mlx(reason)) => (reason, consumable.restore(inputs)?),
                 }
             }
-            Ok(None) => return plan.run(runtime, inputs, times, self.settings.profile_ops),
+            Ok(None) => return plan.run(runtime, inputs, times, sink, self.settings.profile_ops),
             Err(reason) => (reason, inputs),
         };
-        let evaluated = plan.run(runtime, inputs, times, self.settings.profile_ops)?;
+        let evaluated = plan.run(runtime, inputs, times, sink, self.settings.profile_ops)?;
         self.split_fallback = Some(reason);
         Ok(evaluated)
     }
@@ -503,10 +505,11 @@ impl Capture {
         runtime: &Runtime,
         inputs: Vec<Option<Array>>,
         times: &mut RunTimes,
+        sink: &mut dyn OutputSink,
         reason: String,
     ) -> Result<Evaluated, String> {
         let small_inputs = inputs.iter().flatten().any(split::is_host_value);
-        let evaluated = plan.run(runtime, inputs, times, self.settings.profile_ops)?;
+        let evaluated = plan.run(runtime, inputs, times, sink, self.settings.profile_ops)?;
         // MLX's words for a host read inside a trace: once, try keying traces on the values.
         if reason.contains(mlx_kernels::EVAL_WHILE_TRACING)
             && small_inputs

@@ -81,6 +81,9 @@ pub struct Traffic {
     pub copied_out: usize,
     pub bound_in: u64,
     pub bound_out: u64,
+    /// Of `bound_out`: stored by a kernel of the run's own evaluation (on a GPU), not copied
+    /// after it.
+    pub stored_out: u64,
 }
 
 impl Traffic {
@@ -89,6 +92,7 @@ impl Traffic {
         self.copied_out += other.copied_out;
         self.bound_in += other.bound_in;
         self.bound_out += other.bound_out;
+        self.stored_out += other.stored_out;
     }
 }
 
@@ -149,11 +153,13 @@ impl Stats {
         let t = &self.traffic;
         let _ = write!(
             out,
-            "; host copies {:.2} MiB in, {:.2} MiB out; in MLX memory (no host copy): {} input(s), {} output(s)",
+            "; host copies {:.2} MiB in, {:.2} MiB out; in MLX memory (no host copy): {} input(s), {} output(s), \
+             {} of them stored by MLX's evaluation",
             mib(t.copied_in),
             mib(t.copied_out),
             t.bound_in,
             t.bound_out,
+            t.stored_out,
         );
         for (name, report) in &self.plan_reports {
             let _ = write!(

@@ -316,6 +316,14 @@ pub struct Evaluated {
     keep_alive: Vec<Option<Array>>,
 }
 
+/// Where a run's outputs go, asked before the evaluation, once their shapes are known.
+pub trait OutputSink {
+    /// An array to evaluate with the run that writes output `index` into its destination
+    /// itself (an output bound in the EP's memory, on a GPU), or `None` to have it copied
+    /// after the evaluation.
+    fn store(&mut self, index: usize, output: &Array) -> Result<Option<Array>, String>;
+}
+
 /// Which rows an output writes in place (`op_specs::WrittenRows`): the mask on the device, and
 /// its values (uint8, row-major, of `shape`) on the host; with the rows' contents (their bytes,
 /// in row order) when the node gave them; and the buffer after the write (evaluated with the
@@ -598,6 +606,7 @@ impl Plan {
         runtime: &Runtime,
         inputs: Vec<Option<Array>>,
         times: &mut RunTimes,
+        sink: &mut dyn OutputSink,
         profile_ops: bool,
     ) -> Result<Evaluated, String> {
         let started = Instant::now();
@@ -608,7 +617,7 @@ impl Plan {
             self.lower_with(&runtime.stream, &runtime.constants, inputs, profile)?
         };
         times.charge_translation(runtime, started, prepared_before);
-        Ok(self.evaluate(lowering, &runtime.stream, times)?)
+        Ok(self.evaluate(lowering, &runtime.stream, times, sink)?)
     }
 
     /// Evaluates the outputs (checking their types against the graph's) and the run-time
@@ -619,6 +628,7 @@ impl Plan {
         lowering: Lowering,
         stream: &Stream,
         times: &mut RunTimes,
+        sink: &mut dyn OutputSink,
     ) -> Result<Evaluated, EvalError> {
         let Lowering {
             outputs,
@@ -691,6 +701,17 @@ impl Plan {
                 .map_err(mlx_error)?;
             parts_of.push(Some((mask, values)));
         }
+        // Outputs stored in place as steps of this evaluation. Not in a speculative replay:
+        // its outputs may have the wrong shapes, and the sink fixes an output's shape for
+        // the run.
+        let mut stores = Vec::new();
+        if guard.is_none() {
+            for (index, (output, written)) in outputs.iter().zip(&written_rows).enumerate() {
+                if written.is_none() {
+                    stores.extend(sink.store(index, output).map_err(EvalError::Input)?);
+                }
+            }
+        }
         let flat = bytes_together(read, stream).map_err(mlx_error)?;
         // An output written in place is evaluated as the buffer after the write: ORT usually
         // hands it the input's buffer (then nothing else of it is needed), and when it does not,
@@ -704,6 +725,7 @@ impl Plan {
             })
             .collect();
         all.extend(flat.clone());
+        all.extend(stores);
         Array::eval_all(&all)
             .map_err(|e| EvalError::Mlx(format!("MLX evaluation of {} failed: {e}", self.name)))?;
         times.eval += evaluating.elapsed();

@@ -103,11 +103,19 @@ impl Array {
     /// read them does not stall on page faults (~170 us a kernel on an H200, measured). Arrays
     /// of 8 bytes or less are left alone: MLX keeps them in a pool mapped for the GPU already.
     fn moved_toward_gpu(self) -> Array {
+        self.move_toward_gpu();
+        self
+    }
+
+    /// Starts moving the pages of this evaluated array's buffer to the GPU when they are in
+    /// unified memory on MLX's CUDA backend (a hint: nothing waits for it, and elsewhere it
+    /// does nothing). Arrays of 8 bytes or less are left alone, as above.
+    pub fn move_toward_gpu(&self) {
         if self.nbytes() > 8 && crate::cuda::compute_capability().is_some() {
-            // SAFETY: a live array handle whose data exists (made from host bytes).
+            // SAFETY: a live array handle whose data exists (the caller's array is evaluated;
+            // the shim checks the buffer and ignores anything but unified memory).
             unsafe { sys::mlx_ep_prefetch_to_device(self.raw, 0) };
         }
-        self
     }
 
     /// Wraps host bytes as an array without copying them.

@@ -4,7 +4,7 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mlx_kernels::{bound_memory, Array};
+use mlx_kernels::{bound_memory, custom, Array, Dtype, Stream};
 
 use crate::capture::{Capture, Consumable, Settings};
 use crate::diagnostics::{MemoryReport, PlanReport, Stats, Traffic};
@@ -15,7 +15,7 @@ use crate::ort::api::guard;
 use crate::ort::kernel;
 use crate::ort::sys;
 use crate::ort::thread_bound::ThreadBound;
-use crate::plan::{Evaluated, Plan, RunTimes, Runtime};
+use crate::plan::{Evaluated, OutputSink, Plan, RunTimes, Runtime};
 use crate::resident::{Residency, SharedOutput};
 use crate::trace::{self, Trace};
 
@@ -222,17 +222,29 @@ fn run(
     let mut times = RunTimes::default();
     let mut copies = copying.elapsed();
     drop(copy_in);
+    let mut outputs = RunOutputs {
+        context,
+        plan: &info.plan,
+        buffers: &buffers,
+        stream: &runtime.stream,
+        stored: vec![false; info.plan.outputs.len()],
+    };
     let evaluated = {
         let _span = trace::span("execute", "execute");
         capture
-            .run(&info.plan, runtime, inputs, &consumable, &mut times)
+            .run(
+                &info.plan,
+                runtime,
+                inputs,
+                &consumable,
+                &mut times,
+                &mut outputs,
+            )
             .inspect_err(|_| residency.forget())?
     };
     let copying = Instant::now();
     let copy_out = trace::span("copy out", "copy");
-    let written = write_outputs(
-        context, &info.plan, &evaluated, &fed, &buffers, residency, runtime,
-    );
+    let written = write_outputs(&outputs, &evaluated, &fed, residency, runtime);
     drop(copy_out);
     if written.is_err() {
         residency.forget();
@@ -307,27 +319,90 @@ unsafe fn input_array(
     made.map_err(|e| e.to_string())
 }
 
+/// The fused node's outputs in this run: ORT's context that places them, and which of them the
+/// evaluation stored itself. On a GPU, an output bound in the EP's memory is stored into its
+/// buffer by a kernel of the run's own evaluation (`custom::store_bytes`), so that the run ends
+/// with MLX's one synchronisation instead of a driver copy and a second one after it.
+/// Everything else (host memory, a buffer shared with an input, narrow types, the CPU backend)
+/// is left to [`write_outputs`].
+struct RunOutputs<'a> {
+    context: *mut sys::OrtKernelContext,
+    plan: &'a Plan,
+    buffers: &'a [Option<(usize, usize)>],
+    stream: &'a Stream,
+    stored: Vec<bool>,
+}
+
+impl OutputSink for RunOutputs<'_> {
+    fn store(&mut self, index: usize, output: &Array) -> Result<Option<Array>, String> {
+        // An evaluation that failed may have stored it: the one asking now decides.
+        let Some(stored) = self.stored.get_mut(index) else {
+            return Ok(None);
+        };
+        *stored = false;
+        let elem = self.plan.outputs[index].elem;
+        if elem.is_narrow()
+            || !custom::store_bytes_runs_on(self.stream)
+            || !custom::store_bytes_takes(output.nbytes())
+        {
+            return Ok(None);
+        }
+        // SAFETY: the live kernel context of this call; ORT allocates the output (or hands the
+        // buffer bound to it), and gives `write_outputs` the same one if it asks again.
+        let bytes = unsafe { kernel::output(self.context, index, &output.shape(), elem) }?;
+        let address = (bytes.as_ptr() as usize, bytes.len());
+        if bytes.len() != output.nbytes() || self.buffers.contains(&Some(address)) {
+            return Ok(None);
+        }
+        // SAFETY: ORT keeps the output's buffer beyond this call, whose evaluation the store
+        // is part of; the store's array holds `dst` until then.
+        let dst = unsafe { bound_memory::array_over(bytes, &[bytes.len() as i64], Dtype::U8) };
+        let Some(Ok(dst)) = dst else {
+            return Ok(None);
+        };
+        // A host read of the output since the last run (ORT's copy reads it from the host)
+        // moved its pages there: start them back before the store writes them.
+        dst.move_toward_gpu();
+        // MLX refusing the kernel leaves the output to the copy after the evaluation.
+        let Ok(store) = custom::store_bytes(output, &dst, self.stream) else {
+            return Ok(None);
+        };
+        self.stored[index] = true;
+        Ok(Some(store))
+    }
+}
+
 /// Copies the outputs into ORT's tensors. An output whose buffer is one of the inputs' (a
 /// shared KV cache) gets only its changed rows, after every other output: another output may
 /// still read that input's bytes (on the CPU backend arrays borrow ORT's memory). Returns the
 /// time the shared buffers took, and what crossed to ORT's memory.
 fn write_outputs(
-    context: *mut sys::OrtKernelContext,
-    plan: &Plan,
+    placed: &RunOutputs,
     evaluated: &Evaluated,
     inputs: &[Option<Array>],
-    buffers: &[Option<(usize, usize)>],
     residency: &mut Residency,
     runtime: &Runtime,
 ) -> Result<(Duration, Traffic), String> {
+    let RunOutputs {
+        context,
+        plan,
+        buffers,
+        stored,
+        ..
+    } = placed;
     let mut traffic = Traffic::default();
     let mut shared = Vec::new();
     let outputs = &evaluated.outputs;
     for ((index, array), output) in outputs.iter().enumerate().zip(&plan.outputs) {
+        if stored.get(index).copied().unwrap_or(false) {
+            traffic.bound_out += 1;
+            traffic.stored_out += 1;
+            continue;
+        }
         let shape = array.shape();
         // SAFETY: the live kernel context of this call; ORT allocates the output (or hands the
         // buffer bound to it). No input slice is alive any more: inputs are known by address.
-        let bytes = unsafe { kernel::output(context, index, &shape, output.elem) }?;
+        let bytes = unsafe { kernel::output(*context, index, &shape, output.elem) }?;
         if output.elem.is_narrow() {
             narrow::write_output(array, output.elem, bytes, &runtime.stream)
                 .map_err(|e| format!("{}: {e}", plan.output_producer(index)))?;

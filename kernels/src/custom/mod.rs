@@ -18,6 +18,7 @@ mod pack_bytes;
 mod paged_prefill_attention;
 mod quantized_matvec;
 mod rms_norm;
+mod store_bytes;
 
 use std::ffi::{c_char, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +37,7 @@ pub use paged_prefill_attention::{
 };
 pub use quantized_matvec::{quantized_matvec, quantized_matvec_runs_on, QUANTIZED_MATVEC_MAX_ROWS};
 pub use rms_norm::{rms_norm, rms_norm_runs_on, rms_norm_takes, RMS_NORM_MAX_WIDTH};
+pub use store_bytes::{store_bytes, store_bytes_runs_on, store_bytes_takes};
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
 static METAL_ENABLED: AtomicBool = AtomicBool::new(false);
