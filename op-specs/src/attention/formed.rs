@@ -169,12 +169,20 @@ fn fused_attention_of(cx: &mut Lower, scores: &Scores, v: &Array) -> Result<Arra
     let k_t = heads(&scores.k_t)?;
     let k = ops::transpose(&k_t, &[0, 1, 3, 2], s)?;
     let (q, v) = (heads(&scores.q)?, heads(v)?);
+    // MLX's CUDA kernel for half types answers NaN throughout for a negative scale (an H200
+    // run: float16, scale -1/0.7, no mask). The negated query with the scale's magnitude is
+    // the same product exactly (negation is exact).
+    let (q, scale) = if scores.scale < 0.0 {
+        (ops::negative(&q, s)?, -scores.scale)
+    } else {
+        (q, scores.scale)
+    };
     let Some(mask) = &scores.mask else {
-        let y = fused_attention(&q, &k, &v, scores.scale, AttentionMask::None, s)?;
+        let y = fused_attention(&q, &k, &v, scale, AttentionMask::None, s)?;
         return Ok(if flat { ops::squeeze(&y, &[0], s)? } else { y });
     };
     let masked = AttentionMask::Array(&heads(mask)?);
-    let y = fused_attention(&q, &k, &v, scores.scale, masked, s)?;
+    let y = fused_attention(&q, &k, &v, scale, masked, s)?;
     let y = if flat { ops::squeeze(&y, &[0], s)? } else { y };
     let poisoned = cx.shared(POISONED, &[mask], &[], |cx| {
         poisoned_rows(mask, cx.stream())
