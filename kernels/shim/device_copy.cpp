@@ -133,10 +133,14 @@ extern "C" int mlx_ep_copy_from_device(mlx_array a, void* dst, size_t bytes) {
 
 // Starts moving the unified-memory buffer of the evaluated array `a` (MLX's CUDA backend puts
 // arrays made from host bytes there) to GPU `device`, so that the first kernel to read it does
-// not stall on page faults. A hint: nothing waits for it and a failure changes nothing.
+// not stall on page faults. A hint: nothing waits for it, a failure changes nothing, and an
+// array not evaluated yet (no buffer) is left alone.
 extern "C" void mlx_ep_prefetch_to_device(mlx_array a, int device) {
   try {
     auto& arr = mlx_array_get_(a);
+    if (!arr.is_available()) {
+      return;
+    }
     const auto* buf = mlx_ep::buffer_of(arr, arr.nbytes());
     const auto& d = mlx_ep::driver();
     if (buf == nullptr || buf->device >= 0 || d.prefetch == nullptr || !mlx_ep::context_current(d)) {

@@ -107,13 +107,13 @@ impl Array {
         self
     }
 
-    /// Starts moving the pages of this evaluated array's buffer to the GPU when they are in
-    /// unified memory on MLX's CUDA backend (a hint: nothing waits for it, and elsewhere it
-    /// does nothing). Arrays of 8 bytes or less are left alone, as above.
+    /// Starts moving the pages of this array's buffer to the GPU when they are in unified
+    /// memory on MLX's CUDA backend (a hint: nothing waits for it; an array not evaluated yet,
+    /// and any array elsewhere, is left alone). Arrays of 8 bytes or less too, as above.
     pub fn move_toward_gpu(&self) {
         if self.nbytes() > 8 && crate::cuda::compute_capability().is_some() {
-            // SAFETY: a live array handle whose data exists (the caller's array is evaluated;
-            // the shim checks the buffer and ignores anything but unified memory).
+            // SAFETY: a live array handle; the shim skips an array without data and checks
+            // the buffer, ignoring anything but unified memory.
             unsafe { sys::mlx_ep_prefetch_to_device(self.raw, 0) };
         }
     }

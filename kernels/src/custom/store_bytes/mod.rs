@@ -5,6 +5,9 @@
 //! synchronisation per run (~20 µs on an H200, a tenth of a small model's run). Evaluated with
 //! the run instead, the store is one more kernel in MLX's stream, and the run ends with MLX's one
 //! synchronisation.
+//!
+//! Not run by the host emulator, which hands a body copies of its inputs: on the GPU,
+//! `tests/ep/test_bound_memory.py` checks that every bound output was stored, and equal.
 
 use super::{Backend, Kernel, Launch};
 use crate::error::{Error, Result};
@@ -15,7 +18,7 @@ pub fn store_bytes_runs_on(stream: &Stream) -> bool {
     super::runs_on(stream, &[Backend::Cuda])
 }
 
-/// Bytes one thread stores.
+/// Bytes one thread stores: store_bytes.cu's unit, one 16-byte word when aligned.
 const UNIT: usize = 16;
 const THREADS: i32 = 256;
 
@@ -57,4 +60,30 @@ pub fn store_bytes(src: &Array, dst: &Array, stream: &Stream) -> Result<Array> {
         },
         stream,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_uint8_destination_of_as_many_bytes_is_taken() {
+        let cpu = Stream::cpu().unwrap();
+        let src = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
+        let wrong = [
+            Array::from_slice(&[0u8; 4], &[4]).unwrap(),
+            Array::from_slice(&[0i8; 8], &[8]).unwrap(),
+            Array::from_slice(&[0u8; 8], &[2, 4]).unwrap(),
+        ];
+        for dst in &wrong {
+            let refused = store_bytes(&src, dst, &cpu).unwrap_err().to_string();
+            assert!(refused.contains("store_bytes: 8 bytes"), "{refused}");
+        }
+        assert!(!store_bytes_takes(0) && store_bytes_takes(1) && !store_bytes_takes(1 << 31));
+    }
+
+    #[test]
+    fn the_cpu_backend_runs_no_store() {
+        assert!(!store_bytes_runs_on(&Stream::cpu().unwrap()));
+    }
 }
