@@ -394,6 +394,18 @@ def forest(rows: int = 20000, features: int = 20, trees: int = 100, depth: int =
                  direct)
 
 
+def cpu_model() -> str:
+    """The host's CPU by name: ORT's CPU EP ran 3x faster on one H200 host than on another, so
+    "x ORT" figures say which CPU they were measured against."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def interleaved_ms(runners: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
     """Median ms of each runner over `runs` rounds, every round running each runner once (in an
     order rotated from round to round). Why interleaved: a GPU's clocks and a host's load move
@@ -523,7 +535,7 @@ def main() -> None:
         benches.append(Bench(Path(path).name, model, make_feeds(session.get_inputs(), {}, RNG), None))
     import mlx.core as mx
 
-    print(f"{platform.machine()}, {os.cpu_count()} cores; ORT {ort.__version__}, MLX {mx.__version__} ({mx.default_device()}); "
+    print(f"{cpu_model()}, {os.cpu_count()} cores; ORT {ort.__version__}, MLX {mx.__version__} ({mx.default_device()}); "
           f"median of {args.runs} warm runs, each model's variants interleaved, ms")
     half = f", EP {args.precision}, CPU / EP {args.precision}, {args.precision} max diff vs CPU" if args.precision else ""
     print("| model | ORT CPU EP | MLX EP eager | MLX EP compiled | direct MLX (compiled) | EP compiled / direct | CPU / EP compiled "
