@@ -5,9 +5,10 @@
 //! arrays. The wrappers' own planning, generated lines and launches are what run, so a test
 //! checks what a body computes for the shapes a wrapper gives it, on both dialects. Speed and
 //! what only a GPU compiler checks (registers, memory limits, the dialects' type rules) still
-//! need a GPU run.
+//! need a GPU run. A body that writes through one of its inputs (`custom::store_bytes`) is
+//! checked by reading the inputs back after the run ([`inputs_after_last_run`]).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::hash_map::DefaultHasher;
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
@@ -21,6 +22,13 @@ use crate::{Array, Dtype, Stream};
 
 thread_local! {
     static DIALECT: Cell<Option<Backend>> = const { Cell::new(None) };
+    /// Each input's bytes as the last emulated run on this thread left them.
+    static INPUTS_AFTER: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Each input's bytes as the last emulated run on this thread left them (in input order).
+pub(crate) fn inputs_after_last_run() -> Vec<Vec<u8>> {
+    INPUTS_AFTER.with(|inputs| inputs.borrow().clone())
 }
 
 /// Runs `f` with kernels emulated in `dialect`: [`super::backend`] reports it for any stream.
@@ -70,9 +78,14 @@ pub(super) fn run(kernel: &Kernel<'_>, inputs: &[&Array], launch: &Launch<'_>) -
             .map_err(|e| Error::Mlx(format!("emulator: {e}")))?;
     }
     let output = run_in(&binary, &folder, kernel.name);
+    let after = (0..inputs.len())
+        .map(|i| std::fs::read(folder.join(format!("{i}.after.bin"))))
+        .collect::<std::io::Result<Vec<_>>>();
     // The scratch folder goes whether the run succeeded or not.
     let _ = std::fs::remove_dir_all(&folder);
     let bytes = output?;
+    let after = after.map_err(|e| Error::Mlx(format!("emulator: {e}")))?;
+    INPUTS_AFTER.with(|inputs| *inputs.borrow_mut() = after);
     let (shape, dtype) = launch.output;
     Array::from_bytes(
         &bytes,
@@ -111,8 +124,9 @@ fn type_name(dtype: Dtype) -> Result<&'static str> {
     })
 }
 
-/// The host program: the constants, the body as a function of the named arrays, and a main
-/// that reads the inputs, launches the grid and writes `out`.
+/// The host program: the constants, the body as a function of the named arrays (and of the
+/// shapes of those whose `{name}_shape` it reads, as MLX passes them), and a main that reads
+/// the inputs, launches the grid and writes `out` and the inputs as the run left them.
 fn program(
     dialect: Backend,
     kernel: &Kernel<'_>,
@@ -136,6 +150,7 @@ fn program(
     let out_type = type_name(out_dtype)?;
     let mut params = Vec::new();
     let mut reads = String::new();
+    let mut writes = String::new();
     let mut args = Vec::new();
     for (i, (name, array)) in kernel.inputs.iter().zip(inputs).enumerate() {
         let ty = type_name(array.dtype())?;
@@ -145,7 +160,22 @@ fn program(
             "  auto bytes{i} = emu::read_file((folder + \"/{i}.bin\").c_str());\n  \
              const {ty}* {name} = reinterpret_cast<const {ty}*>(bytes{i}.data());"
         );
+        let _ = writeln!(
+            writes,
+            "  emu::write_file((folder + \"/{i}.after.bin\").c_str(), bytes{i});"
+        );
         args.push(name.to_string());
+        // As MLX does: by name in the body, for arrays of at least one dimension.
+        if array.ndim() > 0 && body.contains(&format!("{name}_shape")) {
+            let dims: Vec<String> = array.shape().iter().map(i64::to_string).collect();
+            params.push(format!("const int32_t* {name}_shape"));
+            let _ = writeln!(
+                reads,
+                "  const int32_t {name}_dims[] = {{{}}};",
+                dims.join(", ")
+            );
+            args.push(format!("{name}_dims"));
+        }
     }
     params.push(format!("{out_type}* out"));
     args.push("reinterpret_cast<".to_string() + out_type + "*>(out.data())");
@@ -157,7 +187,7 @@ fn program(
          int main(int, char** argv) {{\n  const std::string folder = argv[1];\n{reads}  \
          std::vector<unsigned char> out({bytes}, 0xff);\n  \
          emu::launch({blocks}, {threads}, [&] {{ kernel_body({args}); }});\n  \
-         emu::write_file((folder + \"/out.bin\").c_str(), out);\n}}\n",
+         emu::write_file((folder + \"/out.bin\").c_str(), out);\n{writes}}}\n",
         params = params.join(", "),
         bytes = elements * out_dtype.size_in_bytes() as i64,
         blocks = launch.blocks,

@@ -6,7 +6,7 @@
 //! the run instead, the store is one more kernel in MLX's stream, and the run ends with MLX's one
 //! synchronisation.
 //!
-//! Not run by the host emulator, which hands a body copies of its inputs: on the GPU,
+//! The host emulator checks the body (`emulated_tests.rs`); on the GPU,
 //! `tests/ep/test_bound_memory.py` checks that every bound output was stored, and equal.
 
 use super::{Backend, Kernel, Launch};
@@ -61,6 +61,9 @@ pub fn store_bytes(src: &Array, dst: &Array, stream: &Stream) -> Result<Array> {
         stream,
     )
 }
+
+#[cfg(test)]
+mod emulated_tests;
 
 #[cfg(test)]
 mod tests {
