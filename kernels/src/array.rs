@@ -110,7 +110,7 @@ impl Array {
     /// Starts moving the pages of this array's buffer to the GPU when they are in unified
     /// memory on MLX's CUDA backend (a hint: nothing waits for it; an array not evaluated yet,
     /// and any array elsewhere, is left alone). Arrays of 8 bytes or less too, as above.
-    pub fn move_toward_gpu(&self) {
+    pub(crate) fn move_toward_gpu(&self) {
         if self.nbytes() > 8 && crate::cuda::compute_capability().is_some() {
             // SAFETY: a live array handle; the shim skips an array without data and checks
             // the buffer, ignoring anything but unified memory.
@@ -153,7 +153,7 @@ impl Array {
     }
 
     /// An array over the start of an MLX buffer that ORT owns (`crate::bound_memory`), without
-    /// a copy.
+    /// a copy. Its pages stay where they are: `bound_memory` knows when to move them.
     ///
     /// # Safety
     /// `buffer` must be the live handle whose host-visible data `bytes` starts, and the same
@@ -165,14 +165,13 @@ impl Array {
         dtype: Dtype,
     ) -> Result<Array> {
         let (dims, ndim) = host_layout(bytes, shape, dtype)?;
-        let array = Array::from_op(|out| {
+        Array::from_op(|out| {
             // SAFETY: per the contract `buffer` is live and holds `bytes.len()` bytes, the
             // elements `dims` describe (checked above); the array does not own it.
             unsafe {
                 sys::mlx_ep_array_over_buffer(out, buffer, dims.as_ptr(), ndim, dtype.to_sys())
             }
-        })?;
-        Ok(array.moved_toward_gpu())
+        })
     }
 
     /// Hands host bytes to MLX: the array owns them from here on and frees them with itself.

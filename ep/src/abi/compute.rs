@@ -355,14 +355,12 @@ impl OutputSink for RunOutputs<'_> {
             return Ok(None);
         }
         // SAFETY: ORT keeps the output's buffer beyond this call, whose evaluation the store
-        // is part of; the store's array holds `dst` until then.
+        // is part of; the store's array holds `dst` until then. A host read of the output
+        // since the last run (ORT's copy) moved its pages there: `array_over` starts them back.
         let dst = unsafe { bound_memory::array_over(bytes, &[bytes.len() as i64], Dtype::U8) };
         let Some(Ok(dst)) = dst else {
             return Ok(None);
         };
-        // A host read of the output since the last run (ORT's copy reads it from the host)
-        // moved its pages there: start them back before the store writes them.
-        dst.move_toward_gpu();
         // MLX refusing the kernel leaves the output to the copy after the evaluation.
         let Ok(store) = custom::store_bytes(output, &dst, self.stream) else {
             return Ok(None);
@@ -403,6 +401,9 @@ fn write_outputs(
         // SAFETY: the live kernel context of this call; ORT allocates the output (or hands the
         // buffer bound to it). No input slice is alive any more: inputs are known by address.
         let bytes = unsafe { kernel::output(*context, index, &shape, output.elem) }?;
+        // Written below by copies that may run on the host (narrow types, shared rows, the CPU
+        // backend): a buffer of ours sends its pages back toward the GPU when next read.
+        bound_memory::touched_by_host(bytes);
         if output.elem.is_narrow() {
             narrow::write_output(array, output.elem, bytes, &runtime.stream)
                 .map_err(|e| format!("{}: {e}", plan.output_producer(index)))?;

@@ -249,7 +249,16 @@ fn copy_one(src: *const sys::OrtValue, dst: *mut sys::OrtValue) -> Result<(), St
     if from_len > 0 && from.cast::<u8>() != to.cast_const().cast::<u8>() {
         // SAFETY: both tensors hold `from_len` host-visible bytes (CPU or MLX memory; see
         // `can_copy`), and two distinct tensors do not overlap.
-        unsafe { ptr::copy_nonoverlapping(from.cast::<u8>(), to.cast::<u8>(), from_len) };
+        let (from, to) = unsafe {
+            (
+                std::slice::from_raw_parts(from.cast::<u8>(), from_len),
+                std::slice::from_raw_parts_mut(to.cast::<u8>(), from_len),
+            )
+        };
+        // The host reads one side and writes the other: pages of ours move to the host.
+        bound_memory::touched_by_host(from);
+        bound_memory::touched_by_host(to);
+        to.copy_from_slice(from);
     }
     Ok(())
 }
