@@ -956,7 +956,7 @@ impl Plan {
                 .checks
                 .extend(lowered.checks.into_iter().map(|c| NodeCheck {
                     holds: c.holds,
-                    message: failed_check(&planned.node, &c.message).into(),
+                    message: failed_check(&planned.node, &c.message, c.ort_fails_too).into(),
                 }));
             for written in lowered.written_rows {
                 if let Some(Some(slot)) = planned.outputs.get(written.output) {
@@ -1223,13 +1223,18 @@ fn node_error(node: &Node, message: &str) -> String {
     )
 }
 
-/// A check that failed is the model's input data at fault (ORT's CPU EP rejects it too), not
-/// the EP: the message says which node and what to fix.
-fn failed_check(node: &Node, message: &str) -> String {
-    format!(
-        "{}: {message} (ORT's CPU EP rejects this input too; check the values fed to the node)",
-        node_label(node)
-    )
+/// A failed check's error, naming the node. Most checks fail on the model's input data, which
+/// ORT's CPU EP rejects too: the message then says so and what to fix. The others are inputs ORT
+/// answers and the EP does not, whose message already says why and what to do instead.
+fn failed_check(node: &Node, message: &str, ort_fails_too: bool) -> String {
+    let label = node_label(node);
+    match ort_fails_too {
+        true => format!(
+            "{label}: {message} (ORT's CPU EP rejects this input too; check the values fed to \
+             the node)"
+        ),
+        false => format!("{label}: {message}"),
+    }
 }
 
 /// `node 'name' (domain.Op)`.

@@ -218,10 +218,9 @@ fn require_exact_in_double(cx: &mut Lower, x: &Array, axes: &[i32]) -> Result<()
         .product::<i64>()
         .max(1);
     let bound = (1i64 << 53) / terms;
-    cx.require_in_range(
-        x,
-        -bound,
-        bound,
+    let exact = cx.in_range(x, -bound, bound)?;
+    cx.require_unlike_ort(
+        &exact,
         format!(
             "int64 terms beyond ±{bound} in a sum of {terms}: ORT's CPU EP sums int64 in double \
              precision, inexact there, and the EP does not repeat its rounding; run this node on \

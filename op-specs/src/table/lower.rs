@@ -54,6 +54,9 @@ pub struct RuntimeCheck {
     pub holds: Array,
     /// What went wrong, in the words of the node's op ("an index of 'indices' is out of range").
     pub message: String,
+    /// Whether ORT's CPU EP fails on the same input (the model's data is at fault), or answers
+    /// it in a way the EP does not repeat (its rounding past an exact range: the EP's limit).
+    pub ort_fails_too: bool,
 }
 
 /// Which rows of an output the node writes when ORT hands that output the buffer of one of its
@@ -515,10 +518,22 @@ impl<'a> Lower<'a> {
     /// Makes the run fail with `message` unless every element of `holds` (bool, any shape) is
     /// true. Costs one reduction in the same evaluation as the outputs, and a 1-byte read.
     pub fn require(&mut self, holds: &Array, message: impl Into<String>) -> Result<()> {
+        self.check(holds, message.into(), true)
+    }
+
+    /// [`Lower::require`] for inputs that ORT's CPU EP does answer, in a way the EP does not
+    /// repeat (a rounding past an exact range): the run fails with `message`, which says why
+    /// and how to run the node on ORT's CPU EP instead.
+    pub fn require_unlike_ort(&mut self, holds: &Array, message: impl Into<String>) -> Result<()> {
+        self.check(holds, message.into(), false)
+    }
+
+    fn check(&mut self, holds: &Array, message: String, ort_fails_too: bool) -> Result<()> {
         let holds = mlx_kernels::ops::all(holds, self.stream)?;
         self.checks.push(RuntimeCheck {
             holds,
-            message: message.into(),
+            message,
+            ort_fails_too,
         });
         Ok(())
     }
@@ -532,15 +547,20 @@ impl<'a> Lower<'a> {
         high: i64,
         message: impl Into<String>,
     ) -> Result<()> {
+        let holds = self.in_range(values, low, high)?;
+        self.require(&holds, message)
+    }
+
+    /// Whether each element of `values` (integers) lies in `[low, high]`.
+    pub fn in_range(&self, values: &Array, low: i64, high: i64) -> Result<Array> {
         use mlx_kernels::ops;
         let s = self.stream;
         let bound = |v: i64| super::consts::scalar_like(v as f64, values, s);
-        let holds = ops::logical_and(
+        Ok(ops::logical_and(
             &ops::greater_equal(values, &bound(low)?, s)?,
             &ops::less_equal(values, &bound(high)?, s)?,
             s,
-        )?;
-        self.require(&holds, message)
+        )?)
     }
 
     /// Declares that output `output`, when it shares an input's buffer, writes only the rows
