@@ -1228,12 +1228,13 @@ fn node_error(node: &Node, message: &str) -> String {
 /// answers and the EP does not, whose message already says why and what to do instead.
 fn failed_check(node: &Node, message: &str, ort_fails_too: bool) -> String {
     let label = node_label(node);
-    match ort_fails_too {
-        true => format!(
+    if ort_fails_too {
+        format!(
             "{label}: {message} (ORT's CPU EP rejects this input too; check the values fed to \
              the node)"
-        ),
-        false => format!("{label}: {message}"),
+        )
+    } else {
+        format!("{label}: {message}")
     }
 }
 
