@@ -166,6 +166,8 @@ pub struct Runtime {
 #[derive(Clone)]
 pub struct Constants {
     pub arrays: Vec<(usize, Array)>,
+    /// Slots of the one-element float constants that hold -0.0 (see [`Constants::at_use`]).
+    pub negative_zeros: Vec<usize>,
     pub prepared: Rc<RefCell<Prepared>>,
     /// Float32 constants rounded to the session's half type, by slot, made at first use.
     pub rounded: Rc<RefCell<HashMap<usize, Array>>>,
@@ -528,9 +530,17 @@ impl Plan {
             .collect::<Result<Vec<_>, String>>()?;
         let stream = device.stream().map_err(|e| e.to_string())?;
         let mut arrays: Vec<Array> = Vec::with_capacity(self.constants.len());
+        let mut negative_zeros = Vec::new();
         for (c, dtype) in self.constants.iter().zip(dtypes) {
             let array = match &c.source {
-                Source::Bytes(bytes) => Array::from_owned_bytes(c.take(bytes)?, &c.shape, dtype),
+                Source::Bytes(bytes) => {
+                    let bytes = c.take(bytes)?;
+                    if is_negative_zero(c.elem, &bytes) {
+                        negative_zeros.push(c.slot);
+                    }
+                    Array::from_owned_bytes(bytes, &c.shape, dtype)
+                }
+                // Twins are at least TWIN_MIN_BYTES: never one element.
                 Source::TwinOf(first) => ops::reshape(&arrays[*first], &c.shape, &stream),
             };
             arrays.push(array.map_err(|e| format!("initializer '{}': {e}", c.name))?);
@@ -542,6 +552,7 @@ impl Plan {
             stream,
             constants: Constants {
                 arrays,
+                negative_zeros,
                 prepared: Rc::default(),
                 rounded: Rc::default(),
             },
@@ -868,7 +879,7 @@ impl Plan {
     ) -> Result<PartLowering, String> {
         let mut env: Vec<Option<Array>> = vec![None; self.slot_count];
         for (slot, array) in &constants.arrays {
-            env[*slot] = Some(array.clone());
+            env[*slot] = Some(constants.at_use(*slot, array, stream)?);
         }
         for (slot, array) in part.seeds {
             env[slot] = array;
@@ -1066,14 +1077,43 @@ impl Constants {
         stream: &Stream,
     ) -> Result<Array, String> {
         if let Some(made) = self.rounded.borrow().get(&slot) {
-            return Ok(made.clone());
+            return self.at_use(slot, made, stream);
         }
         let made = within_finite_range(array, dtype, stream)
             .and_then(|finite| ops::astype(&finite, dtype, stream))
             .map_err(|e| e.to_string())?;
         Array::eval_all(std::slice::from_ref(&made)).map_err(|e| e.to_string())?;
         self.rounded.borrow_mut().insert(slot, made.clone());
-        Ok(made)
+        self.at_use(slot, &made, stream)
+    }
+
+    /// The array a lowering reads for the constant in `slot` (`array`, or its rounding). One
+    /// holding -0.0 in its one element is made there as an op, the negation of +0.0: mx.compile
+    /// writes a one-element constant into its fused kernels as a literal, which loses the sign
+    /// of -0.0 (`x / -0.0` came out with the opposite sign in compiled runs only), while an
+    /// op's result keeps it (as `op_specs::table::consts::scalar` does for the lowerings').
+    fn at_use(&self, slot: usize, array: &Array, stream: &Stream) -> Result<Array, String> {
+        if !self.negative_zeros.contains(&slot) {
+            return Ok(array.clone());
+        }
+        op_specs::table::consts::scalar(-0.0, array.dtype(), stream)
+            .and_then(|zero| Ok(ops::reshape(&zero, &array.shape(), stream)?))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Whether `bytes` are one float element of type `elem` holding -0.0.
+fn is_negative_zero(elem: ElemType, bytes: &[u8]) -> bool {
+    let sign_only = |width: usize| {
+        bytes.len() == width
+            && bytes[..width - 1].iter().all(|&b| b == 0)
+            && bytes[width - 1] == 0x80
+    };
+    match elem {
+        ElemType::Float16 | ElemType::BFloat16 => sign_only(2),
+        ElemType::Float => sign_only(4),
+        ElemType::Double => sign_only(8),
+        _ => false,
     }
 }
 

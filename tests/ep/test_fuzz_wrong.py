@@ -7,7 +7,7 @@ import math
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from conftest import MLX, Run, cpu_outputs, make_model, tensor
 
@@ -36,6 +36,24 @@ def test_celu_alpha_negative_zero_survives_compilation():
     x = np.array([1.0, 1e-30, 65504.0, 3e38, -1.0, -65504.0], np.float32)
     want = np.array([1.0, 1e-30, 65504.0, 3e38, np.nan, np.nan], np.float32)
     assert_runs_match(model, {"X": x}, [want])
+
+
+@pytest.mark.parametrize("elem, dtype", [(TensorProto.FLOAT, np.float32), (TensorProto.FLOAT16, np.float16)])
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
+def test_a_negative_zero_initializer_keeps_its_sign_when_compiled(elem, dtype, shape):
+    # s29-QuantizeLinear-10..18-4: a y_scale initializer of -0.0 divided x by +0 in compiled runs
+    # (uint8 0 where ORT saturates to 255). mx.compile writes one-element constants into its
+    # kernels as literals, which lose -0.0's sign; the plan makes such a constant as an op.
+    div = helper.make_node("Div", ["X", "c"], ["Y"])
+    mul = helper.make_node("Mul", ["X", "zero"], ["Z"])  # a +0.0 constant beside it
+    constants = [numpy_helper.from_array(np.full(shape, -0.0, dtype), "c"),
+                 numpy_helper.from_array(np.full(shape, 0.0, dtype), "zero")]
+    model = make_model([div, mul], [tensor("X", elem, [2])], [tensor("Y", elem), tensor("Z", elem)], opset=13,
+                       initializers=constants)
+    x = np.array([1.5, -2.0], dtype)
+    for quotient, product in [cpu_outputs(model, {"X": x})] + mlx_runs(model, {"X": x}, times=3):
+        np.testing.assert_array_equal(quotient.reshape(-1), [-np.inf, np.inf])
+        np.testing.assert_array_equal(np.signbit(product.reshape(-1)), [False, True])
 
 
 def test_pow_mixed_float_types_raise_in_float32():

@@ -18,13 +18,15 @@ pub fn scalar(value: f64, dtype: Dtype, stream: &Stream) -> Result<Array> {
         Dtype::I16 => Array::scalar(value as i16)?,
         Dtype::I32 => Array::scalar(value as i32)?,
         Dtype::I64 => Array::scalar(value as i64)?,
-        Dtype::F64 => Array::scalar(value)?,
-        Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::Complex64 if negative_zero(value) => {
-            // mx.compile merges scalar constants that compare equal, so a -0.0 constant becomes
-            // the graph's +0.0 in compiled runs; negating +0.0 is an op, which it keeps.
+        Dtype::F64 | Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::Complex64
+            if negative_zero(value) =>
+        {
+            // mx.compile writes one-element constants into its fused kernels as literals, which
+            // loses the sign of -0.0 (a lone one too); negating +0.0 is an op, which keeps it.
             let zero = ops::astype(&Array::scalar(0.0f32)?, dtype, stream)?;
             ops::negative(&zero, stream)?
         }
+        Dtype::F64 => Array::scalar(value)?,
         Dtype::F32 => Array::scalar(value as f32)?,
         Dtype::F16 | Dtype::BF16 | Dtype::Complex64 => {
             ops::astype(&Array::scalar(value as f32)?, dtype, stream)?
