@@ -3,6 +3,8 @@ the MLX-first session (fallback disabled) runs every node, twice (eager, then co
 matches ORT's CPU EP where it has a kernel, else the op's own formula."""
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -10,6 +12,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import MLX, Run, cpu_outputs, make_model, tensor
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
 
 MS = [("com.microsoft", 1)]
 
@@ -54,6 +58,28 @@ def test_a_negative_zero_initializer_keeps_its_sign_when_compiled(elem, dtype, s
     for quotient, product in [cpu_outputs(model, {"X": x})] + mlx_runs(model, {"X": x}, times=3):
         np.testing.assert_array_equal(quotient.reshape(-1), [-np.inf, np.inf])
         np.testing.assert_array_equal(np.signbit(product.reshape(-1)), [False, True])
+
+
+def test_max_roi_pool_over_nan_matches_cpu_and_the_reference_follows_it():
+    # s29-MaxRoiPool-1-5: at opset 26 (no ORT kernel) the oracle is the op suite's numpy
+    # reference, which took a NaN-propagating max where ORT's running maximum lets a NaN through
+    # only as a bin's last pixel. The EP follows ORT; so must the reference.
+    from specs.detection import _max_roi_pool
+
+    rng = np.random.default_rng(29)
+    x = rng.standard_normal((2, 3, 6, 7)).astype(np.float32)
+    x[rng.random(x.shape) < 0.25] = np.nan
+    x[rng.random(x.shape) < 0.05] = -np.inf
+    rois = np.array([[0, 0, 0, 6, 5], [1, 1.2, 0.4, 4.6, 3.9], [0, -1, 2, 3, 9], [1, 2, 2, 2, 2]], np.float32)
+    node = helper.make_node("MaxRoiPool", ["X", "rois"], ["Y"], pooled_shape=[2, 3], spatial_scale=1.0)
+    model = make_model([node], [tensor("X"), tensor("rois")], [tensor("Y")], opset=13)
+    feeds = {"X": x, "rois": rois}
+    (want,) = cpu_outputs(model, feeds)
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    reference = _max_roi_pool([x, rois], {"pooled_shape": [2, 3], "spatial_scale": 1.0})
+    np.testing.assert_array_equal(reference, want)
+    for (got,) in mlx_runs(model, feeds):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_pow_mixed_float_types_raise_in_float32():

@@ -159,7 +159,12 @@ def _max_roi_pool(xs, a):
             ws = min(max(int(np.floor(_f(pw) * bw)) + x1, 0), w)
             we = min(max(int(np.ceil(_f(pw + 1) * bw)) + x1, 0), w)
             if he > hs and we > ws:
-                out[r, :, ph, pw] = x[b, :, hs:he, ws:we].max(axis=(1, 2))
+                # ORT's running maximum, `y = v < y ? y : v` from the lowest float in scan order:
+                # a NaN replaces y and the next pixel replaces the NaN.
+                best = np.full(c, np.finfo(_f).min, _f)
+                for v in x[b, :, hs:he, ws:we].reshape(c, -1).T.astype(_f):
+                    best = np.where(v < best, best, v)
+                out[r, :, ph, pw] = best
     return out
 
 
