@@ -535,7 +535,7 @@ impl Plan {
             let array = match &c.source {
                 Source::Bytes(bytes) => {
                     let bytes = c.take(bytes)?;
-                    if is_negative_zero(c.elem, &bytes) {
+                    if op_specs::table::consts::holds_negative_zero(c.elem, &bytes) {
                         negative_zeros.push(c.slot);
                     }
                     Array::from_owned_bytes(bytes, &c.shape, dtype)
@@ -1099,21 +1099,6 @@ impl Constants {
         op_specs::table::consts::scalar(-0.0, array.dtype(), stream)
             .and_then(|zero| Ok(ops::reshape(&zero, &array.shape(), stream)?))
             .map_err(|e| e.to_string())
-    }
-}
-
-/// Whether `bytes` are one float element of type `elem` holding -0.0.
-fn is_negative_zero(elem: ElemType, bytes: &[u8]) -> bool {
-    let sign_only = |width: usize| {
-        bytes.len() == width
-            && bytes[..width - 1].iter().all(|&b| b == 0)
-            && bytes[width - 1] == 0x80
-    };
-    match elem {
-        ElemType::Float16 | ElemType::BFloat16 => sign_only(2),
-        ElemType::Float => sign_only(4),
-        ElemType::Double => sign_only(8),
-        _ => false,
     }
 }
 

@@ -24,7 +24,7 @@ fn constant_of_shape(
     }
     let fill = match value {
         Some(v) if v.shape.iter().product::<i64>() == 1 => {
-            ops::reshape(&tensor_array(&v)?, &[], s)?
+            ops::reshape(&tensor_array(&v, s)?, &[], s)?
         }
         Some(v) => {
             return Err(OpError::new(format!(

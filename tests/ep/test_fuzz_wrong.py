@@ -60,6 +60,20 @@ def test_a_negative_zero_initializer_keeps_its_sign_when_compiled(elem, dtype, s
         np.testing.assert_array_equal(np.signbit(product.reshape(-1)), [False, True])
 
 
+def test_a_negative_zero_in_a_scan_body_keeps_its_sign_when_compiled():
+    # The same for a control-flow body's own initializer (lowered from its host copy; a Scan's
+    # body is compiled once for its steps).
+    body = helper.make_graph(
+        [helper.make_node("Div", ["x_i", "c"], ["y_i"])], "body",
+        [tensor("x_i", shape=[2])], [tensor("y_i", shape=[2])],
+        [numpy_helper.from_array(np.array(-0.0, np.float32), "c")])
+    node = helper.make_node("Scan", ["X"], ["Y"], body=body, num_scan_inputs=1)
+    model = make_model([node], [tensor("X", shape=[3, 2])], [tensor("Y", shape=[3, 2])], opset=16)
+    x = np.array([[1.5, -2.0], [3.0, -1.0], [-4.0, 0.5]], np.float32)
+    for (got,) in [cpu_outputs(model, {"X": x})] + mlx_runs(model, {"X": x}, times=3):
+        np.testing.assert_array_equal(got, np.where(x > 0, -np.inf, np.inf))
+
+
 def test_max_roi_pool_over_nan_matches_cpu_and_the_reference_follows_it():
     # s29-MaxRoiPool-1-5: at opset 26 (no ORT kernel) the oracle is the op suite's numpy
     # reference, which took a NaN-propagating max where ORT's running maximum lets a NaN through

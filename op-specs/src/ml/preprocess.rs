@@ -379,7 +379,7 @@ fn numeric_list(
     s: &Stream,
 ) -> Result<Array> {
     let list = match (tensor, ints, floats) {
-        (Some(t), _, _) => crate::table::consts::tensor_array(&t)?,
+        (Some(t), _, _) => crate::table::consts::tensor_array(&t, s)?,
         (_, Some(v), _) => Array::from_slice(&v, &[v.len() as i64])?,
         (_, _, Some(v)) => Array::from_slice(&v, &[v.len() as i64])?,
         _ => return Err(OpError::new(format!("no numeric {what}"))),
@@ -471,7 +471,7 @@ fn label_encoder4(
     let keys = numeric_list(keys_tensor, keys_int64s, keys_floats, "keys", s)?;
     let values = numeric_list(values_tensor, values_int64s, values_floats, "values", s)?;
     let default = match default_tensor {
-        Some(t) => ops::reshape(&crate::table::consts::tensor_array(&t)?, &[], s)?,
+        Some(t) => ops::reshape(&crate::table::consts::tensor_array(&t, s)?, &[], s)?,
         None => match out {
             Dtype::F32 => scalar(f64::from(default_float.unwrap_or(-0.0)), out, s)?,
             _ => scalar(default_int64.unwrap_or(-1) as f64, out, s)?,

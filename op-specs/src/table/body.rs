@@ -71,7 +71,10 @@ pub fn lower_body(
         .map(|(name, array)| (name, Value::Tensor(array)))
         .collect();
     for (name, tensor) in &body.initializers {
-        values.insert(name.clone(), Value::Tensor(tensor_array(tensor)?));
+        values.insert(
+            name.clone(),
+            Value::Tensor(tensor_array(tensor, cx.stream())?),
+        );
     }
     // ORT lists a graph's nodes in topological order; a pass that finds a node whose inputs
     // are not all ready yet keeps it for the next pass, so any order lowers.

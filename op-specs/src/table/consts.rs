@@ -2,6 +2,7 @@
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
+use super::dtypes::ElemType;
 use super::lower::{OpError, Result};
 use super::node::TensorValue;
 
@@ -53,11 +54,36 @@ pub fn zeros(shape: &[i64], dtype: Dtype, stream: &Stream) -> Result<Array> {
     )?)
 }
 
-/// The host copy of a tensor (an attribute's, a body's initializer) as an MLX array.
-pub fn tensor_array(value: &TensorValue) -> Result<Array> {
+/// The host copy of a tensor (an attribute's, a body's initializer) as an MLX array; one
+/// element of -0.0 as [`scalar`] makes it, so that it keeps its sign in compiled runs.
+pub fn tensor_array(value: &TensorValue, stream: &Stream) -> Result<Array> {
     let dtype = value
         .elem
         .to_mlx()
         .ok_or_else(|| OpError::new("a tensor of a type MLX cannot hold"))?;
+    if holds_negative_zero(value.elem, &value.bytes) {
+        return Ok(ops::reshape(
+            &scalar(-0.0, dtype, stream)?,
+            &value.shape,
+            stream,
+        )?);
+    }
     Ok(Array::from_bytes(&value.bytes, &value.shape, dtype)?)
+}
+
+/// Whether `bytes` (little-endian, as ORT holds tensors) are one float element of type `elem`
+/// holding -0.0: a constant that mx.compile would write into a kernel as a literal without its
+/// sign (see [`scalar`]).
+pub fn holds_negative_zero(elem: ElemType, bytes: &[u8]) -> bool {
+    let sign_only = |width: usize| {
+        bytes.len() == width
+            && bytes[..width - 1].iter().all(|&b| b == 0)
+            && bytes[width - 1] == 0x80
+    };
+    match elem {
+        ElemType::Float16 | ElemType::BFloat16 => sign_only(2),
+        ElemType::Float => sign_only(4),
+        ElemType::Double => sign_only(8),
+        _ => false,
+    }
 }
