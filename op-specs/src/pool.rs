@@ -65,6 +65,7 @@ impl Windows {
         };
         let mut out = Vec::with_capacity(n);
         let mut hi = Vec::with_capacity(n);
+        let mut strides = strides;
         for i in 0..n {
             let span = (kernel[i] - 1) * dilations[i] + 1;
             let count = output_length(input[i], lo[i], tail[i], span, strides[i], ceil_mode)?;
@@ -72,6 +73,11 @@ impl Windows {
             let reach = (count - 1) * strides[i] + span - lo[i];
             hi.push(tail[i].max(reach - input[i]).max(0));
             out.push(count);
+            // One window has no stride to take: a stride past MLX's 32-bit strides (which
+            // ORT's int64 arithmetic accepts) must not reach the strided view.
+            if count <= 1 {
+                strides[i] = 1;
+            }
         }
         Ok(Windows {
             kernel,

@@ -74,6 +74,23 @@ def test_a_negative_zero_in_a_scan_body_keeps_its_sign_when_compiled():
         np.testing.assert_array_equal(got, np.where(x > 0, -np.inf, np.inf))
 
 
+@pytest.mark.parametrize("op, attrs, opset", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2**31, 2], "pads": [1, 1, 1, 0], "ceil_mode": 1}, 10),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2**31, 2]}, 12),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2**31], "pads": [1, 1, 1, 1], "count_include_pad": 1}, 11),
+    ("LpPool", {"kernel_shape": [2, 2], "strides": [2**31, 2**31]}, 18),
+])
+def test_a_pool_stride_past_32_bits_takes_its_one_window(op, attrs, opset):
+    # s31-MaxPool-8..11-1: a stride of 2^31 (ORT's int64 arithmetic takes it) leaves one window
+    # on that axis, but reached MLX's 32-bit strided view and left none: shape (2, 3, 0, 4).
+    model = make_model([helper.make_node(op, ["X"], ["Y"], **attrs)], [tensor("X")], [tensor("Y")], opset=opset)
+    x = np.random.default_rng(31).standard_normal((2, 3, 7, 8)).astype(np.float32)
+    (want,) = cpu_outputs(model, {"X": x})
+    for (got,) in mlx_runs(model, {"X": x}):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
 def test_max_roi_pool_over_nan_matches_cpu_and_the_reference_follows_it():
     # s29-MaxRoiPool-1-5: at opset 26 (no ORT kernel) the oracle is the op suite's numpy
     # reference, which took a NaN-propagating max where ORT's running maximum lets a NaN through
