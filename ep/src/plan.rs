@@ -1240,10 +1240,13 @@ fn value_shapes(args: &[Option<Value>]) -> String {
     args.iter().map(one).collect::<Vec<_>>().join(", ")
 }
 
+/// A lowering's or MLX's error, naming the node. Most say what is wrong with the node's inputs
+/// or attributes, which ORT's CPU EP then rejects too; one that ORT runs is the EP's fault. The
+/// EP cannot tell which from here, so the advice covers both.
 fn node_error(node: &Node, message: &str) -> String {
     format!(
-        "{}: {message}. Set ONNXRUNTIME_EP_MLX_DISABLE=1 to run the model on ORT's CPU EP and \
-         please report the model",
+        "{}: {message}. Set ONNXRUNTIME_EP_MLX_DISABLE=1 to run the model on ORT's CPU EP; if \
+         that runs it, please report the model",
         node_label(node)
     )
 }

@@ -313,3 +313,16 @@ def test_a_window_fed_its_size_answers_as_ort_does(elem, dtype):
         run = Run(model, feeds)
         run.assert_all_on_mlx()
         assert run.outputs[0].shape == (0,)
+
+
+def test_a_lowering_error_names_the_node_and_does_not_assume_whose_fault_it_is():
+    """Errors found while lowering (here ScatterElements' indices wider than data on another
+    axis, which ORT's CPU EP rejects too) name the node and tell the user how to tell a bad
+    model from an EP bug, without claiming either."""
+    node = helper.make_node("ScatterElements", ["data", "indices", "updates"], ["out"], name="put", axis=0)
+    model = make_model([node], [tensor("data", shape=[3, 2]), tensor("indices", TensorProto.INT64, [1, 3]),
+                                tensor("updates", shape=[1, 3])], [tensor("out")])
+    feeds = {"data": np.zeros((3, 2), np.float32), "indices": np.zeros((1, 3), np.int64),
+             "updates": np.ones((1, 3), np.float32)}
+    message = assert_fails_like_cpu(model, feeds, "put", "exceed data")
+    assert "ONNXRUNTIME_EP_MLX_DISABLE=1" in message and "if that runs it, please report" in message, message
