@@ -36,19 +36,23 @@ fn leaky_relu(cx: &mut Lower, x: Array, #[attr(default = 0.01)] alpha: f32) -> R
 }
 
 pub(crate) fn leaky_relu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> {
-    let positive = ops::greater_equal(x, &zero_like(x, s)?, s)?;
-    Ok(ops::where_(&positive, x, &scale(x, alpha, s)?, s)?)
+    in_float32_for_half(x, s, |x, s| {
+        let positive = ops::greater_equal(x, &zero_like(x, s)?, s)?;
+        Ok(ops::where_(&positive, x, &scale(x, alpha, s)?, s)?)
+    })
 }
 
 /// `alpha * (e^x - 1)` for `x < 0`, else `x`.
 pub(crate) fn elu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> {
-    let negative = ops::less(x, &zero_like(x, s)?, s)?;
-    Ok(ops::where_(
-        &negative,
-        &scale(&ops::expm1(x, s)?, alpha, s)?,
-        x,
-        s,
-    )?)
+    in_float32_for_half(x, s, |x, s| {
+        let negative = ops::less(x, &zero_like(x, s)?, s)?;
+        Ok(ops::where_(
+            &negative,
+            &scale(&ops::expm1(x, s)?, alpha, s)?,
+            x,
+            s,
+        )?)
+    })
 }
 
 /// Exponential linear unit: `alpha * (e^x - 1)` below zero, `x` above.
@@ -68,8 +72,9 @@ fn selu(
     #[attr(default = 1.673_263_2)] alpha: f32,
     #[attr(default = 1.050_701)] gamma: f32,
 ) -> Result<Array> {
-    let s = cx.stream();
-    scale(&elu_of(&x, alpha.into(), s)?, gamma.into(), s)
+    in_float32_for_half(&x, cx.stream(), |x, s| {
+        scale(&elu_of(x, alpha.into(), s)?, gamma.into(), s)
+    })
 }
 
 /// ORT's kernel computes `alpha * e^x - alpha` for `x <= 0`, which is NaN at `x = 0` (and
@@ -134,24 +139,27 @@ pub(crate) fn gelu_tanh(x: &Array, s: &Stream) -> Result<Array> {
     claim = gelu_claim, declines = "approximate other than \"none\" or \"tanh\""
 )]
 fn gelu(cx: &mut Lower, x: Array, #[attr(default = "none")] approximate: String) -> Result<Array> {
-    in_float32_for_float16(&x, cx.stream(), |x, s| match approximate.as_str() {
+    in_float32_for_half(&x, cx.stream(), |x, s| match approximate.as_str() {
         "tanh" => gelu_tanh(x, s),
         _ => gelu_erf(x, s),
     })
 }
 
-/// `f(x)` computed in float32 and rounded once when `x` is float16, as ORT's CPU EP does for
-/// these activations (float16 arithmetic throughout was 18 float16 ulps off for Gelu(-3)).
-fn in_float32_for_float16(
+/// `f(x)` computed in float32 and rounded once when `x` is float16 or bfloat16, as ORT's CPU EP
+/// does for activations (float16 arithmetic throughout was 18 float16 ulps off for Gelu(-3)).
+/// It also keeps float32 attributes exact: rounded to 16 bits, HardSigmoid's alpha of 1e-45
+/// became 0 (NaN at x = inf, where ORT gives 1) and a threshold moved to the next float16.
+fn in_float32_for_half(
     x: &Array,
     s: &Stream,
     f: impl FnOnce(&Array, &Stream) -> Result<Array>,
 ) -> Result<Array> {
-    if x.dtype() != Dtype::F16 {
+    let half = x.dtype();
+    if !matches!(half, Dtype::F16 | Dtype::BF16) {
         return f(x, s);
     }
     let y = f(&ops::astype(x, Dtype::F32, s)?, s)?;
-    Ok(ops::astype(&y, Dtype::F16, s)?)
+    Ok(ops::astype(&y, half, s)?)
 }
 
 fn gelu_claim(node: &crate::Node) -> crate::Verdict {
@@ -166,9 +174,11 @@ fn gelu_claim(node: &crate::Node) -> crate::Verdict {
 
 /// `clamp(alpha * x + beta, 0, 1)`.
 pub(crate) fn hard_sigmoid_of(x: &Array, alpha: f64, beta: f64, s: &Stream) -> Result<Array> {
-    let linear = ops::add(&scale(x, alpha, s)?, &scalar_like(beta, x, s)?, s)?;
-    let low = ops::maximum(&linear, &zero_like(x, s)?, s)?;
-    Ok(ops::minimum(&low, &scalar_like(1.0, x, s)?, s)?)
+    in_float32_for_half(x, s, |x, s| {
+        let linear = ops::add(&scale(x, alpha, s)?, &scalar_like(beta, x, s)?, s)?;
+        let low = ops::maximum(&linear, &zero_like(x, s)?, s)?;
+        Ok(ops::minimum(&low, &scalar_like(1.0, x, s)?, s)?)
+    })
 }
 
 /// `max(0, min(1, alpha * x + beta))`.
@@ -185,7 +195,7 @@ fn hard_sigmoid(
 /// `x * max(0, min(1, x / 6 + 0.5))`.
 #[onnx_op(op = "HardSwish", since = 14, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn hard_swish(cx: &mut Lower, x: Array) -> Result<Array> {
-    in_float32_for_float16(&x, cx.stream(), |x, s| {
+    in_float32_for_half(&x, cx.stream(), |x, s| {
         Ok(ops::multiply(
             x,
             &hard_sigmoid_of(x, 1.0 / 6.0, 0.5, s)?,
@@ -210,7 +220,7 @@ fn mish(cx: &mut Lower, x: Array) -> Result<Array> {
 /// in float32, rounded once.
 #[onnx_op(op = "Swish", since = 24, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn swish(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<Array> {
-    in_float32_for_float16(&x, cx.stream(), |x, s| {
+    in_float32_for_half(&x, cx.stream(), |x, s| {
         let scaled = ops::multiply(x, &scalar_like(alpha.into(), x, s)?, s)?;
         Ok(ops::multiply(x, &ops::sigmoid(&scaled, s)?, s)?)
     })
@@ -285,8 +295,10 @@ fn thresholded_relu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32)
 }
 
 pub(crate) fn thresholded_relu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> {
-    let above = ops::greater(x, &scalar_like(alpha, x, s)?, s)?;
-    Ok(ops::where_(&above, x, &zero_like(x, s)?, s)?)
+    in_float32_for_half(x, s, |x, s| {
+        let above = ops::greater(x, &scalar_like(alpha, x, s)?, s)?;
+        Ok(ops::where_(&above, x, &zero_like(x, s)?, s)?)
+    })
 }
 
 /// `1 / (1 + e^-x)`.

@@ -398,3 +398,20 @@ def test_scatter_extremes_take_nan_in_update_order(op, reduction):
     expected = [4, 2, 3, nan, nan, nan, extreme(1, 7, -7)]
     np.testing.assert_array_equal(want[0], np.array(expected, np.float32))
     assert_runs_match(model, feeds, want)
+
+
+@pytest.mark.parametrize("op, attrs, x", [
+    # s32-HardSigmoid-6-1: alpha 1e-45 rounded to float16 is 0, and 0 * inf is NaN (ORT: 1).
+    ("HardSigmoid", {"alpha": 1e-45}, [np.inf, -np.inf, 1.0]),
+    # A threshold between two float16 values rounded up to the x above it: x > x is false.
+    ("ThresholdedRelu", {"alpha": 1.0006}, [1.0009765625, 1.0, 2.0]),
+    ("LeakyRelu", {"alpha": 1e-8}, [-np.inf, -65504.0, 3.0]),
+    # 1e5 is past float16's range: inf * expm1(-1e-6) would be -inf (ORT: -0.1).
+    ("Elu", {"alpha": 1e5}, [-1e-6, -1.0, 2.0]),
+    ("Selu", {"alpha": 1e5, "gamma": 1e-8}, [-1e-6, -1.0, 2.0]),
+])
+def test_float16_activations_keep_their_float32_attributes(op, attrs, x):
+    model = make_model([helper.make_node(op, ["X"], ["Y"], **attrs)], [tensor("X", TensorProto.FLOAT16, [3])],
+                       [tensor("Y", TensorProto.FLOAT16)], opset=13)
+    feeds = {"X": np.array(x, np.float16)}
+    assert_runs_match(model, feeds, cpu_outputs(model, feeds))
