@@ -415,3 +415,21 @@ def test_float16_activations_keep_their_float32_attributes(op, attrs, x):
                        [tensor("Y", TensorProto.FLOAT16)], opset=13)
     feeds = {"X": np.array(x, np.float16)}
     assert_runs_match(model, feeds, cpu_outputs(model, feeds))
+
+
+def test_one_hot_float_indices_match_cpu_and_the_reference_follows_it():
+    # s32-OneHot-9-4: with uint8 values (no ORT kernel) the oracle is the op suite's numpy
+    # reference, which truncated float indices (6e-8 hot at 0). ORT's kernel compares them as
+    # they are; the EP follows ORT, and so must the reference.
+    from specs.generate import _one_hot
+
+    node = helper.make_node("OneHot", ["indices", "depth", "values"], ["out"])
+    model = make_model([node], [tensor("indices", shape=[5]), tensor("depth", TensorProto.INT64, []),
+                                tensor("values", TensorProto.INT64, [2])], [tensor("out", TensorProto.INT64)], opset=11)
+    feeds = {"indices": np.array([6e-8, 2.7, -0.5, 1.0, -3.0], np.float32), "depth": np.array(4, np.int64),
+             "values": np.array([5, 9], np.int64)}
+    (want,) = cpu_outputs(model, feeds)
+    assert (want == 9).sum() == 2  # only the whole numbers 1.0 and -3.0 are hot
+    np.testing.assert_array_equal(_one_hot(list(feeds.values()), {}), want)
+    for (got,) in mlx_runs(model, feeds):
+        np.testing.assert_array_equal(got, want)

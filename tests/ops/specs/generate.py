@@ -81,7 +81,10 @@ SPECS[("", "CumSum")] = OpSpec(
 
 
 def _one_hot(xs, a):
-    idx, depth, values = xs[0].astype(np.int64), int(np.asarray(xs[1]).item()), xs[2]
+    # Float indices are compared as they are, as ORT's CPU kernel does (2.7 or 6e-8 is hot
+    # nowhere), not truncated to integers.
+    idx = xs[0].astype(np.float64 if xs[0].dtype.kind == "f" else np.int64)
+    depth, values = int(np.asarray(xs[1]).item()), xs[2]
     idx = np.where(idx < 0, idx + depth, idx)
     axis = a.get("axis", -1) % (idx.ndim + 1)
     hot = np.expand_dims(idx, axis) == np.arange(depth).reshape([depth if i == axis else 1 for i in range(idx.ndim + 1)])
