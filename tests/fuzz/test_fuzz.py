@@ -142,6 +142,21 @@ def test_mutations_reach_the_edges():
         assert needle in text, f"no case of seed 3 has {needle!r}"
 
 
+def test_the_reference_sees_host_inputs_as_the_model_holds_them():
+    """A host input mutated past its port's type is wrapped in the model's initializer; the numpy
+    reference must get that value too (s32-CumSum-11-2: axis int64 min in an int32 port is 0 in
+    the model, and the reference took it mod 3 as axis 1)."""
+    from onnx import numpy_helper
+    from op_harness import reference
+
+    fc = make_case(32, "CumSum-11", 2)
+    assert any(m.startswith("host axis[0]=-9223372036854775808") for m in fc.mutations), fc.mutations
+    (axis,) = [numpy_helper.to_array(t) for t in fc.model.graph.initializer if t.name == "axis"]
+    (want,) = reference(fc.base, fc.op_inputs[0])
+    x = fc.op_inputs[0]["x"]
+    np.testing.assert_array_equal(want, np.cumsum(x, axis=int(axis), dtype=x.dtype))
+
+
 # --------------------------------------------------------------------------------------------
 # Classification and reports
 

@@ -577,8 +577,10 @@ def reference(case: Case, inputs: dict[str, np.ndarray]) -> list[np.ndarray] | N
         if name is None:
             xs.append(None)
             continue
-        x = np.asarray(consts[name] if name in consts else inputs[name])
-        xs.append(x.astype(np.float64) if case.dtypes[port.type_var] in FLOATS else x)
+        dtype = case.dtypes[port.type_var]
+        # A constant as the model's initializer holds it (an int64 value in an int32 port wraps).
+        x = np.asarray(consts[name]).astype(np_dtype(dtype)) if name in consts else np.asarray(inputs[name])
+        xs.append(x.astype(np.float64) if dtype in FLOATS else x)
     # Trailing absent optionals are dropped, as in the node.
     while xs and xs[-1] is None:
         xs.pop()
