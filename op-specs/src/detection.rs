@@ -281,7 +281,7 @@ fn roi_align_claim(node: &crate::Node) -> crate::Verdict {
     op = "MaxRoiPool", precision = Float32, since = 1, types(T = F32),
     inputs(X: T, rois: T), outputs(Y: T),
     shape = Eager, claim = max_roi_pool_claim,
-    declines = "pooled_shape other than two positive sizes; spatial_scale not positive (ORT's kernel refuses both)",
+    declines = "pooled_shape other than two positive sizes; spatial_scale not positive (ORT's kernel refuses both); more than 2^27 bins a box",
     numerics = "exact: ORT's bins (float32 scaling and rounding) and its running maximum, which starts at the lowest float (a bin of -inf gives -3.4e38) and lets a NaN through only as the bin's last pixel"
 )]
 fn max_roi_pool(
@@ -308,6 +308,18 @@ fn max_roi_pool(
         bins: [pooled_h, pooled_w],
         image: [h, w],
     };
+    // Each box keeps its bins' row and column ranges on the host, and its bins are gathered
+    // at once: both must stay bounded whatever the sizes, or an allocation aborts the process.
+    let edges = (pooled_h.saturating_add(pooled_w)).saturating_mul(r_shape[0]);
+    let per_box = pool.bin_count().saturating_mul(c);
+    if edges > GATHER_LIMIT || per_box > GATHER_LIMIT {
+        return Err(OpError::new(format!(
+            "pooled_shape {pooled_shape:?} over {} boxes of {c} channels pools {per_box} values a \
+             box and places {edges} bin edges, beyond the EP's {GATHER_LIMIT} at once; run the \
+             node on ORT's CPU EP",
+            r_shape[0]
+        )));
+    }
     let boxes: Vec<PoolBox> = rois
         .to_vec::<f32>(s)?
         .chunks_exact(5)
@@ -332,6 +344,11 @@ fn max_roi_pool_claim(node: &crate::Node) -> crate::Verdict {
     if shape.len() != 2 || shape.iter().any(|&d| d <= 0) {
         return crate::Verdict::decline(format!(
             "pooled_shape {shape:?} is not two positive sizes (ORT's kernel refuses it)"
+        ));
+    }
+    if shape[0].saturating_mul(shape[1]) > GATHER_LIMIT {
+        return crate::Verdict::decline(format!(
+            "pooled_shape {shape:?} has more than {GATHER_LIMIT} bins a box"
         ));
     }
     let scale = node.attr_or("spatial_scale", 1.0f32);

@@ -499,3 +499,31 @@ def test_embed_layer_norm_inputs_ort_takes_match(ids):
     for got, want in zip(run.outputs, cpu_outputs(model, feeds)):
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# --- MaxRoiPool: billions of bins (s34-MaxRoiPool-1-4, which aborted the process) ---------------
+
+
+def max_roi_pool_model(pooled_shape, channels):
+    node = helper.make_node("MaxRoiPool", ["X", "rois"], ["Y"], name="roi", pooled_shape=pooled_shape)
+    return make_model([node], [tensor("X", shape=[1, channels, 4, 4]), tensor("rois", shape=["r", 5])], [tensor("Y")],
+                      opset=13)
+
+
+def test_max_roi_pool_with_more_bins_than_the_ep_gathers_is_left_to_ort(capfd, monkeypatch):
+    # Placing 2^31 bins a box on the host aborted the process (a failed allocation). The node is
+    # declined from its attribute alone; ORT's kernel would allocate 17 GB, so it is not run.
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_CLAIM_DEBUG", "1")
+    ort.InferenceSession(max_roi_pool_model([2, 2**31 - 1], 1), providers=[MLX, "CPUExecutionProvider"])
+    err = capfd.readouterr().err
+    assert "declined 'roi' (MaxRoiPool): " in err and "more than 134217728 bins a box" in err, err
+
+
+@pytest.mark.parametrize("pooled_shape, channels, boxes", [([1, 2**26], 4, 1), ([64, 65], 1, 2**20)])
+def test_max_roi_pool_past_the_gather_limit_fails_naming_the_node(pooled_shape, channels, boxes):
+    # Claimed (the bins fit), but the channels or the number of boxes take it past what the EP
+    # places and gathers at once: a clear error before any allocation, never an abort.
+    rois = np.tile(np.array([[0, 0, 0, 3, 3]], np.float32), (boxes, 1))
+    feeds = {"X": np.ones((1, channels, 4, 4), np.float32), "rois": rois}
+    with pytest.raises(Exception, match=r"node 'roi' \(MaxRoiPool\).*beyond the EP's 134217728 at once"):
+        mlx_session(max_roi_pool_model(pooled_shape, channels)).run(None, feeds)
