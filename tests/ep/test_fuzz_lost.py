@@ -5,7 +5,7 @@ Each test is built from the fuzz case that found it (ids `s1-<entry>-<k>`, `make
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from conftest import MLX, Run, cpu_outputs, make_model, tensor
 
@@ -527,3 +527,20 @@ def test_max_roi_pool_past_the_gather_limit_fails_naming_the_node(pooled_shape, 
     feeds = {"X": np.ones((1, channels, 4, 4), np.float32), "rois": rois}
     with pytest.raises(Exception, match=r"node 'roi' \(MaxRoiPool\).*beyond the EP's 134217728 at once"):
         mlx_session(max_roi_pool_model(pooled_shape, channels)).run(None, feeds)
+
+
+# --- DFT: an empty signal padded to dft_length (s35-DFT-17..19-5) ------------------------------
+
+
+@pytest.mark.parametrize("shape, fails", [((2, 0, 1), True), ((2, 0, 2), True), ((0, 0, 1), False)])
+def test_dft_of_an_empty_signal_into_a_non_empty_output_fails_as_ort(shape, fails):
+    # Zero padding would give an all-zero spectrum; ORT's kernel refuses the input instead, and
+    # answers only when the output is empty too.
+    node = helper.make_node("DFT", ["x", "n"], ["y"], name="dft", axis=1)
+    model = make_model([node], [tensor("x", shape=list(shape))], [tensor("y")], [numpy_helper.from_array(np.array(11, np.int64), "n")], opset=17)
+    feeds = {"x": np.zeros(shape, np.float32)}
+    if fails:
+        assert_both_fail(model, feeds, "signal dimension must be greater than zero",
+                         r"node 'dft' \(DFT\): the signal axis 1 is empty .*refuses this input too")
+    else:
+        assert_same_as_cpu(model, feeds)

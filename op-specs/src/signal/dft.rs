@@ -102,6 +102,18 @@ fn dft(
         None if bins == Bins::RealSignal => 2 * (samples - 1),
         None => samples,
     };
+    let other_axes_hold_values = x
+        .shape()
+        .iter()
+        .enumerate()
+        .all(|(i, &d)| i as i64 == resolved || i as i64 == rank - 1 || d > 0);
+    if samples == 0 && length > 0 && other_axes_hold_values {
+        // Zero padding would make an all-zero spectrum; ORT's kernel refuses the input instead.
+        return Err(OpError::new(format!(
+            "the signal axis {resolved} is empty while the output has {length} bins a signal \
+             (ORT's CPU EP refuses this input too)"
+        )));
+    }
     if length == 0 && bins != Bins::OneSided {
         // An empty signal axis (an IRFFT of one bin) transforms to an empty one, as in ORT.
         let mut dims = x.shape();
