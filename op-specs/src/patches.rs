@@ -419,10 +419,13 @@ impl Geometry {
                 "input has shape {input:?}: expected [N, C·∏block_shape, L]"
             ));
         };
-        let k: i64 = block.iter().product();
-        if rows % k != 0 {
+        let Some(k) = block.iter().try_fold(1i64, |k, &d| k.checked_mul(d)) else {
+            return fail(format!("block_shape {block:?} holds more than 2^63 elements"));
+        };
+        if *rows <= 0 || rows % k != 0 {
             return fail(format!(
-                "input has {rows} rows: not a multiple of the block's {k} elements"
+                "input has {rows} rows: not a positive multiple of the block's {k} elements (ORT \
+                 requires one too)"
             ));
         }
         let grid = (0..r)

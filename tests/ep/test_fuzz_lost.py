@@ -544,3 +544,16 @@ def test_dft_of_an_empty_signal_into_a_non_empty_output_fails_as_ort(shape, fail
                          r"node 'dft' \(DFT\): the signal axis 1 is empty .*refuses this input too")
     else:
         assert_same_as_cpu(model, feeds)
+
+
+# --- Col2Im: no rows (s37-Col2Im-18-0) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [1, 0])
+def test_col2im_without_rows_fails_as_ort(batch):
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], name="c2i")
+    model = make_model([node], [tensor("x", shape=[batch, 0, 6])], [tensor("y")],
+                       [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in [("image", [4, 5]), ("block", [2, 3])]],
+                       opset=18)
+    assert_both_fail(model, {"x": np.zeros((batch, 0, 6), np.float32)}, "must be a positive multiple",
+                     r"node 'c2i' \(Col2Im\): input has 0 rows: not a positive multiple")
