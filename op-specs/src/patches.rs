@@ -420,7 +420,9 @@ impl Geometry {
             ));
         };
         let Some(k) = block.iter().try_fold(1i64, |k, &d| k.checked_mul(d)) else {
-            return fail(format!("block_shape {block:?} holds more than 2^63 elements"));
+            return fail(format!(
+                "block_shape {block:?} holds more than 2^63 elements"
+            ));
         };
         if *rows <= 0 || rows % k != 0 {
             return fail(format!(
