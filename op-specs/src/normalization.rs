@@ -207,13 +207,23 @@ fn lp_normalization_claim(node: &crate::Node) -> crate::Verdict {
     }
 }
 
+/// The widest LRN window the EP takes (real models use 3 to 11).
+const MAX_LRN_SIZE: i64 = 1 << 16;
+
 /// ORT's LRN kernel, when the session is created, requires an odd positive size and positive
 /// alpha and beta.
 fn lrn_claim(node: &crate::Node) -> crate::Verdict {
     // The defaults are positive.
     let positive = |name: &str| node.attr_as::<f32>(name).is_none_or(|v| v > 0.0);
     match node.attr_as::<i64>("size") {
-        Some(size) if size > 0 && size % 2 == 1 => {}
+        Some(size) if size > 0 && size % 2 == 1 => {
+            if size > MAX_LRN_SIZE {
+                // The lowering adds one channel slice per window position, as ORT sums them.
+                return crate::Verdict::decline(format!(
+                    "size {size}: windows past {MAX_LRN_SIZE} channels take one MLX op a channel"
+                ));
+            }
+        }
         other => {
             return crate::Verdict::decline(format!(
                 "size {other:?}: ORT's LRN takes an odd positive size"
@@ -231,7 +241,7 @@ fn lrn_claim(node: &crate::Node) -> crate::Verdict {
 /// `x / (bias + alpha / size * sum of x^2 over the size channels around c)^beta`.
 #[onnx_op(
     op = "LRN", precision = Float32, since = 1, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
-    claim = lrn_claim, declines = "a size that is not positive and odd, alpha or beta not positive (ORT's kernel refuses them)"
+    claim = lrn_claim, declines = "a size that is not positive and odd, alpha or beta not positive (ORT's kernel refuses them); a size past 2^16"
 )]
 fn lrn(
     cx: &mut Lower,

@@ -5,7 +5,8 @@
 //! pool n-gram of its length, and sums the matches per pool n-gram. String pools stay on ORT's
 //! CPU EP (MLX holds no strings).
 
-use mlx_kernels::{ops, Array, Dtype};
+use mlx_kernels::ops::{self, ScatterMode};
+use mlx_kernels::{Array, Dtype};
 
 use crate::table::consts::zeros;
 use crate::{onnx_op, Lower, OpError, Result};
@@ -67,14 +68,15 @@ fn tf_idf_vectorizer(
     let mut counts: Vec<Array> = Vec::new();
     for gram in &pool.lengths {
         let mut total: Option<Array> = None;
-        for stride in 1..=pool.max_skip + 1 {
-            if gram.n == 1 && stride > 1 {
-                continue; // unigrams are counted once
-            }
+        // Unigrams are counted once; longer n-grams at each stride whose window fits the row
+        // (so a huge max_skip_count costs no more than the row's width).
+        let strides = if gram.n == 1 {
+            1
+        } else {
+            (pool.max_skip + 1).min(width.saturating_sub(1) / (gram.n - 1))
+        };
+        for stride in 1..=strides {
             let span = (gram.n - 1) * stride;
-            if span >= width {
-                continue;
-            }
             let starts = width - span;
             let picks: Vec<i32> = (0..starts)
                 .flat_map(|i| (0..gram.n).map(move |j| (i + j * stride) as i32))
@@ -113,14 +115,22 @@ fn tf_idf_vectorizer(
             ops::where_(&seen, &weight, &Array::scalar(0.0f32)?, s)?
         }
     };
-    // Slot k of the output gathers every pool n-gram sent there: a matmul with their one-hot rows.
-    let mut routing = vec![0.0f32; pool.grams() * pool.slots as usize];
-    for (k, &slot) in pool.slot_of.iter().enumerate() {
-        routing[k * pool.slots as usize + slot as usize] = 1.0;
-    }
-    let routing = Array::from_slice(&routing, &[pool.grams() as i64, pool.slots])?;
-    let out = ops::matmul(&per_gram, &routing, s)?;
-    Ok(ops::reshape(&out, &out_dims, s)?)
+    // Output slot k sums every pool n-gram sent there: a scatter-add of the n-grams' columns
+    // (a one-hot routing matrix would be vocabulary² floats).
+    let grams = pool.grams() as i64;
+    let slot_of = Array::from_slice(&pool.slot_of, &[grams])?;
+    let columns = ops::reshape(
+        &ops::transpose(&per_gram, &[1, 0], s)?,
+        &[grams, 1, rows],
+        s,
+    )?;
+    let empty = zeros(&[pool.slots, rows], Dtype::F32, s)?;
+    let by_slot = ops::scatter_rows(&empty, &slot_of, &columns, ScatterMode::Add, s)?;
+    Ok(ops::reshape(
+        &ops::transpose(&by_slot, &[1, 0], s)?,
+        &out_dims,
+        s,
+    )?)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -479,6 +479,12 @@ fn affine_grid(
     if out_shape.contains(&0) {
         return zeros(&out_shape, Dtype::F32, s);
     }
+    if spatial.iter().any(|&d| d > i64::from(i32::MAX)) {
+        // Only a size computed at run time gets here: ORT's shape inference checks a constant.
+        return Err(OpError::new(format!(
+            "size {size:?}: a spatial dimension past MLX's 32-bit dimensions"
+        )));
+    }
     let theta = ops::astype(&theta, Dtype::F32, s)?;
     // The base coordinate of each axis, shaped to broadcast over [N, D.., W].
     let base = spatial

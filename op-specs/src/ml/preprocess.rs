@@ -294,9 +294,11 @@ fn one_hot_encoder(
     let _ = cats_strings;
     let categories = cats_int64s.unwrap_or_default();
     let count = categories.len() as i64;
-    let last_positions: Vec<bool> = (0..categories.len())
-        .map(|i| !categories[i + 1..].contains(&categories[i]))
-        .collect();
+    // Whether each category is the last with its value (a set, scanned from the end: a linear
+    // search per category was minutes for a million of them).
+    let mut later = std::collections::HashSet::new();
+    let mut last_positions: Vec<bool> = categories.iter().rev().map(|&c| later.insert(c)).collect();
+    last_positions.reverse();
     let active = Array::from_slice(&last_positions, &[count])?;
     let categories = Array::from_slice(&categories, &[count])?;
     let mut valid = None;

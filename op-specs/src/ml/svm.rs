@@ -241,7 +241,7 @@ impl Classes {
 #[onnx_op(
     domain = "ai.onnx.ml", op = "SVMClassifier", precision = Float32, since = 1, types(T = F32 | I64 | I32, L = I64, F = F32),
     inputs(X: T), outputs(Y: L, Z: F), shape = ShapeKeyed, claim = svm_classifier_claim,
-    declines = "string labels; probabilities (prob_a/prob_b) with support vectors (libsvm's pairwise coupling is not built); PROBIT on two classes with support vectors (ORT leaves half its output unwritten); counts ORT's kernel refuses"
+    declines = "string labels; probabilities (prob_a/prob_b) with support vectors (libsvm's pairwise coupling is not built); PROBIT on two classes with support vectors (ORT leaves half its output unwritten); counts ORT's kernel refuses; one-vs-one tables past 2^28 entries"
 )]
 #[allow(clippy::too_many_arguments)] // ONNX's attribute list
 fn svm_classifier(
@@ -374,6 +374,10 @@ fn linear_two_class_choice(scores: &Array, coefficients: &[f32], s: &Stream) -> 
     Ok(ops::where_(&second, &Array::scalar(1i32)?, &index, s)?)
 }
 
+/// The most entries a one-vs-one table may hold (2^28: 1 GiB of float32), so that a host
+/// allocation for a model with thousands of classes cannot abort the process.
+const MAX_PAIR_TABLE_ENTRIES: usize = 1 << 28;
+
 fn svm_classifier_claim(node: &Node) -> Verdict {
     if let Verdict::Decline { reason } = svm_attributes(node) {
         return Verdict::Decline { reason };
@@ -419,6 +423,14 @@ fn svm_classifier_claim(node: &Node) -> Verdict {
         && len("rho") >= pairs;
     if !fits {
         return Verdict::decline("support vector, coefficient or rho counts ORT's kernel refuses");
+    }
+    // The one-vs-one tables: support vectors by class pairs, and class pairs by classes.
+    let entries = pairs.saturating_mul(total.max(labels));
+    if entries > MAX_PAIR_TABLE_ENTRIES {
+        return Verdict::decline(format!(
+            "{labels} classes and {total} support vectors: one-vs-one tables of {entries} \
+             entries, past the EP's {MAX_PAIR_TABLE_ENTRIES}"
+        ));
     }
     if probabilities > 0 {
         return Verdict::decline(

@@ -93,6 +93,9 @@ fn floats(node: &Node, name: &str) -> std::result::Result<Option<Vec<f32>>, Stri
 }
 
 /// The forest as flat tables, checked as ORT's kernel checks it.
+/// The most entries a forest's dense per-node tables may hold (2^28: 1 GiB of float32).
+const MAX_TABLE_ENTRIES: usize = 1 << 28;
+
 struct Forest {
     feature: Vec<i32>,
     threshold: Vec<f32>,
@@ -144,16 +147,15 @@ impl Forest {
         // successors then mean is ORT's lookup's accident).
         let mut index: HashMap<(i64, i64), usize> = HashMap::new();
         let mut roots = Vec::new();
-        let mut seen_trees = Vec::new();
+        let mut seen_trees = std::collections::HashSet::new();
         for g in 0..count {
             if g == 0 || tree_ids[g] != tree_ids[g - 1] {
-                if seen_trees.contains(&tree_ids[g]) {
+                if !seen_trees.insert(tree_ids[g]) {
                     return Err(format!(
                         "tree {} is not contiguous in the node list",
                         tree_ids[g]
                     ));
                 }
-                seen_trees.push(tree_ids[g]);
                 roots.push(g as i32);
             }
             if index.insert((tree_ids[g], node_ids[g]), g).is_some() {
@@ -234,7 +236,7 @@ impl Forest {
                 forest.weights[g].push((output, *weight));
             }
         }
-        Ok(forest)
+        forest.within_limits()
     }
 
     /// TreeEnsemble-5's forest: interior nodes by index, then the leaves (`nodes_*leafs`
@@ -374,7 +376,26 @@ impl Forest {
         }
         forest.check_equal_chains(&tracks)?;
         forest.levels = forest.depth()?;
-        Ok(forest)
+        forest.within_limits()
+    }
+
+    /// The forest, when its dense tables fit: one entry a node and output for the leaves'
+    /// sums (the outputs are classes or targets, so a many-class boosted model grows as their
+    /// square), one a node and set member for MEMBER tests. Past the limit a host allocation
+    /// could abort the process; ORT's CPU EP walks such a forest node by node instead.
+    fn within_limits(self) -> std::result::Result<Forest, String> {
+        let nodes = self.weights.len();
+        let widest = self.members.iter().map(Vec::len).max().unwrap_or(0);
+        for (what, columns) in [("outputs", self.outputs), ("set members", widest)] {
+            let entries = nodes.saturating_mul(columns);
+            if entries > MAX_TABLE_ENTRIES {
+                return Err(format!(
+                    "{nodes} nodes by {columns} {what}: {entries} table entries, past the EP's \
+                     {MAX_TABLE_ENTRIES}"
+                ));
+            }
+        }
+        Ok(self)
     }
 
     /// ORT folds a chain of BRANCH_EQ nodes on one feature (same true successor, integer
@@ -622,7 +643,7 @@ fn rows(x: &Array, s: &Stream) -> Result<Array> {
 #[onnx_op(
     domain = "ai.onnx.ml", op = "TreeEnsembleRegressor", precision = Float32, since = 1, types(T = F32), inputs(X: T), outputs(Y: T),
     shape = ShapeKeyed, claim = regressor_claim,
-    declines = "forests ORT refuses (mismatched attributes, unknown nodes, cycles) or builds by accident (a tree id in two runs, EQ chains with mixed NaN flags); non-finite weights; MIN/MAX with one target; an input of rank other than 1 or 2"
+    declines = "forests ORT refuses (mismatched attributes, unknown nodes, cycles) or builds by accident (a tree id in two runs, EQ chains with mixed NaN flags); non-finite weights; MIN/MAX with one target; an input of rank other than 1 or 2; nodes times outputs past 2^28"
 )]
 #[allow(clippy::too_many_arguments)] // ONNX's attribute list
 fn tree_ensemble_regressor(
@@ -796,7 +817,7 @@ fn regressor_claim(node: &Node) -> Verdict {
 #[onnx_op(
     domain = "ai.onnx.ml", op = "TreeEnsemble", precision = Float32, since = 5, types(T = F32), inputs(X: T), outputs(Y: T),
     shape = ShapeKeyed, claim = tree_ensemble_claim,
-    declines = "float64 (MLX's GPUs have none); forests ORT refuses; big membership sets with values past 2^24; non-finite weights; an input of rank other than 1 or 2"
+    declines = "float64 (MLX's GPUs have none); forests ORT refuses; big membership sets with values past 2^24; non-finite weights; an input of rank other than 1 or 2; nodes times targets or set members past 2^28"
 )]
 #[allow(clippy::too_many_arguments)] // ONNX's attribute list
 fn tree_ensemble(
@@ -869,7 +890,7 @@ fn tree_ensemble_claim(node: &Node) -> Verdict {
     domain = "ai.onnx.ml", op = "TreeEnsembleClassifier", precision = Float32, since = 1,
     types(T = F32 | I64 | I32, L = I64, F = F32), inputs(X: T), outputs(Y: L, Z: F),
     shape = ShapeKeyed, claim = classifier_claim,
-    declines = "string labels; fewer than two classes; PROBIT on two classes and two-class forests whose scores ORT leaves partly unwritten; forests ORT refuses or builds by accident; non-finite weights"
+    declines = "string labels; fewer than two classes; PROBIT on two classes and two-class forests whose scores ORT leaves partly unwritten; forests ORT refuses or builds by accident; non-finite weights; nodes times classes past 2^28"
 )]
 #[allow(clippy::too_many_arguments)] // ONNX's attribute list
 fn tree_ensemble_classifier(

@@ -15,7 +15,7 @@ use std::cell::RefCell;
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
-use crate::table::consts::scalar;
+use crate::table::consts::{scalar, zeros};
 use crate::{OpError, Result};
 
 /// Above this many bytes of matrix the dense product gives way to the FFT (32 MiB: a real
@@ -154,6 +154,15 @@ fn transform_within(
     let matrix_bytes = t.matrix_bytes(read, components);
     let batch = &dims[..rank - 2];
     let rows: i64 = batch.iter().product();
+    let shape: Vec<i64> = batch
+        .iter()
+        .copied()
+        .chain([bins, out_components])
+        .collect();
+    if rows == 0 || read == 0 {
+        // No signal, or no samples to read: zeros, without the (length-sized) twiddles.
+        return zeros(&shape, x.dtype(), s);
+    }
     let y = if matrix_bytes <= dense_bytes {
         let matrix = kept.matrix(t, read, components, s)?;
         let columns = bins * out_components;
@@ -174,11 +183,6 @@ fn transform_within(
     } else {
         by_fft(&windowed(&x)?, t, components == 2)?
     };
-    let shape: Vec<i64> = batch
-        .iter()
-        .copied()
-        .chain([bins, out_components])
-        .collect();
     Ok(ops::reshape(&y, &shape, s)?)
 }
 
