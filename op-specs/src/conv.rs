@@ -542,7 +542,23 @@ fn transposed_padding(
     extra: i64,
     wanted: Option<i64>,
 ) -> Result<(i64, i64)> {
-    let full = stride * (input - 1) + extra + dilation * (kernel - 1) + 1;
+    let reach = dilation * (kernel - 1) + 1;
+    let full = stride * (input - 1) + extra + reach;
+    if let Some(wanted) = wanted {
+        // ORT 1.31's consistency check: the input size that its padding (the total clamped
+        // at 0, output_padding left out) implies for `wanted` must be the real one. So a
+        // shorter `wanted` needs output_padding below the stride, and a longer one (the end
+        // then holds only B) must be shorter than the next input size's result.
+        let padding = (full - wanted).max(0);
+        let implied = (wanted - reach + padding) / stride + 1;
+        if implied != input {
+            return Err(OpError::new(format!(
+                "output_shape {wanted} on spatial axis {i} fits an input of {implied}, not \
+                 {input} (stride {stride}, kernel {kernel}, dilation {dilation}, \
+                 output_padding {extra}); ORT's ConvTranspose refuses it too"
+            )));
+        }
+    }
     let same = matches!(attrs.auto_pad.as_str(), "SAME_UPPER" | "SAME_LOWER");
     let target = match wanted {
         Some(w) => Some(w),
