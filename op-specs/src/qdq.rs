@@ -573,7 +573,9 @@ pub(crate) fn dynamic_params(x: &Array, s: &Stream) -> Result<(Array, Array)> {
     if x.size() == 0 {
         return Ok((f(1.0)?, zero));
     }
-    // NaN never wins ORT's min/max; the range includes 0 anyway, so NaN counts as 0.
+    // NaN counts as 0 (the range includes 0 anyway): ORT's scalar min/max never keeps a NaN,
+    // and its SIMD one keeps it only from one lane of the last block (x86 with AVX: index 7
+    // of 8, 15 of 16 or 31 of 33 gave a NaN scale), which depends on the machine's vectors.
     let flat = ops::reshape(x, &[-1], s)?;
     let clean = ops::where_(&ops::isnan(&flat, s)?, &zero, &flat, s)?;
     let low = ops::minimum(&ops::min(&clean, &[0], false, s)?, &zero, s)?;
