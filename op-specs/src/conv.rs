@@ -549,8 +549,8 @@ fn transposed_padding(
         // at 0, output_padding left out) implies for `wanted` must be the real one. So a
         // shorter `wanted` needs output_padding below the stride, and a longer one (the end
         // then holds only B) must be shorter than the next input size's result.
-        let padding = (full - wanted).max(0);
-        let implied = (wanted - reach + padding) / stride + 1;
+        let padding = full.saturating_sub(wanted).max(0);
+        let implied = wanted.saturating_sub(reach).saturating_add(padding) / stride + 1;
         if implied != input {
             return Err(OpError::new(format!(
                 "output_shape {wanted} on spatial axis {i} fits an input of {implied}, not \
