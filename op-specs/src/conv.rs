@@ -19,13 +19,16 @@ pub(crate) fn conv_padding(
 ) -> Result<(Vec<i64>, Vec<i64>)> {
     let n = input.len();
     match auto_pad {
+        // ORT's convolutions read the first 2n values and ignore any after them (a model whose
+        // input rank its shape inference cannot see gets that far), and refuse fewer.
         "NOTSET" => match pads {
             None => Ok((vec![0; n], vec![0; n])),
-            Some(p) if p.len() == 2 * n && p.iter().all(|&v| v >= 0) => {
-                Ok((p[..n].to_vec(), p[n..].to_vec()))
+            Some(p) if p.len() >= 2 * n && p[..2 * n].iter().all(|&v| v >= 0) => {
+                Ok((p[..n].to_vec(), p[n..2 * n].to_vec()))
             }
             Some(p) => Err(OpError::new(format!(
-                "pads {p:?} do not fit {n} spatial axes"
+                "pads {p:?} do not fit {n} spatial axes (ORT's kernel needs 2 non-negative \
+                 values an axis)"
             ))),
         },
         "VALID" => Ok((vec![0; n], vec![0; n])),
@@ -389,6 +392,12 @@ fn conv_transpose(
         return Err(OpError::new(format!(
             "X's {} channels do not match W's {c_in} in {group} groups",
             x.shape()[1]
+        )));
+    }
+    if let Some(p) = attrs.pads.as_deref().filter(|p| p.len() != 2 * spatial) {
+        // Unlike Conv, ORT's ConvTranspose takes exactly two values an axis.
+        return Err(OpError::new(format!(
+            "pads {p:?} do not fit {spatial} spatial axes (ORT's ConvTranspose refuses them too)"
         )));
     }
     let mut lo = Vec::with_capacity(spatial);

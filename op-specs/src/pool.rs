@@ -331,6 +331,13 @@ fn pool_attributes_claim(node: &crate::Node) -> crate::Verdict {
         node.attr_as::<Vec<i64>>("kernel_shape"),
         node.attr_as::<Vec<i64>>("pads"),
     ) {
+        if pads.len() != 2 * kernel.len() {
+            return crate::Verdict::decline(format!(
+                "pads {pads:?} are not two values for each of kernel_shape's {} axes (ORT's CPU \
+                 EP refuses the node)",
+                kernel.len()
+            ));
+        }
         let too_large = |(i, &k): (usize, &i64)| {
             [pads.get(i), pads.get(i + kernel.len())]
                 .into_iter()
@@ -378,7 +385,7 @@ fn only_n_may_be_empty(x: &Array) -> Result<()> {
 #[onnx_op(
     op = "MaxPool", since = 8, types(T = FLOAT | since(12, I8 | U8), I = I64), inputs(X: T), outputs(Y: T, Indices?: I),
     shape = ShapeKeyed, layout = ChannelsLast, claim = pool_claim,
-    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel (ORT refuses them)"
+    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel, or not two for each kernel axis (ORT refuses both)"
 )]
 fn max_pool(
     cx: &mut Lower,
@@ -562,7 +569,7 @@ fn padding_value(dtype: Dtype, s: &Stream) -> Result<Array> {
 /// adds an output (`Indices`), and outputs have no opset gate in the table.
 #[onnx_op(
     op = "MaxPool", opset = 1..=7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
-    layout = ChannelsLast, claim = pool_attributes_claim, declines = "pads not smaller than the kernel (ORT refuses them)"
+    layout = ChannelsLast, claim = pool_attributes_claim, declines = "pads not smaller than the kernel, or not two for each kernel axis (ORT refuses both)"
 )]
 fn max_pool_legacy(
     cx: &mut Lower,
@@ -614,7 +621,7 @@ fn window_max(cx: &mut Lower, x: &Array, windows: &Windows) -> Result<Array> {
 #[onnx_op(
     op = "AveragePool", since = 7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
     layout = ChannelsLast, claim = pool_claim,
-    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel (ORT refuses them)"
+    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel, or not two for each kernel axis (ORT refuses both)"
 )]
 fn average_pool(
     cx: &mut Lower,
@@ -722,7 +729,7 @@ fn lp_root(sums: &Array, p: i64, dtype: Dtype, s: &Stream) -> Result<Array> {
 #[onnx_op(
     op = "LpPool", since = 2, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
     layout = ChannelsLast, claim = lp_claim,
-    declines = "p < 1; SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel (ORT refuses them)"
+    declines = "p < 1; SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel, or not two for each kernel axis (ORT refuses both)"
 )]
 fn lp_pool(
     cx: &mut Lower,

@@ -588,3 +588,29 @@ def test_conv_transpose_output_shape_consistency_follows_ort():
         else:
             np.testing.assert_array_equal(assert_same_as_cpu(model, feeds).outputs[0], want)
     assert failures > 20  # the grid reaches ORT's refusals
+
+
+# --- pads of another length than two an axis (s44-QLinearConv-10-1, s45-Conv-1-2) -------------
+
+
+@pytest.mark.parametrize("op", ["Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"])
+@pytest.mark.parametrize("pads", [[1, 2, 3], [1, 0, 2, 1], [1, 0, 2, 1, 5], [1, 0, 2, 1, 5, 6], [0, 0, 0, 0, -1]])
+def test_pads_of_another_length_follow_ort(op, pads):
+    # With X's rank unknown to ORT's shape inference, its Conv kernel reads the first two values
+    # an axis and ignores the rest (the EP refused them); ConvTranspose and the pools refuse any
+    # other length (the EP took some). Either both fail or both give ORT's answer.
+    conv = op.startswith("Conv")
+    attributes = {"pads": pads} if conv else {"pads": pads, "kernel_shape": [3, 3]}
+    node = helper.make_node(op, ["x", "w"] if conv else ["x"], ["y"], name="n", **attributes)
+    model = make_model([node], [tensor("x")] + ([tensor("w", shape=[1, 1, 3, 3])] if conv else []), [tensor("y")],
+                       opset=18)
+    feeds = {"x": np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)}
+    if conv:
+        feeds["w"] = np.ones((1, 1, 3, 3), np.float32)
+    try:
+        want = cpu_outputs(model, feeds)[0]
+    except Exception:
+        with pytest.raises(Exception):
+            mlx_session(model).run(None, feeds)
+        return
+    np.testing.assert_allclose(assert_same_as_cpu(model, feeds).outputs[0], want, rtol=1e-6)
