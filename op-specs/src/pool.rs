@@ -783,6 +783,20 @@ fn global_lp_pool(cx: &mut Lower, x: Array, #[attr(default = 2)] p: i64) -> Resu
     lp_norm(&x, p, &spatial_axes(&x)?, true, cx.stream())
 }
 
+/// What ORT's MaxUnpool refuses when it loads the node: left to it, so that its error is the one
+/// the user sees.
+fn max_unpool_claim(node: &crate::Node) -> crate::Verdict {
+    let ints = |name: &str| node.attr_as::<Vec<i64>>(name).unwrap_or_default();
+    let (kernel, strides) = (ints("kernel_shape"), ints("strides"));
+    if kernel.iter().chain(&strides).any(|&v| v <= 0) {
+        return crate::Verdict::decline(format!(
+            "kernel_shape {kernel:?} or strides {strides:?} not positive (ORT refuses them)"
+        ));
+    }
+    // Its pads, as the pools': two an axis, each smaller than the kernel.
+    pool_attributes_claim(node)
+}
+
 /// MaxPool's inverse: `Y` of zeros with each element of `X` written at its index in `I`, a
 /// flat index into the whole of `Y` (batch and channels included, as MaxPool's Indices are).
 /// `Y`'s shape is `output_shape` when given, else each spatial axis `(in - 1)·stride + kernel -
@@ -791,7 +805,8 @@ fn global_lp_pool(cx: &mut Lower, x: Array, #[attr(default = 2)] p: i64) -> Resu
 #[onnx_op(
     op = "MaxUnpool", since = 9, types(T1 = FLOAT, T2 = I64),
     inputs(X: T1, I: T2, output_shape: T2), outputs(output: T1),
-    shape = ShapeKeyed
+    shape = ShapeKeyed, claim = max_unpool_claim,
+    declines = "kernel_shape or strides not positive; pads not smaller than the kernel, or not two for each kernel axis (ORT refuses them)"
 )]
 fn max_unpool(
     cx: &mut Lower,
@@ -818,17 +833,28 @@ fn max_unpool(
             "strides {strides:?} and pads {pads:?} do not fit kernel_shape {kernel_shape:?}"
         )));
     }
-    let out_shape =
-        match output_shape {
-            Some(shape) => shape,
-            None => {
-                let mut shape = dims[..2].to_vec();
-                shape.extend((0..r).map(|d| {
-                    (dims[d + 2] - 1) * strides[d] + kernel_shape[d] - pads[d] - pads[r + d]
-                }));
-                shape
-            }
-        };
+    // ORT computes this shape whether or not output_shape is given, and refuses a run where
+    // one of its dimensions is not positive or output_shape is smaller.
+    let mut inferred = dims[..2].to_vec();
+    inferred.extend(
+        (0..r).map(|d| (dims[d + 2] - 1) * strides[d] + kernel_shape[d] - pads[d] - pads[r + d]),
+    );
+    if let Some(d) = (0..r).find(|&d| inferred[d + 2] <= 0) {
+        return Err(OpError::new(format!(
+            "the output's spatial axis {d} would be {} (ORT's CPU EP refuses such a run too)",
+            inferred[d + 2]
+        )));
+    }
+    if let Some(shape) = &output_shape {
+        let smaller = shape.len() == dims.len() && (2..dims.len()).any(|d| shape[d] < inferred[d]);
+        if smaller {
+            return Err(OpError::new(format!(
+                "output_shape {shape:?} is smaller than the {inferred:?} the pooling implies (ORT's \
+                 CPU EP refuses it too)"
+            )));
+        }
+    }
+    let out_shape = output_shape.unwrap_or(inferred);
     if out_shape.len() != dims.len()
         || out_shape.iter().any(|&d| d < 0)
         || out_shape[..2] != dims[..2]

@@ -614,3 +614,31 @@ def test_pads_of_another_length_follow_ort(op, pads):
             mlx_session(model).run(None, feeds)
         return
     np.testing.assert_allclose(assert_same_as_cpu(model, feeds).outputs[0], want, rtol=1e-6)
+
+
+# --- MaxUnpool: what ORT refuses (s48-MaxUnpool-9-1, s33-MaxUnpool-9-0) -------------------------
+
+
+@pytest.mark.parametrize("x_shape, attributes, output_shape", [
+    ((1, 1, 2, 2), {"kernel_shape": [2, -2]}, None),  # refused when ORT loads the node
+    ((1, 1, 2, 2), {"kernel_shape": [2, 2], "strides": [0, 1]}, None),
+    ((1, 1, 2, 2), {"kernel_shape": [2, 2], "pads": [2, 0, 2, 0]}, None),
+    ((1, 1, 2, 2), {"kernel_shape": [2, 2], "pads": [-1, 0, 0, 0]}, None),  # taken: a larger output
+    ((1, 1, 0, 2), {"kernel_shape": [2, 2]}, [1, 1, 3, 4]),
+    ((2, 3, 0, 3), {"kernel_shape": [2, 2], "strides": [2, 2]}, [2, 3, 3, 4]),  # implied axis of 0: refused
+    ((1, 1, 2, 2), {"kernel_shape": [2, 2]}, [1, 1, 1, 1]),  # smaller than implied: refused
+    ((1, 1, 2, 2), {"kernel_shape": [2, 2]}, [1, 1, 3, 4]),
+])
+def test_max_unpool_takes_what_ort_takes(x_shape, attributes, output_shape):
+    inputs = ["x", "i"] + (["o"] if output_shape else [])
+    node = helper.make_node("MaxUnpool", inputs, ["y"], name="u", **attributes)
+    constants = [numpy_helper.from_array(np.array(output_shape, np.int64), "o")] if output_shape else []
+    model = make_model([node], [tensor("x"), tensor("i", TensorProto.INT64)], [tensor("y")], constants, opset=11)
+    feeds = {"x": np.ones(x_shape, np.float32), "i": np.zeros(x_shape, np.int64)}
+    try:
+        want = cpu_outputs(model, feeds)[0]
+    except Exception:
+        with pytest.raises(Exception):
+            mlx_session(model).run(None, feeds)
+        return
+    np.testing.assert_array_equal(assert_same_as_cpu(model, feeds).outputs[0], want)
