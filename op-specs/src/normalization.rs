@@ -583,8 +583,18 @@ fn mean_variance_normalization(
 ) -> Result<Array> {
     let s = cx.stream();
     let rank = x.ndim() as i64;
+    let axes = axes.unwrap_or_else(|| vec![0, 2, 3]);
+    // ORT's float32 kernel ignores an axis out of range; other types run its function body,
+    // whose ReduceMean refuses one.
+    if x.dtype() != Dtype::F32 {
+        if let Some(axis) = axes.iter().find(|&&a| !(-rank..rank).contains(&a)) {
+            return Err(crate::OpError::new(format!(
+                "axis {axis} is out of range for X of rank {rank} (ORT's CPU EP refuses it for \
+                 this type too)"
+            )));
+        }
+    }
     let mut axes: Vec<i32> = axes
-        .unwrap_or_else(|| vec![0, 2, 3])
         .into_iter()
         .filter(|&a| (-rank..rank).contains(&a))
         .map(|a| (if a < 0 { a + rank } else { a }) as i32)

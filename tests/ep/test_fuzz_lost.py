@@ -642,3 +642,20 @@ def test_max_unpool_takes_what_ort_takes(x_shape, attributes, output_shape):
             mlx_session(model).run(None, feeds)
         return
     np.testing.assert_array_equal(assert_same_as_cpu(model, feeds).outputs[0], want)
+
+
+# --- MeanVarianceNormalization: an axis out of range (s48-MeanVarianceNormalization-9-1) --------
+
+
+@pytest.mark.parametrize("elem, dtype", [(TensorProto.FLOAT, np.float32), (TensorProto.FLOAT16, np.float16)])
+def test_mvn_with_an_axis_out_of_range_follows_ort_for_its_type(elem, dtype):
+    # ORT's float32 kernel ignores the axis; float16 runs its function body, whose ReduceMean
+    # refuses it (when the session is created, so the MLX run fails in its place).
+    node = helper.make_node("MeanVarianceNormalization", ["x"], ["y"], name="mvn", axes=[0, 1, 2, -5])
+    model = make_model([node], [tensor("x", elem, [2, 3, 4, 5])], [tensor("y", elem)], opset=13)
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(dtype)}
+    if dtype == np.float32:
+        np.testing.assert_allclose(Run(model, feeds).outputs[0], cpu_outputs(model, feeds)[0], rtol=1e-5, atol=1e-5)
+        Run(model, feeds).assert_all_on_mlx()
+    else:
+        assert_both_fail(model, feeds, "axis must be in", r"node 'mvn' .*axis -5 is out of range")
