@@ -659,3 +659,26 @@ def test_mvn_with_an_axis_out_of_range_follows_ort_for_its_type(elem, dtype):
         Run(model, feeds).assert_all_on_mlx()
     else:
         assert_both_fail(model, feeds, "axis must be in", r"node 'mvn' .*axis -5 is out of range")
+
+
+# --- Resize: tf_crop_and_resize with an empty roi (s47-Resize-11..12-4) -------------------------
+
+
+@pytest.mark.parametrize("opset, roi", [(11, "empty"), (11, "full"), (13, "empty"), (13, "absent"), (19, "empty"),
+                                        (19, "absent"), (19, "full")])
+def test_crop_and_resize_roi_follows_ort(opset, roi):
+    # An empty roi tensor is refused by ORT (two values an axis); an absent one (from opset 13)
+    # is the whole image. The EP took an empty one as absent.
+    constants = [numpy_helper.from_array(np.array([1, 1, 2, 0.6], np.float32), "scales")]
+    if roi != "absent":
+        values = [] if roi == "empty" else [0, 0, 0.1, 0.2, 1, 1, 0.9, 0.7]
+        constants.append(numpy_helper.from_array(np.array(values, np.float32), "roi"))
+    node = helper.make_node("Resize", ["x", "" if roi == "absent" else "roi", "scales"], ["y"], name="resize",
+                            coordinate_transformation_mode="tf_crop_and_resize")
+    model = make_model([node], [tensor("x", shape=[1, 2, 4, 5])], [tensor("y")], constants, opset=opset)
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 2, 4, 5)).astype(np.float32)}
+    if roi == "empty":
+        assert_both_fail(model, feeds, "size of roi array", r"node 'resize' \(Resize\): roi has 0 values")
+    else:
+        np.testing.assert_allclose(Run(model, feeds).outputs[0], cpu_outputs(model, feeds)[0], rtol=1e-5, atol=1e-6)
+        Run(model, feeds).assert_all_on_mlx()

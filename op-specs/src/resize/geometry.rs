@@ -12,7 +12,9 @@ pub(super) struct Request {
     /// Empty: absent (an empty tensor counts as absent, as in ONNX).
     pub(super) scales: Vec<f32>,
     pub(super) sizes: Vec<i64>,
-    pub(super) roi: Vec<f32>,
+    /// None: absent. A present roi must hold two values an axis, even when empty (ORT refuses
+    /// an empty one for tf_crop_and_resize).
+    pub(super) roi: Option<Vec<f32>>,
     pub(super) axes: Option<Vec<i64>>,
     pub(super) policy: Option<Policy>,
 }
@@ -159,19 +161,19 @@ fn apply_policy(
 
 /// ROI as `[starts.., ends..]` over all axes: the default `[0.., 1..]` when absent, spread
 /// over `axes` when given for them.
-pub(super) fn full_roi(roi: &[f32], rank: usize, axes: Option<&[i64]>) -> Result<Vec<f32>> {
+pub(super) fn full_roi(roi: Option<&[f32]>, rank: usize, axes: Option<&[i64]>) -> Result<Vec<f32>> {
     let mut full: Vec<f32> = (0..2 * rank)
         .map(|i| if i < rank { 0.0 } else { 1.0 })
         .collect();
-    if roi.is_empty() {
+    let Some(roi) = roi else {
         return Ok(full);
-    }
+    };
     match axes {
         Some(a) => {
             let a = resolve_axes(a, rank)?;
             if roi.len() != 2 * a.len() {
                 return Err(OpError::new(format!(
-                    "roi has {} values for {} axes",
+                    "roi has {} values for {} axes (ORT's Resize refuses it too: two an axis)",
                     roi.len(),
                     a.len()
                 )));
@@ -184,7 +186,7 @@ pub(super) fn full_roi(roi: &[f32], rank: usize, axes: Option<&[i64]>) -> Result
         None if roi.len() == 2 * rank => full.copy_from_slice(roi),
         None => {
             return Err(OpError::new(format!(
-                "roi has {} values for rank {rank}",
+                "roi has {} values for rank {rank} (ORT's Resize refuses it too: two an axis)",
                 roi.len()
             )))
         }

@@ -49,9 +49,9 @@ pub(super) fn resample(cx: &Lower, x: Array, s: &Sampling, req: &Request) -> Res
         )?);
     }
     let roi = if s.transform == Transform::TfCropAndResize {
-        full_roi(&req.roi, input.len(), req.axes.as_deref())?
+        full_roi(req.roi.as_deref(), input.len(), req.axes.as_deref())?
     } else {
-        full_roi(&[], input.len(), None)?
+        full_roi(None, input.len(), None)?
     };
     let rank = input.len();
     let interpolates = s.mode != Mode::Nearest;

@@ -92,7 +92,7 @@ fn resize(
     let req = Request {
         scales: host_floats(cx, scales.as_ref())?,
         sizes: sizes.unwrap_or_default(),
-        roi: host_floats(cx, roi.as_ref())?,
+        roi: roi.map(|r| host_floats(cx, Some(&r))).transpose()?,
         axes,
         policy: Some(parse_or_error(
             Policy::parse,
