@@ -682,3 +682,30 @@ def test_crop_and_resize_roi_follows_ort(opset, roi):
     else:
         np.testing.assert_allclose(Run(model, feeds).outputs[0], cpu_outputs(model, feeds)[0], rtol=1e-5, atol=1e-6)
         Run(model, feeds).assert_all_on_mlx()
+
+
+# --- MelWeightMatrix: a dft_length of 0 (s50-MelWeightMatrix-17-4) -----------------------------
+
+
+@pytest.mark.parametrize("dft_length", [-3, -1, 0, 1, 2, 7])
+@pytest.mark.parametrize("mel_bins, low, high, rate", [(4, 0, 8000, 16000), (2, 100, 300, 1000)])
+def test_mel_weight_matrix_of_any_dft_length_follows_ort(dft_length, mel_bins, low, high, rate):
+    # The EP refused a dft_length below 1; ORT leaves it to its edges' range check (0 gives one
+    # spectrum bin, and a negative length either one bin or a refusal).
+    constants = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in [("m", mel_bins), ("d", dft_length), ("sr", rate)]]
+    constants += [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in [("lo", low), ("hi", high)]]
+    node = helper.make_node("MelWeightMatrix", ["m", "d", "sr", "lo", "hi"], ["y"], name="mel")
+    model = make_model([node], [], [tensor("y")], constants, opset=17)
+    try:
+        want = cpu_outputs(model, {})[0]
+    except Exception:
+        options = ort.SessionOptions()  # unoptimised, or ORT folds the constant node itself
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(model, options, providers=[MLX, "CPUExecutionProvider"])
+        session.disable_fallback()
+        with pytest.raises(Exception, match=r"node 'mel' \(MelWeightMatrix\).*out of range"):
+            session.run(None, {})
+        return
+    run = Run(model, {}, optimize=False)
+    run.assert_all_on_mlx()
+    np.testing.assert_array_equal(run.outputs[0], want)

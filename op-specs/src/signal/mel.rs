@@ -128,10 +128,11 @@ fn mel_weight_matrix(
             ))),
         }
     };
-    if num_mel_bins < 0 || dft_length < 1 || sample_rate < 1 {
+    // dft_length is left to the edges' range check, as in ORT (0 makes one spectrum bin).
+    if num_mel_bins < 0 || sample_rate < 1 {
         return Err(OpError::new(format!(
-            "num_mel_bins ({num_mel_bins}) must be at least 0, dft_length ({dft_length}) and \
-             sample_rate ({sample_rate}) at least 1"
+            "num_mel_bins ({num_mel_bins}) must be at least 0 and sample_rate ({sample_rate}) at \
+             least 1"
         )));
     }
     let bank = Bank {
