@@ -709,3 +709,33 @@ def test_mel_weight_matrix_of_any_dft_length_follows_ort(dft_length, mel_bins, l
     run = Run(model, {}, optimize=False)
     run.assert_all_on_mlx()
     np.testing.assert_array_equal(run.outputs[0], want)
+
+
+# --- contrib Attention: the 3B+2 mask_index layout (s47-com.microsoft.Attention-1-0) ------------
+
+
+@pytest.mark.parametrize("batch, mask", [(0, [5, 7]), (0, []), (2, [3, 2, 1, 0, 9, 9, 9, 9]), (2, [2, 3, 0, 1, 0, 0, 0, 0]),
+                                         (1, [1, 0, 4, 4, 4])])
+def test_attention_takes_the_3b_plus_2_mask_layout_as_ort_does(batch, mask):
+    # ORT's CPU kernel accepts a 1-D mask_index of 3B+2 values (its GPU kernels' layout) and
+    # reads the first B as end positions; with an empty batch, two values of anything. The EP
+    # refused the layout.
+    node = helper.make_node("Attention", ["input", "weights", "bias", "mask"], ["out"], name="att",
+                            domain="com.microsoft", num_heads=2)
+    model = make_model([node], [tensor("input", shape=[batch, 3, 6]), tensor("weights", shape=[6, 24]),
+                                tensor("bias", shape=[24]), tensor("mask", TensorProto.INT32, [len(mask)])],
+                       [tensor("out")], opset=17, domains=[("com.microsoft", 1)])
+    rng = np.random.default_rng(2)
+    feeds = {"input": rng.standard_normal((batch, 3, 6)).astype(np.float32),
+             "weights": rng.standard_normal((6, 24)).astype(np.float32), "bias": np.zeros(24, np.float32),
+             "mask": np.array(mask, np.int32)}
+    try:
+        want = cpu_outputs(model, feeds)[0]
+    except Exception:
+        with pytest.raises(Exception, match=r"node 'att'"):
+            mlx_session(model).run(None, feeds)
+        return
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    assert run.outputs[0].shape == want.shape
+    np.testing.assert_allclose(run.outputs[0], want, rtol=1e-4, atol=1e-5)

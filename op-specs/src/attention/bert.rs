@@ -109,6 +109,13 @@ fn attention(
                     require_ends(cx, &halves[0])?;
                     Padding::EndStart(halves[0].clone(), halves[1].clone())
                 }
+                // The GPU kernels' 3B+2 layout (ends, starts, then sequence offsets): ORT's CPU
+                // kernel reads its first B values as the ends and nothing else.
+                [len] if *len == 3 * b + 2 => {
+                    let ends = ops::split_at(&mask, &[b as i32], 0, s)?.swap_remove(0);
+                    require_ends(cx, &ends)?;
+                    Padding::End(ends)
+                }
                 [mb, mt] if *mb == b && *mt == t => Padding::Keys(mask),
                 // A mask broadcast from one column is the same for every key: no mask.
                 [mb, 1] if *mb == b || *mb == 1 => Padding::None,
@@ -120,8 +127,9 @@ fn attention(
                 }
                 _ => {
                     return Err(OpError::new(format!(
-                        "mask_index has shape {ms:?}: expected [{b}], [{}], [{b}, {t}], [{b}, 1] or [{b}, {sq}, {t}]",
-                        2 * b
+                        "mask_index has shape {ms:?}: expected [{b}], [{}], [{}], [{b}, {t}], [{b}, 1] or [{b}, {sq}, {t}]",
+                        2 * b,
+                        3 * b + 2
                     )))
                 }
             }
