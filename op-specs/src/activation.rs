@@ -42,13 +42,16 @@ pub(crate) fn leaky_relu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> 
     })
 }
 
-/// `alpha * (e^x - 1)` for `x < 0`, else `x`.
+/// `alpha * (e^x - 1)` for `x < 0`, else `x`: `e^x - 1` as ORT's kernels compute it, not
+/// `expm1`, whose exact -1e-10 at x = -1e-10 (where `e^x` rounds to 1) a huge alpha or gamma
+/// makes -1e28 where ORT gives 0 (found by the fuzzer, Selu with gamma 1e38).
 pub(crate) fn elu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> {
     in_float32_for_half(x, s, |x, s| {
         let negative = ops::less(x, &zero_like(x, s)?, s)?;
+        let exp_minus_one = ops::subtract(&ops::exp(x, s)?, &scalar_like(1.0, x, s)?, s)?;
         Ok(ops::where_(
             &negative,
-            &scale(&ops::expm1(x, s)?, alpha, s)?,
+            &scale(&exp_minus_one, alpha, s)?,
             x,
             s,
         )?)
@@ -62,31 +65,26 @@ fn elu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<Ar
 }
 
 /// Scaled ELU: `gamma * (alpha * (e^x - 1))` for `x <= 0`, `gamma * x` above.
-#[onnx_op(
-    op = "Selu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless,
-    claim = finite_selu_claim, declines = "a non-finite alpha or gamma (ORT's kernel then gives NaN where the formula is 0)"
-)]
+#[onnx_op(op = "Selu", since = 6, types(T = FLOAT), inputs(X: T), outputs(Y: T), layout = Elementwise, shape = Shapeless)]
 fn selu(
     cx: &mut Lower,
     x: Array,
     #[attr(default = 1.673_263_2)] alpha: f32,
     #[attr(default = 1.050_701)] gamma: f32,
 ) -> Result<Array> {
+    // ORT's order: `gamma * x` above 0, else `(gamma * alpha) * (e^x - 1)` with the product
+    // taken in float32 first (so -0 gives +0, and the last bit is ORT's).
     in_float32_for_half(&x, cx.stream(), |x, s| {
-        scale(&elu_of(x, alpha.into(), s)?, gamma.into(), s)
+        let exp_minus_one = ops::subtract(&ops::exp(x, s)?, &scalar_like(1.0, x, s)?, s)?;
+        let curve = scale(&exp_minus_one, f64::from(gamma * alpha), s)?;
+        let positive = ops::greater(x, &zero_like(x, s)?, s)?;
+        Ok(ops::where_(
+            &positive,
+            &scale(x, gamma.into(), s)?,
+            &curve,
+            s,
+        )?)
     })
-}
-
-/// ORT's kernel computes `alpha * e^x - alpha` for `x <= 0`, which is NaN at `x = 0` (and
-/// `gamma * 0` NaN above) once alpha or gamma is infinite; the lowering's `alpha * (e^x - 1)`
-/// gives 0 there. Such a node is left to ORT.
-fn finite_selu_claim(node: &crate::Node) -> crate::Verdict {
-    for name in ["alpha", "gamma"] {
-        if let Some(v) = node.attr_as::<f32>(name).filter(|v| !v.is_finite()) {
-            return crate::Verdict::decline(format!("Selu {name}={v}: not finite"));
-        }
-    }
-    crate::Verdict::Claim
 }
 
 /// Continuously differentiable ELU: `max(0, x) + min(0, alpha * (e^(x/alpha) - 1))`.

@@ -337,9 +337,17 @@ def test_resize_layouts_orts_kernel_refuses_fail_the_run_on_both(mode, scales, s
         session.run(None, feeds)
 
 
-# Selu with an infinite alpha or gamma: ORT's alpha*e^x - alpha is NaN at 0 where the formula's
-# alpha*(e^x - 1) is 0; left to ORT.
-@pytest.mark.parametrize("attrs", [{"alpha": float("inf")}, {"gamma": float("-inf")}, {"alpha": float("nan")}])
-def test_selu_with_a_non_finite_parameter_is_declined(attrs, monkeypatch, tmp_path):
-    feeds = {"x": np.array([[-1.0, 0.0, 2.0]], np.float32)}
-    assert_declined(single_node_model("Selu", feeds, attrs), feeds, monkeypatch, tmp_path, "not finite")
+# Elu and Selu in ORT's arithmetic: e^x - 1 (not expm1, which a huge alpha or gamma turns from
+# ORT's 0 into -1e28 at x = -1e-10: fuzz s53-Selu-6-1), Selu's (gamma * alpha) taken first and -0
+# on its curve (+0 there); non-finite parameters then give ORT's NaNs too (they were declined).
+@pytest.mark.parametrize("op, attrs", [
+    ("Elu", {"alpha": 1e38}), ("Elu", {}), ("Selu", {"gamma": 1e38}), ("Selu", {"alpha": 1e30, "gamma": 1.0}),
+    ("Selu", {"alpha": float("inf")}), ("Selu", {"gamma": float("-inf")}), ("Selu", {"alpha": float("nan")}),
+    ("Selu", {"alpha": float("inf"), "gamma": 0.0}),
+])
+def test_elu_and_selu_follow_orts_arithmetic(op, attrs):
+    feeds = {"x": np.array([[-1e-10, -1e-3, -0.5, -1.4e-45, 0.0, -0.0, 2.0, -20.0, -1e30]], np.float32)}
+    (got,) = assert_like_cpu_on_mlx(single_node_model(op, feeds, attrs), feeds)
+    (want,) = cpu_outputs(single_node_model(op, feeds, attrs), feeds)
+    zeros = want == 0
+    np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
