@@ -3,7 +3,7 @@
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::table::consts::scalar_like;
-use crate::{onnx_op, Lower, OpError, Result};
+use crate::{onnx_op, Lower, Result};
 
 /// `k * x` with `k` in `x`'s type.
 fn scale(x: &Array, k: f64, s: &Stream) -> Result<Array> {
@@ -229,14 +229,9 @@ fn swish(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<
 fn prelu(cx: &mut Lower, x: Array, slope: Array) -> Result<Array> {
     let s = cx.stream();
     let negative = ops::less(&x, &zero_like(&x, s)?, s)?;
+    // ORT's kernel broadcasts both ways (ONNX says slope broadcasts to X): X of shape [] with
+    // a [3, 1] slope gives [3, 1], and MLX's multiply and where broadcast the same way.
     let scaled = ops::multiply(&x, &slope, s)?;
-    if scaled.shape() != x.shape() {
-        return Err(OpError::new(format!(
-            "slope of shape {:?} does not broadcast to X of shape {:?}",
-            slope.shape(),
-            x.shape()
-        )));
-    }
     Ok(ops::where_(&negative, &scaled, &x, s)?)
 }
 

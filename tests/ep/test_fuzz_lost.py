@@ -727,3 +727,20 @@ def test_attention_takes_the_3b_plus_2_mask_layout_as_ort_does(batch, mask):
     run.assert_all_on_mlx()
     assert run.outputs[0].shape == want.shape
     np.testing.assert_allclose(run.outputs[0], want, rtol=1e-4, atol=1e-5)
+
+
+# --- PRelu: a slope wider than X (s53-PRelu-7-3) ------------------------------------------------
+
+
+@pytest.mark.parametrize("x_shape, slope_shape", [((), (3, 1)), ((3,), (2, 1)), ((1, 3), (2, 1, 1)), ((2, 3), (4,)),
+                                                  ((2, 3), (3,))])
+def test_prelu_broadcasts_both_ways_as_ort_does(x_shape, slope_shape):
+    # ONNX says slope broadcasts to X; ORT's kernel broadcasts both ways (X [] with slope [3, 1]
+    # gives [3, 1]), which the EP refused.
+    model = make_model([helper.make_node("PRelu", ["x", "slope"], ["y"], name="prelu")],
+                       [tensor("x", shape=list(x_shape)), tensor("slope", shape=list(slope_shape))], [tensor("y")],
+                       opset=9)
+    feeds = {"x": np.linspace(-2, 2, int(np.prod(x_shape))).astype(np.float32).reshape(x_shape),
+             "slope": np.linspace(0.1, 0.9, int(np.prod(slope_shape))).astype(np.float32).reshape(slope_shape)}
+    if cpu_outputs_or_mlx_fails_too(model, feeds) is not None:
+        assert_same_as_cpu(model, feeds)
