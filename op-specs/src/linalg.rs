@@ -159,6 +159,22 @@ fn general_product(
         b
     };
     let product = ops::matmul(&a, &b, s)?;
+    if let Some(c) = &c {
+        // C must broadcast to Y one way (ORT checks it even when beta is 0): MLX's add would
+        // widen Y instead ([3, 1] + [5] gave [3, 5]).
+        let (y, bias) = (product.shape(), c.shape());
+        let fits = bias.len() <= 2
+            && bias
+                .iter()
+                .rev()
+                .zip(y.iter().rev())
+                .all(|(&d, &n)| d == n || d == 1);
+        if !fits {
+            return Err(OpError::new(format!(
+                "C of shape {bias:?} does not broadcast to Y of shape {y:?} (ORT refuses it too)"
+            )));
+        }
+    }
     let scaled = |k: f64| -> Result<Array> {
         let factor = f64::from(alpha) * k;
         if factor == 1.0 {

@@ -744,3 +744,20 @@ def test_prelu_broadcasts_both_ways_as_ort_does(x_shape, slope_shape):
              "slope": np.linspace(0.1, 0.9, int(np.prod(slope_shape))).astype(np.float32).reshape(slope_shape)}
     if cpu_outputs_or_mlx_fails_too(model, feeds) is not None:
         assert_same_as_cpu(model, feeds)
+
+
+# --- Gemm: a C that does not broadcast to Y (s55-Gemm-7..10-5) ----------------------------------
+
+
+@pytest.mark.parametrize("c_shape", [(5,), (3,), (2, 1), (1, 3), (3, 1), (1,), (1, 1), ()])
+@pytest.mark.parametrize("beta", [1.0, 0.0])
+def test_gemm_bias_broadcasts_one_way_as_ort_requires(c_shape, beta):
+    # Y is [3, 1]: MLX's add widened it to [3, 5] for a C of [5], which ORT refuses (even when
+    # beta is 0 and C is never read).
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], name="gemm", beta=beta)
+    model = make_model([node], [tensor("a", shape=[3, 4]), tensor("b", shape=[4, 1]), tensor("c")], [tensor("y")],
+                       opset=13)
+    feeds = {"a": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.ones((4, 1), np.float32),
+             "c": np.full(c_shape, 0.5, np.float32)}
+    if cpu_outputs_or_mlx_fails_too(model, feeds, match=r"node 'gemm' \(Gemm\): C of shape") is not None:
+        assert_same_as_cpu(model, feeds)
