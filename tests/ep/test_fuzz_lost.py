@@ -761,3 +761,23 @@ def test_gemm_bias_broadcasts_one_way_as_ort_requires(c_shape, beta):
              "c": np.full(c_shape, 0.5, np.float32)}
     if cpu_outputs_or_mlx_fails_too(model, feeds, match=r"node 'gemm' \(Gemm\): C of shape") is not None:
         assert_same_as_cpu(model, feeds)
+
+
+# --- RotaryEmbedding: num_heads beside a 4-D input (s55-com.microsoft.RotaryEmbedding-1-5) -------
+
+
+@pytest.mark.parametrize("num_heads", [1, 2, 5])
+def test_rotary_embedding_of_a_4d_input_ignores_num_heads_as_ort_does(num_heads):
+    # [B, N, S, H] names its heads: ORT's kernel gives the same answer whatever num_heads says
+    # (the EP refused a num_heads other than N).
+    rng = np.random.default_rng(3)
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="rope", domain="com.microsoft",
+                            interleaved=1, rotary_embedding_dim=6, num_heads=num_heads)
+    model = make_model([node], [tensor("x", shape=[2, 1, 3, 8]), tensor("pos", TensorProto.INT64, [1]),
+                                tensor("cos", shape=[6, 3]), tensor("sin", shape=[6, 3])], [tensor("y")],
+                       opset=17, domains=[("com.microsoft", 1)])
+    feeds = {"x": rng.standard_normal((2, 1, 3, 8)).astype(np.float32), "pos": np.array([1], np.int64),
+             "cos": rng.standard_normal((6, 3)).astype(np.float32), "sin": rng.standard_normal((6, 3)).astype(np.float32)}
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    np.testing.assert_allclose(run.outputs[0], cpu_outputs(model, feeds)[0], rtol=1e-6, atol=1e-6)

@@ -288,15 +288,8 @@ fn ms_rotary_embedding(
         3 => [shape[0], shape[1]],
         _ => [shape[0], shape[2]],
     };
-    if shape.len() == 4 && num_heads > 0 && num_heads != shape[1] {
-        return Err(err(
-            OP,
-            format!(
-                "num_heads {num_heads} differs from the input's {} heads",
-                shape[1]
-            ),
-        ));
-    }
+    // A 4-D input names its heads itself: ORT ignores num_heads then (2 over a 1-head input
+    // gives the 1-head answer).
     let head = x4.shape()[3];
     let rot = if rotary_embedding_dim > 0 {
         rotary_embedding_dim
