@@ -181,10 +181,14 @@ fn dequantize_linear(
     )?;
     let q = if is_float8(cx.node().input_type(0)) {
         if let Some(zp) = &p.zero_point {
-            let zero = ops::equal(zp, &scalar(0.0, zp.dtype(), s)?, s)?;
+            // ORT compares the bits with 0, so -0.0 (its sign bit set) fails too: +0 is the
+            // zero whose reciprocal is +inf.
+            let naught = scalar(0.0, zp.dtype(), s)?;
+            let positive = ops::greater(&ops::reciprocal(zp, s)?, &naught, s)?;
+            let zero = ops::logical_and(&ops::equal(zp, &naught, s)?, &positive, s)?;
             cx.require(
                 &zero,
-                "DequantizeLinear: a float8 x_zero_point must be 0 (ORT's kernel fails otherwise)",
+                "DequantizeLinear: a float8 x_zero_point must be +0 (ORT's kernel fails otherwise)",
             )?;
         }
         ops::astype(&x, Dtype::F32, s)?
