@@ -712,7 +712,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(values_f32(&ok[0]), [0.5, 1.0]);
-        let err = run(&node, &[Some(x), Some(scale), Some(half(2.0))]).unwrap_err();
-        assert!(err.contains("zero_point must be 0"), "{err}");
+        for bad in [2.0, -0.0] {
+            let err = run(
+                &node,
+                &[Some(x.clone()), Some(scale.clone()), Some(half(bad))],
+            )
+            .unwrap_err();
+            assert!(err.contains("zero_point must be +0"), "{bad}: {err}");
+        }
     }
 }
