@@ -124,14 +124,20 @@ fn low_nibble(x: &Array, signed: bool, s: &Stream) -> Result<Array> {
 #[onnx_op(
     op = "BitCast", precision = Float32, since = 26, types(T1 = NUMERIC, T2 = NUMERIC), ignores(to: i64),
     inputs(input: T1), outputs(output: T2), shape = Shapeless, claim = same_width_claim,
-    declines = "element types of different widths (ONNX requires equal ones)"
+    declines = "element types of different widths (ONNX requires equal ones); a to that is not the output's type"
 )]
 fn bit_cast(cx: &mut Lower, x: Array) -> Result<Array> {
     Ok(ops::view(&x, cx.output_dtype(0)?, cx.stream())?)
 }
 
-/// A BitCast between types of one width.
+/// A BitCast between types of one width, whose `to` names the output's type (ORT fails on a
+/// `to` that names no type, 0 for one).
 fn same_width_claim(node: &crate::Node) -> crate::Verdict {
+    let to = node.attr_or("to", 0i64);
+    let named = crate::ElemType::from_code(to);
+    if named.is_none() || named != node.output_type(0) {
+        return crate::Verdict::decline(format!("to {to} does not name the output's type"));
+    }
     let width = |t: Option<crate::ElemType>| {
         t.and_then(crate::ElemType::to_mlx)
             .map(Dtype::size_in_bytes)

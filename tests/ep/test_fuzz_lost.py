@@ -800,3 +800,16 @@ def test_float8_dequantize_takes_only_a_positive_zero_zero_point(zero_point, x_s
     feeds = {"x32": np.linspace(-3, 3, int(np.prod(x_shape))).astype(np.float32).reshape(x_shape)}
     if cpu_outputs_or_mlx_fails_too(model, feeds, match=r"node 'dq'.*must be \+0") is not None:
         assert_same_as_cpu(model, feeds)
+
+
+# --- BitCast: a `to` that names no type (s60-BitCast-26-5) --------------------------------------
+
+
+@pytest.mark.parametrize("to", [0, TensorProto.UINT32])
+def test_bit_cast_with_a_to_naming_no_type_is_left_to_ort(to):
+    # The EP read the output's declared type and ignored `to`; ORT fails on `to` 0.
+    node = helper.make_node("BitCast", ["x"], ["y"], name="bits", to=to)
+    model = make_model([node], [tensor("x", TensorProto.UINT32, [1, 3, 4])], [tensor("y", TensorProto.UINT32)], opset=26)
+    feeds = {"x": np.arange(12, dtype=np.uint32).reshape(1, 3, 4)}
+    if cpu_outputs_or_mlx_fails_too(model, feeds, match="tensor type 0 is not supported") is not None:
+        assert_same_as_cpu(model, feeds)
