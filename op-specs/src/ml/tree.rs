@@ -92,10 +92,10 @@ fn floats(node: &Node, name: &str) -> std::result::Result<Option<Vec<f32>>, Stri
     }
 }
 
-/// The forest as flat tables, checked as ORT's kernel checks it.
 /// The most entries a forest's dense per-node tables may hold (2^28: 1 GiB of float32).
 const MAX_TABLE_ENTRIES: usize = 1 << 28;
 
+/// The forest as flat tables, checked as ORT's kernel checks it.
 struct Forest {
     feature: Vec<i32>,
     threshold: Vec<f32>,
