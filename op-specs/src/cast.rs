@@ -134,8 +134,7 @@ fn bit_cast(cx: &mut Lower, x: Array) -> Result<Array> {
 /// `to` that names no type, 0 for one).
 fn same_width_claim(node: &crate::Node) -> crate::Verdict {
     let to = node.attr_or("to", 0i64);
-    let named = crate::ElemType::from_code(to);
-    if named.is_none() || named != node.output_type(0) {
+    if !node.names_output_type(to) {
         return crate::Verdict::decline(format!("to {to} does not name the output's type"));
     }
     let width = |t: Option<crate::ElemType>| {

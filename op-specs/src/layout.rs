@@ -244,14 +244,9 @@ fn space_to_depth(cx: &mut Lower, x: Array, #[attr] blocksize: i64) -> Result<Ar
 /// when it runs ("Unsupported data type"); declined, it fails there.
 fn eye_like_claim(node: &crate::Node) -> crate::Verdict {
     match node.attr_as::<i64>("dtype") {
-        Some(code)
-            if crate::ElemType::from_code(code).is_none()
-                || crate::ElemType::from_code(code) != node.output_type(0) =>
-        {
-            crate::Verdict::decline(format!(
-                "dtype {code} is not the output's element type (ORT's kernel refuses it)"
-            ))
-        }
+        Some(code) if !node.names_output_type(code) => crate::Verdict::decline(format!(
+            "dtype {code} is not the output's element type (ORT's kernel refuses it)"
+        )),
         _ => crate::Verdict::Claim,
     }
 }

@@ -10,7 +10,7 @@ use mlx_kernels::{ops, Array, Dtype};
 
 use crate::shape::normalise_axis;
 use crate::table::consts::scalar;
-use crate::{onnx_op, ElemType, Lower, Node, OpError, Result, Sequence, Verdict};
+use crate::{onnx_op, Lower, Node, OpError, Result, Sequence, Verdict};
 
 /// `position` in `[-len, len]` (`inclusive_end`: an insertion point) or `[-len, len)`, made
 /// non-negative; ORT fails the run outside it.
@@ -32,8 +32,7 @@ fn position(position: i64, len: usize, inclusive_end: bool) -> Result<usize> {
 
 /// An empty sequence of the output's type, which `dtype` (default float) names.
 fn empty_claim(node: &Node) -> Verdict {
-    let declared = ElemType::from_code(node.attr_or("dtype", 1i64));
-    if declared.is_none() || declared != node.output_type(0) {
+    if !node.names_output_type(node.attr_or("dtype", 1i64)) {
         return Verdict::decline("dtype is not the output's element type");
     }
     Verdict::Claim

@@ -3,7 +3,7 @@
 use mlx_kernels::{ops, Array, Dtype};
 
 use crate::table::consts::scalar;
-use crate::{onnx_op, ElemType, Lower, Node, OpError, Result, Verdict};
+use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
 /// π as ORT's CPU window kernels write it (3.14159265, not the double nearest π): the phase
 /// step is `2 * PI_AS_ORT / denominator`.
@@ -64,8 +64,7 @@ fn window_claim(node: &Node) -> Verdict {
 
 /// A node whose `output_datatype` attribute (default float) names its output's type.
 pub(super) fn output_datatype_claim(node: &Node) -> Verdict {
-    let declared = ElemType::from_code(node.attr_or("output_datatype", 1i64));
-    if declared.is_none() || declared != node.output_type(0) {
+    if !node.names_output_type(node.attr_or("output_datatype", 1i64)) {
         return Verdict::decline("output_datatype is not the output's type");
     }
     Verdict::Claim

@@ -214,6 +214,12 @@ impl Node {
     pub fn output_type(&self, index: usize) -> Option<ElemType> {
         self.outputs.get(index)?.as_ref()?.elem
     }
+    /// Whether the ONNX type `code` (a `to`, `dtype` or `output_datatype` attribute) names an
+    /// element type, and the one the graph gives output 0. ORT's kernels refuse the others.
+    pub fn names_output_type(&self, code: i64) -> bool {
+        let named = ElemType::from_code(code);
+        named.is_some() && named == self.output_type(0)
+    }
     /// Whether output slot `index` is connected (whatever its type).
     pub fn output_present(&self, index: usize) -> bool {
         self.outputs.get(index).is_some_and(Option::is_some)
