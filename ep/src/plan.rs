@@ -1096,8 +1096,7 @@ impl Constants {
         if !self.negative_zeros.contains(&slot) {
             return Ok(array.clone());
         }
-        op_specs::table::consts::scalar(-0.0, array.dtype(), stream)
-            .and_then(|zero| Ok(ops::reshape(&zero, &array.shape(), stream)?))
+        op_specs::table::consts::one_negative_zero(&array.shape(), array.dtype(), stream)
             .map_err(|e| e.to_string())
     }
 }

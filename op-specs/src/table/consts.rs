@@ -54,6 +54,12 @@ pub fn zeros(shape: &[i64], dtype: Dtype, stream: &Stream) -> Result<Array> {
     )?)
 }
 
+/// A one-element tensor of `shape` holding -0.0, made as [`scalar`] makes it so that it keeps
+/// its sign in compiled runs (see [`holds_negative_zero`]).
+pub fn one_negative_zero(shape: &[i64], dtype: Dtype, stream: &Stream) -> Result<Array> {
+    Ok(ops::reshape(&scalar(-0.0, dtype, stream)?, shape, stream)?)
+}
+
 /// The host copy of a tensor (an attribute's, a body's initializer) as an MLX array; one
 /// element of -0.0 as [`scalar`] makes it, so that it keeps its sign in compiled runs.
 pub fn tensor_array(value: &TensorValue, stream: &Stream) -> Result<Array> {
@@ -62,11 +68,7 @@ pub fn tensor_array(value: &TensorValue, stream: &Stream) -> Result<Array> {
         .to_mlx()
         .ok_or_else(|| OpError::new("a tensor of a type MLX cannot hold"))?;
     if holds_negative_zero(value.elem, &value.bytes) {
-        return Ok(ops::reshape(
-            &scalar(-0.0, dtype, stream)?,
-            &value.shape,
-            stream,
-        )?);
+        return one_negative_zero(&value.shape, dtype, stream);
     }
     Ok(Array::from_bytes(&value.bytes, &value.shape, dtype)?)
 }
