@@ -42,16 +42,24 @@ pub(crate) fn leaky_relu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> 
     })
 }
 
-/// `alpha * (e^x - 1)` for `x < 0`, else `x`: `e^x - 1` as ORT's kernels compute it, not
-/// `expm1`, whose exact -1e-10 at x = -1e-10 (where `e^x` rounds to 1) a huge alpha or gamma
-/// makes -1e28 where ORT gives 0 (found by the fuzzer, Selu with gamma 1e38).
+/// `e^x - 1` as ORT's kernels compute it for Elu, Selu and Celu, not `expm1`: where `e^x`
+/// rounds to 1 (x = -1e-10) it is 0, and a huge alpha or gamma keeps it 0, where `expm1`'s
+/// exact -1e-10 became -1e28 (found by the fuzzer, Selu with gamma 1e38).
+fn exp_minus_one(x: &Array, s: &Stream) -> Result<Array> {
+    Ok(ops::subtract(
+        &ops::exp(x, s)?,
+        &scalar_like(1.0, x, s)?,
+        s,
+    )?)
+}
+
+/// `alpha * (e^x - 1)` for `x < 0`, else `x`.
 pub(crate) fn elu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> {
     in_float32_for_half(x, s, |x, s| {
         let negative = ops::less(x, &zero_like(x, s)?, s)?;
-        let exp_minus_one = ops::subtract(&ops::exp(x, s)?, &scalar_like(1.0, x, s)?, s)?;
         Ok(ops::where_(
             &negative,
-            &scale(&exp_minus_one, alpha, s)?,
+            &scale(&exp_minus_one(x, s)?, alpha, s)?,
             x,
             s,
         )?)
@@ -75,8 +83,7 @@ fn selu(
     // ORT's order: `gamma * x` above 0, else `(gamma * alpha) * (e^x - 1)` with the product
     // taken in float32 first (so -0 gives +0, and the last bit is ORT's).
     in_float32_for_half(&x, cx.stream(), |x, s| {
-        let exp_minus_one = ops::subtract(&ops::exp(x, s)?, &scalar_like(1.0, x, s)?, s)?;
-        let curve = scale(&exp_minus_one, f64::from(gamma * alpha), s)?;
+        let curve = scale(&exp_minus_one(x, s)?, f64::from(gamma * alpha), s)?;
         let positive = ops::greater(x, &zero_like(x, s)?, s)?;
         Ok(ops::where_(
             &positive,
@@ -93,8 +100,6 @@ fn celu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<A
     let s = cx.stream();
     let alpha = f64::from(alpha);
     let zero = zero_like(&x, s)?;
-    // exp(x / alpha) - 1 as ORT computes it, not expm1: a huge alpha gives its 0, not x.
-    let one = scalar_like(1.0, &x, s)?;
     // A negative alpha is applied as a negation of |alpha|, which is exact: mx.compile merges
     // scalar constants that compare equal, so a -0.0 alpha beside the 0.0 above became +0.0
     // in compiled runs (x / -0 turned from -inf into +inf: found by the fuzzer).
@@ -107,8 +112,7 @@ fn celu(cx: &mut Lower, x: Array, #[attr(default = 1.0)] alpha: f32) -> Result<A
     };
     let magnitude = alpha.abs();
     let ratio = signed(ops::divide(&x, &scalar_like(magnitude, &x, s)?, s)?)?;
-    let exp_minus_one = ops::subtract(&ops::exp(&ratio, s)?, &one, s)?;
-    let curve = signed(scale(&exp_minus_one, magnitude, s)?)?;
+    let curve = signed(scale(&exp_minus_one(&ratio, s)?, magnitude, s)?)?;
     // std::min(curve, 0) keeps a NaN curve (alpha = -0 gives -0 * inf), as ORT's scalar path
     // does; its SIMD lanes drop it, so which one a position gets there depends on its lane.
     let negative_part = ops::where_(&ops::greater(&curve, &zero, s)?, &zero, &curve, s)?;
