@@ -272,7 +272,8 @@ fn is_float(t: crate::ElemType) -> bool {
 /// the run (as in ORT's CPU EP).
 #[onnx_op(
     op = "Mod", since = 10, types(T = NUMERIC), inputs(A: T, B: T), outputs(C: T),
-    shape = Shapeless, claim = mod_claim, declines = "fmod=0 on floats (invalid in ONNX)"
+    shape = Shapeless, claim = mod_claim,
+    declines = "fmod=0 on floats (invalid in ONNX); at run time, fmod=1 over 64-bit integers beyond ±2^53 (ORT computes it in double precision)"
 )]
 fn modulo(cx: &mut Lower, a: Array, b: Array, #[attr(default = 0)] fmod: i64) -> Result<Array> {
     let s = cx.stream();
@@ -293,12 +294,38 @@ fn modulo(cx: &mut Lower, a: Array, b: Array, #[attr(default = 0)] fmod: i64) ->
     let rest = if fmod == 0 {
         ops::remainder(&a, &divisor.safe, s)?
     } else {
+        require_fmod_exact_in_double(cx, &a, &b)?;
         // a - b * trunc(a / b), exact in wrapping integer arithmetic.
         let quotient = divisor.truncating_quotient(&a, s)?;
         ops::subtract(&a, &ops::multiply(&divisor.safe, &quotient, s)?, s)?
     };
     // Anything modulo -1 is 0, which `rest` already is (the divisor was made 1).
     Ok(rest)
+}
+
+/// ORT's CPU EP computes `fmod = 1` on integers with C's `std::fmod`, which takes doubles: 64-bit
+/// operands past 2^53 are rounded first (`fmod(2^53 + 1, 2)` gives 0 there), which the EP's
+/// exact integer remainder does not repeat: the run fails with the reason instead. Within ±2^53
+/// both agree exactly (narrower integers always do).
+fn require_fmod_exact_in_double(cx: &mut Lower, a: &Array, b: &Array) -> Result<()> {
+    use mlx_kernels::Dtype::{I64, U64};
+    const EXACT: i64 = 1 << 53;
+    let low = match a.dtype() {
+        I64 => -EXACT,
+        U64 => 0,
+        _ => return Ok(()),
+    };
+    let exact = ops::logical_and(
+        &cx.in_range(a, low, EXACT)?,
+        &cx.in_range(b, low, EXACT)?,
+        cx.stream(),
+    )?;
+    cx.require_unlike_ort(
+        &exact,
+        "Mod with fmod=1 over 64-bit integers beyond ±2^53: ORT's CPU EP computes it in double \
+         precision, which rounds them first, and the EP does not repeat that rounding; run this \
+         node on ORT's CPU EP (ONNXRUNTIME_EP_MLX_DISABLE=1)",
+    )
 }
 
 fn mod_claim(node: &crate::Node) -> crate::Verdict {
@@ -471,8 +498,11 @@ mod tests {
             .to_vec::<i64>(&s)
             .unwrap();
         assert_eq!(py, vec![1, 2, -2, -1, 0, 0]);
+        // fmod = 1 within ±2^53, where ORT's double arithmetic is exact (see below).
+        let a = Array::from_slice(&[7i64, -7, 7, -7, 5], &[5]).unwrap();
+        let b = Array::from_slice(&[3i64, 3, -3, -3, 1], &[5]).unwrap();
         let cm = run1(&c, &[Some(a), Some(b)]).to_vec::<i64>(&s).unwrap();
-        assert_eq!(cm, vec![1, -1, 1, -1, 0, 0]);
+        assert_eq!(cm, vec![1, -1, 1, -1, 0]);
         // Float fmod keeps tiny remainders exactly (no round trip through a shifted remainder).
         let fa = f32s(&[-1e-8, 5.5, -5.5, 1.0], &[4]);
         let fb = f32s(&[1.0, 2.0, 2.0, 0.0], &[4]);
@@ -486,6 +516,43 @@ mod tests {
         let r = values_f32(&run1(&nf, &[Some(fa), Some(fb)]));
         assert_eq!(&r[..3], &[-1e-8, 1.5, -1.5]);
         assert!(r[3].is_nan());
+    }
+
+    #[test]
+    fn fmod_over_64_bit_integers_fails_where_orts_double_arithmetic_rounds() {
+        let exact = 1i64 << 53;
+        for ty in [ElemType::Int64, ElemType::Uint64] {
+            let n = node("Mod", 13, &[ty, ty], ty).attr("fmod", AttrValue::Int(1));
+            let array = |v: &[i64]| match ty {
+                ElemType::Int64 => Array::from_slice(v, &[v.len() as i64]).unwrap(),
+                _ => {
+                    let v: Vec<u64> = v.iter().map(|&x| x as u64).collect();
+                    Array::from_slice(&v, &[v.len() as i64]).unwrap()
+                }
+            };
+            // Within 2^53 both answer exactly...
+            let within = run1(&n, &[Some(array(&[exact, 7])), Some(array(&[3, exact]))]);
+            let within =
+                mlx_kernels::ops::astype(&within, mlx_kernels::Dtype::I64, &stream()).unwrap();
+            assert_eq!(within.to_vec::<i64>(&stream()).unwrap(), [exact % 3, 7]);
+            // ...past it ORT answers fmod(2^53 + 1, 2) = 0 (its double rounds to 2^53).
+            for (a, b) in [(exact + 1, 2), (7, exact + 1)] {
+                let error = run(&n, &[Some(array(&[a])), Some(array(&[b]))]).unwrap_err();
+                assert!(error.contains("beyond ±2^53"), "{ty:?}: {error}");
+            }
+        }
+        let n =
+            node("Mod", 13, &[ElemType::Int32; 2], ElemType::Int32).attr("fmod", AttrValue::Int(1));
+        let a = Array::from_slice(&[i32::MIN, i32::MAX], &[2]).unwrap();
+        let b = Array::from_slice(&[7i32, -3], &[2]).unwrap();
+        let r = run1(&n, &[Some(a), Some(b)])
+            .to_vec::<i32>(&stream())
+            .unwrap();
+        assert_eq!(
+            r,
+            [i32::MIN % 7, i32::MAX % -3],
+            "int32 is exact in double: no check"
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import MLX, Run, cpu_outputs, make_model, tensor
 
 F16 = TensorProto.FLOAT16
-ELEM = {np.float32: TensorProto.FLOAT, np.float16: F16, np.int32: TensorProto.INT32, np.int64: TensorProto.INT64}
+ELEM = {np.float32: TensorProto.FLOAT, np.float16: F16, np.int32: TensorProto.INT32, np.int64: TensorProto.INT64,
+        np.uint64: TensorProto.UINT64}
 
 
 def single_node_model(op, feeds, attrs=None, opset=17, constants=(), out_elem=None, domain=""):
@@ -189,6 +190,24 @@ def test_int64_sums_past_the_exact_range_fail_the_run_with_the_reason():
     assert "rejects this input" not in str(error.value), error.value
     assert "ONNXRUNTIME_EP_MLX_DISABLE=1" in str(error.value), error.value
     cpu_outputs(model, feeds)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_integer_fmod_runs_on_mlx_like_cpu_within_2_pow_53_and_fails_past_it(dtype):
+    """s66-Mod-10-0: ORT computes Mod's fmod=1 on integers with std::fmod, in doubles: 2^64 - 1
+    rounds to 2^64 there (mod 9: 7, not 6). Within 2^53 its answer is exact and the EP's equals
+    it; past 2^53 the EP fails the run with the reason rather than differ."""
+    top = 2**53
+    feeds = {"a": np.array([top, 7, 20, 0], dtype), "b": np.array([3, top, 9, 5], dtype)}
+    model = single_node_model("Mod", feeds, {"fmod": 1}, opset=13)
+    assert_like_cpu_on_mlx(model, feeds)
+    past = {"a": np.array([top + 1, 7, 1, 2], dtype), "b": np.array([2, 3, 4, 5], dtype)}
+    session = ort.InferenceSession(model, providers=[MLX, "CPUExecutionProvider"])
+    session.disable_fallback()
+    with pytest.raises(Exception, match="double precision") as error:
+        session.run(None, past)
+    assert "ONNXRUNTIME_EP_MLX_DISABLE=1" in str(error.value), error.value
+    assert cpu_outputs(model, past)[0].tolist() == [0, 1, 1, 2]  # ORT's rounding (exact: 1, 1, ...)
 
 
 # 6. FusedMatMul with transA and a 1-D B: ORT's kernel departs from numpy's rule; declined.
