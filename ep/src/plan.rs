@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mlx_kernels::{custom, ops, Array, Dtype, Stream};
-use op_specs::table::channels_last::{answer_from_channels_last, to_channels_last};
+use op_specs::table::channels_last::answer_from_channels_last;
 use op_specs::{
-    decide, BodiesReport, ConstantInputs, Decision, ElemType, HostKey, Layout, Lower, Lowered,
-    Node, OpSpec, Prepared, ShapeSafety, SharedDerivations, Value, ValueInfo,
+    decide, BodiesReport, ConstantInputs, Decision, ElemType, HostKey, Lower, Lowered, Node,
+    OpSpec, Prepared, ShapeSafety, SharedDerivations, Value, ValueInfo,
 };
 
 use crate::channels_last::{self, NodeSlots};
@@ -902,7 +902,7 @@ impl Plan {
                 })
                 .collect();
             let args = match self.float32_inputs_as[index] {
-                Some(dtype) => float32_args_as(planned, args, dtype, constants, &shared, stream)?,
+                Some(dtype) => float32_args_as(planned, args, dtype, constants, stream)?,
                 None => args,
             };
             let host_values: Vec<Option<Vec<i64>>> = if part.host_values.is_empty() {
@@ -1038,14 +1038,11 @@ fn lowered_channels_last(
 
 /// `args` with the float32 tensors of `planned` (those the graph types float32, which may
 /// arrive in a half type) in `dtype`. A constant is rounded to a half type once per session.
-/// The activation of a `ChannelsLast` row is cast in its channels-last form (see
-/// [`cast_channels_last`]).
 fn float32_args_as(
     planned: &PlanNode,
     mut args: Vec<Option<Value>>,
     dtype: Dtype,
     constants: &Constants,
-    forms: &RefCell<SharedDerivations>,
     stream: &Stream,
 ) -> Result<Vec<Option<Value>>, String> {
     for (i, arg) in args.iter_mut().enumerate() {
@@ -1058,37 +1055,15 @@ fn float32_args_as(
         }
         let slot = planned.inputs.get(i).copied().flatten();
         let constant = planned.constant_inputs.get(i).copied().unwrap_or(false);
-        let activation = i == 0 && planned.spec.layout == Layout::ChannelsLast;
         let cast = match slot {
             Some(slot) if constant && dtype != Dtype::F32 => {
                 constants.rounded(slot, array, dtype, stream)
             }
-            _ if activation && array.ndim() >= 3 => cast_channels_last(array, dtype, forms, stream),
             _ => ops::astype(array, dtype, stream).map_err(|e| e.to_string()),
         };
         *array = cast.map_err(|e| node_error(&planned.node, &e))?;
     }
     Ok(args)
-}
-
-/// `first` (channels-first) in `dtype`, cast in its channels-last form (the one recorded in
-/// `forms`, else its transpose) and answered as that form's channels-first view, the cast
-/// recorded as its form. A convolution reads its input channels-last: casting the transpose
-/// writes that layout once, where casting `first` and then transposing it writes it twice (on
-/// the H200, the 640² CNN's first convolution in float16 took 0.262 ms against 0.324).
-fn cast_channels_last(
-    first: &Array,
-    dtype: Dtype,
-    forms: &RefCell<SharedDerivations>,
-    stream: &Stream,
-) -> Result<Array, String> {
-    let recorded = forms.borrow().channels_last_of(first);
-    let last = match recorded {
-        Some(last) => last,
-        None => to_channels_last(first, stream).map_err(|e| e.message)?,
-    };
-    let cast = ops::astype(&last, dtype, stream).map_err(|e| e.to_string())?;
-    answer_from_channels_last(cast, Some(forms), stream).map_err(|e| e.message)
 }
 
 impl Constants {
@@ -1370,35 +1345,5 @@ mod twin_tests {
         assert_eq!(sources, [None, Some(0), None, None, None, None]);
         let slots: Vec<usize> = constants.iter().map(|c| c.slot).collect();
         assert_eq!(slots, [0, 1, 2, 3, 4, 5]);
-    }
-}
-
-#[cfg(test)]
-mod cast_tests {
-    use super::*;
-
-    #[test]
-    fn a_convolutions_activation_is_cast_in_its_channels_last_form() {
-        let s = Stream::cpu().unwrap();
-        let values: Vec<f32> = (0..24).map(|i| i as f32 * 0.5 - 3.0).collect();
-        let first = Array::from_slice(&values, &[1, 2, 3, 4]).unwrap();
-        let forms = RefCell::new(SharedDerivations::default());
-        let cast = cast_channels_last(&first, Dtype::F16, &forms, &s).unwrap();
-        // The answer is the input, cast, in ONNX's layout...
-        assert_eq!((cast.shape(), cast.dtype()), (vec![1, 2, 3, 4], Dtype::F16));
-        let back = ops::astype(&cast, Dtype::F32, &s).unwrap();
-        assert_eq!(back.to_vec::<f32>(&s).unwrap(), values);
-        // ...whose channels-last form, the array the cast wrote, is there for the convolution.
-        let last = forms
-            .borrow()
-            .channels_last_of(&cast)
-            .expect("a recorded form");
-        assert_eq!((last.shape(), last.dtype()), (vec![1, 3, 4, 2], Dtype::F16));
-        let expected = to_channels_last(&back, &s).unwrap();
-        let last = ops::astype(&last, Dtype::F32, &s).unwrap();
-        assert_eq!(
-            last.to_vec::<f32>(&s).unwrap(),
-            expected.to_vec::<f32>(&s).unwrap()
-        );
     }
 }
