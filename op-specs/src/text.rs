@@ -20,7 +20,7 @@ use crate::{onnx_op, Lower, OpError, Result};
     op = "TfIdfVectorizer", since = 9, types(T = I32 | I64, F = F32),
     inputs(X: T), outputs(Y: F),
     shape = ShapeKeyed, claim = tf_idf_claim,
-    declines = "pool_strings (MLX holds no strings); attributes ORT's kernel refuses at session creation; pool n-grams past the end of ngram_indexes (ORT's kernel aborts on a match); IDF with two pool n-grams sharing an output slot (ORT keeps the last match in its scan order)",
+    declines = "pool_strings (MLX holds no strings); attributes ORT's kernel refuses at session creation; max_skip_count at int64's maximum (ORT's skip distance overflows); pool n-grams past the end of ngram_indexes (ORT's kernel aborts on a match); IDF with two pool n-grams sharing an output slot (ORT keeps the last match in its scan order)",
     numerics = "counts are exact; TFIDF multiplies each pool n-gram's count by its weight where ORT adds the weight once a match, so the last bits of a weighted sum may differ"
 )]
 fn tf_idf_vectorizer(
@@ -225,6 +225,15 @@ impl Pool {
                 counts.len(),
                 indexes.len()
             ));
+        }
+        if max_skip == i64::MAX {
+            // Its kernel reads the largest skip distance as max_skip_count + 1, which wraps
+            // negative there, and counts nothing: left to ORT, which answers zeros.
+            return Err(
+                "max_skip_count at int64's maximum (ORT's kernel adds 1 to it, \
+                        which overflows, and counts nothing)"
+                    .into(),
+            );
         }
         if max > counts.len() as i64 || indexes.iter().any(|&i| i < 0) {
             return Err(format!(

@@ -61,6 +61,16 @@ def test_tf_idf_with_a_huge_skip_count_stops_at_the_row_width():
     np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model(10), feeds)[0])
 
 
+def test_tf_idf_with_the_largest_skip_count_is_left_to_ort(capfd, monkeypatch):
+    # s72-TfIdfVectorizer-9-3: ORT's kernel adds 1 to max_skip_count, which wraps negative at
+    # int64's maximum, so it counts nothing; the EP counted every window. Declined, ORT answers.
+    model = tf_idf_model([2, 6], mode="TF", min_gram_length=1, max_gram_length=2, max_skip_count=2**63 - 1,
+                         ngram_counts=[0, 3], pool_int64s=[1, 2, 3, 1, 2, 2, 3], ngram_indexes=[0, 1, 2, 3, 4])
+    assert_declined(model, capfd, monkeypatch, "TfIdfVectorizer", "max_skip_count at int64's maximum")
+    feeds = {"x": np.array([[2, 1, 0, 2, 3, 1], [1, 2, 3, 1, 2, 2]], np.int64)}
+    assert not Run(model, feeds).outputs[0].any()  # ORT's own answer: nothing counted
+
+
 def test_lrn_with_a_window_of_billions_of_channels_is_declined(capfd, monkeypatch):
     node = helper.make_node("LRN", ["x"], ["y"], name="lrn", size=2**31 - 1)
     model = make_model([node], [tensor("x", shape=[1, 1, 1, 1])], [tensor("y")], opset=13)
