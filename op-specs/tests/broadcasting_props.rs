@@ -226,6 +226,19 @@ fn check_case(
         );
         return Ok(());
     }
+    // fmod over 64-bit integers past 2^53 fails the run: ORT's CPU EP computes it in doubles,
+    // which round such operands first (an empty result computes nothing, on either side).
+    let wide = matches!(t, ElemType::Int64 | ElemType::Uint64) && count(&out_shape) > 0;
+    let past_doubles = |v: &V| matches!(v, V::I(i) if i.unsigned_abs() > 1 << 53);
+    let fmod = case.op == "Mod" && !case.attrs.is_empty();
+    if fmod && wide && va.iter().chain(&vb).any(past_doubles) {
+        let outcome = run(&n, &[Some(a), Some(b)]);
+        prop_assert!(
+            outcome.as_ref().is_err_and(|e| e.contains("beyond ±2^53")),
+            "fmod {t:?}: operands past 2^53 must fail the run"
+        );
+        return Ok(());
+    }
     let result = run(&n, &[Some(a), Some(b)]).map_err(TestCaseError::fail)?;
     prop_assert_eq!(result[0].shape(), out_shape.clone());
     prop_assert_eq!(result[0].dtype(), dtype(out_type));
