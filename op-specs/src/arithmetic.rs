@@ -306,7 +306,8 @@ fn modulo(cx: &mut Lower, a: Array, b: Array, #[attr(default = 0)] fmod: i64) ->
 /// ORT's CPU EP computes `fmod = 1` on integers with C's `std::fmod`, which takes doubles: 64-bit
 /// operands past 2^53 are rounded first (`fmod(2^53 + 1, 2)` gives 0 there), which the EP's
 /// exact integer remainder does not repeat: the run fails with the reason instead. Within ±2^53
-/// both agree exactly (narrower integers always do).
+/// both agree exactly (narrower integers always do), and so does any dividend over a divisor
+/// of ±1 (0 on both sides, `MIN % -1` included).
 fn require_fmod_exact_in_double(cx: &mut Lower, a: &Array, b: &Array) -> Result<()> {
     use mlx_kernels::Dtype::{I64, U64};
     const EXACT: i64 = 1 << 53;
@@ -315,14 +316,13 @@ fn require_fmod_exact_in_double(cx: &mut Lower, a: &Array, b: &Array) -> Result<
         U64 => 0,
         _ => return Ok(()),
     };
-    let exact = ops::logical_and(
-        &cx.in_range(a, low, EXACT)?,
-        &cx.in_range(b, low, EXACT)?,
-        cx.stream(),
-    )?;
+    let s = cx.stream();
+    let unit = cx.in_range(&ops::abs(b, s)?, 1, 1)?;
+    let dividend = ops::logical_or(&cx.in_range(a, low, EXACT)?, &unit, s)?;
+    let exact = ops::logical_and(&dividend, &cx.in_range(b, low, EXACT)?, s)?;
     cx.require_unlike_ort(
         &exact,
-        "Mod with fmod=1 over 64-bit integers beyond ±2^53: ORT's CPU EP computes it in double \
+        "Mod with fmod=1 over 64-bit integers beyond ±2^53 (divisors other than ±1): ORT's CPU EP computes it in double \
          precision, which rounds them first, and the EP does not repeat that rounding; run this \
          node on ORT's CPU EP (ONNXRUNTIME_EP_MLX_DISABLE=1)",
     )
@@ -535,6 +535,10 @@ mod tests {
             let within =
                 mlx_kernels::ops::astype(&within, mlx_kernels::Dtype::I64, &stream()).unwrap();
             assert_eq!(within.to_vec::<i64>(&stream()).unwrap(), [exact % 3, 7]);
+            // A divisor of 1 gives 0 on both sides, whatever the dividend.
+            let unit = run1(&n, &[Some(array(&[i64::MAX, -1])), Some(array(&[1, 1]))]);
+            let unit = mlx_kernels::ops::astype(&unit, mlx_kernels::Dtype::I64, &stream()).unwrap();
+            assert_eq!(unit.to_vec::<i64>(&stream()).unwrap(), [0, 0]);
             // ...past it ORT answers fmod(2^53 + 1, 2) = 0 (its double rounds to 2^53).
             for (a, b) in [(exact + 1, 2), (7, exact + 1)] {
                 let error = run(&n, &[Some(array(&[a])), Some(array(&[b]))]).unwrap_err();
