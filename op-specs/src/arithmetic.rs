@@ -322,9 +322,9 @@ fn require_fmod_exact_in_double(cx: &mut Lower, a: &Array, b: &Array) -> Result<
     let exact = ops::logical_and(&dividend, &cx.in_range(b, low, EXACT)?, s)?;
     cx.require_unlike_ort(
         &exact,
-        "Mod with fmod=1 over 64-bit integers beyond ±2^53 (divisors other than ±1): ORT's CPU EP computes it in double \
-         precision, which rounds them first, and the EP does not repeat that rounding; run this \
-         node on ORT's CPU EP (ONNXRUNTIME_EP_MLX_DISABLE=1)",
+        "Mod with fmod=1 over 64-bit integers beyond ±2^53 (divisors other than ±1): ORT's \
+         CPU EP computes it in double precision, which rounds them first, and the EP does not \
+         repeat that rounding; run this node on ORT's CPU EP (ONNXRUNTIME_EP_MLX_DISABLE=1)",
     )
 }
 
@@ -535,15 +535,15 @@ mod tests {
             let within =
                 mlx_kernels::ops::astype(&within, mlx_kernels::Dtype::I64, &stream()).unwrap();
             assert_eq!(within.to_vec::<i64>(&stream()).unwrap(), [exact % 3, 7]);
-            // A divisor of 1 gives 0 on both sides, whatever the dividend.
-            let unit = run1(&n, &[Some(array(&[i64::MAX, -1])), Some(array(&[1, 1]))]);
-            let unit = mlx_kernels::ops::astype(&unit, mlx_kernels::Dtype::I64, &stream()).unwrap();
-            assert_eq!(unit.to_vec::<i64>(&stream()).unwrap(), [0, 0]);
-            // ...past it ORT answers fmod(2^53 + 1, 2) = 0 (its double rounds to 2^53).
+            // ...past it ORT answers fmod(2^53 + 1, 2) = 0 (its double rounds to 2^53)...
             for (a, b) in [(exact + 1, 2), (7, exact + 1)] {
                 let error = run(&n, &[Some(array(&[a])), Some(array(&[b]))]).unwrap_err();
                 assert!(error.contains("beyond ±2^53"), "{ty:?}: {error}");
             }
+            // ...but by 1, which gives 0 on both sides whatever the dividend.
+            let unit = run1(&n, &[Some(array(&[i64::MAX, -1])), Some(array(&[1, 1]))]);
+            let unit = mlx_kernels::ops::astype(&unit, mlx_kernels::Dtype::I64, &stream()).unwrap();
+            assert_eq!(unit.to_vec::<i64>(&stream()).unwrap(), [0, 0]);
         }
         let n =
             node("Mod", 13, &[ElemType::Int32; 2], ElemType::Int32).attr("fmod", AttrValue::Int(1));

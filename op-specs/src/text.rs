@@ -229,11 +229,9 @@ impl Pool {
         if max_skip == i64::MAX {
             // Its kernel reads the largest skip distance as max_skip_count + 1, which wraps
             // negative there, and counts nothing: left to ORT, which answers zeros.
-            return Err(
-                "max_skip_count at int64's maximum (ORT's kernel adds 1 to it, \
-                        which overflows, and counts nothing)"
-                    .into(),
-            );
+            let reason = "max_skip_count at int64's maximum (ORT's kernel adds 1 to it, which \
+                          overflows, and counts nothing)";
+            return Err(reason.into());
         }
         if max > counts.len() as i64 || indexes.iter().any(|&i| i < 0) {
             return Err(format!(
