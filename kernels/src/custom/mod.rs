@@ -14,12 +14,14 @@ mod decode_attention;
 #[cfg(test)]
 mod emulator;
 mod launch;
+mod made;
 mod pack_bytes;
 mod paged_prefill_attention;
 mod quantized_matvec;
 mod rms_norm;
 mod store_bytes;
 
+use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -125,6 +127,11 @@ struct Launch<'a> {
     template: &'a [(&'a str, TemplateArg)],
 }
 
+thread_local! {
+    static CUDA: made::Made<launch::CudaKernel> = RefCell::default();
+    static METAL: made::Made<launch::MetalKernel> = RefCell::default();
+}
+
 /// A kernel's name, argument names and body, one body per backend it has.
 struct Kernel<'a> {
     name: &'a str,
@@ -152,11 +159,13 @@ impl Kernel<'_> {
         }
         match (backend(stream), self.metal) {
             (Some(Backend::Cuda), _) => {
-                launch::CudaKernel::new(self.name, self.inputs, &["out"], self.cuda)?
+                let make = || launch::CudaKernel::new(self.name, self.inputs, &["out"], self.cuda);
+                made::made(&CUDA, self.name, self.inputs, self.cuda, make)?
                     .apply(inputs, launch, stream)
             }
             (Some(Backend::Metal), Some(metal)) => {
-                launch::MetalKernel::new(self.name, self.inputs, &["out"], metal)?
+                let make = || launch::MetalKernel::new(self.name, self.inputs, &["out"], metal);
+                made::made(&METAL, self.name, self.inputs, metal, make)?
                     .apply(inputs, launch, stream)
             }
             (found, _) => Err(Error::Mlx(format!(
