@@ -4,7 +4,7 @@
 use mlx_kernels::{ops, Array};
 
 use crate::shape::normalise_axis;
-use crate::table::consts::scalar_like;
+use crate::table::consts::{scalar, scalar_like};
 use crate::{onnx_op, Lower, Result};
 
 /// Entries of `data` along `axis` at `indices` (negative indices count from the end). An
@@ -140,9 +140,20 @@ fn gather_nd(
     let k = *idx_dims
         .last()
         .ok_or_else(|| crate::OpError::new("indices must have rank >= 1"))? as usize;
-    if b >= idx_dims.len() || b + k > dims.len() || dims[..b] != idx_dims[..b] {
+    if b >= idx_dims.len() || b + k > dims.len() {
         return Err(crate::OpError::new(format!(
             "indices {idx_dims:?} do not address data {dims:?} with batch_dims {b}"
+        )));
+    }
+    // ONNX wants the batch axes equal. ORT's kernel only wants the indices' batch a multiple
+    // of the data's, and deals the lookups out evenly: with data batch 2 and indices batch 4,
+    // the first half of the lookups read data's batch entry 0 and the second half entry 1.
+    let batch: i64 = dims[..b].iter().product();
+    let indices_batch: i64 = idx_dims[..b].iter().product();
+    if dims[..b] != idx_dims[..b] && (batch == 0 || indices_batch % batch != 0) {
+        return Err(crate::OpError::new(format!(
+            "the indices' batch size {indices_batch} is not a multiple of the data's, {batch} \
+             (batch_dims {b}; ORT's CPU EP refuses it too)"
         )));
     }
     let lookups = &idx_dims[..idx_dims.len() - 1];
@@ -157,24 +168,20 @@ fn gather_nd(
         ));
     }
     // One linear index per addressed slice, into data viewed as [batch * addressed, rest..].
-    let batch: i64 = dims[..b].iter().product();
     let addressed: i64 = dims[b..b + k].iter().product();
     let rest: Vec<i64> = dims[b + k..].to_vec();
     let linear = linear_index(cx, &indices, &dims[b..b + k], b)?;
     let linear = if b > 0 {
-        // Offset each batch entry to its own block of `addressed` slices.
-        let mut batch_shape = dims[..b].to_vec();
-        batch_shape.extend(std::iter::repeat_n(1, lookups.len() - b));
-        let offsets = ops::reshape(
-            &ops::arange(0.0, batch as f64, 1.0, mlx_kernels::Dtype::I64, s)?,
-            &batch_shape,
-            s,
-        )?;
-        ops::add(
-            &linear,
-            &ops::multiply(&offsets, &scalar_like(addressed as f64, &offsets, s)?, s)?,
-            s,
-        )?
+        // Offset each lookup to its batch entry's block of `addressed` slices: lookup i (in
+        // row-major order) belongs to entry i / (lookups / batch), which is its own batch
+        // index when the batch axes are equal.
+        let lookups_count: i64 = lookups.iter().product();
+        let i64s = mlx_kernels::Dtype::I64;
+        let order = ops::arange(0.0, lookups_count as f64, 1.0, i64s, s)?;
+        let per_entry = scalar((lookups_count / batch) as f64, i64s, s)?;
+        let entry = ops::floor_divide(&order, &per_entry, s)?;
+        let offsets = ops::multiply(&entry, &scalar(addressed as f64, i64s, s)?, s)?;
+        ops::add(&linear, &ops::reshape(&offsets, lookups, s)?, s)?
     } else {
         linear
     };

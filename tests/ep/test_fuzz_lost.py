@@ -813,3 +813,27 @@ def test_bit_cast_with_a_to_naming_no_type_is_left_to_ort(to):
     feeds = {"x": np.arange(12, dtype=np.uint32).reshape(1, 3, 4)}
     if cpu_outputs_or_mlx_fails_too(model, feeds, match="tensor type 0 is not supported") is not None:
         assert_same_as_cpu(model, feeds)
+
+
+# --- GatherND whose batch axes differ (s76-GatherND-11-4) -----------------------------------
+
+
+@pytest.mark.parametrize("data_shape,indices", [
+    ((1, 2, 3, 4), [[1, 2], [0, 1], [1, 0], [0, 0], [1, 1]]),  # the fuzz case: data batch 1, five lookups
+    ((2, 3, 4), [[0], [1], [2], [0]]),  # two lookups a data batch entry
+    ((2, 3, 4), [[[0], [1]], [[2], [0]], [[1], [1]], [[0], [2]]]),
+    ((2, 3, 4), [[[0]], [[1]], [[2]], [[0]]]),
+    ((2, 3, 4), [[0], [1], [2]]),  # three lookups over two entries: ORT refuses
+    ((2, 3, 4), [[1]]),
+])
+def test_gather_nd_deals_lookups_out_to_the_data_batch_as_ort_does(data_shape, indices):
+    # ONNX wants the batch axes equal; ORT's kernel only wants the indices' batch a multiple of
+    # the data's, and gives lookup i the data batch entry i / (lookups / batch). The EP refused
+    # every such model.
+    indices = np.array(indices, np.int64)
+    node = helper.make_node("GatherND", ["data", "indices"], ["y"], name="gnd", batch_dims=1)
+    model = make_model([node], [tensor("data", shape=list(data_shape)), tensor("indices", TensorProto.INT64, list(indices.shape))],
+                       [tensor("y")], opset=13)
+    feeds = {"data": np.arange(np.prod(data_shape), dtype=np.float32).reshape(data_shape), "indices": indices}
+    if cpu_outputs_or_mlx_fails_too(model, feeds, match="not a multiple") is not None:
+        assert_same_as_cpu(model, feeds)
