@@ -107,13 +107,16 @@ fn tf_idf_vectorizer(
     }
     let counts = ops::concatenate(&counts, 1, s)?;
     let weight = Array::from_slice(&pool.weights, &[1, pool.weights.len() as i64])?;
+    // ORT adds a weight per match, so an n-gram never seen gives 0 whatever its weight (a
+    // product would make an infinite weight's 0 · inf NaN).
+    let seen = ops::greater(&counts, &Array::scalar(0.0f32)?, s)?;
     let per_gram = match pool.mode {
         Mode::Tf => counts,
-        Mode::TfIdf => ops::multiply(&counts, &weight, s)?,
-        Mode::Idf => {
-            let seen = ops::greater(&counts, &Array::scalar(0.0f32)?, s)?;
-            ops::where_(&seen, &weight, &Array::scalar(0.0f32)?, s)?
+        Mode::TfIdf => {
+            let weighted = ops::multiply(&counts, &weight, s)?;
+            ops::where_(&seen, &weighted, &Array::scalar(0.0f32)?, s)?
         }
+        Mode::Idf => ops::where_(&seen, &weight, &Array::scalar(0.0f32)?, s)?,
     };
     // Output slot k sums every pool n-gram sent there: a scatter-add of the n-grams' columns
     // (a one-hot routing matrix would be vocabulary² floats).

@@ -433,3 +433,18 @@ def test_one_hot_float_indices_match_cpu_and_the_reference_follows_it():
     np.testing.assert_array_equal(_one_hot(list(feeds.values()), {}), want)
     for (got,) in mlx_runs(model, feeds):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("special", [np.inf, -np.inf, np.nan])
+def test_tf_idf_weight_of_an_unseen_ngram_adds_nothing_even_when_infinite(special):
+    # s90-TfIdfVectorizer-9-0: TFIDF multiplied each n-gram's count by its weight, so an unseen
+    # n-gram of weight inf gave 0 * inf = NaN; ORT adds the weight once a match, giving 0.
+    weights = [0.5, 2.0, 1.0, float(special), 0.25]
+    node = helper.make_node("TfIdfVectorizer", ["X"], ["Y"], mode="TFIDF", min_gram_length=1, max_gram_length=2,
+                            max_skip_count=0, ngram_counts=[0, 3], ngram_indexes=[0, 1, 2, 3, 4],
+                            pool_int64s=[1, 2, 3, 1, 2, 2, 3], weights=weights)
+    model = make_model([node], [tensor("X", TensorProto.INT64, [2, 6])], [tensor("Y")], opset=9)
+    x = np.array([[1, 2, 9, 9, 3, 1], [2, 3, 3, 9, 1, 1]], np.int64)  # (1, 2) seen in row 0 only
+    want = cpu_outputs(model, {"X": x})
+    assert np.isfinite(want[0][1]).all()  # the unseen special-weight n-gram's slot is 0 there
+    assert_runs_match(model, {"X": x}, want)
