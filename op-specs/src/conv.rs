@@ -103,6 +103,18 @@ fn kernel_of(x: &Array, w: &Array, attrs: &ConvAttrs) -> Result<Vec<i64>> {
     Ok(kernel)
 }
 
+/// ORT's convolutions take one bias value per output channel (`maps`), not any shape that
+/// broadcasts.
+fn require_channel_bias(b: Option<&Array>, maps: i64) -> Result<()> {
+    match b {
+        Some(b) if b.shape() != [maps] => Err(OpError::new(format!(
+            "B has shape {:?}: it must be 1-D with one value per output channel ({maps})",
+            b.shape()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// `conv(X, W) + B`, channels first in and out. MLX convolves channels-last: X's channels-last
 /// form is read when an earlier node left one, and the answer leaves its own (see `Layout`).
 fn convolve(
@@ -116,16 +128,7 @@ fn convolve(
     let rank = x.ndim();
     let kernel = kernel_of(x, w, attrs)?;
     let spatial = rank - 2;
-    if let Some(b) = b {
-        // ORT's Conv takes one bias value per output channel, not any broadcastable shape.
-        let maps = w.shape()[0];
-        if b.shape() != [maps] {
-            return Err(OpError::new(format!(
-                "B has shape {:?}: it must be 1-D with one value per output channel ({maps})",
-                b.shape()
-            )));
-        }
-    }
+    require_channel_bias(b, w.shape()[0])?;
     let (strides, dilations) = strides_and_dilations(attrs, spatial)?;
     let (lo, hi) = conv_padding(
         &attrs.auto_pad,
@@ -351,6 +354,7 @@ fn conv_transpose(
     let kernel = kernel_of(&x, &w, &attrs)?;
     let rank = x.ndim();
     let spatial = rank - 2;
+    require_channel_bias(b.as_ref(), w.shape()[1].saturating_mul(attrs.group))?;
     let empty_spatial = x.shape()[2..].contains(&0);
     if empty_spatial && output_shape.is_some() {
         return Err(OpError::new(format!(
