@@ -163,13 +163,7 @@ fn general_product(
         // C must broadcast to Y one way (ORT checks it even when beta is 0): MLX's add would
         // widen Y instead ([3, 1] + [5] gave [3, 5]).
         let (y, bias) = (product.shape(), c.shape());
-        let fits = bias.len() <= 2
-            && bias
-                .iter()
-                .rev()
-                .zip(y.iter().rev())
-                .all(|(&d, &n)| d == n || d == 1);
-        if !fits {
+        if crate::shape::broadcast_shapes(&bias, &y).ok().as_ref() != Some(&y) {
             return Err(OpError::new(format!(
                 "C of shape {bias:?} does not broadcast to Y of shape {y:?} (ORT refuses it too)"
             )));
