@@ -846,13 +846,13 @@ def test_gather_nd_deals_lookups_out_to_the_data_batch_as_ort_does(data_shape, i
 def test_conv_transpose_refuses_a_bias_other_than_one_value_per_output_channel(bias_shape):
     # ORT's ConvTranspose refuses B unless it is 1-D of M values (M = W's second axis × group),
     # as its Conv does; the EP broadcast a bias of 1 or [1, M] into the answer.
-    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="convt")
-    model = make_model([node], [tensor("x", shape=[1, 2, 4, 4]), tensor("w", shape=[2, 3, 3, 3]),
-                                tensor("b", shape=list(bias_shape))], [tensor("y")], opset=17)
+    def model(bias_shape):
+        node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="convt")
+        inputs = [tensor("x", shape=[1, 2, 4, 4]), tensor("w", shape=[2, 3, 3, 3]), tensor("b", shape=list(bias_shape))]
+        return make_model([node], inputs, [tensor("y")], opset=17)
+
     feeds = {"x": np.ones((1, 2, 4, 4), np.float32), "w": np.ones((2, 3, 3, 3), np.float32),
              "b": np.ones(bias_shape, np.float32)}
-    assert_both_fail(model, feeds, "Bias shape is not compatible", "one value per output channel")
+    assert_both_fail(model(bias_shape), feeds, "Bias shape is not compatible", "one value per output channel")
     feeds["b"] = np.arange(3, dtype=np.float32)
-    model_ok = make_model([node], [tensor("x", shape=[1, 2, 4, 4]), tensor("w", shape=[2, 3, 3, 3]),
-                                   tensor("b", shape=[3])], [tensor("y")], opset=17)
-    assert_same_as_cpu(model_ok, feeds)  # small integers: exact on both
+    assert_same_as_cpu(model((3,)), feeds)  # small integers: exact on both
