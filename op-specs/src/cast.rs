@@ -18,8 +18,8 @@ use crate::{onnx_op, ElemType, Lower, OpError, Result};
     op = "Cast", precision = Float32, since = 6,
     types(T1 = ANY | since(19, FLOAT8) | since(21, I4 | U4), T2 = ANY | since(19, FLOAT8) | since(21, I4 | U4)),
     ignores(to: i64, round_mode: String),
-    inputs(input: T1), outputs(output: T2), shape = Shapeless, claim = saturate_claim,
-    declines = "int2, uint2, float4e2m1 and float8e8m0 (no carrier), and float64 (in no general set); saturate other than 1 on a cast to anything but float8 (ORT refuses 0 and misreads the rest)"
+    inputs(input: T1), outputs(output: T2), shape = Shapeless, claim = cast_claim,
+    declines = "int2, uint2, float4e2m1 and float8e8m0 (no carrier), and float64 (in no general set); a to that is not the output's type; saturate other than 1 on a cast to anything but float8 (ORT refuses 0 and misreads the rest)"
 )]
 fn cast(cx: &mut Lower, x: Array, #[attr(default = 1, since = 19)] saturate: i64) -> Result<Array> {
     let node = cx.node();
@@ -27,6 +27,17 @@ fn cast(cx: &mut Lower, x: Array, #[attr(default = 1, since = 19)] saturate: i64
         .output_type(0)
         .ok_or_else(|| OpError::new("the output's type is unknown"))?;
     convert_to(&x, to, saturate == 1, cx.stream())
+}
+
+/// The lowering converts to the output's type, ORT's kernel to `to`: they agree when `to` names
+/// the output's type. A `to` that names no type (0, which type inference lets through when the
+/// graph declares the output's type) makes ORT's Cast fail, so such a node is left to it.
+fn cast_claim(node: &crate::Node) -> crate::Verdict {
+    let to = node.attr_or("to", 0i64);
+    if !node.names_output_type(to) {
+        return crate::Verdict::decline(format!("to {to} does not name the output's type"));
+    }
+    saturate_claim(node)
 }
 
 /// `saturate` other than its default (1) is for float8 targets: ORT's Cast refuses 0 for any
@@ -202,7 +213,7 @@ fn identity(_cx: &mut Lower, x: Array) -> Result<Array> {
 mod tests {
     use mlx_kernels::{ops, Array, Dtype};
 
-    use crate::table::testing::{f32s, node, run1, stream, values_f32};
+    use crate::table::testing::{claimed, decline_reason, f32s, node, run1, stream, values_f32};
     use crate::{AttrValue, ElemType};
 
     #[test]
@@ -260,7 +271,9 @@ mod tests {
             ],
             &[7],
         );
-        let to = |elem| node("Cast", 13, &[ElemType::Float], elem);
+        let to = |elem: ElemType| {
+            node("Cast", 13, &[ElemType::Float], elem).attr("to", AttrValue::Int(elem as i64))
+        };
         assert_eq!(
             run1(&to(ElemType::Int32), &[Some(x.clone())])
                 .to_vec::<i32>(&s)
@@ -291,7 +304,6 @@ mod tests {
 
     #[test]
     fn bit_cast_reads_the_bits_and_declines_other_widths() {
-        use crate::table::testing::{claimed, decline_reason};
         let s = stream();
         let to_i32 =
             node("BitCast", 26, &[ElemType::Float], ElemType::Int32).attr("to", AttrValue::Int(6));
@@ -340,7 +352,6 @@ mod tests {
 
     #[test]
     fn float8_targets_saturate_unless_told_not_to_and_saturate_elsewhere_is_declined() {
-        use crate::table::testing::{claimed, decline_reason};
         let s = stream();
         let x = f32s(&[1000.0, -17.0, 0.1], &[3]);
         let to_f8 = |saturate: i64| {
@@ -360,5 +371,17 @@ mod tests {
             .attr("saturate", AttrValue::Int(0));
         assert!(!claimed(&to_i32));
         assert!(decline_reason(&to_i32).contains("float8"));
+    }
+
+    #[test]
+    fn a_to_that_is_not_the_output_type_is_declined() {
+        for to in [0, 6, 99] {
+            let cast = node("Cast", 13, &[ElemType::Uint8], ElemType::Float)
+                .attr("to", AttrValue::Int(to));
+            assert!(decline_reason(&cast).contains(&format!("to {to} does not name")));
+        }
+        let cast =
+            node("Cast", 13, &[ElemType::Uint8], ElemType::Float).attr("to", AttrValue::Int(1));
+        assert!(claimed(&cast));
     }
 }

@@ -815,6 +815,20 @@ def test_bit_cast_with_a_to_naming_no_type_is_left_to_ort(to):
         assert_same_as_cpu(model, feeds)
 
 
+# --- Cast: a `to` that names no type (s98-Cast-6..18-2) -----------------------------------------
+
+
+@pytest.mark.parametrize("to", [0, TensorProto.FLOAT])
+def test_cast_with_a_to_naming_no_type_is_left_to_ort(to):
+    # Type inference lets `to` 0 through when the graph declares the output's type; the EP
+    # converted to that type, ORT's Cast fails on `to`.
+    node = helper.make_node("Cast", ["x"], ["y"], name="cast", to=to)
+    model = make_model([node], [tensor("x", TensorProto.UINT8, [2, 3, 4])], [tensor("y")], opset=13)
+    feeds = {"x": np.arange(24, dtype=np.uint8).reshape(2, 3, 4)}
+    if cpu_outputs_or_mlx_fails_too(model, feeds, match="Unsupported data type: 0") is not None:
+        assert_same_as_cpu(model, feeds)
+
+
 # --- GatherND whose batch axes differ (s76-GatherND-11-4) -----------------------------------
 
 
