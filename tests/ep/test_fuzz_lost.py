@@ -829,6 +829,26 @@ def test_cast_with_a_to_naming_no_type_is_left_to_ort(to):
         assert_same_as_cpu(model, feeds)
 
 
+# --- MultiHeadAttention: no keys, and a value width the heads do not divide (s98-MHA-1-0) -----
+
+
+@pytest.mark.parametrize("elem,dtype", [(TensorProto.FLOAT, np.float32), (TensorProto.FLOAT16, np.float16)])
+@pytest.mark.parametrize("outputs", [["y"], ["y", "present_key", "present_value", "qk"]])
+@pytest.mark.parametrize("value_width", [1, 3])
+def test_mha_with_no_keys_answers_zeros_whatever_the_value_width(elem, dtype, outputs, value_width):
+    # ORT checks no value width against num_heads: over no keys it answers zeros [B, S, D_v]
+    # (present_value [B, N, 0, D_v / N], truncated); with keys it fails. The EP failed both.
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], outputs, name="mha", domain="com.microsoft", num_heads=2)
+    model = make_model([node], [tensor(x, elem) for x in "qkv"], [tensor(o, elem) for o in outputs],
+                       domains=[("com.microsoft", 1)])
+    rng = np.random.default_rng(98)
+    feeds = {"q": rng.standard_normal((2, 3, 8)).astype(dtype), "k": np.zeros((2, 0, 8), dtype),
+             "v": np.zeros((2, 0, value_width), dtype)}
+    assert_same_as_cpu(model, feeds)
+    feeds |= {"k": np.ones((2, 5, 8), dtype), "v": np.ones((2, 5, value_width), dtype)}
+    assert_both_fail(model, feeds, "Tensor size", "heads do not divide")
+
+
 # --- GatherND whose batch axes differ (s76-GatherND-11-4) -----------------------------------
 
 

@@ -314,6 +314,21 @@ fn multi_head_attention(
                 }
             }
             let k = split_heads(&add_bias(&key, bias.as_ref(), d, s)?, n, "key", s)?;
+            if dv % n != 0 && vs[1] == 0 && past_key.is_none() {
+                // ORT checks no value width against the heads: with no keys at all it answers
+                // zeros [B, S, D_v] (and with keys fails reshaping them).
+                let dtype = query.dtype();
+                let scores = match cx.node().output_present(3) {
+                    true => cx.output_dtype(3)?,
+                    false => dtype,
+                };
+                return Ok(vec![
+                    zeros(&[b, sq, dv], dtype, s)?,
+                    ops::astype(&k, dtype, s)?,
+                    zeros(&[b, n, 0, dv / n], dtype, s)?,
+                    zeros(&[b, n, sq, 0], scores, s)?,
+                ]);
+            }
             let v = split_heads(&add_bias(&value, bias.as_ref(), 2 * d, s)?, n, "value", s)?;
             (k, v, dv)
         }
