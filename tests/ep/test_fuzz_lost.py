@@ -783,6 +783,32 @@ def test_rotary_embedding_of_a_4d_input_ignores_num_heads_as_ort_does(num_heads)
     np.testing.assert_allclose(run.outputs[0], cpu_outputs(model, feeds)[0], rtol=1e-6, atol=1e-6)
 
 
+# --- RotaryEmbedding: caches head_size / 2 wide with a smaller rotary_embedding_dim (s81) ------
+
+
+def test_rotary_embedding_with_caches_wider_than_the_rotation_is_left_to_ort():
+    # ORT takes a cache head_size / 2 wide when rotary_embedding_dim is smaller, but reads it
+    # with a row stride of rotary_embedding_dim / 2 (position p reads flat elements from
+    # p * rot / 2). The EP declines such a node when the cache's width is declared, and fails
+    # naming the node when it is not.
+    rng = np.random.default_rng(81)
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="rope", domain="com.microsoft",
+                            rotary_embedding_dim=2, num_heads=2)
+    feeds = {"x": rng.standard_normal((1, 3, 16)).astype(np.float32), "pos": np.array([[0, 2, 4]], np.int64),
+             "cos": rng.standard_normal((6, 4)).astype(np.float32), "sin": rng.standard_normal((6, 4)).astype(np.float32)}
+
+    def model(cache_shape):
+        inputs = [tensor("x", shape=[1, 3, 16]), tensor("pos", TensorProto.INT64, [1, 3]),
+                  tensor("cos", shape=cache_shape), tensor("sin", shape=cache_shape)]
+        return make_model([node], inputs, [tensor("y")], opset=17, domains=[("com.microsoft", 1)])
+
+    run = Run(model([6, 4]), feeds)
+    assert run.providers_of_kernels() == {"CPUExecutionProvider"}, run.kernels
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model([6, 4]), feeds)[0])
+    with pytest.raises(Exception, match=r"node 'rope'.*caches are 4 wide.*row stride of 1"):
+        mlx_session(model(["rows", "width"])).run(None, feeds)
+
+
 # --- DequantizeLinear: a float8 zero point of -0.0 (s57-DequantizeLinear-19..20-3) -------------
 
 

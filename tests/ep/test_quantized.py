@@ -110,6 +110,20 @@ def test_decode_rows_are_the_exact_product(rows, k, n, block, dtype):
     assert relative_error(run.outputs[0], ref) <= bound
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float", "float16"])
+@pytest.mark.parametrize("block", [512, 4096])
+def test_block_sizes_past_orts_cpu_kernel_are_the_exact_product(block, dtype):
+    """The op takes any power of two >= 16; ORT 1.31.1's CPU kernel refuses sizes past 256 when
+    the session is built (s117-com.microsoft.MatMulNBits-1-5). The EP runs them, held to the
+    float64 reference."""
+    model, feeds, ref = nbits_model((3, 600), 600, 24, block=block, dtype=dtype, zp="uint8")
+    with pytest.raises(Exception, match="Only block sizes 16, 32, 64, 128, and 256"):
+        cpu_outputs(model, feeds)
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    assert relative_error(run.outputs[0], ref) <= (1e-5 if dtype == np.float32 else 1e-3)
+
+
 @pytest.mark.parametrize("layout", [dict(), dict(zp="uint8"), dict(block=64, bias=True), dict(k=200)],
                          ids=["midpoint", "zero_points", "block64_bias", "padded_k"])
 def test_float16_prefill_weights_are_within_a_fraction_of_a_step(layout):

@@ -257,7 +257,7 @@ fn onnx_rotary_claim(node: &Node) -> Verdict {
     inputs(input: T, position_ids: M, cos_cache: T, sin_cache: T), outputs(output: T),
     // ORT's CPU kernel only uses `scale` to grow the cache, which it refuses.
     ignores(scale: f32), shape = ShapeKeyed, claim = ms_rotary_claim,
-    declines = "rotary_embedding_dim without num_heads; num_heads or rotary_embedding_dim outside [0, INT_MAX] (ORT's kernel refuses each)"
+    declines = "rotary_embedding_dim without num_heads; num_heads or rotary_embedding_dim outside [0, INT_MAX] (ORT's kernel refuses each); caches wider than rotary_embedding_dim / 2 (ORT reads them with a row stride of rotary_embedding_dim / 2)"
 )]
 #[allow(clippy::too_many_arguments)] // four inputs and three attributes, as ORT has them
 fn ms_rotary_embedding(
@@ -300,7 +300,10 @@ fn ms_rotary_embedding(
         return Err(err(
             OP,
             format!(
-                "the caches are {width} wide: they must be rotary_embedding_dim / 2 = {}",
+                "the caches are {width} wide: the EP takes rotary_embedding_dim / 2 = {} (ORT \
+                 also takes head_size / 2, reading such caches with a row stride of {}: run \
+                 this node on ORT's CPU EP, ONNXRUNTIME_EP_MLX_EXCLUDE_OPS)",
+                rot / 2,
                 rot / 2
             ),
         ));
@@ -358,10 +361,22 @@ fn ms_rotary_claim(node: &Node) -> Verdict {
     if let Some(declined) = attrs_out_of_range(node) {
         return declined;
     }
-    if node.attr_or("rotary_embedding_dim", 0i64) > 0 && node.attr_or("num_heads", 0i64) <= 0 {
+    let rot = node.attr_or("rotary_embedding_dim", 0i64);
+    let num_heads = node.attr_or("num_heads", 0i64);
+    if rot > 0 && num_heads <= 0 {
         return Verdict::decline(
             "rotary_embedding_dim without num_heads (ORT's kernel refuses it)",
         );
+    }
+    if let Some(width) = node
+        .input_shape(2)
+        .and_then(|dims| dims.get(1).copied().flatten())
+    {
+        if rot > 0 && width != rot / 2 {
+            return Verdict::decline(format!(
+                "caches {width} wide with rotary_embedding_dim {rot}: ORT takes a cache head_size / 2 wide there but reads it with a row stride of rotary_embedding_dim / 2"
+            ));
+        }
     }
     Verdict::Claim
 }
