@@ -18,10 +18,6 @@ macro_rules! unary {
 }
 
 unary! {
-    /// Absolute value (integers wrap at their minimum).
-    abs = "Abs" since 6 over NUMERIC (X -> Y) by ops::abs;
-    /// Negation (integers wrap at their minimum).
-    neg = "Neg" since 6 over SIGNED (X -> Y) by ops::negative;
     /// `1 / x`.
     reciprocal = "Reciprocal" since 6 over FLOAT (X -> Y) by ops::reciprocal;
     /// Square root (NaN below zero).
@@ -56,6 +52,52 @@ unary! {
     acosh = "Acosh" since 9 over FLOAT (input -> output) by ops::arccosh;
     /// Inverse hyperbolic tangent.
     atanh = "Atanh" since 9 over FLOAT (input -> output) by ops::arctanh;
+}
+
+/// Absolute value (integers wrap at their minimum).
+#[onnx_op(op = "Abs", since = 6, types(T = NUMERIC), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn abs(cx: &mut Lower, x: Array) -> Result<Array> {
+    wrapping_abs(&x, cx.stream())
+}
+
+/// Negation (integers wrap at their minimum).
+#[onnx_op(op = "Neg", since = 6, types(T = SIGNED), inputs(X: T), outputs(Y: T), shape = Shapeless)]
+fn neg(cx: &mut Lower, x: Array) -> Result<Array> {
+    wrapping_negative(&x, cx.stream())
+}
+
+/// The unsigned type of a signed integer type's width.
+fn unsigned_twin(dtype: Dtype) -> Option<Dtype> {
+    match dtype {
+        Dtype::I8 => Some(Dtype::U8),
+        Dtype::I16 => Some(Dtype::U16),
+        Dtype::I32 => Some(Dtype::U32),
+        Dtype::I64 => Some(Dtype::U64),
+        _ => None,
+    }
+}
+
+/// `-x`, wrapping at a signed integer type's minimum as ORT does (`-INT64_MIN` is
+/// `INT64_MIN`), computed in the unsigned type of its width: MLX compiles fused kernels as
+/// C++, where a signed overflow lets the compiler reason it away (`Sign(Neg(INT64_MIN))` came
+/// out 1 once compiled, -1 eagerly).
+fn wrapping_negative(x: &Array, s: &Stream) -> Result<Array> {
+    let Some(unsigned) = unsigned_twin(x.dtype()) else {
+        return Ok(ops::negative(x, s)?);
+    };
+    let bits = ops::view(x, unsigned, s)?;
+    let negated = ops::subtract(&scalar(0.0, unsigned, s)?, &bits, s)?;
+    Ok(ops::view(&negated, x.dtype(), s)?)
+}
+
+/// `|x|`, wrapping at a signed integer type's minimum as ORT does (`|INT64_MIN|` is
+/// `INT64_MIN`), for the reason of [`wrapping_negative`].
+fn wrapping_abs(x: &Array, s: &Stream) -> Result<Array> {
+    if unsigned_twin(x.dtype()).is_none() {
+        return Ok(ops::abs(x, s)?);
+    }
+    let negative = ops::less(x, &scalar(0.0, x.dtype(), s)?, s)?;
+    Ok(ops::where_(&negative, &wrapping_negative(x, s)?, x, s)?)
 }
 
 /// -1, 0 or 1 by the sign of the value. A float32 NaN stays NaN, as in ORT's CPU EP (MLX's

@@ -67,7 +67,11 @@ impl Windows {
         let mut hi = Vec::with_capacity(n);
         let mut strides = strides;
         for i in 0..n {
-            let span = (kernel[i] - 1) * dilations[i] + 1;
+            let span = dilated_span(kernel[i], dilations[i]).ok_or_else(|| {
+                OpError::new(format!(
+                    "kernel_shape {kernel:?} dilated by {dilations:?} passes int64"
+                ))
+            })?;
             let count = output_length(input[i], lo[i], tail[i], span, strides[i], ceil_mode)?;
             // Where the last window ends, counted from the first input element.
             let reach = (count - 1) * strides[i] + span - lo[i];
@@ -351,10 +355,30 @@ fn pool_attributes_claim(node: &crate::Node) -> crate::Verdict {
             ));
         }
     }
+    if let (Some(kernel), Some(dilations)) = (
+        node.attr_as::<Vec<i64>>("kernel_shape"),
+        node.attr_as::<Vec<i64>>("dilations"),
+    ) {
+        if kernel
+            .iter()
+            .zip(&dilations)
+            .any(|(&k, &d)| dilated_span(k, d).is_none())
+        {
+            return crate::Verdict::decline(format!(
+                "dilations {dilations:?} over kernel_shape {kernel:?} pass int64 (ORT's CPU EP \
+                 fails on the overflow)"
+            ));
+        }
+    }
     match node.attr_or("auto_pad", String::from("NOTSET")).as_str() {
         "NOTSET" | "VALID" | "SAME_UPPER" | "SAME_LOWER" => crate::Verdict::Claim,
         other => crate::Verdict::decline(format!("auto_pad {other:?} is not an ONNX mode")),
     }
+}
+
+/// The extent of a dilated window, `(kernel - 1) * dilation + 1`, unless it passes int64.
+fn dilated_span(kernel: i64, dilation: i64) -> Option<i64> {
+    kernel.checked_sub(1)?.checked_mul(dilation)?.checked_add(1)
 }
 
 fn spatial(x: &Array) -> Result<Vec<i64>> {
@@ -385,7 +409,7 @@ fn only_n_may_be_empty(x: &Array) -> Result<()> {
 #[onnx_op(
     op = "MaxPool", since = 8, types(T = FLOAT | since(12, I8 | U8), I = I64), inputs(X: T), outputs(Y: T, Indices?: I),
     shape = ShapeKeyed, layout = ChannelsLast, claim = pool_claim,
-    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel, or not two for each kernel axis (ORT refuses both)"
+    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel, or not two for each kernel axis, and dilated windows past int64 (ORT refuses each)"
 )]
 fn max_pool(
     cx: &mut Lower,
@@ -621,7 +645,7 @@ fn window_max(cx: &mut Lower, x: &Array, windows: &Windows) -> Result<Array> {
 #[onnx_op(
     op = "AveragePool", since = 7, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
     layout = ChannelsLast, claim = pool_claim,
-    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel, or not two for each kernel axis (ORT refuses both)"
+    declines = "SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel, or not two for each kernel axis, and dilated windows past int64 (ORT refuses each)"
 )]
 fn average_pool(
     cx: &mut Lower,
@@ -729,7 +753,7 @@ fn lp_root(sums: &Array, p: i64, dtype: Dtype, s: &Stream) -> Result<Array> {
 #[onnx_op(
     op = "LpPool", since = 2, types(T = FLOAT), inputs(X: T), outputs(Y: T), shape = ShapeKeyed,
     layout = ChannelsLast, claim = lp_claim,
-    declines = "p < 1; SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel, or not two for each kernel axis (ORT refuses both)"
+    declines = "p < 1; SAME auto_pad with dilations > 1 (ORT departs from ONNX there); pads not smaller than the kernel, or not two for each kernel axis, and dilated windows past int64 (ORT refuses each)"
 )]
 fn lp_pool(
     cx: &mut Lower,

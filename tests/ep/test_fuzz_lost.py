@@ -875,6 +875,20 @@ def test_mha_with_no_keys_answers_zeros_whatever_the_value_width(elem, dtype, ou
     assert_both_fail(model, feeds, "Tensor size", "heads do not divide")
 
 
+# --- Pools whose dilated window passes int64 (s120-MaxPool-12-5) ------------------------------
+
+
+@pytest.mark.parametrize("op,opset", [("MaxPool", 12), ("AveragePool", 19), ("LpPool", 18)])
+def test_pool_with_a_dilated_window_past_int64_is_left_to_ort(op, opset):
+    # ORT fails on the overflow of dilation * (kernel - 1); the EP's window arithmetic wrapped
+    # and it answered.
+    node = helper.make_node(op, ["x"], ["y"], name="pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2],
+                            dilations=[2**63 - 1, 1])
+    model = make_model([node], [tensor("x", shape=[2, 3, 7, 8])], [tensor("y")], opset=opset)
+    feeds = {"x": np.arange(336, dtype=np.float32).reshape(2, 3, 7, 8)}
+    assert cpu_outputs_or_mlx_fails_too(model, feeds, match="Integer overflow") is None
+
+
 # --- GatherND whose batch axes differ (s76-GatherND-11-4) -----------------------------------
 
 

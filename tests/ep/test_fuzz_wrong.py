@@ -448,3 +448,21 @@ def test_tf_idf_weight_of_an_unseen_ngram_adds_nothing_even_when_infinite(specia
     want = cpu_outputs(model, {"X": x})
     assert np.isfinite(want[0][1]).all()  # the unseen special-weight n-gram's slot is 0 there
     assert_runs_match(model, {"X": x}, want)
+
+
+@pytest.mark.parametrize("op", ["Neg", "Abs"])
+@pytest.mark.parametrize("elem,dtype", [(TensorProto.INT8, np.int8), (TensorProto.INT16, np.int16),
+                                        (TensorProto.INT32, np.int32), (TensorProto.INT64, np.int64)])
+def test_negating_a_signed_minimum_wraps_when_compiled_too(op, elem, dtype):
+    # s120-Sign-9-4: Neg(INT64_MIN) wraps to INT64_MIN in ORT, whose Sign is -1. Compiled, MLX
+    # fused Neg and Sign into one C++ kernel, where the signed overflow let the compiler answer
+    # 1 (eagerly, -1). Abs(MIN) is MIN in ORT alike.
+    nodes = [helper.make_node(op, ["x"], ["y"]), helper.make_node("Sign", ["y"], ["z"])]
+    model = make_model(nodes, [tensor("x", elem, [6])], [tensor("y", elem), tensor("z", elem)], opset=13)
+    info = np.iinfo(dtype)
+    feeds = {"x": np.array([info.min, info.max, -1, 0, 1, info.min + 1], dtype)}
+    want = cpu_outputs(model, feeds)
+    assert want[0][0] == info.min and want[1][0] == -1
+    for got in mlx_runs(model, feeds, times=3):
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
