@@ -9,24 +9,38 @@ use crate::sys;
 
 static INIT: Once = Once::new();
 const TF32_SWITCH: &str = "MLX_ENABLE_TF32";
+const CUDA_GRAPHS_SWITCH: &str = "MLX_USE_CUDA_GRAPHS";
 
 /// Installs our MLX error handler (mlx-c's default one calls `exit()`), binds the BLAS check,
-/// and keeps float32 matmuls in full float32 precision. Every constructor in this crate calls
-/// it; calling it again is free.
+/// keeps float32 matmuls in full float32 precision and launches CUDA kernels directly. Every
+/// constructor in this crate calls it; calling it again is free.
 pub fn init() {
     INIT.call_once(|| {
         // MLX's CUDA backend multiplies float32 matrices in TF32 (10-bit mantissa, ~1e-3
         // relative error) unless told otherwise; ORT's CPU EP, our reference, is exact float32.
         // MLX reads the variable lazily at its first matmul, after this point. A user who wants
         // the speed sets MLX_ENABLE_TF32=1 and keeps it.
-        if std::env::var_os(TF32_SWITCH).is_none() {
-            std::env::set_var(TF32_SWITCH, "0");
-        }
+        default_unless_set(TF32_SWITCH, "0");
+        // MLX's CUDA backend records each evaluation's kernels into a CUDA graph and launches
+        // that; convolutions are captured from cuDNN into child graphs on every run. On an
+        // H200 the graphs cost more than they save for every model the EP was measured on:
+        // float16 CNNs ran 1.7-2x faster without (ResNet-18 0.75 against 1.43 ms), small models
+        // 20-40%, a 12-layer encoder 3-13%, a 16-layer decode step the same or faster
+        // (docs/PERFORMANCE.md, session 29). Read lazily at MLX's first evaluation on the GPU.
+        default_unless_set(CUDA_GRAPHS_SWITCH, "0");
         // SAFETY: the handler is a plain `extern "C"` function that never unwinds; there is no
         // payload to free.
         unsafe { sys::mlx_set_error_handler(Some(record_mlx_error), ptr::null_mut(), None) };
         crate::blas::bind();
     });
+}
+
+/// Sets MLX's variable `name` to `value` unless the user set it (a process-wide MLX setting
+/// the user keeps the last word on).
+fn default_unless_set(name: &str, value: &str) {
+    if std::env::var_os(name).is_none() {
+        std::env::set_var(name, value);
+    }
 }
 
 /// The version string of the MLX library loaded at run time.
@@ -50,10 +64,13 @@ pub fn mlx_version() -> Result<String> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn float32_matmuls_stay_float32_unless_the_user_opted_in() {
-        let preset = std::env::var(super::TF32_SWITCH).ok();
+    fn tf32_and_cuda_graphs_stay_off_unless_the_user_chose() {
+        let switches = [super::TF32_SWITCH, super::CUDA_GRAPHS_SWITCH];
+        let preset = switches.map(|name| std::env::var(name).ok());
         super::init();
-        let now = std::env::var(super::TF32_SWITCH).unwrap();
-        assert_eq!(now, preset.unwrap_or_else(|| "0".into()));
+        for (name, preset) in switches.into_iter().zip(preset) {
+            let now = std::env::var(name).unwrap();
+            assert_eq!(now, preset.unwrap_or_else(|| "0".into()), "{name}");
+        }
     }
 }
