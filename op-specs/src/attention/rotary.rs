@@ -297,13 +297,19 @@ fn ms_rotary_embedding(
         head
     };
     if width != rot / 2 {
+        // ORT also takes a cache head_size / 2 wide under a smaller rotary_embedding_dim, but
+        // reads it with a row stride of rotary_embedding_dim / 2 (the claim declines such
+        // caches when their width is declared).
+        let ort_reads_it = width == head / 2 && rot < head;
+        let hint = if ort_reads_it {
+            format!(" (ORT reads such caches with a row stride of {}: run this node on ORT's CPU EP, ONNXRUNTIME_EP_MLX_EXCLUDE_OPS)", rot / 2)
+        } else {
+            String::new()
+        };
         return Err(err(
             OP,
             format!(
-                "the caches are {width} wide: the EP takes rotary_embedding_dim / 2 = {} (ORT \
-                 also takes head_size / 2, reading such caches with a row stride of {}: run \
-                 this node on ORT's CPU EP, ONNXRUNTIME_EP_MLX_EXCLUDE_OPS)",
-                rot / 2,
+                "the caches are {width} wide: they must be rotary_embedding_dim / 2 = {}{hint}",
                 rot / 2
             ),
         ));
