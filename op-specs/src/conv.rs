@@ -366,11 +366,16 @@ fn conv_transpose(
     let (strides, dilations) = strides_and_dilations(&attrs, spatial)?;
     let extra = output_padding.unwrap_or_else(|| vec![0; spatial]);
     let wanted = match output_shape {
-        // output_shape may name the spatial dims only, or all of them.
-        Some(shape) if shape.len() >= spatial => Some(shape[shape.len() - spatial..].to_vec()),
+        // output_shape names the spatial dims only, or all of them (ORT refuses other lengths).
+        Some(shape) if shape.len() == spatial || shape.len() == spatial + 2 => {
+            Some(shape[shape.len() - spatial..].to_vec())
+        }
         Some(shape) => {
             return Err(OpError::new(format!(
-                "output_shape {shape:?} does not cover {spatial} spatial axes"
+                "output_shape {shape:?} has {} elements: it names the {spatial} spatial dims, or \
+                 all {} dims",
+                shape.len(),
+                spatial + 2
             )))
         }
         None => None,

@@ -889,6 +889,24 @@ def test_pool_with_a_dilated_window_past_int64_is_left_to_ort(op, opset):
     assert cpu_outputs_or_mlx_fails_too(model, feeds, match="Integer overflow") is None
 
 
+# --- ConvTranspose: output_shape of neither the spatial rank nor the full rank (s124) -----------
+
+
+@pytest.mark.parametrize("output_shape,fails", [([1, 1, 1, 1], True), ([1, 2, 5, 5, 5], False), ([5, 5, 5], False),
+                                                 ([5, 5], True)])
+def test_conv_transpose_output_shape_names_the_spatial_dims_or_all_of_them(output_shape, fails):
+    # ORT takes output_shape with the spatial rank's length or the full rank's; the EP took the
+    # last spatial-rank entries of any longer list.
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="convt", output_shape=output_shape)
+    dims = lambda name: [f"{name}{i}" for i in range(5)]  # symbolic: ONNX's inference checks static ones first
+    model = make_model([node], [tensor("x", shape=dims("x")), tensor("w", shape=dims("w"))], [tensor("y")], opset=17)
+    feeds = {"x": np.ones((1, 3, 3, 3, 3), np.float32), "w": np.ones((3, 2, 3, 3, 3), np.float32)}
+    if fails:
+        assert_both_fail(model, feeds, "output_shape attribute has", "output_shape .* elements")
+    else:
+        assert_same_as_cpu(model, feeds)  # small integers: exact on both
+
+
 # --- GatherND whose batch axes differ (s76-GatherND-11-4) -----------------------------------
 
 
