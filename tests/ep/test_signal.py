@@ -154,6 +154,20 @@ def test_a_mel_bank_out_of_range_fails_like_the_cpu_ep():
     np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, good)[0])
 
 
+@pytest.mark.parametrize("low,high", [(300.0, -0.0), (3000.0, 100.0), (2000.0, 1990.0), (0.0, 0.0)])
+def test_a_mel_bank_whose_edges_run_backwards_is_orts(low, high):
+    # s136-MelWeightMatrix-17-3: with upper_edge_hertz below lower_edge_hertz the mel points
+    # run backwards. ORT's loops over unsigned bins then write only where two points coincide;
+    # the EP refused the run.
+    node = helper.make_node("MelWeightMatrix", ["bins", "n_fft", "rate", "low", "high"], ["bank"], name="mel")
+    model = make_model([node], [tensor("low", shape=[]), tensor("high", shape=[])], [tensor("bank")],
+                       [i64("bins", 10), i64("n_fft", 512), i64("rate", 16000)])
+    feeds = {"low": np.array(low, np.float32), "high": np.array(high, np.float32)}
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    np.testing.assert_array_equal(run.outputs[0], cpu_outputs(model, feeds)[0])
+
+
 @pytest.mark.parametrize("components", [1, 2], ids=["real", "complex"])
 @pytest.mark.parametrize("onesided", [0, 1])
 @pytest.mark.parametrize("frames", [3, 40])

@@ -53,13 +53,7 @@ impl Bank {
                     "mel point {i} falls on spectrum bin {bin}, outside 0..{bins}"
                 )));
             }
-            let bin = bin as usize;
-            if corners.last().is_some_and(|&previous| bin < previous) {
-                return Err(OpError::new(
-                    "upper_edge_hertz is below lower_edge_hertz: the mel points run backwards",
-                ));
-            }
-            corners.push(bin);
+            corners.push(bin as usize);
         }
         Ok(corners)
     }
@@ -82,19 +76,23 @@ impl Bank {
         let columns = self.mel_bins as usize;
         let mut weights = vec![0f32; self.spectrum_bins() as usize * columns];
         let corners = self.corner_bins()?;
+        // With upper_edge_hertz below lower_edge_hertz the points run backwards; ORT's loops
+        // then write only where two points coincide (a 1 at the peak), as these do.
         for (mel, corner) in corners.windows(3).enumerate() {
             let (start, peak, end) = (corner[0], corner[1], corner[2]);
-            let rising = (peak - start) as f32;
             if peak == start {
                 weights[peak * columns + mel] = 1.0;
-            } else {
+            } else if start < peak {
+                let rising = (peak - start) as f32;
                 for bin in start..=peak {
                     weights[bin * columns + mel] = (bin - start) as f32 / rising;
                 }
             }
-            let falling = (end - peak) as f32;
-            for bin in peak..end {
-                weights[bin * columns + mel] = (end - bin) as f32 / falling;
+            if peak < end {
+                let falling = (end - peak) as f32;
+                for bin in peak..end {
+                    weights[bin * columns + mel] = (end - bin) as f32 / falling;
+                }
             }
         }
         Ok(weights)
