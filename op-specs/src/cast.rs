@@ -33,11 +33,15 @@ fn cast(cx: &mut Lower, x: Array, #[attr(default = 1, since = 19)] saturate: i64
 /// the output's type. A `to` that names no type (0, which type inference lets through when the
 /// graph declares the output's type) makes ORT's Cast fail, so such a node is left to it.
 fn cast_claim(node: &crate::Node) -> crate::Verdict {
+    to_mismatch(node).unwrap_or_else(|| saturate_claim(node))
+}
+
+/// The decline of a node whose `to` does not name its output's type (Cast and BitCast lower to
+/// the output's type; ORT's kernels read `to`).
+fn to_mismatch(node: &crate::Node) -> Option<crate::Verdict> {
     let to = node.attr_or("to", 0i64);
-    if !node.names_output_type(to) {
-        return crate::Verdict::decline(format!("to {to} does not name the output's type"));
-    }
-    saturate_claim(node)
+    (!node.names_output_type(to))
+        .then(|| crate::Verdict::decline(format!("to {to} does not name the output's type")))
 }
 
 /// `saturate` other than its default (1) is for float8 targets: ORT's Cast refuses 0 for any
@@ -144,9 +148,8 @@ fn bit_cast(cx: &mut Lower, x: Array) -> Result<Array> {
 /// A BitCast between types of one width, whose `to` names the output's type (ORT fails on a
 /// `to` that names no type, 0 for one).
 fn same_width_claim(node: &crate::Node) -> crate::Verdict {
-    let to = node.attr_or("to", 0i64);
-    if !node.names_output_type(to) {
-        return crate::Verdict::decline(format!("to {to} does not name the output's type"));
+    if let Some(declined) = to_mismatch(node) {
+        return declined;
     }
     let width = |t: Option<crate::ElemType>| {
         t.and_then(crate::ElemType::to_mlx)
