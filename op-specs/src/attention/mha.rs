@@ -318,9 +318,10 @@ fn multi_head_attention(
                 // ORT checks no value width against the heads: with no keys at all it answers
                 // zeros [B, S, D_v] (and with keys fails reshaping them).
                 let dtype = query.dtype();
-                let scores = match cx.node().output_present(3) {
-                    true => cx.output_dtype(3)?,
-                    false => dtype,
+                let scores = if cx.node().output_present(3) {
+                    cx.output_dtype(3)?
+                } else {
+                    dtype
                 };
                 return Ok(vec![
                     zeros(&[b, sq, dv], dtype, s)?,
