@@ -9,8 +9,8 @@ use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::activation::silu_of;
 use crate::normalization::{
-    cast, float32_constant, group_standardise, layer_norm_claim, require_norm_extent,
-    rms_norm_over, rms_norm_rounded, standardise,
+    cast, float32_constant, group_standardise, layer_norm_claim, rms_norm_over, rms_norm_rounded,
+    standardise,
 };
 use crate::table::consts::scalar_like;
 use crate::{onnx_op, Lower, OpError, Result};
@@ -30,7 +30,6 @@ fn simplified_layer_normalization(
     #[attr(default = 1e-5)] epsilon: f32,
 ) -> Result<Vec<Array>> {
     let only_y = !cx.node().output_present(1);
-    require_norm_extent(&x, crate::shape::normalise_axis(axis, x.ndim())?)?;
     rms_norm_over(cx, &x, &scale, axis, epsilon, only_y)
 }
 

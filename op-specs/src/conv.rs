@@ -635,7 +635,9 @@ fn crop_negative_padding(
 /// The largest stride or dilation claimed (a 16-bit bound, far above any real model's).
 const MAX_STRIDE: i64 = 65535;
 
-fn conv_claim(node: &crate::Node) -> crate::Verdict {
+/// What Conv's attributes must be for MLX's convolution and ORT's rules; the integer
+/// convolutions (ConvInteger, QLinearConv), which carry the same attributes, claim through it.
+pub(crate) fn conv_claim(node: &crate::Node) -> crate::Verdict {
     // MLX divides by the group count unchecked (group 0 raised SIGFPE on its CUDA backend).
     let group = node.attr_or("group", 1i64);
     if group < 1 || group > i64::from(i32::MAX) {

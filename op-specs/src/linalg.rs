@@ -289,17 +289,90 @@ fn fused_operand(
 fn einsum(cx: &mut Lower, inputs: Vec<Array>, #[attr] equation: String) -> Result<Array> {
     let s = cx.stream();
     ellipsis_kept(&equation, &inputs)?;
-    let product = ops::einsum(&without_spaces(&equation), &inputs, s)?;
     if inputs.iter().any(|x| x.size() == 0) {
-        // Sums over nothing are zeros: take only the (lazy) result's shape, so that no kernel
-        // ever runs over a zero-size operand.
-        return Ok(ops::broadcast_to(
-            &scalar_like(0.0, &product, s)?,
-            &product.shape(),
-            s,
-        )?);
+        // Sums over nothing are zeros, and no kernel runs over a zero-size operand. The shape is
+        // ours: MLX's einsum sizes a letter of sizes 0 and 1 as 1 and then cannot broadcast
+        // the empty operand (found by the fuzzer); ORT broadcasts the 1 to 0.
+        let shapes: Vec<Vec<i64>> = inputs.iter().map(Array::shape).collect();
+        let shape = einsum_shape(&without_spaces(&equation), &shapes)?;
+        let zero = crate::table::consts::scalar(0.0, inputs[0].dtype(), s)?;
+        return Ok(ops::broadcast_to(&zero, &shape, s)?);
     }
-    Ok(product)
+    Ok(ops::einsum(&without_spaces(&equation), &inputs, s)?)
+}
+
+/// The output shape of `equation` (no spaces) over operands of `shapes`: each letter's size is
+/// the one its operands agree on, a size of 1 giving way to any other (0 included), and the
+/// ellipses' axes broadcast alike; an implicit output is the ellipsis, then the letters that
+/// appear once, in alphabetical order.
+fn einsum_shape(equation: &str, shapes: &[Vec<i64>]) -> Result<Vec<i64>> {
+    let meet = |a: i64, b: i64| match (a, b) {
+        _ if a == b || b == 1 => Ok(a),
+        (1, _) => Ok(b),
+        _ => Err(OpError::new(format!(
+            "equation {equation:?} over shapes {shapes:?}: sizes {a} and {b} of one index do not \
+             broadcast"
+        ))),
+    };
+    let (terms, output) = match equation.split_once("->") {
+        Some((terms, output)) => (terms, Some(output)),
+        None => (equation, None),
+    };
+    let mut sizes = std::collections::BTreeMap::<char, (i64, usize)>::new();
+    let mut ellipsis: Vec<i64> = Vec::new();
+    for (term, shape) in terms.split(',').zip(shapes) {
+        let (before, after) = term.split_once("...").unwrap_or((term, ""));
+        let letters = before.chars().count() + after.chars().count();
+        let spanned = shape
+            .len()
+            .checked_sub(letters)
+            .filter(|&n| n == 0 || term.contains("..."));
+        let Some(spanned) = spanned else {
+            return Err(OpError::new(format!(
+                "equation {equation:?}: term {term:?} does not fit an operand of shape {shape:?}"
+            )));
+        };
+        let (head, rest) = shape.split_at(before.chars().count());
+        let (middle, tail) = rest.split_at(spanned);
+        for (letter, &dim) in before.chars().zip(head).chain(after.chars().zip(tail)) {
+            let entry = sizes.entry(letter).or_insert((1, 0));
+            *entry = (meet(entry.0, dim)?, entry.1 + 1);
+        }
+        // Right-aligned, as numpy broadcasts.
+        let width = ellipsis.len().max(middle.len());
+        let padded = |dims: &[i64]| {
+            let mut all = vec![1; width - dims.len()];
+            all.extend_from_slice(dims);
+            all
+        };
+        ellipsis = padded(&ellipsis)
+            .into_iter()
+            .zip(padded(middle))
+            .map(|(a, b)| meet(a, b))
+            .collect::<Result<_>>()?;
+    }
+    let size = |letter: char| sizes.get(&letter).map_or(1, |&(size, _)| size);
+    Ok(match output {
+        Some(output) => {
+            let (before, after) = output.split_once("...").unwrap_or((output, ""));
+            let mut shape: Vec<i64> = before.chars().map(size).collect();
+            if output.contains("...") {
+                shape.extend(&ellipsis);
+            }
+            shape.extend(after.chars().map(size));
+            shape
+        }
+        None => ellipsis
+            .iter()
+            .copied()
+            .chain(
+                sizes
+                    .iter()
+                    .filter(|(_, &(_, uses))| uses == 1)
+                    .map(|(_, &(size, _))| size),
+            )
+            .collect(),
+    })
 }
 
 /// ORT's Einsum refuses an explicit output without `...` when an input's `...` stands for at

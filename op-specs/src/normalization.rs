@@ -33,7 +33,7 @@ fn layer_normalization(
     let s = cx.stream();
     let rank = x.ndim();
     let axis = normalise_axis(axis, rank)?;
-    require_norm_extent(&x, axis)?;
+    require_norm_shapes(&x, axis, &[("Scale", Some(&scale)), ("B", bias.as_ref())])?;
     let only_y = cx.node().output_count() == 1;
     // MLX's fused kernel takes only a per-element weight and bias of the last axis; ONNX also
     // allows them to broadcast (a scale of shape [1], say), which the general path does.
@@ -52,14 +52,37 @@ fn layer_normalization(
     layer_norm_general(&x, &scale, bias.as_ref(), axis, epsilon, s)
 }
 
-/// ORT's layer norm kernels fail on an empty `X.shape[axis:]` (there is nothing to take the
-/// statistics of), even when `X` is empty anyway.
-pub(crate) fn require_norm_extent(x: &Array, axis: usize) -> Result<()> {
-    if x.shape()[axis.min(x.ndim())..].contains(&0) {
+/// The shapes ORT's layer norm kernels take. `X.shape[axis:]` must not be empty (there is
+/// nothing to take the statistics of), even when `X` is empty anyway. Each parameter (`params`:
+/// its name and value) must broadcast to `X` without changing `X`'s shape: no higher rank, each
+/// of its dims `X`'s or 1. A scale of `[8]` over `X.shape[axis:] = [1]` would otherwise widen
+/// the output to 8 (found by the fuzzer), where ORT refuses the run.
+pub(crate) fn require_norm_shapes(
+    x: &Array,
+    axis: usize,
+    params: &[(&str, Option<&Array>)],
+) -> Result<()> {
+    let shape = x.shape();
+    if shape[axis.min(x.ndim())..].contains(&0) {
         return Err(crate::OpError::new(format!(
-            "X has shape {:?}: the size of X.shape[axis:] (axis {axis}) must be at least 1",
-            x.shape()
+            "X has shape {shape:?}: the size of X.shape[axis:] (axis {axis}) must be at least 1"
         )));
+    }
+    for &(name, param) in params {
+        let Some(param) = param else { continue };
+        let dims = param.shape();
+        let fits = dims.len() <= shape.len()
+            && dims
+                .iter()
+                .rev()
+                .zip(shape.iter().rev())
+                .all(|(&d, &x)| d == x || d == 1);
+        if !fits {
+            return Err(crate::OpError::new(format!(
+                "{name} has shape {dims:?}: it must match X.shape[axis:] (X {shape:?}, axis \
+                 {axis}) or broadcast to X without changing X's shape, as ORT's CPU EP requires"
+            )));
+        }
     }
     Ok(())
 }
@@ -86,14 +109,13 @@ fn rms_normalization(
     #[attr(default = -1)] axis: i64,
     #[attr(default = 1e-5)] epsilon: f32,
 ) -> Result<Array> {
-    require_norm_extent(&x, normalise_axis(axis, x.ndim())?)?;
     let mut outputs = rms_norm_over(cx, &x, &scale, axis, epsilon, true)?;
     Ok(outputs.swap_remove(0))
 }
 
 /// `x / sqrt(mean(x²) + epsilon) * scale` over the axes from `axis` on, statistics in float32,
 /// `Y` in the scale's type; then `1 / sqrt(mean(x²) + epsilon)` unless `only_y`. `scale` is
-/// the node's input 1.
+/// the node's input 1; the shapes must be ones ORT takes ([`require_norm_shapes`]).
 pub(crate) fn rms_norm_over(
     cx: &mut Lower,
     x: &Array,
@@ -105,6 +127,7 @@ pub(crate) fn rms_norm_over(
     let s = cx.stream();
     let rank = x.ndim();
     let axis = normalise_axis(axis, rank)?;
+    require_norm_shapes(x, axis, &[("scale", Some(scale))])?;
     let last = x.shape().last().copied();
     let weight = float32_constant(cx, "scale", 1, scale)?;
     if only_y && axis + 1 == rank && scale.ndim() == 1 && Some(scale.shape()[0]) == last {

@@ -412,21 +412,13 @@ fn exact_conv(op: &str, x: &Array, w: &Array, attrs: &ConvAttrs, s: &Stream) -> 
     Ok(ops::transpose(&y, &first, s)?)
 }
 
-/// What MLX's convolution takes: grouped convolutions up to 2-D, and no more products per
-/// output than a float32 sum of 4-bit halves holds exactly (when W's shape is declared).
+/// Conv's claim on the attributes ([`crate::conv::conv_claim`]: group, strides, dilations,
+/// auto_pad), and no more products per output than a float32 sum of 4-bit halves holds exactly
+/// (when W's shape is declared).
 fn conv_claim(node: &Node, w_index: usize) -> Verdict {
-    let pad = node.attr_or("auto_pad", String::from("NOTSET"));
-    if !matches!(
-        pad.as_str(),
-        "NOTSET" | "VALID" | "SAME_UPPER" | "SAME_LOWER"
-    ) {
-        return Verdict::decline(format!("auto_pad {pad:?} is not an ONNX mode"));
-    }
-    let group = node.attr_or("group", 1i64);
-    if group != 1 && !matches!(node.input_rank(0), Some(3 | 4)) {
-        return Verdict::decline(
-            "a grouped convolution that is not 1-D or 2-D (MLX has none), or of unknown rank",
-        );
+    let attributes = crate::conv::conv_claim(node);
+    if !attributes.is_claim() {
+        return attributes;
     }
     if let Some(dims) = node.input_shape(w_index) {
         let terms: Option<i64> = dims[1..].iter().copied().product();
@@ -453,7 +445,7 @@ fn conv_integer_claim(node: &Node) -> Verdict {
     types(T1 = I8 | U8, T2 = I8 | U8, T3 = I32),
     inputs(x: T1, w: T2, x_zero_point: T1, w_zero_point: T2), outputs(y: T3),
     shape = ShapeKeyed, claim = conv_integer_claim,
-    declines = "grouped convolutions beyond 2-D (MLX has none); more than 65536 products per output (W's shape declared); auto_pad values outside ONNX's four"
+    declines = "Conv's declines (auto_pad outside ONNX's four or with pads, grouped convolutions beyond 2-D, strides or dilations beyond 65535); more than 65536 products per output (W's shape declared)"
 )]
 fn conv_integer(
     cx: &mut Lower,

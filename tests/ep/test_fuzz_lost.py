@@ -7,7 +7,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import MLX, Run, cpu_outputs, cpu_outputs_or_mlx_fails_too, make_model, tensor
+from conftest import (MLX, Run, cpu_outputs, cpu_outputs_or_mlx_fails_too, kernel_placements, make_model,
+                      profiled_session, tensor)
 
 
 def assert_same_as_cpu(model, feeds):
@@ -948,3 +949,76 @@ def test_conv_transpose_refuses_a_bias_other_than_one_value_per_output_channel(b
     assert_both_fail(model(bias_shape), feeds, "Bias shape is not compatible", "one value per output channel")
     feeds["b"] = np.arange(3, dtype=np.float32)
     assert_same_as_cpu(model((3,)), feeds)  # small integers: exact on both
+
+
+# --- Quantised convolutions with Conv's stride bound (s140-QLinearConv-10-1) ------------------
+
+
+@pytest.mark.parametrize("op", ["ConvInteger", "QLinearConv"])
+@pytest.mark.parametrize("attrs", [{"strides": [1, 2**31]}, {"dilations": [2**31, 1]},
+                                   {"auto_pad": "SAME_UPPER", "pads": [0, 0, 0, 0]}])
+def test_quantised_conv_declines_what_conv_declines(op, attrs):
+    # A stride of 2^31 reached MLX's convolution as a negative int32 ("Stride sizes must be
+    # positive") where ORT's CPU EP answers; Conv declined it, the integer convolutions claimed
+    # it. They now claim through Conv's rules, so ORT's CPU EP runs the node (or both refuse it).
+    model = quantised_conv(op, (4, 3, 3, 2), False, **attrs)
+    feeds = {"x": np.arange(2 * 3 * 6 * 6, dtype=np.uint8).reshape(2, 3, 6, 6)}
+    want = cpu_outputs_or_mlx_fails_too(model, feeds)
+    if want is not None:
+        session = profiled_session(model)
+        session.disable_fallback()
+        for got, expected in zip(session.run(None, feeds), want):
+            np.testing.assert_array_equal(got, expected)
+        assert {provider for _, provider in kernel_placements(session)} == {"CPUExecutionProvider"}
+
+
+# --- Layer norms' scale and bias must not change X's shape (s143-LayerNormalization-17-3) ------
+
+
+NORMS = [("LayerNormalization", "", 17, ["x", "scale", "bias"]), ("RMSNormalization", "", 23, ["x", "scale"]),
+         ("SimplifiedLayerNormalization", "", 17, ["x", "scale"])]
+
+
+@pytest.mark.parametrize("op,domain,opset,inputs", NORMS, ids=[n[0] for n in NORMS])
+@pytest.mark.parametrize("x_shape,axis,scale_shape", [
+    ((8, 3, 2, 1), 3, (8,)),  # the fuzz case: the EP widened Y to [8, 3, 2, 8]
+    ((8, 3, 2, 1), 3, (1, 1, 1, 4)),
+    ((2, 3, 4), 1, (1, 1, 1, 4)),  # a higher rank than X's
+    ((2, 3, 4), 1, (3, 1)), ((2, 3, 4), 1, (2, 1, 4)), ((2, 3, 4), -1, (1,)), ((2, 3, 4), 0, (1, 3, 4)),  # taken
+    ((2, 3, 4), 1, (4, 1)),  # refused by both before
+])
+def test_layer_norm_scale_must_broadcast_to_x_unchanged(op, domain, opset, inputs, x_shape, axis, scale_shape):
+    # ORT takes a scale (and bias) that broadcasts to X without changing X's shape; the EP took
+    # any two shapes that broadcast together, and answered in a wider shape.
+    node = helper.make_node(op, inputs, ["y"], name="norm", axis=axis)
+    model = make_model([node], [tensor(name) for name in inputs], [tensor("y")], opset=opset)
+    rng = np.random.default_rng(143)
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32)}
+    feeds |= {name: rng.standard_normal(scale_shape).astype(np.float32) for name in inputs[1:]}
+    want = cpu_outputs_or_mlx_fails_too(model, feeds, match="broadcast to X without changing")
+    if want is not None:
+        run = Run(model, feeds)
+        run.assert_all_on_mlx()
+        assert run.outputs[0].shape == want[0].shape
+        np.testing.assert_allclose(run.outputs[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+# --- Einsum over an empty operand whose index is 1 elsewhere (s145-Einsum-12-0) ---------------
+
+
+@pytest.mark.parametrize("equation,shapes", [
+    ("bhid, bhjd -> bhij", [(0, 2, 3, 4), (1, 2, 5, 4)]),  # the fuzz case
+    ("bij,bjk", [(0, 3, 4), (1, 4, 2)]),  # implicit output
+    ("...ij,...jk->...ik", [(0, 3, 4), (1, 4, 2)]),  # ellipses broadcast
+    ("ij,jk->ik", [(3, 0), (0, 2)]),  # a sum over nothing
+])
+def test_einsum_of_an_empty_operand_broadcasts_a_one_to_zero(equation, shapes):
+    # MLX's einsum sized the index of sizes 0 and 1 as 1, then failed to broadcast the empty
+    # operand into it; ORT broadcasts the 1 to 0. (ORT's kernel raises SIGFPE with the operands
+    # swapped, so the test keeps the empty one first.)
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], name="einsum", equation=equation)
+    model = make_model([node], [tensor(n, shape=[f"{n}_{a}" for a in range(len(s))]) for n, s in zip(names, shapes)],
+                       [tensor("y")], opset=12)
+    feeds = {n: np.ones(s, np.float32) for n, s in zip(names, shapes)}
+    assert_same_as_cpu(model, feeds)

@@ -466,3 +466,16 @@ def test_negating_a_signed_minimum_wraps_when_compiled_too(op, elem, dtype):
     for got in mlx_runs(model, feeds, times=3):
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("lambd,bias", [(1e38, 0.0), (1e38, 0.3), (0.5, 0.3), (-1.0, 1e-3)])
+def test_float16_shrink_compares_and_shifts_in_float32(lambd, bias):
+    # s147-Shrink-9-1: lambd 1e38 rounded to float16 is inf, and inf > inf is false, so the EP
+    # zeroed an infinite x that ORT (which computes float16 Shrink in float32) keeps; x - bias
+    # was also rounded twice.
+    node = helper.make_node("Shrink", ["x"], ["y"], lambd=lambd, bias=bias)
+    model = make_model([node], [tensor("x", TensorProto.FLOAT16, [10])], [tensor("y", TensorProto.FLOAT16)], opset=9)
+    x = np.array([np.inf, -np.inf, 65504, -65504, 1.0, -1.0, 0.7, -0.3, 0.0, 6e-8], np.float16)
+    want = cpu_outputs(model, {"x": x})
+    for got in mlx_runs(model, {"x": x}):
+        np.testing.assert_array_equal(got[0], want[0])
