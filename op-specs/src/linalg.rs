@@ -295,8 +295,7 @@ fn einsum(cx: &mut Lower, inputs: Vec<Array>, #[attr] equation: String) -> Resul
         // the empty operand (found by the fuzzer); ORT broadcasts the 1 to 0.
         let shapes: Vec<Vec<i64>> = inputs.iter().map(Array::shape).collect();
         let shape = einsum_shape(&without_spaces(&equation), &shapes)?;
-        let zero = crate::table::consts::scalar(0.0, inputs[0].dtype(), s)?;
-        return Ok(ops::broadcast_to(&zero, &shape, s)?);
+        return crate::table::consts::zeros(&shape, inputs[0].dtype(), s);
     }
     Ok(ops::einsum(&without_spaces(&equation), &inputs, s)?)
 }

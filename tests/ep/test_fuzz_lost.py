@@ -810,6 +810,32 @@ def test_rotary_embedding_with_caches_wider_than_the_rotation_is_left_to_ort():
         mlx_session(model(["rows", "width"])).run(None, feeds)
 
 
+@pytest.mark.parametrize("domain", ["", "com.microsoft"])
+@pytest.mark.parametrize("rot,x_shape", [(5, (1, 3, 12)), (3, (1, 3, 12)), (0, (1, 3, 10)), (4, (1, 3, 12))])
+def test_rotary_embedding_of_odd_width_fails_naming_why(domain, rot, x_shape):
+    # ORT's kernels run an odd rotation width (rotary_embedding_dim, else the head size) but
+    # leave the last rotated feature unwritten: its answer changes run to run. The EP fails the
+    # node saying so (it said only that the width must be even); an even width runs on MLX.
+    rng = np.random.default_rng(5)
+    width = (rot or x_shape[-1] // 2) // 2
+    ms = domain == "com.microsoft"
+    names = ["x", "pos", "cos", "sin"] if ms else ["x", "cos", "sin", "pos"]
+    node = helper.make_node("RotaryEmbedding", names, ["y"], name="rope", domain=domain, rotary_embedding_dim=rot,
+                            num_heads=2)
+    shapes = {"x": x_shape, "pos": (1, 3), "cos": (8, width), "sin": (8, width)}
+    inputs = [tensor(n, TensorProto.INT64 if n == "pos" else TensorProto.FLOAT, list(shapes[n])) for n in names]
+    model = make_model([node], inputs, [tensor("y")], opset=17 if ms else 23, domains=[(domain, 1)] if ms else ())
+    feeds = {n: rng.standard_normal(shapes[n]).astype(np.float32) for n in ("x", "cos", "sin")}
+    feeds["pos"] = np.array([[0, 3, 7]], np.int64)
+    if (rot or x_shape[-1] // 2) % 2 == 0:
+        run = Run(model, feeds)
+        run.assert_all_on_mlx()
+        np.testing.assert_allclose(run.outputs[0], cpu_outputs(model, feeds)[0], rtol=1e-6, atol=1e-6)
+    else:
+        with pytest.raises(Exception, match=r"node 'rope'.*odd rotation width.*uninitialised memory"):
+            mlx_session(model).run(None, feeds)
+
+
 # --- DequantizeLinear: a float8 zero point of -0.0 (s57-DequantizeLinear-19..20-3) -------------
 
 
@@ -874,6 +900,19 @@ def test_mha_with_no_keys_answers_zeros_whatever_the_value_width(elem, dtype, ou
     assert_same_as_cpu(model, feeds)
     feeds |= {"k": np.ones((2, 5, 8), dtype), "v": np.ones((2, 5, value_width), dtype)}
     assert_both_fail(model, feeds, "Tensor size", "heads do not divide")
+
+
+@pytest.mark.parametrize("query_width,value_width", [(1, 1), (3, 2), (1, 4)])
+def test_mha_with_nothing_to_attend_answers_empty_whatever_the_query_width(query_width, value_width):
+    # s153-com.microsoft.MultiHeadAttention-1-3: no query rows and no keys, with a query width
+    # the heads do not divide. ORT answers empty outputs, the present keys [B, N, 0, D / N]
+    # truncated; the EP failed splitting the query into heads.
+    outputs = ["y", "present_key", "present_value", "qk"]
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], outputs, name="mha", domain="com.microsoft", num_heads=2)
+    model = make_model([node], [tensor(x) for x in "qkv"], [tensor(o) for o in outputs], domains=[("com.microsoft", 1)])
+    feeds = {"q": np.zeros((2, 0, query_width), np.float32), "k": np.zeros((2, 0, query_width), np.float32),
+             "v": np.zeros((2, 0, value_width), np.float32)}
+    assert_same_as_cpu(model, feeds)
 
 
 # --- Pools whose dilated window passes int64 (s120-MaxPool-12-5) ------------------------------

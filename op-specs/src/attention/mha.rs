@@ -245,6 +245,43 @@ pub(super) fn check_attention_bias(bias: &Array, b: i64, n: i64, sq: i64, t: i64
     }
 }
 
+/// ORT's answer over no keys at all (`[B, 0, D]` keys and `[B, 0, D_v]` values, no past) when
+/// the heads divide the query's or the values' width unevenly, which it checks only once there
+/// are keys: zeros `[B, S, D_v]`, present keys and values `[B, N, 0, D / N]` and
+/// `[B, N, 0, D_v / N]` (widths truncated) and scores `[B, N, S, 0]`. (With keys it fails
+/// reshaping them; with a query, keys or values of other shapes the main path decides.)
+fn over_no_keys(
+    cx: &Lower,
+    [b, sq, d]: [i64; 3],
+    key: &Array,
+    value: &Array,
+    past: bool,
+    n: i64,
+) -> Result<Option<Vec<Array>>> {
+    let (ks, vs) = (key.shape(), value.shape());
+    let [kb, l, kd] = ks[..] else { return Ok(None) };
+    let [vb, vl, dv] = vs[..] else {
+        return Ok(None);
+    };
+    let fits = kb == b && vb == b && kd == d && l == 0 && vl == 0 && !past;
+    if !fits || (d % n == 0 && dv % n == 0) {
+        return Ok(None);
+    }
+    let s = cx.stream();
+    let dtype = key.dtype();
+    let scores = if cx.node().output_present(3) {
+        cx.output_dtype(3)?
+    } else {
+        dtype
+    };
+    Ok(Some(vec![
+        zeros(&[b, sq, dv], dtype, s)?,
+        zeros(&[b, n, 0, d / n], dtype, s)?,
+        zeros(&[b, n, 0, dv / n], dtype, s)?,
+        zeros(&[b, n, sq, 0], scores, s)?,
+    ]))
+}
+
 /// Multi-head attention over separate Q/K/V (`[B, S, D]`, keys and values `[B, L, D]` /
 /// `[B, L, D_v]`, or already split into heads `[B, N, L, H]`), with an optional packed
 /// `bias` `[D + D + D_v]` (added to Q only when K/V come in heads), `key_padding_mask` (`[B]`
@@ -293,6 +330,9 @@ fn multi_head_attention(
             "query has shape {qshape:?}: expected [batch, sequence, hidden]"
         ))
     })?;
+    if let Some(outputs) = over_no_keys(cx, [b, sq, d], &key, &value, past_key.is_some(), n)? {
+        return Ok(outputs);
+    }
     let q = split_heads(&add_bias(&query, bias.as_ref(), 0, s)?, n, "query", s)?;
     let h = d / n;
     let (k, v, dv) = match (key.ndim(), value.ndim()) {
@@ -314,22 +354,6 @@ fn multi_head_attention(
                 }
             }
             let k = split_heads(&add_bias(&key, bias.as_ref(), d, s)?, n, "key", s)?;
-            if dv % n != 0 && vs[1] == 0 && past_key.is_none() {
-                // ORT checks no value width against the heads: with no keys at all it answers
-                // zeros [B, S, D_v] (and with keys fails reshaping them).
-                let dtype = query.dtype();
-                let scores = if cx.node().output_present(3) {
-                    cx.output_dtype(3)?
-                } else {
-                    dtype
-                };
-                return Ok(vec![
-                    zeros(&[b, sq, dv], dtype, s)?,
-                    ops::astype(&k, dtype, s)?,
-                    zeros(&[b, n, 0, dv / n], dtype, s)?,
-                    zeros(&[b, n, sq, 0], scores, s)?,
-                ]);
-            }
             let v = split_heads(&add_bias(&value, bias.as_ref(), 2 * d, s)?, n, "value", s)?;
             (k, v, dv)
         }

@@ -94,10 +94,18 @@ fn rotate_heads(
 ) -> Result<Array> {
     let dims = x4.shape();
     let head = dims[3];
-    if rot <= 0 || rot > head || rot % 2 != 0 {
+    if rot <= 0 || rot > head {
         return Err(err(
             op,
-            format!("rotary_embedding_dim {rot} must be even, positive and at most the head size {head}"),
+            format!("rotary_embedding_dim {rot} must be positive and at most the head size {head}"),
+        ));
+    }
+    if rot % 2 != 0 {
+        // ORT's kernels run it, but leave the last rotated feature unwritten: their answer is
+        // uninitialised memory (ORT 1.31.1 returns different values run to run).
+        return Err(err(
+            op,
+            format!("an odd rotation width {rot} (rotary_embedding_dim, else the head size): ORT's CPU EP leaves the last rotated feature unwritten, answering uninitialised memory, so there is no answer to match (make the rotation width even)"),
         ));
     }
     let rotated = if rot == head {
