@@ -278,6 +278,15 @@ fn fused_conv(
     };
     let y = convolve(cx, &x, &w, b.as_ref(), &attrs)?;
     let y = match z {
+        // ORT's kernel sums Z into its output buffer: no broadcast (found by the fuzzer).
+        Some(z) if z.shape() != y.shape() => {
+            return Err(OpError::new(format!(
+                "Z has shape {:?}: it must be the convolution's output shape {:?}, as ORT's \
+                 kernel requires",
+                z.shape(),
+                y.shape()
+            )))
+        }
         Some(z) => ops::add(&y, &z, s)?,
         None => y,
     };

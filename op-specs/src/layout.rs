@@ -126,6 +126,7 @@ fn pad_with(
     };
     let n = axes.len();
     let dims = x.shape();
+    let mut out_shape = dims.clone();
     for (i, &axis) in axes.iter().enumerate() {
         // In i128: pads reach i64's extremes (ORT fails on a negative length; MLX's dims are i32).
         let padded = i128::from(dims[axis]) + i128::from(pads[i]) + i128::from(pads[i + n]);
@@ -137,6 +138,18 @@ fn pad_with(
                 dims[axis]
             )));
         }
+        if mode != "constant" && dims[axis] == 0 && padded > 0 {
+            return Err(OpError::new(format!(
+                "{mode} padding of axis {axis}, which is empty, to a length of {padded} (ORT \
+                 refuses it too)"
+            )));
+        }
+        out_shape[axis] = padded as i64;
+    }
+    if out_shape.contains(&0) {
+        // Nothing to fill: ORT answers an empty output whatever the mode's limits (a reflection
+        // wider than its axis, a crop of an empty axis), and so does the EP.
+        return crate::table::consts::zeros(&out_shape, x.dtype(), s);
     }
     axes.iter()
         .enumerate()

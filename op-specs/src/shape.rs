@@ -316,7 +316,7 @@ fn split_along(cx: &Lower, x: &Array, axis: i64, sizes: &[i64]) -> Result<Vec<Ar
 /// (the last one smaller when the dim does not divide).
 #[onnx_op(
     op = "Split", since = 2, types(T = ANY, I = I64), inputs(input: T, split: I), outputs(outputs...: T),
-    shape = ShapeKeyed
+    shape = ShapeKeyed, claim = split_claim, declines = "both a split input and num_outputs (ONNX allows one; ORT refuses both)"
 )]
 fn split(
     cx: &mut Lower,
@@ -338,6 +338,15 @@ fn split(
         axis,
         &split_sizes(dim, split, parts, num_outputs.is_some())?,
     )
+}
+
+/// ONNX allows a `split` input or `num_outputs`, not both; ORT refuses the node when both are
+/// given (found by the fuzzer: the EP answered by `split`).
+fn split_claim(node: &crate::Node) -> crate::Verdict {
+    if node.attribute("num_outputs").is_some() && node.input_present(1) {
+        return crate::Verdict::decline("both a split input and num_outputs (ONNX allows one)");
+    }
+    crate::Verdict::Claim
 }
 
 /// numpy's broadcast of two shapes.

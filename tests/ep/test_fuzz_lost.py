@@ -1061,3 +1061,74 @@ def test_einsum_of_an_empty_operand_broadcasts_a_one_to_zero(equation, shapes):
                        [tensor("y")], opset=12)
     feeds = {n: np.ones(s, np.float32) for n, s in zip(names, shapes)}
     assert_same_as_cpu(model, feeds)
+
+
+# --- Pad with an empty output (s166-Pad-2..10-5) ---------------------------------------------
+
+
+@pytest.mark.parametrize("mode,shape,pads,opset", [
+    ("reflect", (2, 3, 0), [0, 1, 1, 0, 1, -1], 10),  # the fuzz case: answered, empty
+    ("reflect", (2, 0, 4), [0, 0, 5, 0, 0, 5], 10),  # a reflection wider than its axis: answered
+    ("edge", (2, 3, 0), [0, 0, 1, 0, 0, -1], 18),
+    ("reflect", (2, 3, 0), [0, 0, 1, 0, 0, 0], 18),  # an empty axis padded to 1: both fail
+    ("edge", (0, 3, 0), [0, 0, 1, 0, 0, 0], 18),  # the same, with the output empty anyway
+    ("wrap", (2, 3, 4), [0, 0, 1, 0, 0, 1], 10),  # ORT wraps in every opset (ONNX: from 19)
+])
+def test_pad_follows_ort_where_an_axis_is_empty(mode, shape, pads, opset):
+    # ORT answers an empty output whatever the mode's limits, and refuses to pad an empty axis
+    # to a nonzero length in edge or reflect mode; the EP refused the first and, with a crop
+    # on the empty axis, failed where ORT answers.
+    if opset < 11:
+        node = helper.make_node("Pad", ["x"], ["y"], name="pad", mode=mode, pads=pads)
+        inputs, feeds = [tensor("x", shape=["a", "b", "c"])], {}
+    else:
+        node = helper.make_node("Pad", ["x", "pads"], ["y"], name="pad", mode=mode)
+        inputs, feeds = [tensor("x", shape=["a", "b", "c"]), tensor("pads", TensorProto.INT64, [6])], {
+            "pads": np.array(pads, np.int64)}
+    model = make_model([node], inputs, [tensor("y")], opset=opset)
+    feeds["x"] = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    if cpu_outputs_or_mlx_fails_too(model, feeds) is not None:
+        assert_same_as_cpu(model, feeds)
+
+
+def test_pad_wraps_an_empty_input_into_an_empty_output():
+    # ORT's path for an empty input has no wrap mode ("Unexpected mode of 3"); the answer is
+    # an empty tensor of the padded shape, which the EP gives.
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], name="pad", mode="wrap")
+    model = make_model([node], [tensor("x", shape=["a", "b", "c"]), tensor("pads", TensorProto.INT64, [6])],
+                       [tensor("y")], opset=19)
+    feeds = {"x": np.zeros((2, 0, 4), np.float32), "pads": np.array([0, 0, 1, 0, 0, 2], np.int64)}
+    with pytest.raises(Exception, match="Unexpected mode"):
+        cpu_outputs(model, feeds)
+    run = Run(model, feeds)
+    run.assert_all_on_mlx()
+    assert run.outputs[0].shape == (2, 0, 7)
+
+
+# --- Split with both a split input and num_outputs (s167-Split-13-4) --------------------------
+
+
+def test_split_with_both_a_split_input_and_num_outputs_is_left_to_ort():
+    # ONNX allows one of them; ORT refuses the node, the EP split by the input.
+    node = helper.make_node("Split", ["x", "split"], ["a", "b", "c"], name="split", axis=1, num_outputs=3)
+    model = make_model([node], [tensor("x", shape=[2, 6])], [tensor(o) for o in "abc"],
+                       initializers=[numpy_helper.from_array(np.array([1, 2, 3], np.int64), "split")], opset=18)
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(2, 6)}
+    assert cpu_outputs_or_mlx_fails_too(model, feeds, match="num_outputs") is None
+
+
+# --- FusedConv's Z: the output's shape, no broadcast (s165-com.microsoft.FusedConv-1-5) --------
+
+
+@pytest.mark.parametrize("z_shape", [(2, 4, 4, 1), (1, 4, 4, 4), (2, 4, 4, 4)])
+def test_fused_conv_sums_a_z_of_the_output_shape_only(z_shape):
+    node = helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], name="fconv", domain="com.microsoft",
+                            activation="Relu")
+    inputs = [tensor("x", shape=[2, 3, 6, 6]), tensor("w", shape=[4, 3, 3, 3]), tensor("b", shape=[4]),
+              tensor("z", shape=list(z_shape))]
+    model = make_model([node], inputs, [tensor("y")], domains=[("com.microsoft", 1)])
+    rng = np.random.default_rng(165)
+    feeds = {"x": rng.integers(-3, 4, (2, 3, 6, 6)).astype(np.float32), "w": rng.integers(-2, 3, (4, 3, 3, 3)).astype(np.float32),
+             "b": np.arange(4, dtype=np.float32), "z": rng.integers(-5, 6, z_shape).astype(np.float32)}
+    if cpu_outputs_or_mlx_fails_too(model, feeds, match="output shape") is not None:
+        assert_same_as_cpu(model, feeds)  # small integers: exact on both
