@@ -246,10 +246,11 @@ pub(super) fn check_attention_bias(bias: &Array, b: i64, n: i64, sq: i64, t: i64
 }
 
 /// ORT's answer over no keys at all (`[B, 0, D]` keys and `[B, 0, D_v]` values, no past) when
-/// the heads divide the query's or the values' width unevenly, which it checks only once there
-/// are keys: zeros `[B, S, D_v]`, present keys and values `[B, N, 0, D / N]` and
-/// `[B, N, 0, D_v / N]` (widths truncated) and scores `[B, N, S, 0]`. (With keys it fails
-/// reshaping them; with a query, keys or values of other shapes the main path decides.)
+/// the heads divide the values' width unevenly, or the query's with no query rows (S = 0),
+/// which it checks only once there are keys or rows: zeros `[B, S, D_v]`, present keys and
+/// values `[B, N, 0, D / N]` and `[B, N, 0, D_v / N]` (widths truncated) and scores
+/// `[B, N, S, 0]`. (With keys, or query rows of an uneven width, it fails reshaping them, and so
+/// does the main path; it also decides a query, keys or values of other shapes.)
 fn over_no_keys(
     cx: &Lower,
     [b, sq, d]: [i64; 3],
@@ -264,7 +265,8 @@ fn over_no_keys(
         return Ok(None);
     };
     let fits = kb == b && vb == b && kd == d && l == 0 && vl == 0 && !past;
-    if !fits || (d % n == 0 && dv % n == 0) {
+    let uneven = if d % n == 0 { dv % n != 0 } else { sq == 0 };
+    if !fits || !uneven {
         return Ok(None);
     }
     let s = cx.stream();
