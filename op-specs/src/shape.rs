@@ -224,7 +224,10 @@ fn transpose(cx: &mut Lower, x: Array, #[attr] perm: Option<Vec<i64>>) -> Result
 
 /// Joins the inputs along `axis`. As in ORT's CPU EP, an input with no elements only adds its
 /// `axis` dim: its other dims need not match (the first non-empty input sets them). Where that
-/// dim is not 0, ORT leaves the slab it reserves unwritten (it reads as zeros); here it is zeros.
+/// dim is not 0, ORT reserves a slab it never writes, at the end of the axis: it writes the
+/// non-empty inputs one after another from the start, skipping the empty ones (found by the
+/// fuzzer with the empty input first). The EP does the same, the slab zeros (ORT's holds
+/// whatever its allocation held).
 #[onnx_op(op = "Concat", since = 4, types(T = ANY), inputs(inputs: T), outputs(concat_result: T), shape = ShapeKeyed)]
 fn concat(cx: &mut Lower, inputs: Vec<Array>, #[attr] axis: i64) -> Result<Array> {
     let s = cx.stream();
@@ -243,17 +246,14 @@ fn concat(cx: &mut Lower, inputs: Vec<Array>, #[attr] axis: i64) -> Result<Array
         let zero = crate::table::consts::scalar_like(0.0, reference, s)?;
         Ok(ops::broadcast_to(&zero, &dims, s)?)
     };
-    let mut parts = Vec::with_capacity(inputs.len());
-    for input in &inputs {
-        let along = input.shape()[axis];
-        if input.size() > 0 {
-            parts.push(input.clone());
-        } else if along > 0 {
-            parts.push(slab(along)?);
-        }
-    }
-    if parts.is_empty() {
-        return slab(0);
+    let mut parts: Vec<Array> = inputs.iter().filter(|a| a.size() > 0).cloned().collect();
+    let reserved: i64 = inputs
+        .iter()
+        .filter(|a| a.size() == 0)
+        .map(|a| a.shape()[axis])
+        .sum();
+    if reserved > 0 || parts.is_empty() {
+        parts.push(slab(reserved)?);
     }
     Ok(ops::concatenate(&parts, axis as i32, s)?)
 }
