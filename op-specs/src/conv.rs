@@ -322,8 +322,9 @@ fn fused_conv_claim(node: &crate::Node) -> crate::Verdict {
         "HardSigmoid",
         "Clip",
     ];
+    // An empty name is no activation to ORT's kernel either: it refuses the node.
     match node.attr_as::<String>("activation") {
-        Some(a) if !a.is_empty() && !KNOWN.contains(&a.as_str()) => {
+        Some(a) if !KNOWN.contains(&a.as_str()) => {
             crate::Verdict::decline(format!("activation {a:?}"))
         }
         _ => conv_claim(node),

@@ -1136,3 +1136,34 @@ def test_fused_conv_sums_a_z_of_the_output_shape_only(z_shape):
              "b": np.arange(4, dtype=np.float32), "z": rng.integers(-5, 6, z_shape).astype(np.float32)}
     if cpu_outputs_or_mlx_fails_too(model, feeds, match="output shape") is not None:
         assert_same_as_cpu(model, feeds)  # small integers: exact on both
+
+
+# --- Resize: an aspect-ratio policy over negative axes (s188-Resize-13-3) ----------------------
+
+
+@pytest.mark.parametrize("axes,policy,claimed", [([-4, 3], "not_smaller", False), ([-2, -1], "not_larger", False),
+                                                 ([2, 3], "not_smaller", True), ([-2, -1], "stretch", True)])
+def test_resize_policy_over_negative_axes_is_left_to_ort(axes, policy, claimed):
+    # ORT's kernel compares the policy's axes with dims unnormalised, so a negative axis keeps
+    # its dim and stays out of the common scale ([-2, -1] not_smaller leaves [1, 2, 4, 5] as it
+    # is); ONNX counts it from the end, as the EP did. The EP now declines such a node.
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="resize", axes=axes,
+                            keep_aspect_ratio_policy=policy)
+    model = make_model([node], [tensor("x", shape=[1, 2, 4, 5]), tensor("sizes", TensorProto.INT64, [2])],
+                       [tensor("y")], opset=18)
+    feeds = {"x": np.arange(40, dtype=np.float32).reshape(1, 2, 4, 5), "sizes": np.array([7, 7], np.int64)}
+    run = Run(model, feeds)
+    assert run.providers_of_kernels() == {MLX if claimed else "CPUExecutionProvider"}, run.kernels
+    want = cpu_outputs(model, feeds)[0]
+    assert run.outputs[0].shape == want.shape
+    np.testing.assert_allclose(run.outputs[0], want, rtol=1e-6, atol=1e-5)
+
+
+def test_fused_conv_with_an_empty_activation_name_is_left_to_ort():
+    # s194-com.microsoft.FusedConv-1-4: ORT's kernel refuses activation="" (an absent attribute
+    # is no activation); the EP read "" as none.
+    node = helper.make_node("FusedConv", ["x", "w"], ["y"], name="fconv", domain="com.microsoft", activation="")
+    model = make_model([node], [tensor("x", shape=[1, 2, 5, 5]), tensor("w", shape=[3, 2, 3, 3])], [tensor("y")],
+                       domains=[("com.microsoft", 1)])
+    feeds = {"x": np.ones((1, 2, 5, 5), np.float32), "w": np.ones((3, 2, 3, 3), np.float32)}
+    assert cpu_outputs_or_mlx_fails_too(model, feeds, match="GetFusedActivationAttr") is None

@@ -65,6 +65,16 @@ pub(super) fn resize_claim(node: &Node) -> Verdict {
     if Policy::parse(&policy).is_none() {
         return Verdict::decline(format!("keep_aspect_ratio_policy {policy:?}"));
     }
+    // ORT's kernel matches the policy's axes against dims unnormalised, so a negative axis is
+    // left out of the common scale and keeps its dim (ONNX counts it from the end; found by
+    // the fuzzer). The node is left to ORT rather than the EP repeating that.
+    let axes = node.attr_as::<Vec<i64>>("axes").unwrap_or_default();
+    if policy != "stretch" && axes.iter().any(|&a| a < 0) {
+        return Verdict::decline(format!(
+            "keep_aspect_ratio_policy {policy:?} with negative axes {axes:?}: ORT's kernel leaves \
+             them out of the policy"
+        ));
+    }
     let antialias = node.attr_or("antialias", 0i64) != 0;
     if antialias && mode == Mode::Nearest {
         return Verdict::decline("antialias with mode nearest (ORT's CPU EP rejects it)");

@@ -62,7 +62,7 @@ fn resize_10(
 #[onnx_op(
     op = "Resize", precision = Float32, since = 11, types(T1 = ANY, T2 = FLOAT, F = F32, I = I64),
     inputs(X: T1, roi: T2, scales: F, sizes: I), outputs(Y: T1), shape = ShapeKeyed,
-    claim = resize_claim, declines = "unknown attribute values; linear/cubic on integer tensors; antialias with nearest; exclude_outside without cubic or antialiased linear; half_pixel_symmetric before opset 19"
+    claim = resize_claim, declines = "unknown attribute values; linear/cubic on integer tensors; antialias with nearest; exclude_outside without cubic or antialiased linear; half_pixel_symmetric before opset 19; a keep_aspect_ratio_policy over negative axes (ORT leaves them out of it)"
 )]
 fn resize(
     cx: &mut Lower,
