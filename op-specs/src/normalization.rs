@@ -71,13 +71,7 @@ pub(crate) fn require_norm_shapes(
     for &(name, param) in params {
         let Some(param) = param else { continue };
         let dims = param.shape();
-        let fits = dims.len() <= shape.len()
-            && dims
-                .iter()
-                .rev()
-                .zip(shape.iter().rev())
-                .all(|(&d, &x)| d == x || d == 1);
-        if !fits {
+        if !crate::shape::broadcasts_into(&dims, &shape) {
             return Err(crate::OpError::new(format!(
                 "{name} has shape {dims:?}: it must match X.shape[axis:] (X {shape:?}, axis \
                  {axis}) or broadcast to X without changing X's shape, as ORT's CPU EP requires"

@@ -349,6 +349,17 @@ fn split_claim(node: &crate::Node) -> crate::Verdict {
     crate::Verdict::Claim
 }
 
+/// Whether `dims` broadcasts to `shape` without changing it (unidirectional broadcasting): no
+/// higher rank, each of its trailing dims `shape`'s or 1.
+pub(crate) fn broadcasts_into(dims: &[i64], shape: &[i64]) -> bool {
+    dims.len() <= shape.len()
+        && dims
+            .iter()
+            .rev()
+            .zip(shape.iter().rev())
+            .all(|(&d, &s)| d == s || d == 1)
+}
+
 /// numpy's broadcast of two shapes.
 pub(crate) fn broadcast_shapes(a: &[i64], b: &[i64]) -> Result<Vec<i64>> {
     let rank = a.len().max(b.len());

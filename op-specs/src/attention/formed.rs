@@ -113,13 +113,8 @@ pub(crate) fn note_masked(cx: &Lower, x: &Array, mask: &Array, y: &Array) {
     let Some(scores) = cx.form_of::<Scores>(SCORES, x).filter(|s| s.mask.is_none()) else {
         return;
     };
-    let (shape, dims) = (x.shape(), mask.shape());
-    let fits = dims.len() <= shape.len()
-        && dims
-            .iter()
-            .rev()
-            .zip(shape.iter().rev())
-            .all(|(&m, &x)| m == x || m == 1);
+    let shape = x.shape();
+    let fits = crate::shape::broadcasts_into(&mask.shape(), &shape);
     if fits && mask.dtype() == x.dtype() && mask.size() > 0 && y.shape() == shape {
         let mask = Some(mask.clone());
         cx.record_form(SCORES, y, Scores { mask, ..scores });
