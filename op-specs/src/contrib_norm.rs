@@ -12,7 +12,7 @@ use crate::normalization::{
     cast, float32_constant, group_standardise, layer_norm_claim, rms_norm_over, rms_norm_rounded,
     standardise,
 };
-use crate::table::consts::scalar_like;
+use crate::table::consts::{scalar_like, zeros};
 use crate::{onnx_op, Lower, OpError, Result};
 
 /// `X / sqrt(mean(X²) + epsilon) * scale` over the axes from `axis` on (statistics in
@@ -507,6 +507,12 @@ fn embed_layer_normalization(
     let wide = |a: Array| ops::astype(&a, Dtype::F32, s);
     let mut sum = wide(embed(cx, &word_embedding, &input_ids, "word")?)?;
     let positions = match position_ids {
+        // No tokens: ORT's kernel reads no position id, so none is checked (found by the
+        // fuzzer: out-of-range ids beside an empty batch).
+        Some(_) if input_ids.size() == 0 => {
+            let hidden = position_embedding.shape().get(1).copied().unwrap_or(0);
+            zeros(&[batch, sequence, hidden], position_embedding.dtype(), s)?
+        }
         Some(ids) => {
             let ids = position_rows(&ids, sequence, s)?;
             embed(cx, &position_embedding, &ids, "position")?

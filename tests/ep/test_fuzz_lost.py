@@ -1167,3 +1167,13 @@ def test_fused_conv_with_an_empty_activation_name_is_left_to_ort():
                        domains=[("com.microsoft", 1)])
     feeds = {"x": np.ones((1, 2, 5, 5), np.float32), "w": np.ones((3, 2, 3, 3), np.float32)}
     assert cpu_outputs_or_mlx_fails_too(model, feeds, match="GetFusedActivationAttr") is None
+
+
+@pytest.mark.parametrize("ids_shape", [(0, 5), (2, 0)])
+def test_embed_layer_norm_with_no_tokens_reads_no_position_id(ids_shape):
+    # s226-com.microsoft.EmbedLayerNormalization-1-4: with no tokens ORT's kernel reads no
+    # position id, so ids out of range beside them are answered; the EP checked them.
+    model, feeds = embed_layer_norm({**EMBED_TABLES, "input_ids": ids_shape, "position_ids": (1, ids_shape[1])},
+                                    declared=False)
+    feeds["position_ids"] = np.full((1, ids_shape[1]), 2**31 - 1, np.int32)
+    assert_same_as_cpu(model, feeds)
