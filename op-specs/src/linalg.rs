@@ -288,22 +288,24 @@ fn fused_operand(
 )]
 fn einsum(cx: &mut Lower, inputs: Vec<Array>, #[attr] equation: String) -> Result<Array> {
     let s = cx.stream();
-    ellipsis_kept(&equation, &inputs)?;
+    let equation = without_spaces(&equation);
+    let shapes: Vec<Vec<i64>> = inputs.iter().map(Array::shape).collect();
+    let shape = einsum_shape(&equation, &shapes)?;
     if inputs.iter().any(|x| x.size() == 0) {
         // Sums over nothing are zeros, and no kernel runs over a zero-size operand. The shape is
         // ours: MLX's einsum sizes a letter of sizes 0 and 1 as 1 and then cannot broadcast
         // the empty operand (found by the fuzzer); ORT broadcasts the 1 to 0.
-        let shapes: Vec<Vec<i64>> = inputs.iter().map(Array::shape).collect();
-        let shape = einsum_shape(&without_spaces(&equation), &shapes)?;
         return crate::table::consts::zeros(&shape, inputs[0].dtype(), s);
     }
-    Ok(ops::einsum(&without_spaces(&equation), &inputs, s)?)
+    Ok(ops::einsum(&equation, &inputs, s)?)
 }
 
 /// The output shape of `equation` (no spaces) over operands of `shapes`: each letter's size is
 /// the one its operands agree on, a size of 1 giving way to any other (0 included), and the
 /// ellipses' axes broadcast alike; an implicit output is the ellipsis, then the letters that
-/// appear once, in alphabetical order.
+/// appear once, in alphabetical order. ORT refuses an explicit output without `...` when an
+/// input's `...` stands for at least one axis (numpy would sum those axes away), and so does
+/// this.
 fn einsum_shape(equation: &str, shapes: &[Vec<i64>]) -> Result<Vec<i64>> {
     let meet = |a: i64, b: i64| match (a, b) {
         _ if a == b || b == 1 => Ok(a),
@@ -352,6 +354,12 @@ fn einsum_shape(equation: &str, shapes: &[Vec<i64>]) -> Result<Vec<i64>> {
     }
     let size = |letter: char| sizes.get(&letter).map_or(1, |&(size, _)| size);
     Ok(match output {
+        Some(output) if !output.contains("...") && !ellipsis.is_empty() => {
+            return Err(OpError::new(format!(
+                "equation {equation:?}: the inputs' ellipses stand for axes, so the output must \
+                 contain an ellipsis too"
+            )))
+        }
         Some(output) => {
             let (before, after) = output.split_once("...").unwrap_or((output, ""));
             let mut shape: Vec<i64> = before.chars().map(size).collect();
@@ -372,28 +380,6 @@ fn einsum_shape(equation: &str, shapes: &[Vec<i64>]) -> Result<Vec<i64>> {
             )
             .collect(),
     })
-}
-
-/// ORT's Einsum refuses an explicit output without `...` when an input's `...` stands for at
-/// least one axis (numpy would sum those axes away).
-fn ellipsis_kept(equation: &str, inputs: &[Array]) -> Result<()> {
-    let equation = without_spaces(equation);
-    let Some((terms, output)) = equation.split_once("->") else {
-        return Ok(());
-    };
-    if output.contains("...") {
-        return Ok(());
-    }
-    for (term, x) in terms.split(',').zip(inputs) {
-        let letters = term.replacen("...", "", 1).chars().count();
-        if term.contains("...") && x.ndim() > letters {
-            return Err(OpError::new(format!(
-                "equation {equation:?}: the inputs' ellipses stand for axes, so the output must \
-                 contain an ellipsis too"
-            )));
-        }
-    }
-    Ok(())
 }
 
 fn einsum_claim(node: &crate::Node) -> crate::Verdict {
