@@ -371,21 +371,23 @@ def forest(rows: int = 20000, features: int = 20, trees: int = 100, depth: int =
     def direct():
         import mlx.core as mx
 
-        # The same level-by-level walk over one node table: a leaf is its own successor.
+        # The same level-by-level walk over one node table: a leaf is its own successor, and
+        # node g's two successors sit at 2g (test holds) and 2g + 1, one gather a level.
         offsets = (np.arange(trees) * per_tree)[:, None]
         on_true = np.where(is_branch, 2 * ids + 1, ids) + offsets
         on_false = np.where(is_branch, 2 * ids + 2, ids) + offsets
+        successors = np.stack([on_true.reshape(-1), on_false.reshape(-1)], 1)
         weights = np.concatenate([np.zeros((trees, branches), np.float32), leaf_weight], 1)
-        tables = [mx.array(a.reshape(-1)) for a in (feature.astype(np.int32), threshold, on_true.astype(np.int32),
-                                                     on_false.astype(np.int32), weights)]
-        feat, thr, yes, no, w = tables
+        tables = [mx.array(a.reshape(-1)) for a in (feature.astype(np.int32), threshold, successors.astype(np.int32),
+                                                     weights)]
+        feat, thr, succ, w = tables
         roots = mx.array((np.arange(trees) * per_tree).astype(np.int32))
 
         def f(x):
             at = mx.broadcast_to(roots[None, :], (x.shape[0], trees))
             for _ in range(depth):
                 value = mx.take_along_axis(x, mx.take(feat, at), axis=1)
-                at = mx.where(value <= mx.take(thr, at), mx.take(yes, at), mx.take(no, at))
+                at = mx.take(succ, 2 * at + mx.logical_not(value <= mx.take(thr, at)).astype(mx.int32))
             return mx.sum(mx.take(w, at), axis=1, keepdims=True)
 
         return mx.compile(f)
