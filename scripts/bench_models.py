@@ -371,23 +371,24 @@ def forest(rows: int = 20000, features: int = 20, trees: int = 100, depth: int =
     def direct():
         import mlx.core as mx
 
-        # The same level-by-level walk over one node table: a leaf is its own successor, and
-        # node g's two successors sit at 2g (test holds) and 2g + 1, one gather a level.
+        # The same level-by-level walk over the same paired tables: a node's feature and
+        # threshold (its bits as int32) side by side, its successors at 2g (the test holds)
+        # and 2g + 1; a leaf is its own successor.
         offsets = (np.arange(trees) * per_tree)[:, None]
         on_true = np.where(is_branch, 2 * ids + 1, ids) + offsets
         on_false = np.where(is_branch, 2 * ids + 2, ids) + offsets
-        successors = np.stack([on_true.reshape(-1), on_false.reshape(-1)], 1)
-        weights = np.concatenate([np.zeros((trees, branches), np.float32), leaf_weight], 1)
-        tables = [mx.array(a.reshape(-1)) for a in (feature.astype(np.int32), threshold, successors.astype(np.int32),
-                                                     weights)]
-        feat, thr, succ, w = tables
+        pair = lambda a, b: np.stack([a.reshape(-1), b.reshape(-1)], 1).astype(np.int32)
+        tests = mx.array(pair(feature, threshold.view(np.int32)))
+        succ = mx.array(pair(on_true, on_false).reshape(-1))
+        w = mx.array(np.concatenate([np.zeros((trees, branches), np.float32), leaf_weight], 1).reshape(-1))
         roots = mx.array((np.arange(trees) * per_tree).astype(np.int32))
 
         def f(x):
             at = mx.broadcast_to(roots[None, :], (x.shape[0], trees))
             for _ in range(depth):
-                value = mx.take_along_axis(x, mx.take(feat, at), axis=1)
-                at = mx.take(succ, 2 * at + mx.logical_not(value <= mx.take(thr, at)).astype(mx.int32))
+                test = mx.take(tests, at, axis=0)
+                value = mx.take_along_axis(x, test[..., 0], axis=1)
+                at = mx.take(succ, 2 * at + mx.logical_not(value <= test[..., 1].view(mx.float32)).astype(mx.int32))
             return mx.sum(mx.take(w, at), axis=1, keepdims=True)
 
         return mx.compile(f)
