@@ -552,6 +552,37 @@ impl Forest {
         Ok(at)
     }
 
+    /// Whether any leaf a row reaches votes for each output, when that is the same for every
+    /// row: an output some tree votes for at each of its leaves always gets a vote, one no leaf
+    /// votes for never does. `None` when an output is neither. `votes` is `[nodes, outputs]`.
+    fn votes_known(&self, votes: &[bool]) -> Option<Vec<bool>> {
+        let outputs = self.outputs;
+        let mut always = vec![false; outputs];
+        let mut ever = vec![false; outputs];
+        for &root in &self.roots {
+            // The outputs every leaf of this tree votes for.
+            let mut everywhere = vec![true; outputs];
+            let mut stack = vec![root as usize];
+            while let Some(g) = stack.pop() {
+                if self.on_true[g] as usize != g {
+                    stack.extend([self.on_true[g] as usize, self.on_false[g] as usize]);
+                    continue;
+                }
+                let leaf = &votes[g * outputs..(g + 1) * outputs];
+                for (o, &voted) in leaf.iter().enumerate() {
+                    everywhere[o] &= voted;
+                    ever[o] |= voted;
+                }
+            }
+            for (a, e) in always.iter_mut().zip(everywhere) {
+                *a |= e;
+            }
+        }
+        (0..outputs)
+            .all(|o| always[o] || !ever[o])
+            .then_some(always)
+    }
+
     /// Per row, each output's sum over the trees of the leaves' weights and whether any leaf
     /// voted for it: `([N, outputs], [N, outputs] bool)`.
     fn sums(&self, leaves: &Array, s: &Stream) -> Result<(Array, Array)> {
@@ -566,8 +597,14 @@ impl Forest {
         }
         let shape = [nodes as i64, self.outputs as i64];
         let per_leaf = ops::take(&Array::from_slice(&table, &shape)?, leaves, 0, s)?;
-        let voted = ops::take(&Array::from_slice(&votes, &shape)?, leaves, 0, s)?;
         let sum = ops::sum(&per_leaf, &[1], false, s)?;
+        // Whether a row's leaves voted for an output is known without a second gather over
+        // [N, trees, outputs] for most forests (scikit-learn's classifiers among them).
+        if let Some(columns) = self.votes_known(&votes) {
+            let columns = Array::from_slice(&columns, &[self.outputs as i64])?;
+            return Ok((sum.clone(), ops::broadcast_to(&columns, &sum.shape(), s)?));
+        }
+        let voted = ops::take(&Array::from_slice(&votes, &shape)?, leaves, 0, s)?;
         let any = ops::greater(
             &ops::sum(&ops::astype(&voted, Dtype::I32, s)?, &[1], false, s)?,
             &Array::scalar(0i32)?,
