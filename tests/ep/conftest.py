@@ -2,6 +2,7 @@
 
 import gc
 import json
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -73,6 +74,13 @@ def tensor(name, elem=TensorProto.FLOAT, shape=None):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
+def profile_prefix(name="mlx_ep_test"):
+    """Where a test session writes its profile. ORT names the file by the session's start time
+    alone, so two test processes at work at once could write one file and one of them then read
+    the other's profile (or find it removed): the process id keeps them apart."""
+    return str(Path(tempfile.gettempdir()) / f"{name}_{os.getpid()}")
+
+
 def kernel_placements(session):
     """Ends a profiled session's profiling: every kernel event as (name, provider), in order.
     The profile file is removed once read (one a session: thousands over the suite)."""
@@ -92,7 +100,7 @@ class Run:
     def __init__(self, model, feeds, providers=(MLX, "CPUExecutionProvider"), optimize=True):
         options = ort.SessionOptions()
         options.enable_profiling = True
-        options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_test")
+        options.profile_file_prefix = profile_prefix()
         if not optimize:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         self.session = ort.InferenceSession(model, options, providers=list(providers))
@@ -113,7 +121,7 @@ def profiled_session(model, ep_options=None):
     given, go to the EP's devices as provider options."""
     options = ort.SessionOptions()
     options.enable_profiling = True
-    options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_test")
+    options.profile_file_prefix = profile_prefix()
     if ep_options is None:
         session = ort.InferenceSession(model, options, providers=[MLX, "CPUExecutionProvider"])
     else:

@@ -5,15 +5,13 @@ copy across ORT's host memory, and the same answers as ORT's CPU EP."""
 import gc
 import platform
 import re
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import MLX, cpu_outputs, kernel_placements, make_model, mlx_devices, tensor
+from conftest import MLX, cpu_outputs, kernel_placements, make_model, mlx_devices, profile_prefix, tensor
 from onnxruntime_ep_mlx import mlx_memory_info, to_numpy as to_host
 from onnxruntime_ep_mlx import ortvalue_in_mlx_memory as in_our_memory
 
@@ -27,7 +25,7 @@ def our_memory():
 def session(model):
     so = ort.SessionOptions()
     so.enable_profiling = True
-    so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_bound")
+    so.profile_file_prefix = profile_prefix("mlx_ep_bound")
     so.add_provider_for_devices(mlx_devices(), {"verbose": "1"})
     made = ort.InferenceSession(model, so)
     assert made.get_providers()[0] == MLX
@@ -157,7 +155,7 @@ def test_a_node_left_to_the_cpu_ep_reads_our_memory_too(capfd):
                        [tensor("x", shape=[4, 8])], [tensor("y", shape=[4, 8])])
     so = ort.SessionOptions()
     so.enable_profiling = True
-    so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_bound")
+    so.profile_file_prefix = profile_prefix("mlx_ep_bound")
     so.add_provider_for_devices(mlx_devices(), {"exclude_ops": "Mul", "verbose": "1"})
     s = ort.InferenceSession(model, so)
     x = np.linspace(-2, 2, 32, dtype=np.float32).reshape(4, 8)

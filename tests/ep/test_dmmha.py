@@ -5,15 +5,13 @@ BNSH or 3-D), mask_index, attention_bias, bias, scale, mask_filter_value and the
 float32 and float16; every node on MLX. Also: what the entry declines runs on the CPU EP, and
 out-of-range lengths and beam indices fail the run as they do in ORT."""
 
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import MLX, kernel_placements, make_model, shared_buffer_counts, tensor
+from conftest import MLX, kernel_placements, make_model, profile_prefix, shared_buffer_counts, tensor
 
 N, H, MAX = 2, 8, 7
 D = N * H
@@ -39,7 +37,7 @@ def dmmha_model(elem, used, outputs, **attrs):
 def profiled_session(model):
     options = ort.SessionOptions()
     options.enable_profiling = True
-    options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_dmmha_test")
+    options.profile_file_prefix = profile_prefix("mlx_dmmha_test")
     session = ort.InferenceSession(model, options, providers=[MLX, "CPUExecutionProvider"])
     session.disable_fallback()
     assert session.get_providers()[0] == MLX

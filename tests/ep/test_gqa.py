@@ -4,15 +4,13 @@ total_sequence_length fed as data (the node runs eagerly) or computed from the a
 shape as genai's decoders do (the plan stays traceable); every step on MLX and equal to ORT's
 CPU EP. Also: what the entry declines runs on the CPU EP, and bad seqlens_k fail like ORT."""
 
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import MLX, cpu_outputs, kernel_placements, make_model, tensor
+from conftest import MLX, cpu_outputs, kernel_placements, make_model, profile_prefix, tensor
 
 B, HQ, HKV, D, MAX = 2, 4, 2, 16, 12
 MS = [("com.microsoft", 1)]
@@ -66,7 +64,7 @@ def gqa_model(elem, *, shared=False, from_mask=False, rotary=True, window=-1, so
 def profiled_session(model, providers):
     options = ort.SessionOptions()
     options.enable_profiling = True
-    options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_gqa_test")
+    options.profile_file_prefix = profile_prefix("mlx_gqa_test")
     session = ort.InferenceSession(model, options, providers=providers)
     session.disable_fallback()
     return session

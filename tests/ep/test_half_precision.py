@@ -3,8 +3,6 @@ marks `precision = Float32` (softmax, normalisations, reductions...) kept in flo
 
 import gc
 import re
-import tempfile
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -12,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import MLX, cpu_outputs, kernel_placements, make_model, mlx_devices, tensor
+from conftest import MLX, cpu_outputs, kernel_placements, make_model, mlx_devices, profile_prefix, tensor
 
 F = TensorProto.FLOAT
 
@@ -22,7 +20,7 @@ def run(model, feeds, precision, runs=3, **extra):
     checked to be all on MLX."""
     so = ort.SessionOptions()
     so.enable_profiling = True
-    so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_precision")
+    so.profile_file_prefix = profile_prefix("mlx_ep_precision")
     so.add_provider_for_devices(mlx_devices(), {"precision": precision, "verbose": "1", **extra})
     session = ort.InferenceSession(model, so)
     assert session.get_providers()[0] == MLX

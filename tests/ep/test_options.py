@@ -1,6 +1,5 @@
 """EP options the ORT way: provider options and session config entries, checked, over the environment."""
 
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +7,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from conftest import MLX, kernel_placements, make_model, mlx_devices, tensor
+from conftest import MLX, kernel_placements, make_model, mlx_devices, profile_prefix, tensor
 
 PREFIX = "ep.mlxexecutionprovider."  # as ORT writes a provider option's key
 # Every option with a value it takes (the table is ep/src/options.rs; README.md shows it).
@@ -29,7 +28,7 @@ X = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], np.float32)
 def session(provider_options=None, config=None):
     so = ort.SessionOptions()
     so.enable_profiling = True
-    so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "mlx_ep_options")
+    so.profile_file_prefix = profile_prefix("mlx_ep_options")
     for key, value in (config or {}).items():
         so.add_session_config_entry(key, value)
     so.add_provider_for_devices(mlx_devices(), provider_options or {})
