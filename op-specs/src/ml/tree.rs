@@ -474,19 +474,14 @@ impl Forest {
         // holds) and 2g + 1, so one gather picks the one taken instead of two and a select;
         // nodes are at most 2^28 (`within_limits`), so 2g + 1 fits int32.
         let nodes = self.feature.len() as i64;
-        let pairs = |a: &[i32], b: &mut dyn Iterator<Item = i32>| -> Result<Array> {
-            let paired: Vec<i32> = a.iter().zip(b).flat_map(|(&a, b)| [a, b]).collect();
-            Ok(Array::from_slice(&paired, &[nodes, 2])?)
-        };
-        let tests = pairs(
-            &self.feature,
-            &mut self.threshold.iter().map(|t| t.to_bits() as i32),
-        )?;
-        let successors = ops::reshape(
-            &pairs(&self.on_true, &mut self.on_false.iter().copied())?,
-            &[-1],
-            s,
-        )?;
+        let tests: Vec<i32> = (self.feature.iter().zip(&self.threshold))
+            .flat_map(|(&feature, threshold)| [feature, threshold.to_bits() as i32])
+            .collect();
+        let tests = Array::from_slice(&tests, &[nodes, 2])?;
+        let successors: Vec<i32> = (self.on_true.iter().zip(&self.on_false))
+            .flat_map(|(&on_true, &on_false)| [on_true, on_false])
+            .collect();
+        let successors = Array::from_slice(&successors, &[2 * nodes])?;
         let bits = Array::from_slice(&self.bits, &[self.bits.len() as i64])?;
         let roots = Array::from_slice(&self.roots, &[1, self.roots.len() as i64])?;
         let mut at = ops::broadcast_to(&roots, &[n, self.roots.len() as i64], s)?;
@@ -600,16 +595,21 @@ impl Forest {
         let sum = ops::sum(&per_leaf, &[1], false, s)?;
         // Whether a row's leaves voted for an output is known without a second gather over
         // [N, trees, outputs] for most forests (scikit-learn's classifiers among them).
-        if let Some(columns) = self.votes_known(&votes) {
-            let columns = Array::from_slice(&columns, &[self.outputs as i64])?;
-            return Ok((sum.clone(), ops::broadcast_to(&columns, &sum.shape(), s)?));
-        }
-        let voted = ops::take(&Array::from_slice(&votes, &shape)?, leaves, 0, s)?;
-        let any = ops::greater(
-            &ops::sum(&ops::astype(&voted, Dtype::I32, s)?, &[1], false, s)?,
-            &Array::scalar(0i32)?,
-            s,
-        )?;
+        let any = match self.votes_known(&votes) {
+            Some(columns) => ops::broadcast_to(
+                &Array::from_slice(&columns, &[self.outputs as i64])?,
+                &sum.shape(),
+                s,
+            )?,
+            None => {
+                let voted = ops::take(&Array::from_slice(&votes, &shape)?, leaves, 0, s)?;
+                ops::greater(
+                    &ops::sum(&ops::astype(&voted, Dtype::I32, s)?, &[1], false, s)?,
+                    &Array::scalar(0i32)?,
+                    s,
+                )?
+            }
+        };
         Ok((sum, any))
     }
 }
