@@ -5,7 +5,6 @@ BNSH or 3-D), mask_index, attention_bias, bias, scale, mask_filter_value and the
 float32 and float16; every node on MLX. Also: what the entry declines runs on the CPU EP, and
 out-of-range lengths and beam indices fail the run as they do in ORT."""
 
-
 import numpy as np
 import onnxruntime as ort
 import pytest

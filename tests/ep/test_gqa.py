@@ -4,7 +4,6 @@ total_sequence_length fed as data (the node runs eagerly) or computed from the a
 shape as genai's decoders do (the plan stays traceable); every step on MLX and equal to ORT's
 CPU EP. Also: what the entry declines runs on the CPU EP, and bad seqlens_k fail like ORT."""
 
-
 import numpy as np
 import onnxruntime as ort
 import pytest
