@@ -57,6 +57,17 @@ def _model(nodes, inputs, outputs, weights: dict[str, np.ndarray], opset: int = 
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10).SerializeToString()
 
 
+def rounded_once(weights: dict, dtype) -> dict:
+    """`weights` (MLX arrays) in `dtype`, evaluated now: a direct twin's weights must be data when
+    `mx.compile` captures them, or the casts are traced into the compiled function and run on
+    every call (122 extra kernels a run of the 12-layer encoder in float16, measured)."""
+    import mlx.core as mx
+
+    rounded = {k: v.astype(dtype) for k, v in weights.items()}
+    mx.eval(list(rounded.values()))
+    return rounded
+
+
 def mlp(batch: int = 64, width: int = 1024, hidden: int = 4096, layers: int = 2) -> Bench:
     nodes, weights, x = [], {}, "x"
     for i in range(layers):
@@ -149,7 +160,7 @@ def encoder(seq: int, batch: int = 4, dim: int = 256, heads: int = 4, ffn: int =
         # In `half` (a half type) as the EP's `precision` computes: weights rounded once, layer
         # norm and softmax accumulating in float32, the output back in float32.
         dtype = half or mx.float32
-        m = {k: mx.array(v).astype(dtype) for k, v in w.items() if v.dtype == np.float32}
+        m = rounded_once({k: mx.array(v) for k, v in w.items() if v.dtype == np.float32}, dtype)
 
         def ln(x, s, b):
             return mx.fast.layer_norm(x, s, b, 1e-5)
@@ -203,7 +214,7 @@ def cnn(batch: int = 8, size: int = 64, widths: tuple[int, ...] = (32, 64, 128),
         # In `half` as the EP's `precision` computes: weights rounded once, the pooling's mean
         # accumulated in float32, the output back in float32.
         dtype = half or mx.float32
-        m = {k: mx.array(v.transpose(0, 2, 3, 1) if v.ndim == 4 else v).astype(dtype) for k, v in w.items()}
+        m = rounded_once({k: mx.array(v.transpose(0, 2, 3, 1) if v.ndim == 4 else v) for k, v in w.items()}, dtype)
 
         def f(x):
             h = x.transpose(0, 2, 3, 1).astype(dtype)
@@ -263,7 +274,7 @@ def resnet18(batch: int = 16, size: int = 224, classes: int = 1000) -> Bench:
 
         # In `half` as the CNN above computes it.
         dtype = half or mx.float32
-        m = {k: mx.array(v.transpose(0, 2, 3, 1) if v.ndim == 4 else v).astype(dtype) for k, v in w.items()}
+        m = rounded_once({k: mx.array(v.transpose(0, 2, 3, 1) if v.ndim == 4 else v) for k, v in w.items()}, dtype)
         pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
         convs = iter(layers)
 
