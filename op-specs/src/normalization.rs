@@ -17,8 +17,10 @@ pub(crate) fn cast(a: &Array, dtype: Dtype, s: &mlx_kernels::Stream) -> Result<A
 
 /// `(x - mean) / sqrt(var + epsilon) * Scale + B` over the axes from `axis` on, computed in
 /// float32 (`stash_type` 1); the optional outputs are the mean and `1 / sqrt(var + epsilon)`.
+/// `Y` takes X's type: under the `precision` option X arrives in the half type (the row
+/// widens) while Scale and B stay float32.
 #[onnx_op(
-    op = "LayerNormalization", precision = Float32, since = 17, types(T = FLOAT, U = F32),
+    op = "LayerNormalization", precision = Widens, since = 17, types(T = FLOAT, U = F32),
     ignores(stash_type: i64), inputs(X: T, Scale: T, B: T), outputs(Y: T, Mean?: U, InvStdDev?: U),
     shape = ShapeKeyed, claim = layer_norm_claim, declines = "stash_type other than 1 (float32)"
 )]
@@ -40,16 +42,46 @@ fn layer_normalization(
     let last = x.shape().last().copied();
     let per_element = |p: &Array| p.ndim() == 1 && p.shape().first().copied() == last;
     if only_y && axis + 1 == rank && per_element(&scale) && bias.as_ref().is_none_or(per_element) {
-        // MLX's fused kernel normalises the last axis in float32 but rounds the normalised x
-        // to x's type before the weight and bias; ORT rounds once at the end (a float16
-        // x / std that underflows there, times a scale of 65504, must not give 0). So the
-        // kernel runs on float32 and the result is rounded once.
-        let wide = |a: &Array| ops::astype(a, Dtype::F32, s);
-        let bias = bias.as_ref().map(wide).transpose()?;
-        let y = ops::layer_norm(&wide(&x)?, Some(&wide(&scale)?), bias.as_ref(), epsilon, s)?;
-        return Ok(vec![ops::astype(&y, x.dtype(), s)?]);
+        let weight = float32_constant(cx, "scale", 1, &scale)?;
+        let bias = match &bias {
+            Some(b) => Some(float32_constant(cx, "bias", 2, b)?),
+            None => None,
+        };
+        return Ok(vec![layer_norm_rounded(
+            &x,
+            &weight,
+            bias.as_ref(),
+            epsilon,
+            x.dtype(),
+            s,
+        )?]);
     }
     layer_norm_general(&x, &scale, bias.as_ref(), axis, epsilon, s)
+}
+
+/// `(x - mean) / std · weight + bias` over the last axis, in float32 (`weight` and `bias`
+/// float32, 1-D), rounded once to `output`. MLX's fused kernel normalises in float32 but
+/// rounds the normalised x to x's type before the weight and bias, where ORT rounds once at the
+/// end (a float16 x / std that underflows there, times a scale of 65504, must not give 0). On
+/// MLX's CUDA backend one kernel reads `x` as it is and writes `output`; elsewhere MLX's fused
+/// kernel runs on float32 between casts.
+pub(crate) fn layer_norm_rounded(
+    x: &Array,
+    weight: &Array,
+    bias: Option<&Array>,
+    epsilon: f32,
+    output: Dtype,
+    s: &mlx_kernels::Stream,
+) -> Result<Array> {
+    let width = x.shape().last().copied().unwrap_or(0);
+    if x.size() > 0
+        && custom::layer_norm_runs_on(s)
+        && custom::layer_norm_takes(width, x.dtype(), output)
+    {
+        return Ok(custom::layer_norm(x, weight, bias, epsilon, output, s)?);
+    }
+    let y = ops::layer_norm(&cast(x, Dtype::F32, s)?, Some(weight), bias, epsilon, s)?;
+    cast(&y, output, s)
 }
 
 /// The shapes ORT's layer norm kernels take. `X.shape[axis:]` must not be empty (there is

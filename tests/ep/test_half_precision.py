@@ -1,5 +1,6 @@
 """The `precision` option: float32 graphs computed in float16 or bfloat16, with the ops the table
-marks `precision = Float32` (softmax, normalisations, reductions...) kept in float32."""
+marks `precision = Float32` (reductions, most normalisations...) kept in float32 and those it marks
+`Widens` (Softmax, LayerNormalization) taking the half type and accumulating in float32."""
 
 import gc
 import re
@@ -174,9 +175,8 @@ def test_models_in_half_precision_stay_close_to_float32(block, precision, tolera
     difference = np.abs(got - want).max() / scale
     assert 0 < difference < tolerance, difference
     name, computing, nodes, rounded = summary_of_precision(capfd)
-    # LayerNormalization; Softmax takes the half type and accumulates in float32 within.
-    float32_nodes = 1 if block is encoder_block else 0
-    assert (name, computing) == (precision, nodes - float32_nodes)
+    # Every node: LayerNormalization and Softmax take the half type and accumulate in float32.
+    assert (name, computing) == (precision, nodes)
     assert rounded > 0
 
 
@@ -197,6 +197,32 @@ def test_softmax_takes_the_half_type_and_accumulates_in_float32(precision, capfd
     subnormal = float(ml_dtypes.finfo(half).smallest_subnormal)  # where ulps are absolute
     np.testing.assert_allclose(got, exact.astype(half).astype(np.float32), rtol=ulp, atol=subnormal)
     assert summary_of_precision(capfd)[:3] == (precision, 1, 1)
+
+
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_layer_norm_takes_the_half_type_with_float32_weights(precision, with_bias, capfd):
+    """LayerNormalization widens: X arrives in the half type, Scale and B stay float32 (not
+    rounded), the statistics and the affine step run in float32 and Y is rounded once, so it
+    answers the exact layer norm of the rounded input, rounded, within one unit in the last
+    place. An offset mean (a variance that would cancel) and 3,000 terms a row."""
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal([4, 3000]) * 2 + 30).astype(np.float32)
+    scale = (rng.standard_normal(3000) + 1 + 2.0**-13).astype(np.float32)
+    bias = rng.standard_normal(3000).astype(np.float32) / 7
+    inits = [numpy_helper.from_array(scale, "scale")] + ([numpy_helper.from_array(bias, "b")] if with_bias else [])
+    node = helper.make_node("LayerNormalization", ["x", "scale"] + (["b"] if with_bias else []), ["y"], axis=-1)
+    model = make_model([node], [tensor("x", F, [4, 3000])], [tensor("y", F)], initializers=inits, opset=17)
+    (got,) = run(model, {"x": x}, precision)
+    half = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}[precision]
+    rounded = x.astype(half).astype(np.float64)
+    mean = rounded.mean(-1, keepdims=True)
+    normalised = (rounded - mean) / np.sqrt(((rounded - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+    exact = normalised * scale.astype(np.float64) + (bias.astype(np.float64) if with_bias else 0)
+    ulp = {"fp16": 2.0**-10, "bf16": 2.0**-7}[precision]
+    np.testing.assert_allclose(got, exact.astype(half).astype(np.float32), rtol=ulp, atol=ulp / 64)
+    # The node in the half type, and no constant rounded: the weights stay float32.
+    assert summary_of_precision(capfd) == (precision, 1, 1, 0)
 
 
 def test_without_the_option_nothing_changes(capfd):

@@ -26,10 +26,12 @@ pub enum Precision {
     /// float32 state in place (KV caches), and whatever reads a float input as a parameter
     /// rather than as data (scales, sizes, thresholds), which rounding would change.
     Float32,
-    /// Takes the session's half type and accumulates in float32 inside its own lowering (as
-    /// it does for a 16-bit graph), rounding its answer once: the values of computing it in
-    /// float32 and rounding where a half-type node reads it, without the float32 copies of
-    /// its input and output in between (softmax over attention scores: twice their bytes).
+    /// Takes its first input (the data) in the session's half type, any other float inputs
+    /// (a norm's scale and bias: parameters) in float32, and accumulates in float32 inside its
+    /// own lowering (as it does for a 16-bit graph), rounding its answer once: the values of
+    /// computing it in float32 and rounding where a half-type node reads it, without the
+    /// float32 copies of its input and output in between (softmax over attention scores:
+    /// twice their bytes; a layer norm's activations, two launches each).
     Widens,
 }
 
@@ -234,8 +236,15 @@ impl OpSpec {
 
     /// Whether `node` computes in `half` (float16 or bfloat16) when its session runs float32
     /// graphs in half precision: the row follows the session's precision and allows `half`
-    /// wherever the node takes a float32 tensor. Otherwise its float32 inputs stay float32.
+    /// wherever the node takes a float32 tensor, or widens and allows `half` for its first
+    /// input, float32. Otherwise its float32 inputs stay float32.
     pub fn computes_in(&self, node: &Node, half: ElemType) -> bool {
+        if self.precision == Precision::Widens {
+            return node.input_type(0) == Some(ElemType::Float)
+                && port_for(self.inputs, 0)
+                    .and_then(|port| self.type_var(port.type_var))
+                    .is_some_and(|var| var.allowed_at(node.since_version()).contains(half));
+        }
         let version = node.since_version();
         matches!(self.precision, Precision::Follows | Precision::Widens)
             && (0..node.input_count())
@@ -245,6 +254,12 @@ impl OpSpec {
                         .and_then(|port| self.type_var(port.type_var))
                         .is_some_and(|var| var.allowed_at(version).contains(half))
                 })
+    }
+
+    /// Whether a node computing in a half type takes float input `index` in that type (else
+    /// in float32): a widening row takes only its first input so.
+    pub fn takes_half_at(&self, index: usize) -> bool {
+        self.precision != Precision::Widens || index == 0
     }
 
     pub fn covers(&self, since_version: i64) -> bool {
@@ -351,9 +366,17 @@ mod tests {
         assert_eq!(computes_in_half("Sum", 13, &[Float; 3]), (true, true));
         // Marked `precision = Widens`: half in, float32 inside.
         assert_eq!(computes_in_half("Softmax", 13, &[Float]), (true, true));
-        // Marked `precision = Float32`.
+        // Widens with parameters: its data in the half type, its scale and bias in float32.
         assert_eq!(
             computes_in_half("LayerNormalization", 17, &[Float; 3]),
+            (true, true)
+        );
+        let layer_norm = lookup("", "LayerNormalization", 17).expect("a row");
+        assert!(layer_norm.takes_half_at(0));
+        assert!(!layer_norm.takes_half_at(1) && !layer_norm.takes_half_at(2));
+        // Marked `precision = Float32`.
+        assert_eq!(
+            computes_in_half("RMSNormalization", 23, &[Float; 2]),
             (false, false)
         );
         assert_eq!(

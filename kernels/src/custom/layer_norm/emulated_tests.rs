@@ -1,0 +1,96 @@
+//! The layer-norm body runs in the host emulator (`custom/emulator`) against a float64
+//! reference, for pairs of input and output types, with and without a bias.
+
+use super::super::emulator::{emulate, rounded, values};
+use super::super::Backend;
+use super::layer_norm;
+use crate::{ops, Array, Dtype, Stream};
+
+#[test]
+fn the_body_normalises_like_the_reference() {
+    let cpu = Stream::cpu().unwrap();
+    // A width past one element a thread, not a multiple of the block; an offset mean, so a
+    // one-pass variance would cancel.
+    let (rows, width, epsilon) = (3i64, 320i64, 1e-5f32);
+    let weight_values = values(9, width as usize);
+    let bias_values = values(10, width as usize);
+    let weight = Array::from_slice(&weight_values, &[width]).unwrap();
+    let bias = Array::from_slice(&bias_values, &[width]).unwrap();
+    let offset: Vec<f32> = values(8, (rows * width) as usize)
+        .iter()
+        .map(|v| v + 20.0)
+        .collect();
+    for (input, output, with_bias) in [
+        (Dtype::F16, Dtype::F16, true),
+        (Dtype::F32, Dtype::F16, false),
+        (Dtype::F16, Dtype::F32, true),
+        (Dtype::F32, Dtype::F32, true),
+        (Dtype::BF16, Dtype::BF16, true),
+    ] {
+        let (x, x_values) = rounded(&offset, &[rows, width], input, &cpu);
+        let out = emulate(Backend::Cuda, || {
+            layer_norm(
+                &x,
+                &weight,
+                with_bias.then_some(&bias),
+                epsilon,
+                output,
+                &cpu,
+            )
+        })
+        .unwrap();
+        assert_eq!(out.dtype(), output);
+        let got = ops::astype(&out, Dtype::F32, &cpu)
+            .unwrap()
+            .to_vec::<f32>(&cpu)
+            .unwrap();
+        let tolerance = match output {
+            Dtype::F32 => 1e-5,
+            Dtype::F16 => 2e-3,
+            _ => 1e-2,
+        };
+        for r in 0..rows as usize {
+            let row = &x_values[r * width as usize..][..width as usize];
+            let mean = row.iter().map(|v| f64::from(*v)).sum::<f64>() / width as f64;
+            let variance = row
+                .iter()
+                .map(|v| (f64::from(*v) - mean).powi(2))
+                .sum::<f64>()
+                / width as f64;
+            let inverse = 1.0 / (variance + f64::from(epsilon)).sqrt();
+            for (i, v) in row.iter().enumerate() {
+                let shift = if with_bias {
+                    f64::from(bias_values[i])
+                } else {
+                    0.0
+                };
+                let want = (f64::from(*v) - mean) * inverse * f64::from(weight_values[i]) + shift;
+                let found = f64::from(got[r * width as usize + i]);
+                assert!(
+                    (found - want).abs() <= tolerance * (1.0 + want.abs()),
+                    "{input:?} to {output:?} (bias {with_bias}), row {r} element {i}: {found} \
+                     against {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn operands_that_do_not_fit_are_refused() {
+    let cpu = Stream::cpu().unwrap();
+    let x = Array::from_slice(&[1.0f32; 8], &[2, 4]).unwrap();
+    let narrow = Array::from_slice(&[1.0f32; 3], &[3]).unwrap();
+    let half_weight = ops::astype(
+        &Array::from_slice(&[1.0f32; 4], &[4]).unwrap(),
+        Dtype::F16,
+        &cpu,
+    )
+    .unwrap();
+    for weight in [&narrow, &half_weight] {
+        let refused = emulate(Backend::Cuda, || {
+            layer_norm(&x, weight, None, 1e-5, Dtype::F32, &cpu)
+        });
+        assert!(refused.is_err());
+    }
+}

@@ -1,0 +1,96 @@
+//! Layer normalisation over the last axis in float32, rounded once to the output type.
+//!
+//! A transformer's layer norms under the `precision` option (and in a float16 graph) take
+//! half-type activations with float32 weights and give the half type. MLX's fused kernel
+//! rounds the normalised x to x's type before the weight and bias, where ORT rounds once, so it
+//! runs on float32 between a cast before and one after: three launches, and twice the bytes,
+//! where this kernel reads the input type and writes the output type.
+
+use super::{Backend, Kernel, Launch, TemplateArg};
+use crate::error::{Error, Result};
+use crate::{Array, Dtype, Stream};
+
+/// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin).
+pub fn layer_norm_runs_on(stream: &Stream) -> bool {
+    super::runs_on(stream, &[Backend::Cuda])
+}
+
+/// The widest row one launch takes (each thread keeps its share in registers).
+pub const LAYER_NORM_MAX_WIDTH: i64 = 8192;
+const THREADS: i32 = 256;
+
+/// Whether [`layer_norm`] takes rows of `width` elements from `input` to `output` types (each
+/// float32, float16 or bfloat16).
+pub fn layer_norm_takes(width: i64, input: Dtype, output: Dtype) -> bool {
+    let float = |t| matches!(t, Dtype::F32 | Dtype::F16 | Dtype::BF16);
+    (1..=LAYER_NORM_MAX_WIDTH).contains(&width) && float(input) && float(output)
+}
+
+/// `(x - mean) / sqrt(var + epsilon) · weight + bias` over the last axis of `x` (at least one
+/// row), the statistics and the affine step in float32 (`weight` and `bias` float32, the last
+/// axis's length), rounded once to `output`.
+pub fn layer_norm(
+    x: &Array,
+    weight: &Array,
+    bias: Option<&Array>,
+    epsilon: f32,
+    output: Dtype,
+    stream: &Stream,
+) -> Result<Array> {
+    let shape = x.shape();
+    let width = shape.last().copied().unwrap_or(0);
+    let rows = if width > 0 {
+        x.size() as i64 / width
+    } else {
+        0
+    };
+    let parameter = |p: &Array| p.dtype() == Dtype::F32 && p.shape() == [width];
+    let fits = rows > 0
+        && layer_norm_takes(width, x.dtype(), output)
+        && parameter(weight)
+        && bias.is_none_or(parameter);
+    if !fits {
+        return Err(Error::Shape(format!(
+            "layer_norm: operands do not fit (x {shape:?} {:?}, weight {:?} {:?}, bias {:?}, \
+             output {output:?})",
+            x.dtype(),
+            weight.shape(),
+            weight.dtype(),
+            bias.map(|b| (b.shape(), b.dtype()))
+        )));
+    }
+    let size = |v: i64| super::size("layer_norm", v);
+    let kernel = Kernel {
+        name: "layer_norm_rounded",
+        inputs: &["x", "weight", "bias"],
+        cuda: include_str!("layer_norm.cu"),
+        metal: None,
+    };
+    let mut template = vec![
+        ("TI", TemplateArg::Type(x.dtype())),
+        ("TO", TemplateArg::Type(output)),
+        ("H", TemplateArg::Int(size(width)?)),
+        ("THREADS", TemplateArg::Int(THREADS)),
+        ("HAS_BIAS", TemplateArg::Int(i32::from(bias.is_some()))),
+    ];
+    template.extend(super::float_constant(
+        "EPSILON_MAGNITUDE",
+        "EPSILON_NEGATIVE",
+        epsilon,
+    ));
+    let out_shape = shape.iter().map(|&d| size(d)).collect::<Result<Vec<_>>>()?;
+    // Without a bias the weight fills its operand (the body does not read it under HAS_BIAS 0).
+    kernel.apply(
+        &[x, weight, bias.unwrap_or(weight)],
+        &Launch {
+            output: (&out_shape, output),
+            blocks: size(rows)?,
+            threads: THREADS,
+            template: &template,
+        },
+        stream,
+    )
+}
+
+#[cfg(test)]
+mod emulated_tests;
