@@ -111,10 +111,16 @@ pub const SETTINGS: &[Setting] = &[
         doc: "Apple GPUs: the Metal twins of the attention kernels (decode attention, paged prefill attention) instead of the composed MLX path. Off until a macOS run has checked them (the macOS workflow turns it on); `no_cuda_kernels` still turns every kernel off",
     },
     Setting {
+        key: "unchecked_kernels",
+        env: "ONNXRUNTIME_EP_MLX_UNCHECKED_KERNELS",
+        kind: Kind::Flag { default: false },
+        doc: "NVIDIA GPUs: the hand-written CUDA kernels no GPU run has checked yet (the layer norm that takes half-type activations with float32 weights, `precision=fp16|bf16`) instead of the composed MLX path. Off until a GPU run has checked them; `no_cuda_kernels` still turns every kernel off",
+    },
+    Setting {
         key: "precision",
         env: "ONNXRUNTIME_EP_MLX_PRECISION",
         kind: Kind::Choice(&["fp32", "fp16", "bf16"]),
-        doc: "`fp16`/`bf16`: compute float32 graphs in that half type (float32 constants rounded once, finite ones past the half type's range to its largest value; outputs back in float32; normalisations, reductions and the ops `docs/COVERAGE.md` lists stay in float32, softmax takes the half type and sums in float32). Meant for GPUs: `onnxruntime-ep-mlx run MODEL --ep-option precision=fp16` reports the difference from ORT's float32 answer (unset: `fp32`, as the graph says)",
+        doc: "`fp16`/`bf16`: compute float32 graphs in that half type (float32 constants rounded once, finite ones past the half type's range to its largest value; outputs back in float32; most normalisations, reductions and the ops `docs/COVERAGE.md` lists stay in float32; softmax and layer norm take the half type and accumulate in float32). Meant for GPUs: `onnxruntime-ep-mlx run MODEL --ep-option precision=fp16` reports the difference from ORT's float32 answer (unset: `fp32`, as the graph says)",
     },
     Setting {
         key: "profile_ops",

@@ -94,3 +94,21 @@ fn operands_that_do_not_fit_are_refused() {
         assert!(refused.is_err());
     }
 }
+
+#[test]
+fn it_runs_on_cuda_only_once_unchecked_bodies_may() {
+    let cpu = Stream::cpu().unwrap();
+    emulate(Backend::Cuda, || {
+        assert!(!super::layer_norm_runs_on(&cpu));
+        super::super::set_unchecked_enabled(true);
+        let on = super::layer_norm_runs_on(&cpu);
+        super::super::set_unchecked_enabled(false);
+        assert!(on);
+    });
+    emulate(Backend::Metal, || {
+        super::super::set_unchecked_enabled(true);
+        let on = super::layer_norm_runs_on(&cpu);
+        super::super::set_unchecked_enabled(false);
+        assert!(!on, "no Metal twin");
+    });
+}

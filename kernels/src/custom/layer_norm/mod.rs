@@ -10,9 +10,12 @@ use super::{Backend, Kernel, Launch, TemplateArg};
 use crate::error::{Error, Result};
 use crate::{Array, Dtype, Stream};
 
-/// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin).
+/// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin), once the
+/// `unchecked_kernels` setting lets bodies no GPU run has checked yet run
+/// ([`super::set_unchecked_enabled`]): the emulator holds it to a float64 reference, but no
+/// GPU was lent between writing it and committing it.
 pub fn layer_norm_runs_on(stream: &Stream) -> bool {
-    super::runs_on(stream, &[Backend::Cuda])
+    super::unchecked_runs_on(stream, &[Backend::Cuda])
 }
 
 /// The widest row one launch takes (each thread keeps its share in registers).
