@@ -144,6 +144,55 @@ struct Launch<'a> {
     template: &'a [(&'a str, TemplateArg)],
 }
 
+/// The rows and the width of `x` seen as rows of its last axis (no rows when that axis is 0).
+fn rows_of(x: &Array) -> (i64, i64) {
+    let width = x.shape().last().copied().unwrap_or(0);
+    let rows = if width > 0 {
+        x.size() as i64 / width
+    } else {
+        0
+    };
+    (rows, width)
+}
+
+/// Applies a row-wise kernel (a norm): one block of `threads` threads per row of the last axis
+/// of `operands[0]` (`x`), an output of x's shape in `output`, and the template constants `TI`
+/// (x's type), `TO`, `H` (the width) and `THREADS`, then `extra`.
+fn apply_per_row(
+    kernel: &Kernel<'_>,
+    operands: &[&Array],
+    output: Dtype,
+    threads: i32,
+    extra: impl IntoIterator<Item = (&'static str, TemplateArg)>,
+    stream: &Stream,
+) -> Result<Array> {
+    let x = operands[0];
+    let (rows, width) = rows_of(x);
+    let size = |v: i64| self::size(kernel.name, v);
+    let mut template = vec![
+        ("TI", TemplateArg::Type(x.dtype())),
+        ("TO", TemplateArg::Type(output)),
+        ("H", TemplateArg::Int(size(width)?)),
+        ("THREADS", TemplateArg::Int(threads)),
+    ];
+    template.extend(extra);
+    let out_shape = x
+        .shape()
+        .iter()
+        .map(|&d| size(d))
+        .collect::<Result<Vec<_>>>()?;
+    kernel.apply(
+        operands,
+        &Launch {
+            output: (&out_shape, output),
+            blocks: size(rows)?,
+            threads,
+            template: &template,
+        },
+        stream,
+    )
+}
+
 thread_local! {
     static CUDA: made::Made<launch::CudaKernel> = RefCell::default();
     static METAL: made::Made<launch::MetalKernel> = RefCell::default();

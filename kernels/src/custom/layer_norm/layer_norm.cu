@@ -12,6 +12,24 @@ constexpr int WARPS = THREADS / 32;
 __shared__ float partial[WARPS];
 const size_t row = blockIdx.x;
 const int tid = threadIdx.x;
+// The sum of `value` over the block, in every thread: warp shuffles, then one warp over the
+// warps' sums. It ends with a barrier, so `partial` may be written again after it.
+auto block_sum = [&](float value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  if (tid % 32 == 0) partial[tid / 32] = value;
+  __syncthreads();
+  if (tid < 32) {
+    float total = tid < WARPS ? partial[tid] : 0.f;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+    if (tid == 0) partial[0] = total;
+  }
+  __syncthreads();
+  const float total = partial[0];
+  __syncthreads();
+  return total;
+};
 const TI* in = x + row * H;
 float v[PER];
 float sum = 0.f;
@@ -21,20 +39,7 @@ for (int k = 0; k < PER; ++k) {
   v[k] = at < H ? static_cast<float>(in[at]) : 0.f;
   sum += v[k];
 }
-#pragma unroll
-for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-if (tid % 32 == 0) partial[tid / 32] = sum;
-__syncthreads();
-if (tid < 32) {
-  float total = tid < WARPS ? partial[tid] : 0.f;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
-  if (tid == 0) partial[0] = total;
-}
-__syncthreads();
-const float mean = partial[0] / static_cast<float>(H);
-// Every thread has read the sum before the deviations' partial sums overwrite it.
-__syncthreads();
+const float mean = block_sum(sum) / static_cast<float>(H);
 float squares = 0.f;
 #pragma unroll
 for (int k = 0; k < PER; ++k) {
@@ -42,18 +47,7 @@ for (int k = 0; k < PER; ++k) {
   const float deviation = at < H ? v[k] - mean : 0.f;
   squares += deviation * deviation;
 }
-#pragma unroll
-for (int offset = 16; offset > 0; offset /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
-if (tid % 32 == 0) partial[tid / 32] = squares;
-__syncthreads();
-if (tid < 32) {
-  float total = tid < WARPS ? partial[tid] : 0.f;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
-  if (tid == 0) partial[0] = total;
-}
-__syncthreads();
-const float inverse_std = rsqrtf(partial[0] / static_cast<float>(H) + (EPSILON_NEGATIVE ? -1.f : 1.f) * __int_as_float(EPSILON_MAGNITUDE));
+const float inverse_std = rsqrtf(block_sum(squares) / static_cast<float>(H) + (EPSILON_NEGATIVE ? -1.f : 1.f) * __int_as_float(EPSILON_MAGNITUDE));
 #pragma unroll
 for (int k = 0; k < PER; ++k) {
   const int at = tid + k * THREADS;

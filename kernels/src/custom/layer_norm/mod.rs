@@ -6,7 +6,7 @@
 //! runs on float32 between a cast before and one after: three launches, and twice the bytes,
 //! where this kernel reads the input type and writes the output type.
 
-use super::{Backend, Kernel, Launch, TemplateArg};
+use super::{Backend, Kernel, TemplateArg};
 use crate::error::{Error, Result};
 use crate::{Array, Dtype, Stream};
 
@@ -40,13 +40,7 @@ pub fn layer_norm(
     output: Dtype,
     stream: &Stream,
 ) -> Result<Array> {
-    let shape = x.shape();
-    let width = shape.last().copied().unwrap_or(0);
-    let rows = if width > 0 {
-        x.size() as i64 / width
-    } else {
-        0
-    };
+    let (rows, width) = super::rows_of(x);
     let parameter = |p: &Array| p.dtype() == Dtype::F32 && p.shape() == [width];
     let fits = rows > 0
         && layer_norm_takes(width, x.dtype(), output)
@@ -54,45 +48,30 @@ pub fn layer_norm(
         && bias.is_none_or(parameter);
     if !fits {
         return Err(Error::Shape(format!(
-            "layer_norm: operands do not fit (x {shape:?} {:?}, weight {:?} {:?}, bias {:?}, \
+            "layer_norm: operands do not fit (x {:?} {:?}, weight {:?} {:?}, bias {:?}, \
              output {output:?})",
+            x.shape(),
             x.dtype(),
             weight.shape(),
             weight.dtype(),
             bias.map(|b| (b.shape(), b.dtype()))
         )));
     }
-    let size = |v: i64| super::size("layer_norm", v);
     let kernel = Kernel {
         name: "layer_norm_rounded",
         inputs: &["x", "weight", "bias"],
         cuda: include_str!("layer_norm.cu"),
         metal: None,
     };
-    let mut template = vec![
-        ("TI", TemplateArg::Type(x.dtype())),
-        ("TO", TemplateArg::Type(output)),
-        ("H", TemplateArg::Int(size(width)?)),
-        ("THREADS", TemplateArg::Int(THREADS)),
-        ("HAS_BIAS", TemplateArg::Int(i32::from(bias.is_some()))),
-    ];
-    template.extend(super::float_constant(
+    let mut extra = vec![("HAS_BIAS", TemplateArg::Int(i32::from(bias.is_some())))];
+    extra.extend(super::float_constant(
         "EPSILON_MAGNITUDE",
         "EPSILON_NEGATIVE",
         epsilon,
     ));
-    let out_shape = shape.iter().map(|&d| size(d)).collect::<Result<Vec<_>>>()?;
     // Without a bias the weight fills its operand (the body does not read it under HAS_BIAS 0).
-    kernel.apply(
-        &[x, weight, bias.unwrap_or(weight)],
-        &Launch {
-            output: (&out_shape, output),
-            blocks: size(rows)?,
-            threads: THREADS,
-            template: &template,
-        },
-        stream,
-    )
+    let operands = [x, weight, bias.unwrap_or(weight)];
+    super::apply_per_row(&kernel, &operands, output, THREADS, extra, stream)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! a cast before (for float16 input) and after: three launches where one kernel reads the input
 //! type and writes the output type.
 
-use super::{Backend, Kernel, Launch, TemplateArg};
+use super::{Backend, Kernel};
 use crate::error::{Error, Result};
 use crate::{Array, Dtype, Stream};
 
@@ -36,54 +36,28 @@ pub fn rms_norm(
     output: Dtype,
     stream: &Stream,
 ) -> Result<Array> {
-    let shape = x.shape();
-    let width = shape.last().copied().unwrap_or(0);
-    let rows = if width > 0 {
-        x.size() as i64 / width
-    } else {
-        0
-    };
+    let (rows, width) = super::rows_of(x);
     let fits = rows > 0
         && rms_norm_takes(width, x.dtype(), output)
         && weight.dtype() == Dtype::F32
         && weight.shape() == [width];
     if !fits {
         return Err(Error::Shape(format!(
-            "rms_norm: operands do not fit (x {shape:?} {:?}, weight {:?} {:?}, output {output:?})",
+            "rms_norm: operands do not fit (x {:?} {:?}, weight {:?} {:?}, output {output:?})",
+            x.shape(),
             x.dtype(),
             weight.shape(),
             weight.dtype()
         )));
     }
-    let size = |v: i64| super::size("rms_norm", v);
     let kernel = Kernel {
         name: "rms_norm_rounded",
         inputs: &["x", "weight"],
         cuda: include_str!("rms_norm.cu"),
         metal: None,
     };
-    let mut template = vec![
-        ("TI", TemplateArg::Type(x.dtype())),
-        ("TO", TemplateArg::Type(output)),
-        ("H", TemplateArg::Int(size(width)?)),
-        ("THREADS", TemplateArg::Int(THREADS)),
-    ];
-    template.extend(super::float_constant(
-        "EPSILON_MAGNITUDE",
-        "EPSILON_NEGATIVE",
-        epsilon,
-    ));
-    let out_shape = shape.iter().map(|&d| size(d)).collect::<Result<Vec<_>>>()?;
-    kernel.apply(
-        &[x, weight],
-        &Launch {
-            output: (&out_shape, output),
-            blocks: size(rows)?,
-            threads: THREADS,
-            template: &template,
-        },
-        stream,
-    )
+    let epsilon = super::float_constant("EPSILON_MAGNITUDE", "EPSILON_NEGATIVE", epsilon);
+    super::apply_per_row(&kernel, &[x, weight], output, THREADS, epsilon, stream)
 }
 
 #[cfg(test)]
