@@ -236,24 +236,22 @@ impl OpSpec {
 
     /// Whether `node` computes in `half` (float16 or bfloat16) when its session runs float32
     /// graphs in half precision: the row follows the session's precision and allows `half`
-    /// wherever the node takes a float32 tensor, or widens and allows `half` for its first
-    /// input, float32. Otherwise its float32 inputs stay float32.
+    /// wherever the node takes a float32 tensor; a widening row needs that of its first input
+    /// only, which must be float32. Otherwise its float32 inputs stay float32.
     pub fn computes_in(&self, node: &Node, half: ElemType) -> bool {
-        if self.precision == Precision::Widens {
-            return node.input_type(0) == Some(ElemType::Float)
-                && port_for(self.inputs, 0)
-                    .and_then(|port| self.type_var(port.type_var))
-                    .is_some_and(|var| var.allowed_at(node.since_version()).contains(half));
-        }
         let version = node.since_version();
-        matches!(self.precision, Precision::Follows | Precision::Widens)
-            && (0..node.input_count())
+        let allows_half = |i: usize| {
+            port_for(self.inputs, i)
+                .and_then(|port| self.type_var(port.type_var))
+                .is_some_and(|var| var.allowed_at(version).contains(half))
+        };
+        match self.precision {
+            Precision::Follows => (0..node.input_count())
                 .filter(|&i| node.input_type(i) == Some(ElemType::Float))
-                .all(|i| {
-                    port_for(self.inputs, i)
-                        .and_then(|port| self.type_var(port.type_var))
-                        .is_some_and(|var| var.allowed_at(version).contains(half))
-                })
+                .all(allows_half),
+            Precision::Widens => node.input_type(0) == Some(ElemType::Float) && allows_half(0),
+            Precision::Float32 => false,
+        }
     }
 
     /// Whether a node computing in a half type takes float input `index` in that type (else
