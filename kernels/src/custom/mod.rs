@@ -32,7 +32,7 @@ use crate::{sys, Array, DeviceKind, Dtype, Stream};
 pub use decode_attention::{
     decode_attention, decode_attention_runs_on, decode_attention_takes, paged_decode_attention,
 };
-pub use layer_norm::{layer_norm, layer_norm_runs_on, layer_norm_takes, LAYER_NORM_MAX_WIDTH};
+pub use layer_norm::{layer_norm, layer_norm_runs_on, layer_norm_takes};
 pub use pack_bytes::{
     pack_bytes, pack_bytes_runs_on, pack_bytes_takes, PACK_BYTES_MAX_PARTS, PACK_BYTES_MAX_TOTAL,
 };

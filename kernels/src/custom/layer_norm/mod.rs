@@ -10,16 +10,15 @@ use super::{Backend, Kernel, TemplateArg};
 use crate::error::{Error, Result};
 use crate::{Array, Dtype, Stream};
 
-/// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin), once the
-/// `unchecked_kernels` setting lets bodies no GPU run has checked yet run
-/// ([`super::set_unchecked_enabled`]): the emulator holds it to a float64 reference, but no
-/// GPU was lent between writing it and committing it.
+/// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin), and only
+/// with the `unchecked_kernels` setting ([`super::set_unchecked_enabled`]) until a GPU run has
+/// checked its body; the emulator holds it to a float64 reference meanwhile.
 pub fn layer_norm_runs_on(stream: &Stream) -> bool {
     super::unchecked_runs_on(stream, &[Backend::Cuda])
 }
 
 /// The widest row one launch takes (each thread keeps its share in registers).
-pub const LAYER_NORM_MAX_WIDTH: i64 = 8192;
+const LAYER_NORM_MAX_WIDTH: i64 = 8192;
 const THREADS: i32 = 256;
 
 /// Whether [`layer_norm`] takes rows of `width` elements from `input` to `output` types (each
