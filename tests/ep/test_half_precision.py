@@ -199,21 +199,27 @@ def test_softmax_takes_the_half_type_and_accumulates_in_float32(precision, capfd
     assert summary_of_precision(capfd)[:3] == (precision, 1, 1)
 
 
+@pytest.mark.parametrize("weights", ["initializers", "inputs"])
 @pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_layer_norm_takes_the_half_type_with_float32_weights(precision, with_bias, capfd):
+def test_layer_norm_takes_the_half_type_with_float32_weights(precision, with_bias, weights, capfd):
     """LayerNormalization widens: X arrives in the half type, Scale and B stay float32 (not
-    rounded), the statistics and the affine step run in float32 and Y is rounded once, so it
-    answers the exact layer norm of the rounded input, rounded, within one unit in the last
-    place. An offset mean (a variance that would cancel) and 3,000 terms a row."""
+    rounded, whether initializers or fed), the statistics and the affine step run in float32 and
+    Y is rounded once, so it answers the exact layer norm of the rounded input, rounded, within
+    one unit in the last place. An offset mean (a variance that would cancel) and 3,000 terms a
+    row."""
     rng = np.random.default_rng(9)
     x = (rng.standard_normal([4, 3000]) * 2 + 30).astype(np.float32)
     scale = (rng.standard_normal(3000) + 1 + 2.0**-13).astype(np.float32)
     bias = rng.standard_normal(3000).astype(np.float32) / 7
-    inits = [numpy_helper.from_array(scale, "scale")] + ([numpy_helper.from_array(bias, "b")] if with_bias else [])
-    node = helper.make_node("LayerNormalization", ["x", "scale"] + (["b"] if with_bias else []), ["y"], axis=-1)
-    model = make_model([node], [tensor("x", F, [4, 3000])], [tensor("y", F)], initializers=inits, opset=17)
-    (got,) = run(model, {"x": x}, precision)
+    params = {"scale": scale} | ({"b": bias} if with_bias else {})
+    node = helper.make_node("LayerNormalization", ["x", *params], ["y"], axis=-1)
+    if weights == "initializers":
+        inits, inputs, feeds = [numpy_helper.from_array(v, k) for k, v in params.items()], [], {}
+    else:
+        inits, inputs, feeds = [], [tensor(k, F, [3000]) for k in params], params
+    model = make_model([node], [tensor("x", F, [4, 3000]), *inputs], [tensor("y", F)], initializers=inits, opset=17)
+    (got,) = run(model, {"x": x, **feeds}, precision)
     half = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}[precision]
     rounded = x.astype(half).astype(np.float64)
     mean = rounded.mean(-1, keepdims=True)
@@ -223,6 +229,28 @@ def test_layer_norm_takes_the_half_type_with_float32_weights(precision, with_bia
     np.testing.assert_allclose(got, exact.astype(half).astype(np.float32), rtol=ulp, atol=ulp / 64)
     # The node in the half type, and no constant rounded: the weights stay float32.
     assert summary_of_precision(capfd) == (precision, 1, 1, 0)
+
+
+@pytest.mark.parametrize("weights", ["initializers", "inputs"])
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_layer_norm_weights_the_half_type_cannot_hold_stay_exact(precision, weights):
+    """Scale 1000.25 is 1000 in float16 and bfloat16. Over rows of ±1 (normalised to ±1, up
+    to epsilon) with B -1000, Y is 0.2449... where the scale stays float32 and -0.005 where it
+    was rounded: the weights reach the norm unrounded, as initializers and as fed inputs."""
+    x = np.tile(np.array([1.0, -1.0], np.float32), [2, 64])
+    params = {"scale": np.full(128, 1000.25, np.float32), "b": np.full(128, -1000.0, np.float32)}
+    node = helper.make_node("LayerNormalization", ["x", *params], ["y"], axis=-1)
+    if weights == "initializers":
+        inits, inputs, feeds = [numpy_helper.from_array(v, k) for k, v in params.items()], [], {}
+    else:
+        inits, inputs, feeds = [], [tensor(k, F, [128]) for k in params], params
+    model = make_model([node], [tensor("x", F, [2, 128]), *inputs], [tensor("y", F)], initializers=inits, opset=17)
+    (got,) = run(model, {"x": x, **feeds}, precision)
+    normalised = 1 / np.sqrt(1 + 1e-5)
+    half = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}[precision]
+    want = np.array([1000.25 * normalised - 1000, -1000.25 * normalised - 1000]).astype(half).astype(np.float32)
+    ulp = {"fp16": 2.0**-10, "bf16": 2.0**-7}[precision]
+    np.testing.assert_allclose(got, np.tile(want, [2, 64]), rtol=ulp, atol=ulp)
 
 
 def test_without_the_option_nothing_changes(capfd):
