@@ -199,6 +199,20 @@ def test_softmax_takes_the_half_type_and_accumulates_in_float32(precision, capfd
     assert summary_of_precision(capfd)[:3] == (precision, 1, 1)
 
 
+def layer_norm_model(rows, params, weights):
+    """A LayerNormalization over [rows, width] float32 X with `params` (Scale, then B if there)
+    as initializers or as fed inputs (`weights`); the model and the feeds besides X."""
+    width = len(params["scale"])
+    node = helper.make_node("LayerNormalization", ["x", *params], ["y"], axis=-1)
+    if weights == "initializers":
+        inits, inputs, feeds = [numpy_helper.from_array(v, k) for k, v in params.items()], [], {}
+    else:
+        inits, inputs, feeds = [], [tensor(k, F, [width]) for k in params], params
+    model = make_model([node], [tensor("x", F, [rows, width]), *inputs], [tensor("y", F)], initializers=inits,
+                       opset=17)
+    return model, feeds
+
+
 @pytest.mark.parametrize("weights", ["initializers", "inputs"])
 @pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
@@ -212,13 +226,7 @@ def test_layer_norm_takes_the_half_type_with_float32_weights(precision, with_bia
     x = (rng.standard_normal([4, 3000]) * 2 + 30).astype(np.float32)
     scale = (rng.standard_normal(3000) + 1 + 2.0**-13).astype(np.float32)
     bias = rng.standard_normal(3000).astype(np.float32) / 7
-    params = {"scale": scale} | ({"b": bias} if with_bias else {})
-    node = helper.make_node("LayerNormalization", ["x", *params], ["y"], axis=-1)
-    if weights == "initializers":
-        inits, inputs, feeds = [numpy_helper.from_array(v, k) for k, v in params.items()], [], {}
-    else:
-        inits, inputs, feeds = [], [tensor(k, F, [3000]) for k in params], params
-    model = make_model([node], [tensor("x", F, [4, 3000]), *inputs], [tensor("y", F)], initializers=inits, opset=17)
+    model, feeds = layer_norm_model(4, {"scale": scale} | ({"b": bias} if with_bias else {}), weights)
     (got,) = run(model, {"x": x, **feeds}, precision)
     half = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}[precision]
     rounded = x.astype(half).astype(np.float64)
@@ -239,12 +247,7 @@ def test_layer_norm_weights_the_half_type_cannot_hold_stay_exact(precision, weig
     was rounded: the weights reach the norm unrounded, as initializers and as fed inputs."""
     x = np.tile(np.array([1.0, -1.0], np.float32), [2, 64])
     params = {"scale": np.full(128, 1000.25, np.float32), "b": np.full(128, -1000.0, np.float32)}
-    node = helper.make_node("LayerNormalization", ["x", *params], ["y"], axis=-1)
-    if weights == "initializers":
-        inits, inputs, feeds = [numpy_helper.from_array(v, k) for k, v in params.items()], [], {}
-    else:
-        inits, inputs, feeds = [], [tensor(k, F, [128]) for k in params], params
-    model = make_model([node], [tensor("x", F, [2, 128]), *inputs], [tensor("y", F)], initializers=inits, opset=17)
+    model, feeds = layer_norm_model(2, params, weights)
     (got,) = run(model, {"x": x, **feeds}, precision)
     normalised = 1 / np.sqrt(1 + 1e-5)
     half = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}[precision]
