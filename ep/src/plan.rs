@@ -1050,9 +1050,10 @@ fn float32_args_as(
             continue;
         };
         let float = matches!(array.dtype(), Dtype::F32 | Dtype::F16 | Dtype::BF16);
-        let dtype = match planned.spec.takes_half_at(i) {
-            true => dtype,
-            false => Dtype::F32,
+        let dtype = if planned.spec.takes_half_at(i) {
+            dtype
+        } else {
+            Dtype::F32
         };
         if planned.node.input_type(i) != Some(ElemType::Float) || !float || array.dtype() == dtype {
             continue;

@@ -9,8 +9,8 @@ use mlx_kernels::{ops, Array, Dtype, Stream};
 
 use crate::activation::silu_of;
 use crate::normalization::{
-    cast, float32_constant, group_standardise, layer_norm_claim, rms_norm_over, rms_norm_rounded,
-    standardise,
+    cast, float32_constant, group_standardise, layer_norm_claim, layer_norm_rounded, rms_norm_over,
+    rms_norm_rounded, standardise,
 };
 use crate::table::consts::{scalar_like, zeros};
 use crate::{onnx_op, Lower, OpError, Result};
@@ -121,8 +121,7 @@ fn skip_norm(
         // MLX's fused kernels (gamma and beta are 1-D, checked above): the same float32
         // statistics over the last axis, one pass.
         let y = if centred {
-            let y = ops::layer_norm(&sum, Some(&gamma), beta.as_ref(), epsilon, s)?;
-            cast(&y, input.dtype(), s)?
+            layer_norm_rounded(&sum, &gamma, beta.as_ref(), epsilon, input.dtype(), s)?
         } else {
             rms_norm_rounded(&sum, &gamma, epsilon, input.dtype(), s)?
         };

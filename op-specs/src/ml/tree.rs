@@ -503,6 +503,7 @@ impl Forest {
             .flatten()
             .filter(|b| b & (MEMBER | BIG) == 0);
         let trees = self.roots.len() as i32;
+        let two = Array::scalar(2i32)?;
         for _ in 0..self.levels {
             let test = ops::take(&tests, &at, 0, s)?;
             let field = |c: i32| -> Result<Array> {
@@ -538,7 +539,7 @@ impl Forest {
                 }
             };
             let taken = ops::add(
-                &ops::multiply(&at, &Array::scalar(2i32)?, s)?,
+                &ops::multiply(&at, &two, s)?,
                 &ops::astype(&ops::logical_not(&go_true, s)?, Dtype::I32, s)?,
                 s,
             )?;
