@@ -1,8 +1,7 @@
 //! Which MLX device a session's plans run on (the `device` setting: cpu, gpu, or unset for the
 //! GPU when the loaded libmlx has one), and whether the hand-written GPU kernels
 //! (`mlx_kernels::custom`) join the graphs lowered from then on (`no_cuda_kernels`, and
-//! `metal_kernels` for their Metal twins, `unchecked_kernels` for CUDA bodies no GPU run has
-//! checked yet).
+//! `metal_kernels` for their Metal twins).
 
 use mlx_kernels::{Result, Stream};
 
@@ -21,7 +20,6 @@ pub struct Device {
     named: Named,
     cuda_kernels: bool,
     metal_kernels: bool,
-    unchecked_kernels: bool,
 }
 
 impl Default for Device {
@@ -31,7 +29,6 @@ impl Default for Device {
             named: Named::Best,
             cuda_kernels: true,
             metal_kernels: false,
-            unchecked_kernels: false,
         }
     }
 }
@@ -47,14 +44,12 @@ impl Device {
             named,
             cuda_kernels: !options.flag("no_cuda_kernels"),
             metal_kernels: options.flag("metal_kernels"),
-            unchecked_kernels: options.flag("unchecked_kernels"),
         }
     }
 
     pub fn stream(self) -> Result<Stream> {
         mlx_kernels::custom::set_enabled(self.cuda_kernels);
         mlx_kernels::custom::set_metal_enabled(self.metal_kernels);
-        mlx_kernels::custom::set_unchecked_enabled(self.unchecked_kernels);
         match self.named {
             Named::Cpu => Stream::cpu(),
             Named::Gpu => Stream::gpu(),

@@ -111,12 +111,6 @@ pub const SETTINGS: &[Setting] = &[
         doc: "Apple GPUs: the Metal twins of the attention kernels (decode attention, paged prefill attention) instead of the composed MLX path. Off until a macOS run has checked them (the macOS workflow turns it on); `no_cuda_kernels` still turns every kernel off",
     },
     Setting {
-        key: "unchecked_kernels",
-        env: "ONNXRUNTIME_EP_MLX_UNCHECKED_KERNELS",
-        kind: Kind::Flag { default: false },
-        doc: "NVIDIA GPUs: the hand-written CUDA kernels no GPU run has checked yet (the layer norm that takes half-type activations with float32 weights, `precision=fp16|bf16`) instead of the composed MLX path. Off until a GPU run has checked them; `no_cuda_kernels` still turns every kernel off",
-    },
-    Setting {
         key: "precision",
         env: "ONNXRUNTIME_EP_MLX_PRECISION",
         kind: Kind::Choice(&["fp32", "fp16", "bf16"]),

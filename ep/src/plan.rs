@@ -110,6 +110,9 @@ pub(crate) struct PlanNode {
     /// Per input: whether it is a constant of the plan (an absent input counts as one).
     constant_inputs: Vec<bool>,
     pub(crate) outputs: Vec<Option<usize>>,
+    /// Per output: whether one node of the plan reads it, once, and the plan does not hand it
+    /// on (`Lower::output_read_once`).
+    read_once: Vec<bool>,
 }
 
 impl PlanNode {
@@ -424,6 +427,7 @@ impl Plan {
                 inputs,
                 constant_inputs,
                 outputs,
+                read_once: Vec::new(),
             });
         }
         let outputs = outputs
@@ -438,6 +442,7 @@ impl Plan {
                 Ok(PlanOutput { slot, elem })
             })
             .collect::<Result<Vec<_>, String>>()?;
+        mark_read_once(&mut plan_nodes, &outputs, slots.len());
         let channels_last = channels_last::runs_channels_last(
             &plan_nodes
                 .iter()
@@ -889,6 +894,8 @@ impl Plan {
         let mut sequences: HashMap<usize, Vec<Array>> = HashMap::new();
         let mut lowered_part = PartLowering::default();
         let shared = RefCell::new(SharedDerivations::default());
+        // Conservative: a plan that may trace shapeless is treated as tracing so in every run.
+        let shapes_fixed = self.shape_safety() != ShapeSafety::Shapeless;
         for index in part.nodes {
             let planned = &self.nodes[index];
             let args: Vec<Option<Value>> = planned
@@ -919,6 +926,8 @@ impl Plan {
                 constant: &planned.constant_inputs,
                 prepared: &constants.prepared,
                 host_values: &host_values,
+                read_once: &planned.read_once,
+                shapes_fixed,
                 shared: &shared,
             };
             let lowering_started = Instant::now();
@@ -1007,6 +1016,21 @@ impl Plan {
         }
         lowered_part.env = env;
         Ok(lowered_part)
+    }
+}
+
+/// Fills each node's `read_once`: a slot is read once when one input of one node reads it
+/// (implicit inputs count) and no output of the plan is it.
+fn mark_read_once(nodes: &mut [PlanNode], outputs: &[PlanOutput], slot_count: usize) {
+    let mut reads = vec![0usize; slot_count];
+    for &slot in nodes.iter().flat_map(|n| n.inputs.iter().flatten()) {
+        if let Some(count) = reads.get_mut(slot) {
+            *count += 1;
+        }
+    }
+    let once = |slot: usize| reads.get(slot) == Some(&1) && outputs.iter().all(|o| o.slot != slot);
+    for node in nodes {
+        node.read_once = node.outputs.iter().map(|s| s.is_some_and(once)).collect();
     }
 }
 

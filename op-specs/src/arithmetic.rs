@@ -4,12 +4,17 @@
 use mlx_kernels::{ops, Array, Stream};
 
 use crate::attention::formed;
+use crate::linalg::biased;
 use crate::table::consts::{scalar, scalar_like};
 use crate::{onnx_op, Lower, Result};
 
 /// Elementwise sum with numpy broadcasting (integers wrap).
 #[onnx_op(op = "Add", since = 7, types(T = NUMERIC), inputs(A: T, B: T), outputs(C: T), layout = Elementwise, shape = Shapeless)]
 fn add(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
+    let biased = biased::biased_product(cx, &a, &b).or_else(|| biased::biased_product(cx, &b, &a));
+    if let Some(y) = biased {
+        return Ok(y);
+    }
     let y = ops::add(&a, &b, cx.stream())?;
     formed::note_masked(cx, &a, &b, &y);
     formed::note_masked(cx, &b, &a, &y);

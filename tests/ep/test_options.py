@@ -14,7 +14,7 @@ PREFIX = "ep.mlxexecutionprovider."  # as ORT writes a provider option's key
 VALID = {
     "device": "cpu", "disable": "0", "exclude_ops": "Softmax", "no_compile": "true", "compile_after": "0",
     "compile_cache": "4", "no_shapeless": "1", "no_fuse": "on", "no_split": "yes", "kv_mirror": "0",
-    "no_cuda_kernels": "1", "metal_kernels": "1", "unchecked_kernels": "1", "profile_ops": "0", "verbose": "0", "claim_debug": "off", "explain": None,
+    "no_cuda_kernels": "1", "metal_kernels": "1", "profile_ops": "0", "verbose": "0", "claim_debug": "off", "explain": None,
     "fault": "compile", "trace": None, "precision": "fp16",
 }
 BAD = {"device": "npu", "disable": "maybe", "compile_after": "-1", "compile_cache": "0", "fault": "crash",

@@ -45,7 +45,6 @@ pub use store_bytes::{store_bytes, store_bytes_runs_on, store_bytes_takes};
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
 static METAL_ENABLED: AtomicBool = AtomicBool::new(false);
-static UNCHECKED_ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Turns the hand-written kernels off (or on again) for graphs lowered from now on: the
 /// composed MLX path then runs everywhere (a switch for comparisons and for working around a
@@ -59,14 +58,6 @@ pub fn set_enabled(enabled: bool) {
 /// `set_enabled(false)` still turns them off with the rest.
 pub fn set_metal_enabled(enabled: bool) {
     METAL_ENABLED.store(enabled, Ordering::Relaxed);
-}
-
-/// Lets the CUDA bodies that no GPU run has checked yet run (or not) for graphs lowered from
-/// now on. Off by default, as the Metal twins: the emulator checks what a body computes, not
-/// what only NVRTC and a GPU do (`layer_norm`, written when no GPU was lent, waits for one);
-/// `set_enabled(false)` still turns them off with the rest.
-pub fn set_unchecked_enabled(enabled: bool) {
-    UNCHECKED_ENABLED.store(enabled, Ordering::Relaxed);
 }
 
 /// The GPU backends MLX builds with, each with its own kernel language.
@@ -99,12 +90,6 @@ fn runs_on(stream: &Stream, backends: &[Backend]) -> bool {
     let on = |b: Backend| b != Backend::Metal || METAL_ENABLED.load(Ordering::Relaxed);
     ENABLED.load(Ordering::Relaxed)
         && backend(stream).is_some_and(|b| backends.contains(&b) && on(b))
-}
-
-/// [`runs_on`] for a kernel whose bodies no GPU run has checked yet: only once
-/// [`set_unchecked_enabled`].
-fn unchecked_runs_on(stream: &Stream, backends: &[Backend]) -> bool {
-    UNCHECKED_ENABLED.load(Ordering::Relaxed) && runs_on(stream, backends)
 }
 
 /// A compile-time constant of a kernel's source (`constexpr int` / `using T = ...` on CUDA,

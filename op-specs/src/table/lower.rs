@@ -270,13 +270,20 @@ impl fmt::Debug for SharedDerivations {
 /// What a plan tells a node's lowering about its inputs: which are the plan's constants
 /// (absent optional inputs count as constant), where arrays prepared from them are kept, and
 /// the values of inputs that are traced arrays in a compiled closure but known on the host
-/// for the run being traced (empty when none is).
+/// for the run being traced (empty when none is); and about its outputs, which one node alone
+/// reads.
 #[derive(Debug, Clone, Copy)]
 pub struct ConstantInputs<'a> {
     pub node: usize,
     pub constant: &'a [bool],
     pub prepared: &'a RefCell<Prepared>,
     pub host_values: &'a [Option<Vec<i64>>],
+    /// Per output: whether exactly one node of the plan reads it, once, and the plan does not
+    /// hand it on (see [`Lower::output_read_once`]).
+    pub read_once: &'a [bool],
+    /// Whether every run this lowering stands for has its shapes: an eager run, or a closure
+    /// traced for one set of input shapes (see [`Lower::shapes_fixed`]).
+    pub shapes_fixed: bool,
     /// What this lowering's nodes derived alike, shared between them.
     pub shared: &'a RefCell<SharedDerivations>,
 }
@@ -355,6 +362,23 @@ impl<'a> Lower<'a> {
     pub fn input_is_constant(&self, index: usize) -> bool {
         self.constants
             .is_some_and(|c| c.constant.get(index).copied().unwrap_or(true))
+    }
+
+    /// Whether output `index` has one reader in the plan, which reads it once, and is no output
+    /// of the plan: a later node may then answer for this one and the reader together (a
+    /// [`Lower::record_form`]) without the plan computing this answer as well. `false` without
+    /// a plan's context.
+    pub fn output_read_once(&self, index: usize) -> bool {
+        self.constants
+            .is_some_and(|c| c.read_once.get(index).copied().unwrap_or(false))
+    }
+
+    /// Whether the shapes this lowering sees are those of every run its answer serves: an eager
+    /// run, or a closure traced for one set of input shapes, not a shapeless one that MLX
+    /// replays for others (where only what MLX derives from the inputs' shapes, not shapes
+    /// read while lowering, follows them). `false` without a plan's context.
+    pub fn shapes_fixed(&self) -> bool {
+        self.constants.is_some_and(|c| c.shapes_fixed)
     }
 
     /// Arrays computed by `compute` from the inputs `reads` (their indices) only. When all of
@@ -859,6 +883,8 @@ mod prepared_tests {
             constant,
             prepared: store,
             host_values: &[],
+            read_once: &[],
+            shapes_fixed: false,
             shared: &shared,
         });
         let mut runs = 0;
@@ -925,6 +951,8 @@ mod host_key_tests {
             constant: &[false, false],
             prepared: &store,
             host_values: &known,
+            read_once: &[],
+            shapes_fixed: false,
             shared: &shared,
         });
         let inputs = [
@@ -961,6 +989,8 @@ mod host_key_tests {
             constant: &[false],
             prepared: &store,
             host_values: &known,
+            read_once: &[],
+            shapes_fixed: false,
             shared: &shared,
         });
         let inputs = [Some(Value::Tensor(
@@ -994,6 +1024,8 @@ mod shared_tests {
             constant: &[false],
             prepared: &prepared,
             host_values: &[],
+            read_once: &[],
+            shapes_fixed: false,
             shared: store,
         });
         let mut ran = false;

@@ -96,19 +96,11 @@ fn operands_that_do_not_fit_are_refused() {
 }
 
 #[test]
-fn it_runs_on_cuda_only_once_unchecked_bodies_may() {
+fn it_runs_on_cuda_only() {
     let cpu = Stream::cpu().unwrap();
-    emulate(Backend::Cuda, || {
-        assert!(!super::layer_norm_runs_on(&cpu));
-        super::super::set_unchecked_enabled(true);
-        let on = super::layer_norm_runs_on(&cpu);
-        super::super::set_unchecked_enabled(false);
-        assert!(on);
-    });
-    emulate(Backend::Metal, || {
-        super::super::set_unchecked_enabled(true);
-        let on = super::layer_norm_runs_on(&cpu);
-        super::super::set_unchecked_enabled(false);
-        assert!(!on, "no Metal twin");
-    });
+    assert!(emulate(Backend::Cuda, || super::layer_norm_runs_on(&cpu)));
+    assert!(
+        !emulate(Backend::Metal, || super::layer_norm_runs_on(&cpu)),
+        "no Metal twin"
+    );
 }

@@ -10,11 +10,9 @@ use super::{Backend, Kernel, TemplateArg};
 use crate::error::{Error, Result};
 use crate::{Array, Dtype, Stream};
 
-/// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin), and only
-/// with the `unchecked_kernels` setting ([`super::set_unchecked_enabled`]) until a GPU run has
-/// checked its body; the emulator holds it to a float64 reference meanwhile.
+/// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin).
 pub fn layer_norm_runs_on(stream: &Stream) -> bool {
-    super::unchecked_runs_on(stream, &[Backend::Cuda])
+    super::runs_on(stream, &[Backend::Cuda])
 }
 
 /// The widest row one launch takes (each thread keeps its share in registers).

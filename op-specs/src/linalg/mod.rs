@@ -4,6 +4,8 @@ use mlx_kernels::{ops, Array, Dtype};
 
 use crate::attention::formed;
 use crate::table::consts::scalar_like;
+
+pub(crate) mod biased;
 use crate::{onnx_op, Lower, OpError, Result};
 
 /// numpy's matmul: batched, broadcasting batch dims, 1-D operands promoted and squeezed back.
@@ -15,6 +17,7 @@ fn matmul(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
     }
     let y = numpy_matmul(&a, &b, cx.stream())?;
     formed::note_product(cx, &a, &b, &y);
+    biased::note_product(cx, &a, &b, &y);
     Ok(y)
 }
 
