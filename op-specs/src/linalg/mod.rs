@@ -1,11 +1,12 @@
-//! Matrix products: MatMul, Gemm, Einsum, and com.microsoft FusedMatMul; Det.
+//! Matrix products: MatMul, Gemm, Einsum, and com.microsoft FusedMatMul; Det. (`biased`: a
+//! MatMul and the Add of its bias answered as one product.)
+
+pub(crate) mod biased;
 
 use mlx_kernels::{ops, Array, Dtype};
 
 use crate::attention::formed;
 use crate::table::consts::scalar_like;
-
-pub(crate) mod biased;
 use crate::{onnx_op, Lower, OpError, Result};
 
 /// numpy's matmul: batched, broadcasting batch dims, 1-D operands promoted and squeezed back.
