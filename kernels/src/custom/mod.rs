@@ -142,7 +142,8 @@ fn rows_of(x: &Array) -> (i64, i64) {
 
 /// Applies a row-wise kernel (a norm): one block of `threads` threads per row of the last axis
 /// of `operands[0]` (`x`), an output of x's shape in `output`, and the template constants `TI`
-/// (x's type), `TO`, `H` (the width) and `THREADS`, then `extra`.
+/// (x's type), `TO`, `H` (the width) and `THREADS`, then `extra`. Its CUDA body starts with
+/// `per_row.cu` (the row in registers, a block-wide sum).
 fn apply_per_row(
     kernel: &Kernel<'_>,
     operands: &[&Array],

@@ -57,7 +57,7 @@ pub fn layer_norm(
     let kernel = Kernel {
         name: "layer_norm_rounded",
         inputs: &["x", "weight", "bias"],
-        cuda: include_str!("layer_norm.cu"),
+        cuda: concat!(include_str!("../per_row.cu"), include_str!("layer_norm.cu")),
         metal: None,
     };
     let mut extra = vec![("HAS_BIAS", TemplateArg::Int(i32::from(bias.is_some())))];

@@ -53,7 +53,7 @@ pub fn rms_norm(
     let kernel = Kernel {
         name: "rms_norm_rounded",
         inputs: &["x", "weight"],
-        cuda: include_str!("rms_norm.cu"),
+        cuda: concat!(include_str!("../per_row.cu"), include_str!("rms_norm.cu")),
         metal: None,
     };
     let epsilon = super::float_constant("EPSILON_MAGNITUDE", "EPSILON_NEGATIVE", epsilon);

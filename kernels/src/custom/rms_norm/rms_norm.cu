@@ -1,37 +1,14 @@
-// Body of the RMS-norm kernel (MLX's custom-kernel primitive wraps it in a __global__ function
-// whose parameters are the inputs x, weight and the output out; TI, TO, H, THREADS,
-// EPSILON_MAGNITUDE and EPSILON_NEGATIVE (the epsilon, see float_constant in custom/mod.rs)
-// are template constants). See mod.rs.
+// Body of the RMS-norm kernel, after per_row.cu's opening (MLX's custom-kernel primitive wraps
+// both in a __global__ function whose parameters are the inputs x, weight and the output out;
+// TI, TO, H, THREADS, EPSILON_MAGNITUDE and EPSILON_NEGATIVE (the epsilon, see float_constant
+// in custom/mod.rs) are template constants). See mod.rs.
 //
-// One block per row of H elements: each thread keeps its elements in float32 registers, the
-// block sums their squares (warp shuffles, then one warp over the warps' sums), and each
-// element is scaled and weighted in float32 and rounded once to TO.
-constexpr int PER = (H + THREADS - 1) / THREADS;
-constexpr int WARPS = THREADS / 32;
-__shared__ float partial[WARPS];
-const size_t row = blockIdx.x;
-const int tid = threadIdx.x;
-const TI* in = x + row * H;
-float v[PER];
+// The block sums the squares of the row's elements, and each element is scaled and weighted in
+// float32 and rounded once to TO.
 float squares = 0.f;
 #pragma unroll
-for (int k = 0; k < PER; ++k) {
-  const int at = tid + k * THREADS;
-  v[k] = at < H ? static_cast<float>(in[at]) : 0.f;
-  squares += v[k] * v[k];
-}
-#pragma unroll
-for (int offset = 16; offset > 0; offset /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
-if (tid % 32 == 0) partial[tid / 32] = squares;
-__syncthreads();
-if (tid < 32) {
-  float total = tid < WARPS ? partial[tid] : 0.f;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
-  if (tid == 0) partial[0] = total;
-}
-__syncthreads();
-const float inverse_rms = rsqrtf(partial[0] / static_cast<float>(H) + (EPSILON_NEGATIVE ? -1.f : 1.f) * __int_as_float(EPSILON_MAGNITUDE));
+for (int k = 0; k < PER; ++k) squares += v[k] * v[k];
+const float inverse_rms = rsqrtf(block_sum(squares) / static_cast<float>(H) + (EPSILON_NEGATIVE ? -1.f : 1.f) * __int_as_float(EPSILON_MAGNITUDE));
 #pragma unroll
 for (int k = 0; k < PER; ++k) {
   const int at = tid + k * THREADS;

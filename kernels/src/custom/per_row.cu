@@ -1,0 +1,37 @@
+// The opening both row-wise norm bodies share (rms_norm.cu and layer_norm.cu are joined after
+// it at compile time; their mod.rs files say so). MLX's custom-kernel primitive wraps the whole
+// in a __global__ function whose parameters include the input x; TI, H and THREADS are template
+// constants.
+//
+// One block per row of H elements. Each thread loads its elements of the row into float32
+// registers `v` (zero past the row's end), and `block_sum` sums a value over the block.
+constexpr int PER = (H + THREADS - 1) / THREADS;
+constexpr int WARPS = THREADS / 32;
+__shared__ float partial[WARPS];
+const size_t row = blockIdx.x;
+const int tid = threadIdx.x;
+// The sum of `value` over the block, in every thread: warp shuffles, then one warp over the
+// warps' sums. It ends with a barrier, so `partial` may be written again after it.
+auto block_sum = [&](float value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  if (tid % 32 == 0) partial[tid / 32] = value;
+  __syncthreads();
+  if (tid < 32) {
+    float total = tid < WARPS ? partial[tid] : 0.f;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+    if (tid == 0) partial[0] = total;
+  }
+  __syncthreads();
+  const float total = partial[0];
+  __syncthreads();
+  return total;
+};
+const TI* in = x + row * H;
+float v[PER];
+#pragma unroll
+for (int k = 0; k < PER; ++k) {
+  const int at = tid + k * THREADS;
+  v[k] = at < H ? static_cast<float>(in[at]) : 0.f;
+}
