@@ -28,6 +28,10 @@ pub struct ComputeInfo {
     stats: Arc<Mutex<Stats>>,
     options: Arc<Options>,
     trace: Option<Arc<Trace>>,
+    /// Whether the session prints its summary (`verbose`): only then does a run gather the
+    /// plan's report and MLX's memory for it, which a small model's run would otherwise pay
+    /// for every time.
+    summarised: bool,
 }
 
 /// What a plan builds on its first run, on its owning thread.
@@ -54,6 +58,7 @@ impl ComputeInfo {
             plan: Arc::new(plan),
             state: ThreadBound::new(None),
             stats,
+            summarised: options.flag("verbose"),
             options,
             trace,
         });
@@ -263,41 +268,51 @@ fn run(
         stats.replay += times.replay;
         stats.write_back += write_back;
         stats.traffic.add(traffic);
-        // A plan's first run uploads its constants and compiles MLX's kernels: not the op's
-        // steady cost, so the profile starts with its second run.
-        if stats.plan_reports.contains_key(&info.plan.name) {
-            stats.op_profile.merge(&times.ops);
+        if info.summarised {
+            // A plan's first run uploads its constants and compiles MLX's kernels: not the
+            // op's steady cost, so the profile starts with its second run.
+            if stats.plan_reports.contains_key(&info.plan.name) {
+                stats.op_profile.merge(&times.ops);
+            }
+            stats.memory = MemoryReport::now();
+            let report = plan_report(info, capture, residency, runtime);
+            stats.plan_reports.insert(info.plan.name.clone(), report);
         }
-        stats.memory = MemoryReport::now();
+    }
+    if info.trace.is_some() {
+        let memory = MemoryReport::now();
         let mib = |bytes: usize| bytes as f64 / (1024.0 * 1024.0);
         trace::counter(
             "mlx memory (MiB)",
-            &[
-                ("active", mib(stats.memory.active)),
-                ("peak", mib(stats.memory.peak)),
-            ],
-        );
-        stats.plan_reports.insert(
-            info.plan.name.clone(),
-            PlanReport {
-                path: capture.path().name(),
-                traces: capture.traces,
-                hits: capture.hits,
-                fallback: capture.fallback.clone(),
-                split_runs: capture.split_runs,
-                split_fallback: capture.split_fallback.clone(),
-                shared_rows_written: residency.rows_written,
-                shared_rows: residency.rows_aliased,
-                mirror_hits: residency.mirror_hits,
-                mirrors_in_place: residency.mirrors_in_place,
-                constants: info.plan.constants_report(runtime),
-                half_nodes: info.plan.half_nodes(),
-                channels_last_lowered: info.plan.channels_last_lowered(),
-                rewrites: info.plan.rewrites(),
-            },
+            &[("active", mib(memory.active)), ("peak", mib(memory.peak))],
         );
     }
     Ok(())
+}
+
+/// How the plan has run so far, for the session summary.
+fn plan_report(
+    info: &ComputeInfo,
+    capture: &Capture,
+    residency: &Residency,
+    runtime: &Runtime,
+) -> PlanReport {
+    PlanReport {
+        path: capture.path().name(),
+        traces: capture.traces,
+        hits: capture.hits,
+        fallback: capture.fallback.clone(),
+        split_runs: capture.split_runs,
+        split_fallback: capture.split_fallback.clone(),
+        shared_rows_written: residency.rows_written,
+        shared_rows: residency.rows_aliased,
+        mirror_hits: residency.mirror_hits,
+        mirrors_in_place: residency.mirrors_in_place,
+        constants: info.plan.constants_report(runtime),
+        half_nodes: info.plan.half_nodes(),
+        channels_last_lowered: info.plan.channels_last_lowered(),
+        rewrites: info.plan.rewrites(),
+    }
 }
 
 /// An array for an input's bytes, and whether they were MLX memory already: over the tensor
