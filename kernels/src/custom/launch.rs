@@ -54,16 +54,17 @@ macro_rules! kernel_owner {
                 inputs: &[&Array],
                 launch: &Launch<'_>,
                 stream: &Stream,
-            ) -> Result<Array> {
+            ) -> Result<Vec<Array>> {
                 let inputs = VectorArray::from_arrays(
                     &inputs.iter().map(|&a| a.clone()).collect::<Vec<_>>(),
                 )?;
                 let config = $config::new();
-                let (shape, dtype) = launch.output;
-                // SAFETY: `shape` outlives the call; the config copies it.
-                check(unsafe {
-                    $add_output(config.raw, shape.as_ptr(), shape.len(), dtype.to_sys())
-                })?;
+                for (shape, dtype) in launch.outputs {
+                    // SAFETY: `shape` outlives the call; the config copies it.
+                    check(unsafe {
+                        $add_output(config.raw, shape.as_ptr(), shape.len(), dtype.to_sys())
+                    })?;
+                }
                 // MLX takes the grid as total threads per axis and rounds up to whole blocks.
                 let total = launch.blocks.checked_mul(launch.threads).ok_or_else(|| {
                     Error::Shape(format!("a launch of {} blocks is too large", launch.blocks))
@@ -89,10 +90,16 @@ macro_rules! kernel_owner {
                 let status = unsafe { $apply(&mut raw, kernel, inputs.raw(), config_raw, stream.raw()) };
                 let outputs = VectorArray::from_raw(raw);
                 check(status)?;
-                let mut outputs = outputs.to_vec()?;
-                outputs.pop().ok_or_else(|| {
-                    Error::Mlx(format!("a {} kernel returned no output", $backend))
-                })
+                let outputs = outputs.to_vec()?;
+                if outputs.len() != launch.outputs.len() {
+                    return Err(Error::Mlx(format!(
+                        "a {} kernel returned {} outputs for {}",
+                        $backend,
+                        outputs.len(),
+                        launch.outputs.len()
+                    )));
+                }
+                Ok(outputs)
             }
         }
 

@@ -18,20 +18,22 @@ use crate::error::Result;
 pub(super) type Made<K> = RefCell<HashMap<String, Vec<Entry<K>>>>;
 
 pub(super) struct Entry<K> {
-    inputs: Vec<String>,
+    /// The input names, then the output names.
+    names: Vec<String>,
     source: String,
     kernel: Rc<K>,
 }
 
-/// The kernel `name` over `inputs` and `source` from `cache`, made by `make` the first time.
+/// The kernel `name` over `inputs`, `outputs` and `source` from `cache`, made by `make` the
+/// first time.
 pub(super) fn made<K>(
     cache: &'static LocalKey<Made<K>>,
-    name: &str,
-    inputs: &[&str],
+    (name, inputs, outputs): (&str, &[&str], &[&str]),
     source: &str,
     make: impl FnOnce() -> Result<K>,
 ) -> Result<Rc<K>> {
-    let same = |e: &Entry<K>| e.source == source && e.inputs.iter().eq(inputs.iter().copied());
+    let names = || inputs.iter().chain(outputs).copied();
+    let same = |e: &Entry<K>| e.source == source && e.names.iter().eq(names());
     let found = cache.with(|c| {
         c.borrow()
             .get(name)
@@ -46,7 +48,7 @@ pub(super) fn made<K>(
             .entry(name.to_owned())
             .or_default()
             .push(Entry {
-                inputs: inputs.iter().map(|&i| i.to_owned()).collect(),
+                names: names().map(str::to_owned).collect(),
                 source: source.to_owned(),
                 kernel: kernel.clone(),
             })
@@ -66,7 +68,7 @@ mod tests {
     fn a_kernel_is_made_once_per_name_inputs_and_body() {
         let made_count = std::cell::Cell::new(0);
         let get = |name: &str, inputs: &[&str], source: &str| {
-            made(&NUMBERS, name, inputs, source, || {
+            made(&NUMBERS, (name, inputs, &["out"]), source, || {
                 made_count.set(made_count.get() + 1);
                 Ok(made_count.get())
             })

@@ -32,7 +32,7 @@ use crate::{sys, Array, DeviceKind, Dtype, Stream};
 pub use decode_attention::{
     decode_attention, decode_attention_runs_on, decode_attention_takes, paged_decode_attention,
 };
-pub use layer_norm::{layer_norm, layer_norm_runs_on, layer_norm_takes};
+pub use layer_norm::{layer_norm, layer_norm_of_sum, layer_norm_runs_on, layer_norm_takes};
 pub use pack_bytes::{
     pack_bytes, pack_bytes_runs_on, pack_bytes_takes, PACK_BYTES_MAX_PARTS, PACK_BYTES_MAX_TOTAL,
 };
@@ -119,10 +119,10 @@ fn float_constant(
     ]
 }
 
-/// How one application of a single-output kernel is laid out: its output, threads and template
-/// constants.
+/// How one application of a kernel is laid out: its outputs, threads and template constants.
 struct Launch<'a> {
-    output: (&'a [i32], Dtype),
+    /// Each output's shape and type, in the order of the kernel's output names.
+    outputs: &'a [(&'a [i32], Dtype)],
     /// `blocks` blocks (threadgroups) of `threads` threads along x.
     blocks: i32,
     threads: i32,
@@ -141,17 +141,19 @@ fn rows_of(x: &Array) -> (i64, i64) {
 }
 
 /// Applies a row-wise kernel (a norm): one block of `threads` threads per row of the last axis
-/// of `operands[0]` (`x`), an output of x's shape in `output`, and the template constants `TI`
-/// (x's type), `TO`, `H` (the width) and `THREADS`, then `extra`. Its CUDA body starts with
-/// `per_row.cu` (the row in registers, a block-wide sum).
+/// of `operands[0]` (`x`), its first output of x's shape in `output` and then `more` outputs,
+/// and the template constants `TI` (x's type), `TO`, `H` (the width) and `THREADS`, then
+/// `extra`. Its CUDA body starts with `per_row.cu` (the row in registers, a block-wide sum).
+/// Returns the first output and the others.
 fn apply_per_row(
     kernel: &Kernel<'_>,
     operands: &[&Array],
     output: Dtype,
+    more: &[(&[i32], Dtype)],
     threads: i32,
     extra: impl IntoIterator<Item = (&'static str, TemplateArg)>,
     stream: &Stream,
-) -> Result<Array> {
+) -> Result<(Array, Vec<Array>)> {
     let x = operands[0];
     let (rows, width) = rows_of(x);
     let size = |v: i64| self::size(kernel.name, v);
@@ -167,16 +169,20 @@ fn apply_per_row(
         .iter()
         .map(|&d| size(d))
         .collect::<Result<Vec<_>>>()?;
-    kernel.apply(
+    let mut outputs = vec![(out_shape.as_slice(), output)];
+    outputs.extend_from_slice(more);
+    let mut made = kernel.apply(
         operands,
         &Launch {
-            output: (&out_shape, output),
+            outputs: &outputs,
             blocks: size(rows)?,
             threads,
             template: &template,
         },
         stream,
-    )
+    )?;
+    let out = made.remove(0);
+    Ok((out, made))
 }
 
 thread_local! {
@@ -184,10 +190,14 @@ thread_local! {
     static METAL: made::Made<launch::MetalKernel> = RefCell::default();
 }
 
+/// The output names of a kernel with one output.
+const OUT: &[&str] = &["out"];
+
 /// A kernel's name, argument names and body, one body per backend it has.
 struct Kernel<'a> {
     name: &'a str,
     inputs: &'a [&'a str],
+    outputs: &'a [&'a str],
     cuda: &'a str,
     /// The Metal twin, where there is one.
     metal: Option<&'a str>,
@@ -195,14 +205,21 @@ struct Kernel<'a> {
 
 impl Kernel<'_> {
     /// Runs the body for `stream`'s backend on `inputs` (one array per input name) and returns
-    /// its one output, `out`.
-    fn apply(&self, inputs: &[&Array], launch: &Launch<'_>, stream: &Stream) -> Result<Array> {
-        if inputs.len() != self.inputs.len() {
+    /// its outputs, one per output name.
+    fn apply(
+        &self,
+        inputs: &[&Array],
+        launch: &Launch<'_>,
+        stream: &Stream,
+    ) -> Result<Vec<Array>> {
+        if inputs.len() != self.inputs.len() || launch.outputs.len() != self.outputs.len() {
             return Err(Error::Shape(format!(
-                "{}: {} inputs for {} names",
+                "{}: {} inputs and {} outputs for {} and {} names",
                 self.name,
                 inputs.len(),
-                self.inputs.len()
+                launch.outputs.len(),
+                self.inputs.len(),
+                self.outputs.len()
             )));
         }
         #[cfg(test)]
@@ -211,14 +228,13 @@ impl Kernel<'_> {
         }
         match (backend(stream), self.metal) {
             (Some(Backend::Cuda), _) => {
-                let make = || launch::CudaKernel::new(self.name, self.inputs, &["out"], self.cuda);
-                made::made(&CUDA, self.name, self.inputs, self.cuda, make)?
-                    .apply(inputs, launch, stream)
+                let make =
+                    || launch::CudaKernel::new(self.name, self.inputs, self.outputs, self.cuda);
+                made::made(&CUDA, self.names(), self.cuda, make)?.apply(inputs, launch, stream)
             }
             (Some(Backend::Metal), Some(metal)) => {
-                let make = || launch::MetalKernel::new(self.name, self.inputs, &["out"], metal);
-                made::made(&METAL, self.name, self.inputs, metal, make)?
-                    .apply(inputs, launch, stream)
+                let make = || launch::MetalKernel::new(self.name, self.inputs, self.outputs, metal);
+                made::made(&METAL, self.names(), metal, make)?.apply(inputs, launch, stream)
             }
             (found, _) => Err(Error::Mlx(format!(
                 "{}: this hand-written kernel runs on {}, not on this stream ({found:?} GPU backend)",
@@ -229,6 +245,20 @@ impl Kernel<'_> {
                     "MLX's CUDA GPU"
                 }
             ))),
+        }
+    }
+
+    /// What the kernel's made objects are known by, besides the body.
+    fn names(&self) -> (&str, &[&str], &[&str]) {
+        (self.name, self.inputs, self.outputs)
+    }
+
+    /// [`Kernel::apply`] for a kernel with one output.
+    fn apply_one(&self, inputs: &[&Array], launch: &Launch<'_>, stream: &Stream) -> Result<Array> {
+        let mut outputs = self.apply(inputs, launch, stream)?;
+        match (outputs.pop(), outputs.is_empty()) {
+            (Some(output), true) => Ok(output),
+            _ => Err(Error::Mlx(format!("{}: not one output", self.name))),
         }
     }
 }

@@ -1,7 +1,7 @@
-// The opening both row-wise norm bodies share (rms_norm.cu and layer_norm.cu are joined after
-// it at compile time; their mod.rs files say so). MLX's custom-kernel primitive wraps the whole
-// in a __global__ function whose parameters include the input x; TI, H and THREADS are template
-// constants.
+// The opening both row-wise norm bodies share (joined after a file that defines `load`, how an
+// element of the row is read: row_of_x.cu, layer_norm/row_of_sum.cu; and before the body:
+// rms_norm.cu, layer_norm.cu; each wrapper says which). MLX's custom-kernel primitive wraps the
+// whole in a __global__ function; H and THREADS are template constants.
 //
 // One block per row of H elements. Each thread loads its elements of the row into float32
 // registers `v` (zero past the row's end), and `block_sum` sums a value over the block.
@@ -28,10 +28,9 @@ auto block_sum = [&](float value) {
   __syncthreads();
   return total;
 };
-const TI* in = x + row * H;
 float v[PER];
 #pragma unroll
 for (int k = 0; k < PER; ++k) {
   const int at = tid + k * THREADS;
-  v[k] = at < H ? static_cast<float>(in[at]) : 0.f;
+  v[k] = at < H ? load(at) : 0.f;
 }

@@ -321,17 +321,18 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
     let kernel = Kernel {
         name,
         inputs: &names,
+        outputs: super::OUT,
         cuda: &cuda,
         metal: Some(&metal),
     };
-    let output = kernel.apply(
+    let output = kernel.apply_one(
         &inputs,
         &Launch {
-            output: if split {
+            outputs: &[if split {
                 (&parts_shape, Dtype::F32)
             } else {
                 (&out_shape, dtype)
-            },
+            }],
             blocks,
             threads: warps * 32,
             template: &template,
@@ -344,13 +345,14 @@ fn attend(o: Operands<'_>, fits: bool, rows: KeyRows<'_>, stream: &Stream) -> Re
     let combine = Kernel {
         name: "combine_splits",
         inputs: &["parts"],
+        outputs: super::OUT,
         cuda: include_str!("combine_splits.cu"),
         metal: Some(include_str!("combine_splits.metal")),
     };
-    combine.apply(
+    combine.apply_one(
         &[&output],
         &Launch {
-            output: (&out_shape, dtype),
+            outputs: &[(&out_shape, dtype)],
             blocks: query_rows,
             threads: COMBINE_THREADS,
             template: &[

@@ -59,9 +59,13 @@ pub(super) fn dialect() -> Option<Backend> {
     DIALECT.with(Cell::get)
 }
 
-/// Applies `kernel` in the emulated dialect: its one output `out`, filled with NaN bytes first
-/// so that an element the body leaves unwritten shows.
-pub(super) fn run(kernel: &Kernel<'_>, inputs: &[&Array], launch: &Launch<'_>) -> Result<Array> {
+/// Applies `kernel` in the emulated dialect: its outputs, each filled with NaN bytes first so
+/// that an element the body leaves unwritten shows.
+pub(super) fn run(
+    kernel: &Kernel<'_>,
+    inputs: &[&Array],
+    launch: &Launch<'_>,
+) -> Result<Vec<Array>> {
     let dialect = dialect().expect("run only inside emulate");
     let body = match dialect {
         Backend::Cuda => kernel.cuda,
@@ -77,25 +81,33 @@ pub(super) fn run(kernel: &Kernel<'_>, inputs: &[&Array], launch: &Launch<'_>) -
         std::fs::write(folder.join(format!("{i}.bin")), input.to_bytes(&stream)?)
             .map_err(|e| Error::Mlx(format!("emulator: {e}")))?;
     }
-    let output = run_in(&binary, &folder, kernel.name);
+    let output = run_in(&binary, &folder, kernel.name, kernel.outputs);
     let after = (0..inputs.len())
         .map(|i| std::fs::read(folder.join(format!("{i}.after.bin"))))
         .collect::<std::io::Result<Vec<_>>>();
     // The scratch folder goes whether the run succeeded or not.
     let _ = std::fs::remove_dir_all(&folder);
-    let bytes = output?;
+    let outputs = output?;
     let after = after.map_err(|e| Error::Mlx(format!("emulator: {e}")))?;
     INPUTS_AFTER.with(|inputs| *inputs.borrow_mut() = after);
-    let (shape, dtype) = launch.output;
-    Array::from_bytes(
-        &bytes,
-        &shape.iter().map(|&d| i64::from(d)).collect::<Vec<_>>(),
-        dtype,
-    )
+    outputs
+        .iter()
+        .zip(launch.outputs)
+        .map(|(bytes, (shape, dtype))| {
+            let shape: Vec<i64> = shape.iter().map(|&d| i64::from(d)).collect();
+            Array::from_bytes(bytes, &shape, *dtype)
+        })
+        .collect()
 }
 
-/// Runs the compiled `binary` on the inputs in `folder` and reads back its output bytes.
-fn run_in(binary: &std::path::Path, folder: &std::path::Path, name: &str) -> Result<Vec<u8>> {
+/// Runs the compiled `binary` on the inputs in `folder` and reads back the bytes of each of
+/// its `outputs`.
+fn run_in(
+    binary: &std::path::Path,
+    folder: &std::path::Path,
+    name: &str,
+    outputs: &[&str],
+) -> Result<Vec<Vec<u8>>> {
     let done = Command::new(binary)
         .arg(folder)
         .output()
@@ -106,7 +118,11 @@ fn run_in(binary: &std::path::Path, folder: &std::path::Path, name: &str) -> Res
             String::from_utf8_lossy(&done.stderr)
         )));
     }
-    std::fs::read(folder.join("out.bin")).map_err(|e| Error::Mlx(format!("emulator: {e}")))
+    outputs
+        .iter()
+        .map(|output| std::fs::read(folder.join(format!("{output}.bin"))))
+        .collect::<std::io::Result<_>>()
+        .map_err(|e| Error::Mlx(format!("emulator: {e}")))
 }
 
 /// The element type's spelling in `emulator.h`.
@@ -126,7 +142,7 @@ fn type_name(dtype: Dtype) -> Result<&'static str> {
 
 /// The host program: the constants, the body as a function of the named arrays (and of the
 /// shapes of those whose `{name}_shape` it reads, as MLX passes them), and a main that reads
-/// the inputs, launches the grid and writes `out` and the inputs as the run left them.
+/// the inputs, launches the grid and writes each output and the inputs as the run left them.
 fn program(
     dialect: Backend,
     kernel: &Kernel<'_>,
@@ -146,8 +162,6 @@ fn program(
             TemplateArg::Type(d) => writeln!(text, "using {name} = {};", type_name(*d)?),
         };
     }
-    let (out_shape, out_dtype) = launch.output;
-    let out_type = type_name(out_dtype)?;
     let mut params = Vec::new();
     let mut reads = String::new();
     let mut writes = String::new();
@@ -177,19 +191,29 @@ fn program(
             args.push(format!("{name}_dims"));
         }
     }
-    params.push(format!("{out_type}* out"));
-    args.push("reinterpret_cast<".to_string() + out_type + "*>(out.data())");
-    let elements: i64 = out_shape.iter().map(|&d| i64::from(d)).product();
+    let mut made = String::new();
+    for (name, (shape, dtype)) in kernel.outputs.iter().zip(launch.outputs) {
+        let ty = type_name(*dtype)?;
+        let elements: i64 = shape.iter().map(|&d| i64::from(d)).product();
+        params.push(format!("{ty}* {name}"));
+        args.push(format!("reinterpret_cast<{ty}*>({name}.data())"));
+        let _ = writeln!(
+            made,
+            "  std::vector<unsigned char> {name}({}, 0xff);",
+            elements * dtype.size_in_bytes() as i64
+        );
+        let _ = writeln!(
+            writes,
+            "  emu::write_file((folder + \"/{name}.bin\").c_str(), {name});"
+        );
+    }
     let _ = write!(
         text,
         "void kernel_body({params}) {{\n{body}\n}}\n\
          #include <string>\n\
-         int main(int, char** argv) {{\n  const std::string folder = argv[1];\n{reads}  \
-         std::vector<unsigned char> out({bytes}, 0xff);\n  \
-         emu::launch({blocks}, {threads}, [&] {{ kernel_body({args}); }});\n  \
-         emu::write_file((folder + \"/out.bin\").c_str(), out);\n{writes}}}\n",
+         int main(int, char** argv) {{\n  const std::string folder = argv[1];\n{reads}{made}  \
+         emu::launch({blocks}, {threads}, [&] {{ kernel_body({args}); }});\n{writes}}}\n",
         params = params.join(", "),
-        bytes = elements * out_dtype.size_in_bytes() as i64,
         blocks = launch.blocks,
         threads = launch.threads,
         args = args.join(", "),

@@ -1,9 +1,10 @@
 //! The layer-norm body runs in the host emulator (`custom/emulator`) against a float64
-//! reference, for pairs of input and output types, with and without a bias.
+//! reference, for pairs of input and output types, with and without a bias; the norm of a
+//! residual sum against MLX's add and the plain body, bit for bit.
 
 use super::super::emulator::{emulate, rounded, values};
 use super::super::Backend;
-use super::layer_norm;
+use super::{layer_norm, layer_norm_of_sum};
 use crate::{ops, Array, Dtype, Stream};
 
 #[test]
@@ -74,6 +75,57 @@ fn the_body_normalises_like_the_reference() {
             }
         }
     }
+}
+
+#[test]
+fn the_norm_of_a_sum_is_the_norm_of_mlx_s_add() {
+    let cpu = Stream::cpu().unwrap();
+    let (rows, width, epsilon) = (3i64, 300i64, 1e-5f32);
+    let weight = Array::from_slice(&values(9, width as usize), &[width]).unwrap();
+    let bias = Array::from_slice(&values(10, width as usize), &[width]).unwrap();
+    let n = (rows * width) as usize;
+    // Magnitudes far apart, so that the sums round (within float16's range).
+    let x_values: Vec<f32> = values(11, n).iter().map(|v| v * 1e4).collect();
+    let r_values: Vec<f32> = values(12, n).iter().map(|v| v * v * v * 4e3).collect();
+    for (input, output, keep_sum) in [
+        (Dtype::F16, Dtype::F16, true),
+        (Dtype::F16, Dtype::F16, false),
+        (Dtype::BF16, Dtype::BF16, true),
+        (Dtype::F32, Dtype::F32, true),
+        (Dtype::F32, Dtype::F16, false),
+    ] {
+        let (x, _) = rounded(&x_values, &[rows, width], input, &cpu);
+        let (residual, _) = rounded(&r_values, &[rows, width], input, &cpu);
+        let added = ops::add(&x, &residual, &cpu).unwrap();
+        let (fused, plain) = emulate(Backend::Cuda, || {
+            let fused = layer_norm_of_sum(
+                (&x, &residual),
+                &weight,
+                Some(&bias),
+                epsilon,
+                output,
+                keep_sum,
+                &cpu,
+            );
+            let plain = layer_norm(&added, &weight, Some(&bias), epsilon, output, &cpu);
+            (fused.unwrap(), plain.unwrap())
+        });
+        let (out, sum) = fused;
+        let bytes = |a: &Array| a.to_bytes(&cpu).unwrap();
+        assert_eq!(sum.is_some(), keep_sum, "{input:?}");
+        if let Some(sum) = &sum {
+            assert_eq!((sum.shape(), sum.dtype()), (added.shape(), input));
+            assert_eq!(bytes(sum), bytes(&added), "{input:?}: the sum, bit for bit");
+        }
+        assert_eq!(out.dtype(), output);
+        assert_eq!(bytes(&out), bytes(&plain), "{input:?} to {output:?}: the norm");
+    }
+    let other = Array::from_slice(&[1.0f32; 4], &[4]).unwrap();
+    let x = Array::from_slice(&[1.0f32; 8], &[2, 4]).unwrap();
+    let refused = emulate(Backend::Cuda, || {
+        layer_norm_of_sum((&x, &other), &other, None, 1e-5, Dtype::F32, true, &cpu)
+    });
+    assert!(refused.unwrap_err().to_string().contains("residual"));
 }
 
 #[test]

@@ -1,16 +1,17 @@
-// Body of the layer-norm kernel, after per_row.cu's opening (MLX's custom-kernel primitive
-// wraps both in a __global__ function whose parameters are the inputs x, weight, bias and the
-// output out; TI, TO, H, THREADS, HAS_BIAS, EPSILON_MAGNITUDE and EPSILON_NEGATIVE (the
-// epsilon, see float_constant in custom/mod.rs) are template constants). See mod.rs.
+// Body of the layer-norm kernels, after a row loader and per_row.cu's opening (MLX's
+// custom-kernel primitive wraps them in a __global__ function whose parameters are the inputs
+// x, weight, bias (and residual, for the norm of a sum) and the outputs out (and sum); TI, TO,
+// H, THREADS, HAS_BIAS, EPSILON_MAGNITUDE and EPSILON_NEGATIVE (the epsilon, see
+// float_constant in custom/mod.rs) are template constants). See mod.rs.
 //
 // The block sums the row's elements for the mean, then the squared deviations from it (two
 // passes over the registers, so the variance does not cancel), and each element is
 // normalised, weighted and shifted in float32 and rounded once to TO. Without HAS_BIAS the
 // bias operand is not read.
-float sum = 0.f;
+float row_total = 0.f;
 #pragma unroll
-for (int k = 0; k < PER; ++k) sum += v[k];
-const float mean = block_sum(sum) / static_cast<float>(H);
+for (int k = 0; k < PER; ++k) row_total += v[k];
+const float mean = block_sum(row_total) / static_cast<float>(H);
 float squares = 0.f;
 #pragma unroll
 for (int k = 0; k < PER; ++k) {

@@ -37,38 +37,123 @@ pub fn layer_norm(
     output: Dtype,
     stream: &Stream,
 ) -> Result<Array> {
+    check_operands("layer_norm", x, weight, bias, output)?;
+    let kernel = Kernel {
+        name: "layer_norm_rounded",
+        inputs: &["x", "weight", "bias"],
+        outputs: super::OUT,
+        cuda: concat!(
+            include_str!("../row_of_x.cu"),
+            include_str!("../per_row.cu"),
+            include_str!("layer_norm.cu")
+        ),
+        metal: None,
+    };
+    // Without a bias the weight fills its operand (the body does not read it under HAS_BIAS 0).
+    let operands = [x, weight, bias.unwrap_or(weight)];
+    let constants = constants(bias.is_some(), epsilon, []);
+    super::apply_per_row(&kernel, &operands, output, &[], THREADS, constants, stream)
+        .map(|(out, _)| out)
+}
+
+/// [`layer_norm`] of `x + residual` (one type, one shape), that sum rounded to their type as
+/// MLX's add rounds it, in one kernel: the normalised sum, and where `keep_sum` the sum itself
+/// (a transformer's residual stream, which the next block adds to again).
+pub fn layer_norm_of_sum(
+    (x, residual): (&Array, &Array),
+    weight: &Array,
+    bias: Option<&Array>,
+    epsilon: f32,
+    output: Dtype,
+    keep_sum: bool,
+    stream: &Stream,
+) -> Result<(Array, Option<Array>)> {
+    check_operands("layer_norm_of_sum", x, weight, bias, output)?;
+    if residual.dtype() != x.dtype() || residual.shape() != x.shape() {
+        return Err(Error::Shape(format!(
+            "layer_norm_of_sum: the residual ({:?} {:?}) is not x's shape and type ({:?} {:?})",
+            residual.shape(),
+            residual.dtype(),
+            x.shape(),
+            x.dtype()
+        )));
+    }
+    let kernel = Kernel {
+        name: "layer_norm_of_sum",
+        inputs: &["x", "residual", "weight", "bias"],
+        outputs: &["out", "sum"],
+        cuda: concat!(
+            include_str!("row_of_sum.cu"),
+            include_str!("../per_row.cu"),
+            include_str!("layer_norm.cu")
+        ),
+        metal: None,
+    };
+    let operands = [x, residual, weight, bias.unwrap_or(weight)];
+    let sum_shape: Vec<i32> = match keep_sum {
+        true => x
+            .shape()
+            .iter()
+            .map(|&d| super::size("layer_norm_of_sum", d))
+            .collect::<Result<_>>()?,
+        // Not written: one element MLX allocates and the caller never sees.
+        false => vec![1],
+    };
+    let constants = constants(
+        bias.is_some(),
+        epsilon,
+        [("KEEP_SUM", TemplateArg::Int(i32::from(keep_sum)))],
+    );
+    let more = [(sum_shape.as_slice(), x.dtype())];
+    let (out, mut sums) =
+        super::apply_per_row(&kernel, &operands, output, &more, THREADS, constants, stream)?;
+    Ok((out, sums.pop().filter(|_| keep_sum)))
+}
+
+/// Refuses operands the body cannot take: no rows, a width or a type it does not take, or
+/// parameters that are not float32 of the width.
+fn check_operands(
+    kernel: &str,
+    x: &Array,
+    weight: &Array,
+    bias: Option<&Array>,
+    output: Dtype,
+) -> Result<()> {
     let (rows, width) = super::rows_of(x);
     let parameter = |p: &Array| p.dtype() == Dtype::F32 && p.shape() == [width];
     let fits = rows > 0
         && layer_norm_takes(width, x.dtype(), output)
         && parameter(weight)
         && bias.is_none_or(parameter);
-    if !fits {
-        return Err(Error::Shape(format!(
-            "layer_norm: operands do not fit (x {:?} {:?}, weight {:?} {:?}, bias {:?}, \
-             output {output:?})",
-            x.shape(),
-            x.dtype(),
-            weight.shape(),
-            weight.dtype(),
-            bias.map(|b| (b.shape(), b.dtype()))
-        )));
+    if fits {
+        return Ok(());
     }
-    let kernel = Kernel {
-        name: "layer_norm_rounded",
-        inputs: &["x", "weight", "bias"],
-        cuda: concat!(include_str!("../per_row.cu"), include_str!("layer_norm.cu")),
-        metal: None,
-    };
-    let mut extra = vec![("HAS_BIAS", TemplateArg::Int(i32::from(bias.is_some())))];
-    extra.extend(super::float_constant(
+    Err(Error::Shape(format!(
+        "{kernel}: operands do not fit (x {:?} {:?}, weight {:?} {:?}, bias {:?}, output \
+         {output:?})",
+        x.shape(),
+        x.dtype(),
+        weight.shape(),
+        weight.dtype(),
+        bias.map(|b| (b.shape(), b.dtype()))
+    )))
+}
+
+/// The body's template constants beyond per_row's: whether there is a bias, the epsilon, and
+/// `more`.
+fn constants(
+    has_bias: bool,
+    epsilon: f32,
+    more: impl IntoIterator<Item = (&'static str, TemplateArg)>,
+) -> Vec<(&'static str, TemplateArg)> {
+    let mut constants = vec![("HAS_BIAS", TemplateArg::Int(i32::from(has_bias)))];
+    constants.extend(super::float_constant(
         "EPSILON_MAGNITUDE",
         "EPSILON_NEGATIVE",
         epsilon,
     ));
-    // Without a bias the weight fills its operand (the body does not read it under HAS_BIAS 0).
-    let operands = [x, weight, bias.unwrap_or(weight)];
-    super::apply_per_row(&kernel, &operands, output, THREADS, extra, stream)
+    constants.extend(more);
+    constants
 }
 
 #[cfg(test)]

@@ -64,16 +64,17 @@ pub fn pack_bytes(parts: &[Array], stream: &Stream) -> Result<Array> {
     let kernel = Kernel {
         name: &name,
         inputs: &names,
+        outputs: super::OUT,
         cuda: &source,
         metal: None,
     };
     let mut inputs = parts;
     inputs.push(&offsets);
     let size = |v: usize| super::size("pack_bytes", v as i64);
-    kernel.apply(
+    kernel.apply_one(
         &inputs,
         &Launch {
-            output: (&[size(total)?], Dtype::U8),
+            outputs: &[(&[size(total)?], Dtype::U8)],
             blocks: size(total.div_ceil(THREADS as usize))?,
             threads: THREADS,
             template: &[("N", TemplateArg::Int(size(inputs.len() - 1)?))],

@@ -113,15 +113,16 @@ pub fn paged_prefill_attention(
     let kernel = Kernel {
         name: "paged_prefill_attention",
         inputs: &names,
+        outputs: super::OUT,
         cuda: include_str!("paged_prefill_attention.cu"),
         metal: Some(include_str!("paged_prefill_attention.metal")),
     };
     let out_shape = [size(tokens)?, size(heads)?, size(d)?];
     let tiles = (tokens + TOKENS_PER_BLOCK - 1) / TOKENS_PER_BLOCK;
-    kernel.apply(
+    kernel.apply_one(
         &[q, key_pool, value_pool, table, sequence, lo, hi],
         &Launch {
-            output: (&out_shape, dtype),
+            outputs: &[(&out_shape, dtype)],
             blocks: size(tiles.saturating_mul(heads))?,
             threads: WARPS * 32,
             template: &template,

@@ -67,14 +67,15 @@ pub fn quantized_matvec(
     let kernel = Kernel {
         name: "quantized_matvec_4bit",
         inputs: &["x", "packed", "scales"],
+        outputs: super::OUT,
         cuda: include_str!("quantized_matvec.cu"),
         metal: None,
     };
     let out_shape = [size(m)?, size(n)?];
-    kernel.apply(
+    kernel.apply_one(
         &[x, packed, scales],
         &Launch {
-            output: (&out_shape, dtype),
+            outputs: &[(&out_shape, dtype)],
             // One warp per output column.
             blocks: size((n + WARPS as i64 - 1) / WARPS as i64)?,
             threads: WARPS * 32,

@@ -53,11 +53,17 @@ pub fn rms_norm(
     let kernel = Kernel {
         name: "rms_norm_rounded",
         inputs: &["x", "weight"],
-        cuda: concat!(include_str!("../per_row.cu"), include_str!("rms_norm.cu")),
+        outputs: super::OUT,
+        cuda: concat!(
+            include_str!("../row_of_x.cu"),
+            include_str!("../per_row.cu"),
+            include_str!("rms_norm.cu")
+        ),
         metal: None,
     };
     let epsilon = super::float_constant("EPSILON_MAGNITUDE", "EPSILON_NEGATIVE", epsilon);
-    super::apply_per_row(&kernel, &[x, weight], output, THREADS, epsilon, stream)
+    super::apply_per_row(&kernel, &[x, weight], output, &[], THREADS, epsilon, stream)
+        .map(|(out, _)| out)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
-// Body of the RMS-norm kernel, after per_row.cu's opening (MLX's custom-kernel primitive wraps
-// both in a __global__ function whose parameters are the inputs x, weight and the output out;
-// TI, TO, H, THREADS, EPSILON_MAGNITUDE and EPSILON_NEGATIVE (the epsilon, see float_constant
-// in custom/mod.rs) are template constants). See mod.rs.
+// Body of the RMS-norm kernel, after row_of_x.cu and per_row.cu's opening (MLX's
+// custom-kernel primitive wraps them in a __global__ function whose parameters are the inputs
+// x, weight and the output out; TI, TO, H, THREADS, EPSILON_MAGNITUDE and EPSILON_NEGATIVE
+// (the epsilon, see float_constant in custom/mod.rs) are template constants). See mod.rs.
 //
 // The block sums the squares of the row's elements, and each element is scaled and weighted in
 // float32 and rounded once to TO.

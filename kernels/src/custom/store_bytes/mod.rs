@@ -47,13 +47,14 @@ pub fn store_bytes(src: &Array, dst: &Array, stream: &Stream) -> Result<Array> {
     Kernel {
         name: "store_bytes",
         inputs: &["src", "dst"],
+        outputs: super::OUT,
         cuda: include_str!("store_bytes.cu"),
         metal: None,
     }
-    .apply(
+    .apply_one(
         &[src, dst],
         &Launch {
-            output: (&[1], Dtype::U8),
+            outputs: &[(&[1], Dtype::U8)],
             blocks: size(units.div_ceil(THREADS as usize))?,
             threads: THREADS,
             template: &[],
