@@ -1006,6 +1006,14 @@ impl Plan {
                     (None, _) => {}
                 }
             }
+            // Earlier answers this node computed again: the nodes after it read its copy.
+            for (earlier, again) in shared.borrow_mut().take_answered_again() {
+                for held in env.iter_mut().flatten() {
+                    if held.id() == earlier.id() {
+                        *held = again.clone();
+                    }
+                }
+            }
         }
         let made = shared.borrow();
         if !made.rewrites().is_empty() {

@@ -5,6 +5,7 @@ use mlx_kernels::{ops, Array, Stream};
 
 use crate::attention::formed;
 use crate::linalg::biased;
+use crate::normalization::residual;
 use crate::table::consts::{scalar, scalar_like};
 use crate::{onnx_op, Lower, Result};
 
@@ -18,6 +19,7 @@ fn add(cx: &mut Lower, a: Array, b: Array) -> Result<Array> {
     let y = ops::add(&a, &b, cx.stream())?;
     formed::note_masked(cx, &a, &b, &y);
     formed::note_masked(cx, &b, &a, &y);
+    residual::note_sum(cx, &a, &b, &y);
     Ok(y)
 }
 

@@ -206,12 +206,7 @@ struct Kernel<'a> {
 impl Kernel<'_> {
     /// Runs the body for `stream`'s backend on `inputs` (one array per input name) and returns
     /// its outputs, one per output name.
-    fn apply(
-        &self,
-        inputs: &[&Array],
-        launch: &Launch<'_>,
-        stream: &Stream,
-    ) -> Result<Vec<Array>> {
+    fn apply(&self, inputs: &[&Array], launch: &Launch<'_>, stream: &Stream) -> Result<Vec<Array>> {
         if inputs.len() != self.inputs.len() || launch.outputs.len() != self.outputs.len() {
             return Err(Error::Shape(format!(
                 "{}: {} inputs and {} outputs for {} and {} names",

@@ -196,6 +196,9 @@ pub struct SharedDerivations {
     entries: Vec<SharedEntry>,
     /// The rewrites the lowering made (see [`Lower::note_rewrite`]), one entry each.
     rewrites: Vec<&'static str>,
+    /// Earlier nodes' answers that a node computed again, with the copy later nodes read (see
+    /// [`Lower::answer_again`]), until the plan takes them.
+    answered_again: Vec<(Array, Array)>,
 }
 
 struct SharedEntry {
@@ -246,6 +249,12 @@ impl SharedDerivations {
     /// The rewrites this lowering made, one entry per node that answered with one.
     pub fn rewrites(&self) -> &[&'static str] {
         &self.rewrites
+    }
+
+    /// The answers computed again since the last call (see [`Lower::answer_again`]): each
+    /// earlier answer with the copy that the nodes after this one must read instead.
+    pub fn take_answered_again(&mut self) -> Vec<(Array, Array)> {
+        std::mem::take(&mut self.answered_again)
     }
 
     /// How many derivations were computed (each once).
@@ -488,6 +497,19 @@ impl<'a> Lower<'a> {
     pub fn record_form<T: Clone + 'static>(&self, tag: &'static str, x: &Array, value: T) {
         if let Some(constants) = self.constants {
             constants.shared.borrow_mut().record(tag, &[x], &[], value);
+        }
+    }
+
+    /// Records that this node's computation gave `earlier`, the answer of a node before it, too,
+    /// as `again` (the same values, shape and type): the nodes after this one read `again`, so
+    /// `earlier`'s own computation, read by no node lowered before this one, is left out of the
+    /// run. Nothing is recorded without a plan's context, nor for an `again` of another shape
+    /// or type.
+    pub fn answer_again(&self, earlier: &Array, again: Array) {
+        let alike = again.shape() == earlier.shape() && again.dtype() == earlier.dtype();
+        if let (Some(constants), true) = (self.constants, alike) {
+            let mut shared = constants.shared.borrow_mut();
+            shared.answered_again.push((earlier.clone(), again));
         }
     }
 

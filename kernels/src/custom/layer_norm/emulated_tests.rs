@@ -118,7 +118,11 @@ fn the_norm_of_a_sum_is_the_norm_of_mlx_s_add() {
             assert_eq!(bytes(sum), bytes(&added), "{input:?}: the sum, bit for bit");
         }
         assert_eq!(out.dtype(), output);
-        assert_eq!(bytes(&out), bytes(&plain), "{input:?} to {output:?}: the norm");
+        assert_eq!(
+            bytes(&out),
+            bytes(&plain),
+            "{input:?} to {output:?}: the norm"
+        );
     }
     let other = Array::from_slice(&[1.0f32; 4], &[4]).unwrap();
     let x = Array::from_slice(&[1.0f32; 8], &[2, 4]).unwrap();

@@ -105,8 +105,9 @@ pub fn layer_norm_of_sum(
         [("KEEP_SUM", TemplateArg::Int(i32::from(keep_sum)))],
     );
     let more = [(sum_shape.as_slice(), x.dtype())];
-    let (out, mut sums) =
-        super::apply_per_row(&kernel, &operands, output, &more, THREADS, constants, stream)?;
+    let (out, mut sums) = super::apply_per_row(
+        &kernel, &operands, output, &more, THREADS, constants, stream,
+    )?;
     Ok((out, sums.pop().filter(|_| keep_sum)))
 }
 

@@ -1,5 +1,8 @@
 //! Normalisation: LayerNormalization, RMSNormalization, InstanceNormalization,
-//! MeanVarianceNormalization, LpNormalization, LRN; and inference-mode Dropout.
+//! MeanVarianceNormalization, LpNormalization, LRN; and inference-mode Dropout. A residual sum
+//! that a layer norm reads joins it in one kernel (`residual`).
+
+pub(crate) mod residual;
 
 use mlx_kernels::{custom, ops, Array, Dtype};
 
@@ -47,12 +50,16 @@ fn layer_normalization(
             Some(b) => Some(float32_constant(cx, "bias", 2, b)?),
             None => None,
         };
+        let output = x.dtype();
+        if let Some(y) = residual::normalised_sum(cx, &x, &weight, bias.as_ref(), epsilon, output) {
+            return Ok(vec![y]);
+        }
         return Ok(vec![layer_norm_rounded(
             &x,
             &weight,
             bias.as_ref(),
             epsilon,
-            x.dtype(),
+            output,
             s,
         )?]);
     }
