@@ -141,6 +141,27 @@ def cpu_outputs(model, feeds):
     return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
+def summary_of_runs(model, feeds_list, tolerance, monkeypatch, capfd, env):
+    """Runs each feeds of `feeds_list` 3 times in one session with `env` set (one of
+    COMPILE_MODES, or more), all on MLX, each as ORT's CPU EP answers; returns the session
+    summary the EP prints when the session is released."""
+    set_env(monkeypatch, {**env, "ONNXRUNTIME_EP_MLX_VERBOSE": "1"})
+    gc.collect()
+    capfd.readouterr()
+    session = profiled_session(model)
+    for feeds in feeds_list:
+        expected = cpu_outputs(model, feeds)
+        for _ in range(3):
+            for got, want in zip(session.run(None, feeds), expected):
+                assert got.shape == want.shape
+                np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tolerance,
+                                           atol=tolerance)
+    assert_kernels_on_mlx(session)
+    del session
+    gc.collect()
+    return capfd.readouterr().err
+
+
 def cpu_outputs_or_mlx_fails_too(model, feeds, match=None):
     """ORT's CPU outputs; or, where ORT's CPU EP fails, None once an MLX-first session (no
     fallback) has failed too, with an error matching `match` when given."""

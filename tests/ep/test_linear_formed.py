@@ -4,14 +4,13 @@ are fixed: the session summary counts it, and it answers as ORT's CPU EP does, e
 replayed. Where either condition fails (the product also read elsewhere or handed out, a bias
 that is not one row, a plan that may replay shapeless) the nodes run as they are, and right."""
 
-import gc
 import re
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import COMPILE_MODES, assert_kernels_on_mlx, cpu_outputs, make_model, profiled_session, set_env, tensor
+from conftest import COMPILE_MODES, make_model, summary_of_runs, tensor
 
 RNG = np.random.default_rng(23)
 ELEM = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}
@@ -48,21 +47,7 @@ def linear(dtype=np.float32, bias_shape=(12,), bias_first=False, product_out=Fal
 def fused_count(model, feeds_list, tolerance, monkeypatch, capfd, mode="eager_then_compiled"):
     """Runs each feeds of `feeds_list` (3 times) all on MLX, each as ORT's CPU EP answers;
     returns how many lowerings the session summary says fused a bias into its MatMul."""
-    set_env(monkeypatch, {**COMPILE_MODES[mode], "ONNXRUNTIME_EP_MLX_VERBOSE": "1"})
-    gc.collect()
-    capfd.readouterr()
-    session = profiled_session(model)
-    for feeds in feeds_list:
-        expected = cpu_outputs(model, feeds)
-        for _ in range(3):
-            for got, want in zip(session.run(None, feeds), expected):
-                assert got.shape == want.shape
-                np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tolerance,
-                                           atol=tolerance)
-    assert_kernels_on_mlx(session)
-    del session
-    gc.collect()
-    summary = capfd.readouterr().err
+    summary = summary_of_runs(model, feeds_list, tolerance, monkeypatch, capfd, COMPILE_MODES[mode])
     return sum(int(c) for c in re.findall(r"(\d+) bias add\(s\) fused into their MatMul", summary))
 
 

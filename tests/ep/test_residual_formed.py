@@ -6,14 +6,13 @@ add does and normalises it with the layer-norm kernel's body (bit for bit, in th
 emulated tests). Elsewhere (the CPU backend, a broadcast add, a norm over other axes) the nodes
 run as they are, and right."""
 
-import gc
 import re
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import COMPILE_MODES, assert_kernels_on_mlx, cpu_outputs, make_model, profiled_session, set_env, tensor
+from conftest import COMPILE_MODES, make_model, summary_of_runs, tensor
 
 RNG = np.random.default_rng(29)
 ELEM = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}
@@ -51,20 +50,7 @@ def block(dtype=np.float32, pre_norm=True, sum_out=False, blocks=1, broadcast=Fa
 def joined(model, feeds, tolerance, monkeypatch, capfd, mode="eager_then_compiled", env=None):
     """Runs `feeds` 3 times all on MLX, each as ORT's CPU EP answers; returns how many layer
     norms the session summary says took their residual sum in, and whether it ran on a GPU."""
-    set_env(monkeypatch, {**COMPILE_MODES[mode], "ONNXRUNTIME_EP_MLX_VERBOSE": "1", **(env or {})})
-    gc.collect()
-    capfd.readouterr()
-    session = profiled_session(model)
-    expected = cpu_outputs(model, feeds)
-    for _ in range(3):
-        for got, want in zip(session.run(None, feeds), expected):
-            assert got.shape == want.shape
-            np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tolerance,
-                                       atol=tolerance)
-    assert_kernels_on_mlx(session)
-    del session
-    gc.collect()
-    summary = capfd.readouterr().err
+    summary = summary_of_runs(model, [feeds], tolerance, monkeypatch, capfd, {**COMPILE_MODES[mode], **(env or {})})
     device = re.search(r"device (\w+);", summary)
     assert device, summary
     count = sum(int(c) for c in re.findall(r"(\d+) residual add\(s\) joined to their layer norm", summary))
