@@ -72,3 +72,84 @@ pub(crate) fn normalised_sum(
     cx.note_rewrite(JOINED);
     Some(y)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use mlx_kernels::ops;
+
+    use super::*;
+    use crate::table::lower::{ConstantInputs, Prepared, SharedDerivations};
+    use crate::table::testing::stream;
+    use crate::Node;
+
+    /// Whether an Add of `a` and `b` is noted as a sum (and then whether the norm would be its
+    /// only reader), in a plan whose shapes are fixed or not.
+    fn noted(a: &Array, b: &Array, shapes_fixed: bool, read_once: bool) -> Option<bool> {
+        let s = stream();
+        let node = Node::new("Add", 2);
+        let store = RefCell::new(Prepared::default());
+        let shared = RefCell::new(SharedDerivations::default());
+        let read_once = [read_once];
+        let cx = Lower::new(&s, &node).with_constants(ConstantInputs {
+            node: 0,
+            constant: &[false, false],
+            prepared: &store,
+            host_values: &[],
+            read_once: &read_once,
+            shapes_fixed,
+            shared: &shared,
+        });
+        let y = ops::add(a, b, &s).unwrap();
+        note_sum(&cx, a, b, &y);
+        cx.form_of::<Sum>(SUM, &y).map(|sum| sum.read_once)
+    }
+
+    #[test]
+    fn a_sum_is_noted_of_one_float_type_and_shape_where_shapes_are_fixed() {
+        let s = stream();
+        let x = Array::from_slice(&[1.0f32; 6], &[2, 3]).unwrap();
+        let row = Array::from_slice(&[1.0f32; 3], &[3]).unwrap();
+        let half = ops::astype(&x, Dtype::F16, &s).unwrap();
+        let ints = Array::from_slice(&[1i32; 6], &[2, 3]).unwrap();
+        assert_eq!(noted(&x, &x, true, true), Some(true));
+        assert_eq!(
+            noted(&x, &x, true, false),
+            Some(false),
+            "read by others too"
+        );
+        assert_eq!(noted(&half, &half, true, false), Some(false));
+        assert_eq!(noted(&x, &row, true, true), None, "a broadcast add");
+        assert_eq!(noted(&ints, &ints, true, true), None, "integers");
+        assert_eq!(
+            noted(&x, &x, false, true),
+            None,
+            "a plan that may replay shapeless"
+        );
+    }
+
+    #[test]
+    fn off_the_cuda_backend_the_norm_takes_its_plain_path() {
+        let s = stream();
+        let node = Node::new("LayerNormalization", 3);
+        let store = RefCell::new(Prepared::default());
+        let shared = RefCell::new(SharedDerivations::default());
+        let cx = Lower::new(&s, &node).with_constants(ConstantInputs {
+            node: 0,
+            constant: &[false, true, true],
+            prepared: &store,
+            host_values: &[],
+            read_once: &[true],
+            shapes_fixed: true,
+            shared: &shared,
+        });
+        let x = Array::from_slice(&[1.0f32, 2.0, 3.0, 5.0], &[2, 2]).unwrap();
+        let y = ops::add(&x, &x, &s).unwrap();
+        note_sum(&cx, &x, &x, &y);
+        let weight = Array::from_slice(&[1.0f32; 2], &[2]).unwrap();
+        let joined = normalised_sum(&cx, &y, &weight, None, 1e-5, Dtype::F32);
+        assert_eq!(joined.is_some(), custom::layer_norm_runs_on(&s));
+        assert!(shared.borrow_mut().take_answered_again().is_empty());
+    }
+}

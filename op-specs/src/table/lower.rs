@@ -955,6 +955,45 @@ mod prepared_tests {
 }
 
 #[cfg(test)]
+mod answer_again_tests {
+    use super::*;
+    use crate::table::testing::stream;
+
+    #[test]
+    fn an_answer_given_again_is_kept_for_the_plan_only_when_alike() {
+        let s = stream();
+        let node = Node::new("Test", 1);
+        let store = RefCell::new(Prepared::default());
+        let shared = RefCell::new(SharedDerivations::default());
+        let cx = Lower::new(&s, &node).with_constants(ConstantInputs {
+            node: 0,
+            constant: &[],
+            prepared: &store,
+            host_values: &[],
+            read_once: &[],
+            shapes_fixed: true,
+            shared: &shared,
+        });
+        let earlier = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
+        let again = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
+        cx.answer_again(&earlier, again.clone());
+        // Another shape, another type: not the same answer, not kept.
+        cx.answer_again(&earlier, Array::from_slice(&[1.0f32; 3], &[3]).unwrap());
+        cx.answer_again(&earlier, Array::from_slice(&[1i32, 2], &[2]).unwrap());
+        let taken = shared.borrow_mut().take_answered_again();
+        let ids: Vec<_> = taken.iter().map(|(e, a)| (e.id(), a.id())).collect();
+        assert_eq!(ids, [(earlier.id(), again.id())]);
+        assert!(
+            shared.borrow_mut().take_answered_again().is_empty(),
+            "taken once"
+        );
+        // Outside a plan (unit tests of lowerings) there is nothing to keep it in.
+        Lower::new(&s, &node).answer_again(&earlier, again);
+        assert!(shared.borrow_mut().take_answered_again().is_empty());
+    }
+}
+
+#[cfg(test)]
 mod host_key_tests {
     use super::*;
     use crate::table::testing::stream;
