@@ -18,8 +18,8 @@ use crate::error::Result;
 pub(super) type Made<K> = RefCell<HashMap<String, Vec<Entry<K>>>>;
 
 pub(super) struct Entry<K> {
-    /// The input names, then the output names.
-    names: Vec<String>,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
     source: String,
     kernel: Rc<K>,
 }
@@ -32,8 +32,12 @@ pub(super) fn made<K>(
     source: &str,
     make: impl FnOnce() -> Result<K>,
 ) -> Result<Rc<K>> {
-    let names = || inputs.iter().chain(outputs).copied();
-    let same = |e: &Entry<K>| e.source == source && e.names.iter().eq(names());
+    let same = |e: &Entry<K>| {
+        e.source == source
+            && e.inputs.iter().eq(inputs.iter().copied())
+            && e.outputs.iter().eq(outputs.iter().copied())
+    };
+    let owned = |names: &[&str]| names.iter().map(|&n| n.to_owned()).collect();
     let found = cache.with(|c| {
         c.borrow()
             .get(name)
@@ -48,7 +52,8 @@ pub(super) fn made<K>(
             .entry(name.to_owned())
             .or_default()
             .push(Entry {
-                names: names().map(str::to_owned).collect(),
+                inputs: owned(inputs),
+                outputs: owned(outputs),
                 source: source.to_owned(),
                 kernel: kernel.clone(),
             })
@@ -65,22 +70,34 @@ mod tests {
     }
 
     #[test]
-    fn a_kernel_is_made_once_per_name_inputs_and_body() {
+    fn a_kernel_is_made_once_per_name_arguments_and_body() {
         let made_count = std::cell::Cell::new(0);
-        let get = |name: &str, inputs: &[&str], source: &str| {
-            made(&NUMBERS, (name, inputs, &["out"]), source, || {
+        let get_with = |name: &str, inputs: &[&str], outputs: &[&str], source: &str| {
+            made(&NUMBERS, (name, inputs, outputs), source, || {
                 made_count.set(made_count.get() + 1);
                 Ok(made_count.get())
             })
             .map(|k| *k)
             .unwrap()
         };
+        let get =
+            |name: &str, inputs: &[&str], source: &str| get_with(name, inputs, &["out"], source);
         assert_eq!(get("k", &["a"], "body"), 1);
         assert_eq!(get("k", &["a"], "body"), 1, "the same kernel again");
         assert_eq!(get("k", &["a"], "another body"), 2);
         assert_eq!(get("k", &["b"], "body"), 3, "other argument names");
         assert_eq!(get("j", &["a"], "body"), 4, "another name");
+        assert_eq!(
+            get_with("k", &["a"], &["out", "sum"], "body"),
+            5,
+            "other outputs"
+        );
+        assert_eq!(
+            get_with("k", &["a", "out"], &[], "body"),
+            6,
+            "names in other places"
+        );
         assert_eq!(get("k", &["a"], "another body"), 2);
-        assert_eq!(made_count.get(), 4);
+        assert_eq!(made_count.get(), 6);
     }
 }
