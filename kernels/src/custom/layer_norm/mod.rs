@@ -4,7 +4,9 @@
 //! half-type activations with float32 weights and give the half type. MLX's fused kernel
 //! rounds the normalised x to x's type before the weight and bias, where ORT rounds once, so it
 //! runs on float32 between a cast before and one after: three launches, and twice the bytes,
-//! where this kernel reads the input type and writes the output type.
+//! where this kernel reads the input type and writes the output type. A transformer block's
+//! residual add and the norm of its sum are one kernel too ([`layer_norm_of_sum`]), which also
+//! writes the sum where other nodes read it.
 
 use super::{Backend, Kernel, TemplateArg};
 use crate::error::{Error, Result};
