@@ -102,13 +102,13 @@ pub const SETTINGS: &[Setting] = &[
         key: "no_cuda_kernels",
         env: "ONNXRUNTIME_EP_MLX_NO_CUDA_KERNELS",
         kind: Kind::Flag { default: false },
-        doc: "The composed MLX path instead of the hand-written GPU kernels (`kernels/src/custom/`: decode attention over a buffer or a paged cache, paged prefill attention; on CUDA only, the 4-bit matrix-vector product, RMS normalisation and the packing of what the host reads)",
+        doc: "The composed MLX path instead of the hand-written GPU kernels (`kernels/src/custom/`: decode attention over a buffer or a paged cache, paged prefill attention, RMS and layer normalisation, a residual sum with its layer norm; on CUDA only, the 4-bit matrix-vector product, the packing of what the host reads and the store of a bound output)",
     },
     Setting {
         key: "metal_kernels",
         env: "ONNXRUNTIME_EP_MLX_METAL_KERNELS",
         kind: Kind::Flag { default: false },
-        doc: "Apple GPUs: the Metal twins of the attention kernels (decode attention, paged prefill attention) instead of the composed MLX path. Off until a macOS run has checked them (the macOS workflow turns it on); `no_cuda_kernels` still turns every kernel off",
+        doc: "Apple GPUs: the Metal twins of the attention and norm kernels (decode attention, paged prefill attention, RMS and layer normalisation, a residual sum with its layer norm) instead of the composed MLX path. Off until a macOS run has checked them (the macOS workflow turns it on); `no_cuda_kernels` still turns every kernel off",
     },
     Setting {
         key: "precision",

@@ -169,6 +169,7 @@ constexpr std::common_type_t<A, B> max(A a, B b) {
 }
 using std::isnan;
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+inline float rsqrt(float x) { return 1.f / std::sqrt(x); }
 // A float passed as its bits in an integer template constant (CUDA and Metal spellings).
 template <class To, class From>
 To as_type(From from) {

@@ -9,6 +9,15 @@ use crate::{ops, Array, Dtype, Stream};
 
 #[test]
 fn the_body_normalises_like_the_reference() {
+    normalises_like_the_reference(Backend::Cuda);
+}
+
+#[test]
+fn the_metal_twin_normalises_like_the_reference() {
+    normalises_like_the_reference(Backend::Metal);
+}
+
+fn normalises_like_the_reference(dialect: Backend) {
     let cpu = Stream::cpu().unwrap();
     // A width past one element a thread, not a multiple of the block; an offset mean, so a
     // one-pass variance would cancel.
@@ -29,7 +38,7 @@ fn the_body_normalises_like_the_reference() {
         (Dtype::BF16, Dtype::BF16, true),
     ] {
         let (x, x_values) = rounded(&offset, &[rows, width], input, &cpu);
-        let out = emulate(Backend::Cuda, || {
+        let out = emulate(dialect, || {
             layer_norm(
                 &x,
                 &weight,
@@ -69,8 +78,8 @@ fn the_body_normalises_like_the_reference() {
                 let found = f64::from(got[r * width as usize + i]);
                 assert!(
                     (found - want).abs() <= tolerance * (1.0 + want.abs()),
-                    "{input:?} to {output:?} (bias {with_bias}), row {r} element {i}: {found} \
-                     against {want}"
+                    "{dialect:?}, {input:?} to {output:?} (bias {with_bias}), row {r} element {i}: \
+                     {found} against {want}"
                 );
             }
         }
@@ -79,6 +88,15 @@ fn the_body_normalises_like_the_reference() {
 
 #[test]
 fn the_norm_of_a_sum_is_the_norm_of_mlx_s_add() {
+    norm_of_a_sum_is_the_norm_of_mlx_s_add(Backend::Cuda);
+}
+
+#[test]
+fn the_metal_twins_norm_of_a_sum_is_the_norm_of_mlx_s_add() {
+    norm_of_a_sum_is_the_norm_of_mlx_s_add(Backend::Metal);
+}
+
+fn norm_of_a_sum_is_the_norm_of_mlx_s_add(dialect: Backend) {
     let cpu = Stream::cpu().unwrap();
     let (rows, width, epsilon) = (3i64, 300i64, 1e-5f32);
     let weight = Array::from_slice(&values(9, width as usize), &[width]).unwrap();
@@ -97,7 +115,7 @@ fn the_norm_of_a_sum_is_the_norm_of_mlx_s_add() {
         let (x, _) = rounded(&x_values, &[rows, width], input, &cpu);
         let (residual, _) = rounded(&r_values, &[rows, width], input, &cpu);
         let added = ops::add(&x, &residual, &cpu).unwrap();
-        let (fused, plain) = emulate(Backend::Cuda, || {
+        let (fused, plain) = emulate(dialect, || {
             let fused = layer_norm_of_sum(
                 (&x, &residual),
                 &weight,
@@ -115,13 +133,17 @@ fn the_norm_of_a_sum_is_the_norm_of_mlx_s_add() {
         assert_eq!(sum.is_some(), keep_sum, "{input:?}");
         if let Some(sum) = &sum {
             assert_eq!((sum.shape(), sum.dtype()), (added.shape(), input));
-            assert_eq!(bytes(sum), bytes(&added), "{input:?}: the sum, bit for bit");
+            assert_eq!(
+                bytes(sum),
+                bytes(&added),
+                "{dialect:?}, {input:?}: the sum, bit for bit"
+            );
         }
         assert_eq!(out.dtype(), output);
         assert_eq!(
             bytes(&out),
             bytes(&plain),
-            "{input:?} to {output:?}: the norm"
+            "{dialect:?}, {input:?} to {output:?}: the norm"
         );
     }
     let other = Array::from_slice(&[1.0f32; 4], &[4]).unwrap();
@@ -152,11 +174,39 @@ fn operands_that_do_not_fit_are_refused() {
 }
 
 #[test]
-fn it_runs_on_cuda_only() {
+fn it_runs_on_cuda_and_on_metal_once_the_twins_are_enabled() {
     let cpu = Stream::cpu().unwrap();
     assert!(emulate(Backend::Cuda, || super::layer_norm_runs_on(&cpu)));
-    assert!(
-        !emulate(Backend::Metal, || super::layer_norm_runs_on(&cpu)),
-        "no Metal twin"
-    );
+    // The Metal twins wait for `set_metal_enabled` (off here, as by default).
+    assert!(!emulate(Backend::Metal, || super::layer_norm_runs_on(&cpu)));
+}
+
+#[test]
+fn the_metal_twins_keep_the_cuda_algorithm() {
+    for (cuda, metal) in [
+        (
+            concat!(
+                include_str!("../row_of_x.cu"),
+                include_str!("../per_row.cu")
+            ),
+            concat!(
+                include_str!("../row_of_x.metal"),
+                include_str!("../per_row.metal")
+            ),
+        ),
+        (
+            include_str!("row_of_sum.cu"),
+            include_str!("row_of_sum.metal"),
+        ),
+        (
+            include_str!("layer_norm.cu"),
+            include_str!("layer_norm.metal"),
+        ),
+        (
+            include_str!("../rms_norm/rms_norm.cu"),
+            include_str!("../rms_norm/rms_norm.metal"),
+        ),
+    ] {
+        super::super::assert_twins(cuda, metal);
+    }
 }

@@ -12,9 +12,10 @@ use super::{Backend, Kernel, TemplateArg};
 use crate::error::{Error, Result};
 use crate::{Array, Dtype, Stream};
 
-/// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin).
+/// Whether this kernel (and [`layer_norm_of_sum`]) runs on `stream`: MLX's CUDA backend, or
+/// Metal through the twins once `set_metal_enabled`.
 pub fn layer_norm_runs_on(stream: &Stream) -> bool {
-    super::runs_on(stream, &[Backend::Cuda])
+    super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }
 
 /// The widest row one launch takes (each thread keeps its share in registers).
@@ -49,7 +50,11 @@ pub fn layer_norm(
             include_str!("../per_row.cu"),
             include_str!("layer_norm.cu")
         ),
-        metal: None,
+        metal: Some(concat!(
+            include_str!("../row_of_x.metal"),
+            include_str!("../per_row.metal"),
+            include_str!("layer_norm.metal")
+        )),
     };
     // Without a bias the weight fills its operand (the body does not read it under HAS_BIAS 0).
     let operands = [x, weight, bias.unwrap_or(weight)];
@@ -89,7 +94,11 @@ pub fn layer_norm_of_sum(
             include_str!("../per_row.cu"),
             include_str!("layer_norm.cu")
         ),
-        metal: None,
+        metal: Some(concat!(
+            include_str!("row_of_sum.metal"),
+            include_str!("../per_row.metal"),
+            include_str!("layer_norm.metal")
+        )),
     };
     let operands = [x, residual, weight, bias.unwrap_or(weight)];
     let sum_shape: Vec<i32> = match keep_sum {

@@ -8,6 +8,15 @@ use crate::{ops, Array, Dtype, Stream};
 
 #[test]
 fn the_body_normalises_like_the_reference() {
+    normalises_like_the_reference(Backend::Cuda);
+}
+
+#[test]
+fn the_metal_twin_normalises_like_the_reference() {
+    normalises_like_the_reference(Backend::Metal);
+}
+
+fn normalises_like_the_reference(dialect: Backend) {
     let cpu = Stream::cpu().unwrap();
     let (rows, width, epsilon) = (3i64, 320i64, 1e-5f32);
     let weight_values = values(9, width as usize);
@@ -24,10 +33,7 @@ fn the_body_normalises_like_the_reference() {
             input,
             &cpu,
         );
-        let out = emulate(Backend::Cuda, || {
-            rms_norm(&x, &weight, epsilon, output, &cpu)
-        })
-        .unwrap();
+        let out = emulate(dialect, || rms_norm(&x, &weight, epsilon, output, &cpu)).unwrap();
         assert_eq!(out.dtype(), output);
         let got = ops::astype(&out, Dtype::F32, &cpu)
             .unwrap()

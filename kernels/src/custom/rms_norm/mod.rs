@@ -9,9 +9,10 @@ use super::{Backend, Kernel};
 use crate::error::{Error, Result};
 use crate::{Array, Dtype, Stream};
 
-/// Whether this kernel runs on `stream`: MLX's CUDA backend (it has no Metal twin).
+/// Whether this kernel runs on `stream`: MLX's CUDA backend, or Metal through its twin once
+/// `set_metal_enabled`.
 pub fn rms_norm_runs_on(stream: &Stream) -> bool {
-    super::runs_on(stream, &[Backend::Cuda])
+    super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }
 
 /// The widest row one launch takes (each thread keeps its share in registers).
@@ -59,7 +60,11 @@ pub fn rms_norm(
             include_str!("../per_row.cu"),
             include_str!("rms_norm.cu")
         ),
-        metal: None,
+        metal: Some(concat!(
+            include_str!("../row_of_x.metal"),
+            include_str!("../per_row.metal"),
+            include_str!("rms_norm.metal")
+        )),
     };
     let epsilon = super::float_constant("EPSILON_MAGNITUDE", "EPSILON_NEGATIVE", epsilon);
     super::apply_per_row(&kernel, &[x, weight], output, &[], THREADS, epsilon, stream)
