@@ -164,11 +164,7 @@ fn apply_per_row(
         ("THREADS", TemplateArg::Int(threads)),
     ];
     template.extend(extra);
-    let out_shape = x
-        .shape()
-        .iter()
-        .map(|&d| size(d))
-        .collect::<Result<Vec<_>>>()?;
+    let out_shape = sizes(kernel.name, &x.shape())?;
     let mut outputs = vec![(out_shape.as_slice(), output)];
     outputs.extend_from_slice(more);
     let mut made = kernel.apply(
@@ -263,6 +259,11 @@ impl Kernel<'_> {
 fn size(kernel: &str, value: i64) -> Result<i32> {
     i32::try_from(value)
         .map_err(|_| Error::Shape(format!("{kernel}: {value} exceeds a 32-bit size")))
+}
+
+/// `dims` as a launch's shape (each one of its sizes, see [`size`]).
+fn sizes(kernel: &str, dims: &[i64]) -> Result<Vec<i32>> {
+    dims.iter().map(|&d| size(kernel, d)).collect()
 }
 
 fn c_string(text: &str) -> Result<CString> {

@@ -101,12 +101,8 @@ pub fn layer_norm_of_sum(
         )),
     };
     let operands = [x, residual, weight, bias.unwrap_or(weight)];
-    let sum_shape: Vec<i32> = match keep_sum {
-        true => x
-            .shape()
-            .iter()
-            .map(|&d| super::size("layer_norm_of_sum", d))
-            .collect::<Result<_>>()?,
+    let sum_shape = match keep_sum {
+        true => super::sizes("layer_norm_of_sum", &x.shape())?,
         // Not written: one element MLX allocates and the caller never sees.
         false => vec![1],
     };
