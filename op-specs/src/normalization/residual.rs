@@ -75,13 +75,10 @@ pub(crate) fn normalised_sum(
 
 #[cfg(test)]
 mod tests {
-    use std::cell::RefCell;
-
     use mlx_kernels::ops;
 
     use super::*;
-    use crate::table::lower::{ConstantInputs, Prepared, SharedDerivations};
-    use crate::table::testing::stream;
+    use crate::table::testing::{stream, PlanStores};
     use crate::Node;
 
     /// Whether an Add of `a` and `b` is noted as a sum (and then whether the norm would be its
@@ -89,18 +86,10 @@ mod tests {
     fn noted(a: &Array, b: &Array, shapes_fixed: bool, read_once: bool) -> Option<bool> {
         let s = stream();
         let node = Node::new("Add", 2);
-        let store = RefCell::new(Prepared::default());
-        let shared = RefCell::new(SharedDerivations::default());
+        let stores = PlanStores::default();
         let read_once = [read_once];
-        let cx = Lower::new(&s, &node).with_constants(ConstantInputs {
-            node: 0,
-            constant: &[false, false],
-            prepared: &store,
-            host_values: &[],
-            read_once: &read_once,
-            shapes_fixed,
-            shared: &shared,
-        });
+        let context = stores.context(&[false, false], &read_once, shapes_fixed);
+        let cx = Lower::new(&s, &node).with_constants(context);
         let y = ops::add(a, b, &s).unwrap();
         note_sum(&cx, a, b, &y);
         cx.form_of::<Sum>(SUM, &y).map(|sum| sum.read_once)
@@ -133,23 +122,15 @@ mod tests {
     fn off_the_cuda_backend_the_norm_takes_its_plain_path() {
         let s = stream();
         let node = Node::new("LayerNormalization", 3);
-        let store = RefCell::new(Prepared::default());
-        let shared = RefCell::new(SharedDerivations::default());
-        let cx = Lower::new(&s, &node).with_constants(ConstantInputs {
-            node: 0,
-            constant: &[false, true, true],
-            prepared: &store,
-            host_values: &[],
-            read_once: &[true],
-            shapes_fixed: true,
-            shared: &shared,
-        });
+        let stores = PlanStores::default();
+        let context = stores.context(&[false, true, true], &[true], true);
+        let cx = Lower::new(&s, &node).with_constants(context);
         let x = Array::from_slice(&[1.0f32, 2.0, 3.0, 5.0], &[2, 2]).unwrap();
         let y = ops::add(&x, &x, &s).unwrap();
         note_sum(&cx, &x, &x, &y);
         let weight = Array::from_slice(&[1.0f32; 2], &[2]).unwrap();
         let joined = normalised_sum(&cx, &y, &weight, None, 1e-5, Dtype::F32);
         assert_eq!(joined.is_some(), custom::layer_norm_runs_on(&s));
-        assert!(shared.borrow_mut().take_answered_again().is_empty());
+        assert!(stores.shared.borrow_mut().take_answered_again().is_empty());
     }
 }

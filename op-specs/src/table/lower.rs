@@ -957,23 +957,15 @@ mod prepared_tests {
 #[cfg(test)]
 mod answer_again_tests {
     use super::*;
-    use crate::table::testing::stream;
+    use crate::table::testing::{stream, PlanStores};
 
     #[test]
     fn an_answer_given_again_is_kept_for_the_plan_only_when_alike() {
         let s = stream();
         let node = Node::new("Test", 1);
-        let store = RefCell::new(Prepared::default());
-        let shared = RefCell::new(SharedDerivations::default());
-        let cx = Lower::new(&s, &node).with_constants(ConstantInputs {
-            node: 0,
-            constant: &[],
-            prepared: &store,
-            host_values: &[],
-            read_once: &[],
-            shapes_fixed: true,
-            shared: &shared,
-        });
+        let stores = PlanStores::default();
+        let shared = &stores.shared;
+        let cx = Lower::new(&s, &node).with_constants(stores.context(&[], &[], true));
         let earlier = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
         let again = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
         cx.answer_again(&earlier, again.clone());

@@ -3,15 +3,46 @@
 //! suites in op-specs/tests/ have their own copy in tests/common, since `cfg(test)` code is not
 //! compiled into the library they link.
 
+use std::cell::RefCell;
+
 use mlx_kernels::{Array, Stream};
 
 use super::dtypes::ElemType;
-use super::lower::Value;
+use super::lower::{ConstantInputs, Prepared, SharedDerivations, Value};
 use super::node::Node;
 use super::registry::{decide, Decision};
 
 pub fn stream() -> Stream {
     Stream::best().expect("MLX has a default device")
+}
+
+/// What a plan lends a node's lowering (its prepared constants and the derivations its nodes
+/// share), for tests that lower in a plan's context (`Lower::with_constants`).
+#[derive(Debug, Default)]
+pub struct PlanStores {
+    pub prepared: RefCell<Prepared>,
+    pub shared: RefCell<SharedDerivations>,
+}
+
+impl PlanStores {
+    /// The context of node 0 of a plan: `constant` per input, `read_once` per output, no host
+    /// values, and whether the plan's shapes are fixed.
+    pub fn context<'a>(
+        &'a self,
+        constant: &'a [bool],
+        read_once: &'a [bool],
+        shapes_fixed: bool,
+    ) -> ConstantInputs<'a> {
+        ConstantInputs {
+            node: 0,
+            constant,
+            prepared: &self.prepared,
+            host_values: &[],
+            read_once,
+            shapes_fixed,
+            shared: &self.shared,
+        }
+    }
 }
 
 /// A node of `op` at opset `since` with one input per type in `inputs` and one output.
