@@ -10,7 +10,7 @@ second finds what the first left ("warm"). Times are the child's, ms: session cr
 first run (eager: ORT's and the EP's setup, constants moved into MLX, every kernel compiled),
 the second run (traced and compiled by the EP, `compile_after=1`), and the median warm run.
 
-Usage: first_run.py [--large] [--quick] [--option KEY=VALUE ...]
+Usage: first_run.py [--large] [--quick] [--match TEXT] [--option KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--large", action="store_true", help="bench_models.py --large's models (GPU-sized)")
     parser.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="an EP provider option")
+    parser.add_argument("--match", default="", help="only the models whose name contains this")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -88,7 +89,7 @@ def main() -> None:
     print(f"first runs in a new process, ms (options: {options}); caches: cold = empty, warm = left by the cold process")
     print("| model | caches | session | first run | second run (trace + compile) | warm run |")
     print("|---|---|---|---|---|---|")
-    for bench in benches:
+    for bench in [b for b in benches if args.match in b.name]:
         with tempfile.TemporaryDirectory(prefix="mlx-first-run-") as work:
             folder, caches = Path(work) / "model", Path(work) / "caches"
             folder.mkdir()

@@ -119,7 +119,8 @@ def run_steps(args: argparse.Namespace) -> None:
         times.append((time.perf_counter() - started) * 1e3)
     median = float(np.median(times[len(times) // 2:]))
     print(f"{args.mode}, {shape.layers} layer(s): {median:.3f} ms a step (median of the last "
-          f"{len(times) - len(times) // 2} of {len(times)}), greedy token {int(np.argmax(logits[0, -1]))}", flush=True)
+          f"{len(times) - len(times) // 2} of {len(times)}; the first {times[0]:.0f} ms), greedy token "
+          f"{int(np.argmax(logits[0, -1]))}", flush=True)
     if os.environ.get(CHILD):
         cuda = ctypes.CDLL("libcuda.so.1")
         cuda.cuProfilerStart()

@@ -118,6 +118,8 @@ pub struct Stats {
     pub memory: MemoryReport,
     pub device: &'static str,
     pub op_profile: OpProfile,
+    /// How the process's hand-written CUDA kernels were had (process-wide, read at the end).
+    pub kernel_builds: mlx_kernels::custom::CudaBuilds,
 }
 
 impl Stats {
@@ -161,6 +163,18 @@ impl Stats {
             t.bound_out,
             t.stored_out,
         );
+        let k = &self.kernel_builds;
+        if k.built + k.from_disk + k.through_mlx > 0 {
+            let _ = write!(
+                out,
+                "; hand-written CUDA kernels in this process: {} compiled ({:.2} s), {} read from the kernel cache, \
+                 {} compiled by MLX",
+                k.built, k.build_seconds, k.from_disk, k.through_mlx
+            );
+            if let Some(why) = &k.through_mlx_because {
+                let _ = write!(out, " ({why})");
+            }
+        }
         for (name, report) in &self.plan_reports {
             let _ = write!(
                 out,

@@ -63,4 +63,42 @@ extern "C" {
         ndim: i32,
         dtype: mlx_dtype,
     ) -> i32;
+    /// NVRTC's version, when MLX's CUDA build loaded it (`shim/precompiled_kernel.cpp`): 0 and
+    /// the version, or 1.
+    pub fn mlx_ep_nvrtc_version(major: *mut i32, minor: *mut i32) -> i32;
+    /// Compiles a whole CUDA source to a cubin with NVRTC: 0 with `*binary` (`*size` bytes) set,
+    /// or 1 with `*message` set; both freed with `mlx_ep_free_text`.
+    pub fn mlx_ep_nvrtc_compile(
+        source: *const std::ffi::c_char,
+        file_name: *const std::ffi::c_char,
+        options: *const *const std::ffi::c_char,
+        option_count: i32,
+        binary: *mut *mut std::ffi::c_char,
+        size: *mut usize,
+        message: *mut *mut std::ffi::c_char,
+    ) -> i32;
+    /// Frees text or bytes the shim returned.
+    pub fn mlx_ep_free_text(text: *mut std::ffi::c_char);
+    /// The path of the loaded MLX library (freed with `mlx_ep_free_text`), or null.
+    pub fn mlx_ep_mlx_library_path() -> *mut std::ffi::c_char;
+    /// The path of the NVRTC library MLX loaded (freed with `mlx_ep_free_text`), or null.
+    pub fn mlx_ep_nvrtc_library_path() -> *mut std::ffi::c_char;
+    /// Applies a cubin's `extern "C"` kernel `name` through MLX's precompiled-kernel primitive:
+    /// 0, or 1 with MLX's message reported through mlx-c's error handler.
+    pub fn mlx_ep_precompiled_cuda_kernel_apply(
+        res: *mut mlx_vector_array,
+        name: *const std::ffi::c_char,
+        binary: *const std::ffi::c_char,
+        size: usize,
+        inputs: mlx_vector_array,
+        shapes: *const i32,
+        ndims: *const i32,
+        dtypes: *const mlx_dtype,
+        output_count: usize,
+        scalars: *const i32,
+        scalar_count: usize,
+        grid: i32,
+        threads: i32,
+        stream: mlx_stream,
+    ) -> i32;
 }

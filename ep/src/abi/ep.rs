@@ -72,7 +72,8 @@ impl MlxEp {
             }
         }
         if ep.flags.verbose {
-            if let Ok(stats) = ep.stats.lock() {
+            if let Ok(mut stats) = ep.stats.lock() {
+                stats.kernel_builds = mlx_kernels::custom::cuda_builds();
                 eprintln!("{}", stats.summary());
             }
         }

@@ -10,6 +10,7 @@
 //! The CPU backend runs none of them, so every caller keeps a composed MLX path and asks the
 //! kernel's `*_runs_on` first.
 
+mod cubin;
 mod decode_attention;
 #[cfg(test)]
 mod emulator;
@@ -29,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::error::{Error, Result};
 use crate::{sys, Array, DeviceKind, Dtype, Stream};
 
+pub use cubin::{cuda_builds, CudaBuilds};
 pub use decode_attention::{
     decode_attention, decode_attention_runs_on, decode_attention_takes, paged_decode_attention,
 };
@@ -219,6 +221,9 @@ impl Kernel<'_> {
         }
         match (backend(stream), self.metal) {
             (Some(Backend::Cuda), _) => {
+                if let Some(outputs) = cubin::apply(self, inputs, launch, stream)? {
+                    return Ok(outputs);
+                }
                 let make =
                     || launch::CudaKernel::new(self.name, self.inputs, self.outputs, self.cuda);
                 made::made(&CUDA, self.names(), self.cuda, make)?.apply(inputs, launch, stream)

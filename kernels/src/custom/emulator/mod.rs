@@ -73,6 +73,9 @@ pub(super) fn run(
             .metal
             .ok_or_else(|| Error::Mlx(format!("{} has no Metal twin", kernel.name)))?,
     };
+    if dialect == Backend::Cuda {
+        super::cubin::check_compiles(kernel, inputs, launch)?;
+    }
     let stream = Stream::cpu()?;
     let program = program(dialect, kernel, body, inputs, launch)?;
     let binary = compiled(&program)?;
