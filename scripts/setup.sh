@@ -2,7 +2,8 @@
 # Installs everything the build and the tests need, from the package registries only, into
 # ignored folders of the checkout. Idempotent: each step checks what is already there and verified.
 #
-#   .venv/            Python: ORT, ONNX, MLX (mlx-cpu on Linux, mlx on macOS), numpy, pytest
+#   .venv/            Python: ORT, ONNX, MLX (mlx-cpu on Linux, mlx on macOS), numpy, pytest;
+#                     CUDA's NVRTC and headers on x86-64 Linux (compiling the CUDA kernels in tests)
 #   .deps/ort/        ORT's C headers, API 29 (npm com.github.asus4.onnxruntime@0.4.9), sha256-checked
 #   .deps/mlx-c/      mlx-c 0.7.0 sources (crates.io mlx-sys 0.7.0, through cargo), sha256-checked
 #   system            libclang, OpenBLAS, valgrind, npm, g++ (Linux) through apt-get when missing
@@ -29,6 +30,9 @@ python_env() {
   # `mlx` is MLX's Python package (mlx.core, for the direct-MLX benchmark ceiling); on Linux
   # its backend library comes from `mlx-cpu`, whose libmlx.so and headers the build links.
   if [ "$(uname -s)" = Darwin ]; then mlx_pkg="mlx==$MLX_VERSION"; else mlx_pkg="mlx-cpu==$MLX_VERSION mlx==$MLX_VERSION"; fi
+  # CUDA's NVRTC and headers (no GPU needed), with which the kernels' tests compile every CUDA
+  # source they emulate (kernels/src/custom/cubin): MLX's CUDA wheels use these packages.
+  if [ "$(uname -sm)" = "Linux x86_64" ]; then mlx_pkg="$mlx_pkg nvidia-cuda-nvrtc==13.5.37 nvidia-cuda-runtime==13.5.37"; fi
   want="$(cat "$ROOT/scripts/requirements.txt") $mlx_pkg"
   stamp="$ROOT/.venv/.setup-stamp"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi

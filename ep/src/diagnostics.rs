@@ -319,3 +319,26 @@ pub fn json_string(text: &str) -> String {
     out.push('"');
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Stats;
+    use mlx_kernels::custom::CudaBuilds;
+
+    #[test]
+    fn the_summary_says_how_the_cuda_kernels_were_had_when_there_were_any() {
+        let mut stats = Stats::default();
+        assert!(!stats.summary().contains("CUDA kernels"));
+        stats.kernel_builds = CudaBuilds {
+            built: 2,
+            build_seconds: 0.25,
+            from_disk: 3,
+            through_mlx: 1,
+            through_mlx_because: Some("rms_norm: NVRTC rejects it".into()),
+        };
+        assert!(stats.summary().contains(
+            "hand-written CUDA kernels in this process: 2 compiled (0.25 s), 3 read from the kernel \
+             cache, 1 compiled by MLX (rms_norm: NVRTC rejects it)"
+        ));
+    }
+}

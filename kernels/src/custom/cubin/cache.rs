@@ -16,13 +16,16 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// How a kernel's binary was had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Origin {
-    /// Built in this process or an earlier apply of it.
+    /// Had already in this process.
     Process,
     /// Read from the disk cache.
     Disk,
     /// Built by NVRTC now.
     Built,
 }
+
+/// A binary, or why none could be built.
+type Kept = Result<Arc<[u8]>, String>;
 
 /// The binary built from `identity` (the compiler and the source, `name` the kernel's), from the
 /// process's cache, the disk's, or `build` (whose result both keep; a failure is kept too, so a
@@ -32,22 +35,30 @@ pub(super) fn binary(
     identity: &str,
     build: impl FnOnce() -> Result<Vec<u8>, String>,
 ) -> Result<(Arc<[u8]>, Origin), String> {
-    static BUILT: OnceLock<Mutex<HashMap<String, Result<Arc<[u8]>, String>>>> = OnceLock::new();
+    binary_in(folder(), name, identity, build)
+}
+
+/// [`binary`] with the disk cache in `folder` (none when `None`).
+pub(super) fn binary_in(
+    folder: Option<&Path>,
+    name: &str,
+    identity: &str,
+    build: impl FnOnce() -> Result<Vec<u8>, String>,
+) -> Result<(Arc<[u8]>, Origin), String> {
+    static BUILT: OnceLock<Mutex<HashMap<String, Kept>>> = OnceLock::new();
     let built = BUILT.get_or_init(Mutex::default);
     let known = built.lock().ok().and_then(|b| b.get(identity).cloned());
     if let Some(known) = known {
         return known.map(|binary| (binary, Origin::Process));
     }
-    let folder = folder();
-    let stem = |folder: &Path| folder.join(format!("{name}-{:016x}", hash(identity)));
-    let from_disk = folder.map(stem).and_then(|stem| read(&stem, identity));
+    let from_disk = folder.and_then(|folder| read(&stem(folder, name, identity), identity));
     let (result, origin) = match from_disk {
         Some(binary) => (Ok(binary), Origin::Disk),
         None => {
             let result = build();
             if let (Ok(binary), Some(folder)) = (&result, folder) {
                 // The cache is an optimisation: a folder that cannot be written is left alone.
-                let _ = write(&stem(folder), identity, binary);
+                let _ = write(&stem(folder, name, identity), identity, binary);
             }
             (result, Origin::Built)
         }
@@ -80,15 +91,17 @@ fn folder() -> Option<&'static Path> {
         .as_deref()
 }
 
-/// A name for `identity` that is the same in every process (std's SipHash with fixed keys;
-/// a collision is harmless, as the reader compares the whole text).
-fn hash(identity: &str) -> u64 {
+/// The path, less its extension, of kernel `name` built from `identity` in `folder`: named by
+/// a hash that is the same in every process (std's SipHash with fixed keys; a collision is
+/// harmless, as the reader compares the whole text).
+pub(super) fn stem(folder: &Path, name: &str, identity: &str) -> PathBuf {
     let mut hasher = DefaultHasher::new();
     identity.hash(&mut hasher);
-    hasher.finish()
+    folder.join(format!("{name}-{:016x}", hasher.finish()))
 }
 
-fn read(stem: &Path, identity: &str) -> Option<Vec<u8>> {
+/// The binary at `stem`, if it was built from `identity`.
+pub(super) fn read(stem: &Path, identity: &str) -> Option<Vec<u8>> {
     let text = std::fs::read(stem.with_extension("cu")).ok()?;
     if text != identity.as_bytes() {
         return None;

@@ -191,3 +191,6 @@ fn launch_binary(
     }
     Ok(outputs)
 }
+
+#[cfg(test)]
+mod tests;

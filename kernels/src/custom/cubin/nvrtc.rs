@@ -61,7 +61,9 @@ pub(super) fn for_tests() -> Option<&'static Nvrtc> {
     static FOUND: OnceLock<Option<Nvrtc>> = OnceLock::new();
     FOUND
         .get_or_init(|| {
-            let path = std::env::var("ONNXRUNTIME_EP_MLX_TEST_NVRTC").ok()?;
+            let path = std::env::var("ONNXRUNTIME_EP_MLX_TEST_NVRTC")
+                .ok()
+                .filter(|p| !p.is_empty())?;
             let c_path = CString::new(path.clone()).expect("a path without NUL");
             // SAFETY: a NUL-terminated path; the library stays loaded for the process.
             let handle =

@@ -3,9 +3,9 @@
 //! template constants and the arrays' element types, into a host program (`emulator.h`: one
 //! thread per GPU thread, real barriers, warp shuffles through a buffer) and runs it on the
 //! arrays. The wrappers' own planning, generated lines and launches are what run, so a test
-//! checks what a body computes for the shapes a wrapper gives it, on both dialects. Speed and
-//! what only a GPU compiler checks (registers, memory limits, the dialects' type rules) still
-//! need a GPU run. A body that writes through one of its inputs (`custom::store_bytes`) is
+//! checks what a body computes for the shapes a wrapper gives it, on both dialects. Speed still
+//! needs a GPU run; what a GPU compiler checks is checked for CUDA launches when the tests have
+//! NVRTC (`cubin::check_compiles`), not for Metal. A body that writes through one of its inputs (`custom::store_bytes`) is
 //! checked by reading the inputs back after the run ([`inputs_after_last_run`]).
 
 use std::cell::{Cell, RefCell};
