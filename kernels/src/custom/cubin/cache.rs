@@ -20,21 +20,21 @@ pub(super) enum Origin {
     Process,
     /// Read from the disk cache.
     Disk,
-    /// Built by NVRTC now.
+    /// Built now (or failed to build).
     Built,
 }
 
 /// A binary, or why none could be built.
-type Kept = Result<Arc<[u8]>, String>;
+pub(super) type Kept = Result<Arc<[u8]>, String>;
 
-/// The binary built from `identity` (the compiler and the source, `name` the kernel's), from the
-/// process's cache, the disk's, or `build` (whose result both keep; a failure is kept too, so a
-/// source that does not compile is tried once).
+/// The binary built from `identity` (the compiler and the source, `name` the kernel's), and
+/// where it came from: the process's cache, the disk's, or `build` (whose result both keep; a
+/// failure is kept in the process too, so a source that does not compile is tried once).
 pub(super) fn binary(
     name: &str,
     identity: &str,
     build: impl FnOnce() -> Result<Vec<u8>, String>,
-) -> Result<(Arc<[u8]>, Origin), String> {
+) -> (Kept, Origin) {
     binary_in(folder(), name, identity, build)
 }
 
@@ -44,12 +44,12 @@ pub(super) fn binary_in(
     name: &str,
     identity: &str,
     build: impl FnOnce() -> Result<Vec<u8>, String>,
-) -> Result<(Arc<[u8]>, Origin), String> {
+) -> (Kept, Origin) {
     static BUILT: OnceLock<Mutex<HashMap<String, Kept>>> = OnceLock::new();
     let built = BUILT.get_or_init(Mutex::default);
     let known = built.lock().ok().and_then(|b| b.get(identity).cloned());
     if let Some(known) = known {
-        return known.map(|binary| (binary, Origin::Process));
+        return (known, Origin::Process);
     }
     let from_disk = folder.and_then(|folder| read(&stem(folder, name, identity), identity));
     let (result, origin) = match from_disk {
@@ -67,7 +67,7 @@ pub(super) fn binary_in(
     if let Ok(mut built) = built.lock() {
         built.insert(identity.to_owned(), result.clone());
     }
-    result.map(|binary| (binary, origin))
+    (result, origin)
 }
 
 /// The folder kept kernels go in: `onnxruntime-ep-mlx` inside MLX's own cache of compiled

@@ -62,33 +62,45 @@ pub(super) fn apply(
     stream: &crate::Stream,
 ) -> Result<Option<Vec<Array>>> {
     let whole = source::whole(kernel, inputs, launch)?;
-    let binary = nvrtc::nvrtc().map_err(str::to_owned).and_then(|compiler| {
-        let identity = format!("// {}\n{}", compiler.identity, whole.text);
-        cache::binary(kernel.name, &identity, || {
-            let started = Instant::now();
-            let built = compiler.compile(&whole.text, kernel.name);
-            BUILD_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            built
-        })
-    });
-    let binary = match binary {
-        Ok((binary, origin)) => {
-            match origin {
-                cache::Origin::Built => BUILT.fetch_add(1, Ordering::Relaxed),
-                cache::Origin::Disk => FROM_DISK.fetch_add(1, Ordering::Relaxed),
-                cache::Origin::Process => 0,
-            };
-            binary
-        }
-        Err(why) => {
+    let (binary, origin) = binary(nvrtc::nvrtc(), kernel.name, &whole.text);
+    match (&binary, origin) {
+        (_, cache::Origin::Process) => {}
+        (Ok(_), cache::Origin::Built) => _ = BUILT.fetch_add(1, Ordering::Relaxed),
+        (Ok(_), cache::Origin::Disk) => _ = FROM_DISK.fetch_add(1, Ordering::Relaxed),
+        (Err(why), _) => {
             THROUGH_MLX.fetch_add(1, Ordering::Relaxed);
             if let Ok(mut first) = THROUGH_MLX_BECAUSE.lock() {
                 first.get_or_insert_with(|| format!("{}: {why}", kernel.name));
             }
-            return Ok(None);
         }
-    };
-    launch_binary(kernel, &binary, inputs, launch, &whole.scalars, stream).map(Some)
+    }
+    match binary {
+        Ok(binary) => {
+            launch_binary(kernel, &binary, inputs, launch, &whole.scalars, stream).map(Some)
+        }
+        Err(_) => Ok(None),
+    }
+}
+
+/// The cubin of kernel `name`'s whole source `text` by `compiler` (or why there is none), and
+/// where it came from. Without a compiler, a variant fails once like a source that does not
+/// compile, so that each is counted once.
+fn binary(
+    compiler: std::result::Result<&nvrtc::Nvrtc, &str>,
+    name: &str,
+    text: &str,
+) -> (cache::Kept, cache::Origin) {
+    let identity = format!(
+        "// {}\n{text}",
+        compiler.map_or("no NVRTC", |c| c.identity.as_str())
+    );
+    cache::binary(name, &identity, || {
+        let compiler = compiler?;
+        let started = Instant::now();
+        let built = compiler.compile(text, name);
+        BUILD_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        built
+    })
 }
 
 /// Compiles the whole source of an emulated CUDA launch with the tests' NVRTC, when there is one
@@ -105,16 +117,14 @@ pub(super) fn check_compiles(
         return Ok(());
     };
     let whole = source::whole(kernel, inputs, launch)?;
-    let identity = format!("// {}\n{}", compiler.identity, whole.text);
-    cache::binary(kernel.name, &identity, || {
-        compiler.compile(&whole.text, kernel.name)
-    })
-    .map_err(|log| {
-        Error::Mlx(format!(
-            "{}: NVRTC rejects its CUDA source:\n{log}",
-            kernel.name
-        ))
-    })?;
+    binary(Ok(compiler), kernel.name, &whole.text)
+        .0
+        .map_err(|log| {
+            Error::Mlx(format!(
+                "{}: NVRTC rejects its CUDA source:\n{log}",
+                kernel.name
+            ))
+        })?;
     COMPILE_CHECKED.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }

@@ -78,9 +78,8 @@ fn the_disk_keeps_a_binary_for_later_processes_only_for_the_text_it_was_built_fr
         let (binary, had) = cache::binary_in(Some(&folder), "k", &identity, || {
             builds += 1;
             Ok(b"cubin".to_vec())
-        })
-        .unwrap();
-        assert_eq!((&*binary, had), (&b"cubin"[..], origin));
+        });
+        assert_eq!((&*binary.unwrap(), had), (&b"cubin"[..], origin));
     }
     assert_eq!(builds, 1);
     let files = std::fs::read_dir(&folder).unwrap().count();
@@ -110,14 +109,26 @@ fn the_disk_keeps_a_binary_for_later_processes_only_for_the_text_it_was_built_fr
 fn a_failure_is_kept_so_a_source_is_compiled_once() {
     let identity = format!("// test {:?}\nbad", std::time::SystemTime::now());
     let mut builds = 0;
-    for _ in 0..2 {
-        let failed = cache::binary_in(None, "sample", &identity, || {
+    for origin in [cache::Origin::Built, cache::Origin::Process] {
+        let (failed, had) = cache::binary_in(None, "sample", &identity, || {
             builds += 1;
             Err("no".into())
         });
-        assert_eq!(failed.unwrap_err(), "no");
+        assert_eq!((failed.unwrap_err().as_str(), had), ("no", origin));
     }
     assert_eq!(builds, 1);
+}
+
+#[test]
+fn without_nvrtc_each_variant_is_left_to_mlx_once() {
+    let text = format!("// {:?}", std::time::SystemTime::now());
+    let (first, origin) = super::binary(Err("NVRTC is not loaded"), "sample", &text);
+    assert_eq!(
+        (first.unwrap_err().as_str(), origin),
+        ("NVRTC is not loaded", cache::Origin::Built)
+    );
+    let (_, origin) = super::binary(Err("NVRTC is not loaded"), "sample", &text);
+    assert_eq!(origin, cache::Origin::Process, "counted once");
 }
 
 /// With the tests' NVRTC (`make test` sets it up on x86-64 Linux), emulated CUDA launches are
