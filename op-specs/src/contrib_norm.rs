@@ -5,7 +5,7 @@
 //! As ORT's CPU kernels do, the residual sum is formed in float32, normalised from those float32
 //! values, and rounded to the element type only where it leaves the node.
 
-use mlx_kernels::{ops, Array, Dtype, Stream};
+use mlx_kernels::{custom, ops, Array, Dtype, Stream};
 
 use crate::activation::silu_of;
 use crate::normalization::{
@@ -106,18 +106,48 @@ fn skip_norm(
         skip,
         [("gamma", Some(gamma)), ("beta", beta), ("bias", bias)],
     )?;
-    let skip = batch_of_skip(input, skip, s)?;
     let bias_input = if centred { 4 } else { 3 };
     let bias = bias
         .map(|b| float32_constant(cx, "bias", bias_input, b))
         .transpose()?;
-    let sum = residual_sum(input, &skip, bias.as_ref(), s)?;
     let gamma = float32_constant(cx, "gamma", 2, gamma)?;
     let beta = beta
         .map(|b| float32_constant(cx, "beta", 3, b))
         .transpose()?;
     let with_sum = cx.node().output_present(3);
-    if !cx.node().output_present(1) && !cx.node().output_present(2) {
+    let only_output_and_sum = !cx.node().output_present(1) && !cx.node().output_present(2);
+    let norm = match centred {
+        true => custom::SkipNorm::Layer {
+            bias: beta.as_ref(),
+        },
+        false => custom::SkipNorm::Rms,
+    };
+    let width = input.shape().last().copied().unwrap_or(0);
+    if only_output_and_sum
+        && input.size() > 0
+        && custom::skip_norm_runs_on(s)
+        && custom::skip_norm_takes(norm, width, input.dtype(), input.dtype())
+    {
+        // One kernel forms the float32 sum (skip rows taken modulo, as ORT reads them) and
+        // normalises it: the same values as the composed path below.
+        let (y, sum) = custom::norm_of_skip_sum(
+            norm,
+            (input, skip, bias.as_ref()),
+            &gamma,
+            epsilon,
+            input.dtype(),
+            with_sum,
+            s,
+        )?;
+        let Some(sum) = sum else {
+            return Ok(vec![y]);
+        };
+        // Slots 1 and 2 are not connected: nothing reads what fills them.
+        return Ok(vec![y, sum.clone(), sum.clone(), sum]);
+    }
+    let skip = batch_of_skip(input, skip, s)?;
+    let sum = residual_sum(input, &skip, bias.as_ref(), s)?;
+    if only_output_and_sum {
         // MLX's fused kernels (gamma and beta are 1-D, checked above): the same float32
         // statistics over the last axis, one pass.
         let y = if centred {

@@ -21,6 +21,7 @@ mod pack_bytes;
 mod paged_prefill_attention;
 mod quantized_matvec;
 mod rms_norm;
+mod skip_norm;
 mod store_bytes;
 
 use std::cell::RefCell;
@@ -43,6 +44,7 @@ pub use paged_prefill_attention::{
 };
 pub use quantized_matvec::{quantized_matvec, quantized_matvec_runs_on, QUANTIZED_MATVEC_MAX_ROWS};
 pub use rms_norm::{rms_norm, rms_norm_runs_on, rms_norm_takes, RMS_NORM_MAX_WIDTH};
+pub use skip_norm::{norm_of_skip_sum, skip_norm_runs_on, skip_norm_takes, SkipNorm};
 pub use store_bytes::{store_bytes, store_bytes_runs_on, store_bytes_takes};
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
