@@ -23,6 +23,16 @@ fn operands() -> (Array, Array) {
     (x, dst)
 }
 
+/// One block of 32 threads, two one-element float32 outputs, no constants.
+fn small_launch() -> Launch<'static> {
+    Launch {
+        outputs: &[(&[1], Dtype::F32), (&[1], Dtype::F32)],
+        blocks: 1,
+        threads: 32,
+        template: &[],
+    }
+}
+
 #[test]
 fn a_whole_source_declares_the_arrays_and_constants_as_mlx_does() {
     let (x, dst) = operands();
@@ -55,12 +65,7 @@ fn a_whole_source_declares_the_arrays_and_constants_as_mlx_does() {
 #[test]
 fn a_body_reading_strides_or_ndim_is_refused() {
     let (x, dst) = operands();
-    let launch = Launch {
-        outputs: &[(&[1], Dtype::F32), (&[1], Dtype::F32)],
-        blocks: 1,
-        threads: 32,
-        template: &[],
-    };
+    let launch = small_launch();
     for body in ["out[0] = x_strides[0];", "out[0] = dst_ndim;"] {
         let refused = source::whole(&kernel(body), &[&x, &dst], &launch).unwrap_err();
         assert!(refused.to_string().contains("not"), "{refused}");
@@ -153,12 +158,7 @@ fn emulated_cuda_launches_are_compiled_by_nvrtc_when_the_tests_have_it() {
     .unwrap();
     assert!(COMPILE_CHECKED.load(Ordering::Relaxed) > before);
     let (x, dst) = operands();
-    let launch = Launch {
-        outputs: &[(&[1], Dtype::F32), (&[1], Dtype::F32)],
-        blocks: 1,
-        threads: 32,
-        template: &[],
-    };
+    let launch = small_launch();
     let broken = emulate(Backend::Cuda, || {
         kernel("out[0] = undeclared;").apply(&[&x, &dst], &launch, &cpu)
     });

@@ -5,8 +5,9 @@
 //! arrays. The wrappers' own planning, generated lines and launches are what run, so a test
 //! checks what a body computes for the shapes a wrapper gives it, on both dialects. Speed still
 //! needs a GPU run; what a GPU compiler checks is checked for CUDA launches when the tests have
-//! NVRTC (`cubin::check_compiles`), not for Metal. A body that writes through one of its inputs (`custom::store_bytes`) is
-//! checked by reading the inputs back after the run ([`inputs_after_last_run`]).
+//! NVRTC (`cubin::check_compiles`), not for Metal. A body that writes through one of its inputs
+//! (`custom::store_bytes`) is checked by reading the inputs back after the run
+//! ([`inputs_after_last_run`]).
 
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::DefaultHasher;
