@@ -1,6 +1,6 @@
 //! Hand-written GPU kernels, run through MLX's custom-kernel primitives and scheduled like any
 //! other primitive, inside compiled closures too: on CUDA compiled by the EP and kept on disk
-//! ([`cubin`]), on Metal compiled by MLX at first use.
+//! (`cubin/`), on Metal compiled by MLX at first use.
 //!
 //! One folder per kernel: its CUDA source, its Metal twin where it has one (the same algorithm,
 //! line for line, in Metal's dialect), and the Rust wrapper that checks the operands, declares

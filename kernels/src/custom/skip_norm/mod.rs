@@ -5,7 +5,7 @@
 //! Such a node normalises `x + skip (+ bias)` formed in float32, from those float32 values, and
 //! gives the sum rounded to x's type as a second output (the residual stream the next layer
 //! adds to). Composed, that is one kernel for the casts and the sum and one for the norm; here
-//! the norm's row loader forms the sum ([`row_of_skip_sum.cu`]) before the RMS or layer-norm
+//! the norm's row loader forms the sum (`row_of_skip_sum.cu`) before the RMS or layer-norm
 //! body, bit for bit the composed values.
 
 use super::{Backend, Kernel, TemplateArg};
