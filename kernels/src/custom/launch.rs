@@ -65,10 +65,7 @@ macro_rules! kernel_owner {
                         $add_output(config.raw, shape.as_ptr(), shape.len(), dtype.to_sys())
                     })?;
                 }
-                // MLX takes the grid as total threads per axis and rounds up to whole blocks.
-                let total = launch.blocks.checked_mul(launch.threads).ok_or_else(|| {
-                    Error::Shape(format!("a launch of {} blocks is too large", launch.blocks))
-                })?;
+                let total = launch.total_threads($backend)?;
                 // SAFETY: plain values into a live config.
                 check(unsafe { $set_grid(config.raw, total, 1, 1) })?;
                 // SAFETY: as above.
@@ -90,16 +87,7 @@ macro_rules! kernel_owner {
                 let status = unsafe { $apply(&mut raw, kernel, inputs.raw(), config_raw, stream.raw()) };
                 let outputs = VectorArray::from_raw(raw);
                 check(status)?;
-                let outputs = outputs.to_vec()?;
-                if outputs.len() != launch.outputs.len() {
-                    return Err(Error::Mlx(format!(
-                        "a {} kernel returned {} outputs for {}",
-                        $backend,
-                        outputs.len(),
-                        launch.outputs.len()
-                    )));
-                }
-                Ok(outputs)
+                launch.declared(outputs.to_vec()?, concat!("a ", $backend, " kernel"))
             }
         }
 

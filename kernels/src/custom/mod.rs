@@ -133,6 +133,36 @@ struct Launch<'a> {
     template: &'a [(&'a str, TemplateArg)],
 }
 
+impl Launch<'_> {
+    /// The grid as MLX takes it: total threads along x (rounded up to whole blocks by MLX).
+    fn total_threads(&self, kernel: &str) -> Result<i32> {
+        self.blocks.checked_mul(self.threads).ok_or_else(|| {
+            Error::Shape(format!(
+                "{kernel}: a launch of {} blocks is too large",
+                self.blocks
+            ))
+        })
+    }
+
+    /// `outputs`, once there are as many as the launch declares (`by` names who made them).
+    fn declared(&self, outputs: Vec<Array>, by: &str) -> Result<Vec<Array>> {
+        if outputs.len() != self.outputs.len() {
+            return Err(Error::Mlx(format!(
+                "{by} returned {} outputs for {}",
+                outputs.len(),
+                self.outputs.len()
+            )));
+        }
+        Ok(outputs)
+    }
+}
+
+/// Whether a body reads the shape of `array` under input `name`: as MLX decides it, by the
+/// name `{name}_shape` in the body, for arrays of at least one dimension.
+fn reads_shape(body: &str, name: &str, array: &Array) -> bool {
+    array.ndim() > 0 && body.contains(&format!("{name}_shape"))
+}
+
 /// The rows and the width of `x` seen as rows of its last axis (no rows when that axis is 0).
 fn rows_of(x: &Array) -> (i64, i64) {
     let width = x.shape().last().copied().unwrap_or(0);

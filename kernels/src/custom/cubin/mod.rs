@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use super::{Kernel, Launch};
-use crate::error::{check, Error, Result};
+use crate::error::{check, Result};
 use crate::{sys, Array, VectorArray};
 
 /// How this process's hand-written CUDA kernels were had, counted per distinct kernel variant.
@@ -120,7 +120,7 @@ pub(super) fn check_compiles(
     binary(Ok(compiler), kernel.name, &whole.text)
         .0
         .map_err(|log| {
-            Error::Mlx(format!(
+            crate::error::Error::Mlx(format!(
                 "{}: NVRTC rejects its CUDA source:\n{log}",
                 kernel.name
             ))
@@ -158,13 +158,7 @@ fn launch_binary(
         .iter()
         .map(|(_, dtype)| dtype.to_sys())
         .collect();
-    // MLX takes the grid as total threads per axis and rounds up to whole blocks.
-    let total = launch.blocks.checked_mul(launch.threads).ok_or_else(|| {
-        Error::Shape(format!(
-            "{}: a launch of {} blocks is too large",
-            kernel.name, launch.blocks
-        ))
-    })?;
+    let total = launch.total_threads(kernel.name)?;
     // SAFETY: an owned empty vector, filled in place and owned by `outputs`.
     let mut raw = unsafe { sys::mlx_vector_array_new() };
     // SAFETY: every pointer and handle is alive for the call, and each array holds as many
@@ -190,16 +184,7 @@ fn launch_binary(
     };
     let outputs = VectorArray::from_raw(raw);
     check(status)?;
-    let outputs = outputs.to_vec()?;
-    if outputs.len() != launch.outputs.len() {
-        return Err(Error::Mlx(format!(
-            "{}: MLX returned {} outputs for {}",
-            kernel.name,
-            outputs.len(),
-            launch.outputs.len()
-        )));
-    }
-    Ok(outputs)
+    launch.declared(outputs.to_vec()?, kernel.name)
 }
 
 #[cfg(test)]

@@ -41,8 +41,7 @@ pub(super) fn whole(kernel: &Kernel<'_>, inputs: &[&Array], launch: &Launch<'_>)
     let mut scalars = Vec::new();
     for (name, array) in kernel.inputs.iter().zip(inputs) {
         params.push(format!("const {}* {name}", cuda_type(array.dtype())?));
-        // As MLX does: by name in the body, for arrays of at least one dimension.
-        if array.ndim() > 0 && kernel.cuda.contains(&format!("{name}_shape")) {
+        if super::super::reads_shape(kernel.cuda, name, array) {
             let dims: Vec<String> = (0..array.ndim())
                 .map(|d| format!("{name}_shape_{d}"))
                 .collect();

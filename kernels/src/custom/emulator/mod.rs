@@ -183,8 +183,7 @@ fn program(
             "  emu::write_file((folder + \"/{i}.after.bin\").c_str(), bytes{i});"
         );
         args.push(name.to_string());
-        // As MLX does: by name in the body, for arrays of at least one dimension.
-        if array.ndim() > 0 && body.contains(&format!("{name}_shape")) {
+        if super::reads_shape(body, name, array) {
             let dims: Vec<String> = array.shape().iter().map(i64::to_string).collect();
             params.push(format!("const int32_t* {name}_shape"));
             let _ = writeln!(

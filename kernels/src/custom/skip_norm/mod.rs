@@ -51,10 +51,6 @@ pub fn norm_of_skip_sum(
     keep_sum: bool,
     stream: &Stream,
 ) -> Result<(Array, Option<Array>)> {
-    let name = match norm {
-        SkipNorm::Rms => "rms_norm_of_skip_sum",
-        SkipNorm::Layer { .. } => "layer_norm_of_skip_sum",
-    };
     let (rows, width) = super::rows_of(x);
     let skip_rows = if width > 0 {
         skip.size() as i64 / width
@@ -62,9 +58,38 @@ pub fn norm_of_skip_sum(
         0
     };
     let parameter = |p: &Array| p.dtype() == Dtype::F32 && p.shape() == [width];
-    let bias = match norm {
-        SkipNorm::Rms => None,
-        SkipNorm::Layer { bias } => bias,
+    // The kernel's name and arguments, body, and layer norm's bias (read only under HAS_BIAS).
+    let (name, inputs, cuda, metal, bias): (_, &[&str], _, _, _) = match norm {
+        SkipNorm::Rms => (
+            "rms_norm_of_skip_sum",
+            &["x", "skip", "skip_bias", "weight"],
+            concat!(
+                include_str!("row_of_skip_sum.cu"),
+                include_str!("../per_row.cu"),
+                include_str!("../rms_norm/rms_norm.cu")
+            ),
+            concat!(
+                include_str!("row_of_skip_sum.metal"),
+                include_str!("../per_row.metal"),
+                include_str!("../rms_norm/rms_norm.metal")
+            ),
+            None,
+        ),
+        SkipNorm::Layer { bias } => (
+            "layer_norm_of_skip_sum",
+            &["x", "skip", "skip_bias", "weight", "bias"],
+            concat!(
+                include_str!("row_of_skip_sum.cu"),
+                include_str!("../per_row.cu"),
+                include_str!("../layer_norm/layer_norm.cu")
+            ),
+            concat!(
+                include_str!("row_of_skip_sum.metal"),
+                include_str!("../per_row.metal"),
+                include_str!("../layer_norm/layer_norm.metal")
+            ),
+            Some(bias),
+        ),
     };
     let fits = rows > 0
         && skip_norm_takes(norm, width, x.dtype(), output)
@@ -73,7 +98,7 @@ pub fn norm_of_skip_sum(
         && skip_rows > 0
         && parameter(weight)
         && skip_bias.is_none_or(parameter)
-        && bias.is_none_or(parameter);
+        && bias.flatten().is_none_or(parameter);
     if !fits {
         return Err(Error::Shape(format!(
             "{name}: operands do not fit (x {:?} {:?}, skip {:?} {:?}, weight {:?} {:?}, output \
@@ -102,48 +127,17 @@ pub fn norm_of_skip_sum(
         "EPSILON_NEGATIVE",
         epsilon,
     ));
-    let rms_inputs: &[&str] = &["x", "skip", "skip_bias", "weight"];
-    let layer_inputs: &[&str] = &["x", "skip", "skip_bias", "weight", "bias"];
-    let (kernel, operands) = match norm {
-        SkipNorm::Rms => (
-            Kernel {
-                name,
-                inputs: rms_inputs,
-                outputs: &["out", "sum"],
-                cuda: concat!(
-                    include_str!("row_of_skip_sum.cu"),
-                    include_str!("../per_row.cu"),
-                    include_str!("../rms_norm/rms_norm.cu")
-                ),
-                metal: Some(concat!(
-                    include_str!("row_of_skip_sum.metal"),
-                    include_str!("../per_row.metal"),
-                    include_str!("../rms_norm/rms_norm.metal")
-                )),
-            },
-            vec![x, &skip, skip_bias, weight],
-        ),
-        SkipNorm::Layer { bias } => {
-            constants.push(("HAS_BIAS", TemplateArg::Int(i32::from(bias.is_some()))));
-            (
-                Kernel {
-                    name,
-                    inputs: layer_inputs,
-                    outputs: &["out", "sum"],
-                    cuda: concat!(
-                        include_str!("row_of_skip_sum.cu"),
-                        include_str!("../per_row.cu"),
-                        include_str!("../layer_norm/layer_norm.cu")
-                    ),
-                    metal: Some(concat!(
-                        include_str!("row_of_skip_sum.metal"),
-                        include_str!("../per_row.metal"),
-                        include_str!("../layer_norm/layer_norm.metal")
-                    )),
-                },
-                vec![x, &skip, skip_bias, weight, bias.unwrap_or(weight)],
-            )
-        }
+    let mut operands = vec![x, &skip, skip_bias, weight];
+    if let Some(bias) = bias {
+        constants.push(("HAS_BIAS", TemplateArg::Int(i32::from(bias.is_some()))));
+        operands.push(bias.unwrap_or(weight));
+    }
+    let kernel = Kernel {
+        name,
+        inputs,
+        outputs: &["out", "sum"],
+        cuda,
+        metal: Some(metal),
     };
     let sum_shape = match keep_sum {
         true => super::sizes(name, &x.shape())?,
