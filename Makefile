@@ -19,10 +19,11 @@ setup:
 build: setup
 	$(TIMED) build cargo build $(CARGO_FLAGS) -p onnxruntime-ep-mlx
 
-## Formatting and clippy, warnings as errors.
+## Formatting, clippy and the API docs' links, warnings as errors.
 lint: setup
 	cargo fmt --all --check
 	$(TIMED) clippy cargo clippy $(CARGO_FLAGS) --all-targets -- -D warnings
+	$(TIMED) rustdoc env RUSTDOCFLAGS="-D warnings" cargo doc $(CARGO_FLAGS) --workspace --no-deps
 
 # CUDA's NVRTC in .venv (x86-64 Linux, scripts/setup.sh): the kernels' tests compile every CUDA
 # source they emulate with it. Expanded when the recipe runs, after setup.

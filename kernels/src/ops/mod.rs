@@ -1,5 +1,5 @@
-//! Op builders over MLX: each returns a lazy [`Array`] or MLX's error. Grouped by family; the
-//! names follow MLX's, so MLX's documentation describes them.
+//! Op builders over MLX: each returns a lazy [`Array`](crate::Array) or MLX's error. Grouped by
+//! family; the names follow MLX's, so MLX's documentation describes them.
 
 mod elementwise;
 mod fast;
