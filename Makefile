@@ -9,7 +9,7 @@ export ORT_MLX_EP_LIBRARY := $(LIBRARY)
 # Prints each phase's wall time ("[time] build: 312.4 s"), so a CI log shows where time goes.
 TIMED = bash scripts/timed.sh
 
-.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-matmul bench-quantized bench-attention bench-paged bench-first-run bench-llm profile-decode bench-compiled real-models leaks stress fuzz docs conformance conformance-update clean
+.PHONY: setup build lint test test-rust test-python demo demo-model bench bench-ep bench-overhead bench-matmul bench-quantized bench-attention bench-paged bench-first-run bench-llm profile-decode bench-compiled real-models leaks stress fuzz docs conformance conformance-update clean
 
 ## Install the pinned toolchain pieces (idempotent): .venv, ORT headers, mlx-c sources, apt deps.
 setup:
@@ -61,6 +61,11 @@ real-models: build
 ## The EP vs ORT's CPU EP on a 1-node graph and a 50-op elementwise chain (1M elements).
 bench-ep: build
 	$(PYTHON) scripts/bench_ep.py
+
+## Where a small model's run goes beyond direct MLX's (meant for the GPU): the EP bound and
+## unbound, ORT's CPU EP, direct MLX with and without one more primitive. ARGS="--model mlp".
+bench-overhead: build
+	$(PYTHON) scripts/bench_overhead.py $(ARGS)
 
 ## 10,000 seeded edge-case models (tests/fuzz) through the EP vs ORT's CPU EP, a worker per core;
 ## every problem case with its repro command. More: ARGS="--cases 50000 --seed 2 --json fuzz.json".
