@@ -81,9 +81,13 @@ pub struct Traffic {
     pub copied_out: usize,
     pub bound_in: u64,
     pub bound_out: u64,
-    /// Of `bound_out`: stored by a kernel of the run's own evaluation (on a GPU), not copied
-    /// after it.
+    /// Of `bound_out`: stored by the run's own evaluation (on a GPU), not copied after it.
     pub stored_out: u64,
+    /// Of `stored_out`: by a copy on MLX's CUDA stream, not by a store kernel.
+    pub stored_on_stream: u64,
+    /// Outputs in ORT's memory (part of `copied_out`) copied there on MLX's CUDA stream by the
+    /// run's own evaluation.
+    pub read_on_stream: u64,
 }
 
 impl Traffic {
@@ -93,6 +97,8 @@ impl Traffic {
         self.bound_in += other.bound_in;
         self.bound_out += other.bound_out;
         self.stored_out += other.stored_out;
+        self.stored_on_stream += other.stored_on_stream;
+        self.read_on_stream += other.read_on_stream;
     }
 }
 
@@ -155,13 +161,15 @@ impl Stats {
         let t = &self.traffic;
         let _ = write!(
             out,
-            "; host copies {:.2} MiB in, {:.2} MiB out; in MLX memory (no host copy): {} input(s), {} output(s), \
-             {} of them stored by MLX's evaluation",
+            "; host copies {:.2} MiB in, {:.2} MiB out ({} output(s) by a copy on MLX's stream); in MLX memory (no \
+             host copy): {} input(s), {} output(s), {} of them stored by MLX's evaluation ({} by a copy on its stream)",
             mib(t.copied_in),
             mib(t.copied_out),
+            t.read_on_stream,
             t.bound_in,
             t.bound_out,
             t.stored_out,
+            t.stored_on_stream,
         );
         let k = &self.kernel_builds;
         if k.built + k.from_disk + k.through_mlx > 0 {

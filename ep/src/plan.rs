@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mlx_kernels::{custom, ops, Array, Dtype, Stream};
+use mlx_kernels::{custom, ops, stream_copy, Array, Dtype, Stream};
 use op_specs::table::channels_last::answer_from_channels_last;
 use op_specs::{
     decide, BodiesReport, ConstantInputs, Decision, ElemType, HostKey, Lower, Lowered, Node,
@@ -323,10 +323,20 @@ pub struct Evaluated {
 
 /// Where a run's outputs go, asked before the evaluation, once their shapes are known.
 pub trait OutputSink {
-    /// An array to evaluate with the run that writes output `index` into its destination
-    /// itself (an output bound in the EP's memory, on a GPU), or `None` to have it copied
-    /// after the evaluation.
-    fn store(&mut self, index: usize, output: &Array) -> Result<Option<Array>, String>;
+    /// How the evaluation itself writes output `index` into its destination (on a GPU), or
+    /// `None` to have it copied after the evaluation.
+    fn store(&mut self, index: usize, output: &Array) -> Result<Option<Store>, String>;
+    /// Output `index`, whose store [`OutputSink::store`] gave, was not made by the evaluation
+    /// after all: it is copied after it.
+    fn not_stored(&mut self, index: usize);
+}
+
+/// How an evaluation writes an output into its destination.
+pub enum Store {
+    /// By a kernel evaluated with the run (`custom::store_bytes`): the array to evaluate.
+    Kernel(Array),
+    /// By a copy on MLX's CUDA stream behind the run's kernels, into this destination.
+    CopyInto(stream_copy::Destination),
 }
 
 /// Which rows an output writes in place (`op_specs::WrittenRows`): the mask on the device, and
@@ -720,11 +730,17 @@ impl Plan {
         // Outputs stored in place as steps of this evaluation. Not in a speculative replay:
         // its outputs may have the wrong shapes, and the sink fixes an output's shape for
         // the run.
-        let mut stores = Vec::new();
+        let mut store_kernels = Vec::new();
+        let mut copies_into = Vec::new();
         if guard.is_none() {
             for (index, (output, written)) in outputs.iter().zip(&written_rows).enumerate() {
-                if written.is_none() {
-                    stores.extend(sink.store(index, output).map_err(EvalError::Input)?);
+                if written.is_some() {
+                    continue;
+                }
+                match sink.store(index, output).map_err(EvalError::Input)? {
+                    Some(Store::Kernel(store)) => store_kernels.push(store),
+                    Some(Store::CopyInto(dst)) => copies_into.push((index, dst)),
+                    None => {}
                 }
             }
         }
@@ -741,9 +757,25 @@ impl Plan {
             })
             .collect();
         all.extend(flat.clone());
-        all.extend(stores);
-        Array::eval_all(&all)
-            .map_err(|e| EvalError::Mlx(format!("MLX evaluation of {} failed: {e}", self.name)))?;
+        all.extend(store_kernels);
+        let failed = |e| EvalError::Mlx(format!("MLX evaluation of {} failed: {e}", self.name));
+        let copies: Vec<(&Array, &stream_copy::Destination)> = copies_into
+            .iter()
+            .map(|(index, dst)| (&outputs[*index], dst))
+            .collect();
+        let copied = if copies.is_empty() {
+            None
+        } else {
+            stream_copy::eval_then_copy(&all, &copies, stream).map_err(failed)?
+        };
+        if copied.is_none() {
+            Array::eval_all(&all).map_err(failed)?;
+        }
+        for (k, (index, _)) in copies_into.iter().enumerate() {
+            if copied.as_ref().and_then(|made| made.get(k)) != Some(&true) {
+                sink.not_stored(*index);
+            }
+        }
         times.eval += evaluating.elapsed();
         let flat = match flat {
             Some(flat) => flat.to_vec::<u8>(stream).map_err(mlx_error)?,

@@ -115,12 +115,37 @@ pub unsafe fn array_over(bytes: &[u8], shape: &[i64], dtype: Dtype) -> Option<Re
     let made =
         unsafe { Array::over_mlx_buffer(allocation.buffer as *mut c_void, bytes, shape, dtype) };
     if let (Ok(array), false) = (&made, allocation.on_gpu) {
-        array.move_toward_gpu();
-        if let Some(live) = live().get_mut(&(bytes.as_ptr() as usize)) {
-            live.on_gpu = true;
-        }
+        sent_toward_gpu(bytes, array);
     }
     Some(made)
+}
+
+/// Sends the pages of the allocation `bytes` start toward the GPU when the host may have
+/// touched them since the last time (see the module's comment): before the GPU writes them
+/// without an array over them (`stream_copy`). Nothing for memory that is not ours.
+pub fn toward_gpu(bytes: &[u8]) {
+    let Some(allocation) = (!bytes.is_empty()).then(|| allocation_of(bytes)).flatten() else {
+        return;
+    };
+    if allocation.on_gpu {
+        return;
+    }
+    let len = [bytes.len() as i64];
+    // SAFETY: the allocation is live and holds `bytes`; the array is dropped here, before ORT
+    // can free it.
+    let over =
+        unsafe { Array::over_mlx_buffer(allocation.buffer as *mut c_void, bytes, &len, Dtype::U8) };
+    if let Ok(array) = over {
+        sent_toward_gpu(bytes, &array);
+    }
+}
+
+/// Moves `array`'s pages (those of the allocation `bytes` start) toward the GPU, and notes it.
+fn sent_toward_gpu(bytes: &[u8], array: &Array) {
+    array.move_toward_gpu();
+    if let Some(live) = live().get_mut(&(bytes.as_ptr() as usize)) {
+        live.on_gpu = true;
+    }
 }
 
 #[cfg(test)]
@@ -175,6 +200,22 @@ mod tests {
         touched_by_host(&host);
         touched_by_host(&bytes[..0]);
         assert!(on_gpu(data), "host memory and empty ranges are not ours");
+        assert!(free(data));
+    }
+
+    #[test]
+    fn an_allocation_written_without_an_array_is_sent_the_same_way() {
+        let data = allocate(32).expect("MLX allocates");
+        // SAFETY: 32 fresh bytes, ours until `free`.
+        let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), 32) };
+        toward_gpu(bytes);
+        assert!(on_gpu(data), "sent on its first use");
+        touched_by_host(&bytes[..4]);
+        assert!(!on_gpu(data));
+        toward_gpu(bytes);
+        assert!(on_gpu(data), "sent again after a host access");
+        toward_gpu(&[0u8; 32]);
+        toward_gpu(&bytes[..0]);
         assert!(free(data));
     }
 

@@ -20,6 +20,7 @@ pub mod ops;
 mod runtime;
 mod shape;
 mod stream;
+pub mod stream_copy;
 pub mod sys;
 mod vector;
 

@@ -46,6 +46,22 @@ extern "C" {
         bytes: usize,
         device: i32,
     ) -> i32;
+    /// Whether `mlx_ep_eval_then_copy` copies on stream `s` here (`shim/device_copy.cpp`): MLX
+    /// 0.32.4's CUDA backend with the driver's copy functions.
+    pub fn mlx_ep_copies_on_stream(s: mlx_stream) -> bool;
+    /// Evaluates `arrays`, then copies each `srcs[i]` to `dsts[i]` (`sizes[i]` bytes) on MLX's
+    /// CUDA stream, and waits once (`shim/device_copy.cpp`): 0 evaluated (`copied[i]` 1 for each
+    /// copy made), 1 nothing done (not available here), 2 MLX's evaluation failed (message
+    /// through the error handler), 3 + CUDA's error code when the stream failed.
+    pub fn mlx_ep_eval_then_copy(
+        arrays: mlx_vector_array,
+        srcs: *const mlx_array,
+        dsts: *const *mut std::ffi::c_void,
+        sizes: *const usize,
+        n: usize,
+        s: mlx_stream,
+        copied: *mut i32,
+    ) -> i32;
     /// Allocates `bytes` (at least one) from MLX's allocator (`shim/bound_memory.cpp`): returns
     /// the buffer's handle and sets `*data` to its host-visible address; null on failure.
     pub fn mlx_ep_buffer_malloc(

@@ -4,7 +4,7 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mlx_kernels::{bound_memory, custom, Array, Dtype, Stream};
+use mlx_kernels::{bound_memory, custom, stream_copy, Array, Dtype, Stream};
 
 use crate::capture::{Capture, Consumable, Settings};
 use crate::diagnostics::{MemoryReport, PlanReport, Stats, Traffic};
@@ -15,7 +15,7 @@ use crate::ort::api::guard;
 use crate::ort::kernel;
 use crate::ort::sys;
 use crate::ort::thread_bound::ThreadBound;
-use crate::plan::{Evaluated, OutputSink, Plan, RunTimes, Runtime};
+use crate::plan::{Evaluated, OutputSink, Plan, RunTimes, Runtime, Store};
 use crate::resident::{Residency, SharedOutput};
 use crate::trace::{self, Trace};
 
@@ -232,7 +232,7 @@ fn run(
         plan: &info.plan,
         buffers: &buffers,
         stream: &runtime.stream,
-        stored: vec![false; info.plan.outputs.len()],
+        stored: vec![None; info.plan.outputs.len()],
     };
     let evaluated = {
         let _span = trace::span("execute", "execute");
@@ -335,31 +335,33 @@ unsafe fn input_array(
 }
 
 /// The fused node's outputs in this run: ORT's context that places them, and which of them the
-/// evaluation stored itself. On a GPU, an output bound in the EP's memory is stored into its
-/// buffer by a kernel of the run's own evaluation (`custom::store_bytes`), so that the run ends
-/// with MLX's one synchronisation instead of a driver copy and a second one after it.
-/// Everything else (host memory, a buffer shared with an input, narrow types, the CPU backend)
-/// is left to [`write_outputs`].
+/// evaluation wrote itself. On a GPU the run's own evaluation writes them where it can, so that
+/// the run ends with one synchronisation instead of MLX's and a driver copy's after it: every
+/// output by a copy on MLX's CUDA stream behind the run's kernels (`mlx_kernels::stream_copy`)
+/// where MLX's stream can be had, else an output bound in the EP's memory by one more kernel of
+/// the evaluation (`custom::store_bytes`). Everything else (a buffer shared with an input,
+/// narrow types, the CPU backend) is left to [`write_outputs`].
 struct RunOutputs<'a> {
     context: *mut sys::OrtKernelContext,
     plan: &'a Plan,
     buffers: &'a [Option<(usize, usize)>],
     stream: &'a Stream,
-    stored: Vec<bool>,
+    /// How the evaluation wrote each output, if it did.
+    stored: Vec<Option<Stored>>,
 }
 
 impl OutputSink for RunOutputs<'_> {
-    fn store(&mut self, index: usize, output: &Array) -> Result<Option<Array>, String> {
+    fn store(&mut self, index: usize, output: &Array) -> Result<Option<Store>, String> {
         // An evaluation that failed may have stored it: the one asking now decides.
         let Some(stored) = self.stored.get_mut(index) else {
             return Ok(None);
         };
-        *stored = false;
+        *stored = None;
         let elem = self.plan.outputs[index].elem;
-        if elem.is_narrow()
-            || !custom::store_bytes_runs_on(self.stream)
-            || !custom::store_bytes_takes(output.nbytes())
-        {
+        let on_stream = stream_copy::available(self.stream);
+        let by_kernel =
+            custom::store_bytes_runs_on(self.stream) && custom::store_bytes_takes(output.nbytes());
+        if elem.is_narrow() || output.nbytes() == 0 || !(on_stream || by_kernel) {
             return Ok(None);
         }
         // SAFETY: the live kernel context of this call; ORT allocates the output (or hands the
@@ -369,20 +371,52 @@ impl OutputSink for RunOutputs<'_> {
         if bytes.len() != output.nbytes() || self.buffers.contains(&Some(address)) {
             return Ok(None);
         }
-        // SAFETY: ORT keeps the output's buffer beyond this call, whose evaluation the store
-        // is part of; the store's array holds `dst` until then. A host read of the output
-        // since the last run (ORT's copy) moved its pages there: `array_over` starts them back.
+        let ours = bound_memory::is_ours(bytes);
+        if on_stream {
+            // A host read of an output of ours since the last run (ORT's copy) moved its pages
+            // there: they are sent back before the GPU writes them.
+            bound_memory::toward_gpu(bytes);
+            self.stored[index] = Some(if ours {
+                Stored::OnStreamIntoOurs
+            } else {
+                Stored::OnStreamIntoHost
+            });
+            // SAFETY: ORT keeps the output's buffer beyond this call, whose evaluation writes
+            // it, and nothing reads or writes it until then.
+            return Ok(Some(Store::CopyInto(unsafe {
+                stream_copy::Destination::new(bytes)
+            })));
+        }
+        // SAFETY: as above; the store's array holds `dst` until then. `array_over` sends the
+        // pages of an output of ours back toward the GPU as above; other memory is not taken.
         let dst = unsafe { bound_memory::array_over(bytes, &[bytes.len() as i64], Dtype::U8) };
         let Some(Ok(dst)) = dst else {
             return Ok(None);
         };
         // MLX refusing the kernel leaves the output to the copy after the evaluation.
-        let Ok(store) = custom::store_bytes(output, &dst, self.stream) else {
+        let Ok(kernel) = custom::store_bytes(output, &dst, self.stream) else {
             return Ok(None);
         };
-        self.stored[index] = true;
-        Ok(Some(store))
+        self.stored[index] = Some(Stored::ByKernel);
+        Ok(Some(Store::Kernel(kernel)))
     }
+
+    fn not_stored(&mut self, index: usize) {
+        if let Some(stored) = self.stored.get_mut(index) {
+            *stored = None;
+        }
+    }
+}
+
+/// How the run's own evaluation wrote an output.
+#[derive(Clone, Copy)]
+enum Stored {
+    /// Into the EP's memory, by a kernel of the evaluation (`custom::store_bytes`).
+    ByKernel,
+    /// Into the EP's memory, by a copy on MLX's stream (`mlx_kernels::stream_copy`).
+    OnStreamIntoOurs,
+    /// Into ORT's host memory, by a copy on MLX's stream.
+    OnStreamIntoHost,
 }
 
 /// Copies the outputs into ORT's tensors. An output whose buffer is one of the inputs' (a
@@ -407,9 +441,19 @@ fn write_outputs(
     let mut shared = Vec::new();
     let outputs = &evaluated.outputs;
     for ((index, array), output) in outputs.iter().enumerate().zip(&plan.outputs) {
-        if stored.get(index).copied().unwrap_or(false) {
-            traffic.bound_out += 1;
-            traffic.stored_out += 1;
+        if let Some(Some(how)) = stored.get(index) {
+            match how {
+                Stored::ByKernel => traffic.stored_out += 1,
+                Stored::OnStreamIntoOurs => {
+                    traffic.stored_out += 1;
+                    traffic.stored_on_stream += 1;
+                }
+                Stored::OnStreamIntoHost => {
+                    traffic.copied_out += array.nbytes();
+                    traffic.read_on_stream += 1;
+                }
+            }
+            traffic.bound_out += u64::from(!matches!(how, Stored::OnStreamIntoHost));
             continue;
         }
         let shape = array.shape();

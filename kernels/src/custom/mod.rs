@@ -57,6 +57,11 @@ pub fn set_enabled(enabled: bool) {
     ENABLED.store(enabled, Ordering::Relaxed);
 }
 
+/// Whether the hand-written kernels are on ([`set_enabled`]).
+pub(crate) fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
 /// Lets the Metal twins run (or not) for graphs lowered from now on. Off by default: no
 /// machine here runs Metal, so they wait for a macOS run (the macOS workflow turns them on);
 /// `set_enabled(false)` still turns them off with the rest.
