@@ -115,9 +115,10 @@ const CudaBufferView* buffer_of(const mlx::core::array& arr, size_t bytes) {
 //
 // MLX has no public way to it: `cu::get_command_encoder(Stream)` is exported (MLX_API) but its
 // header needs CUDA's, and the encoder's `stream()` is inline. So the function is looked up by
-// its C++ name in the libmlx that defines `async_eval`, and the stream read where MLX 0.32.4
-// keeps it: `CommandEncoder` starts with `Device& device_` and then `CudaStream stream_`, a
-// `CudaHandle` whose one member is the `cudaStream_t` (mlx/backend/cuda/device.h, cuda_utils.h).
+// its C++ name in the libmlx that defines `mlx::core::version`, and the stream read where MLX
+// 0.32.4 keeps it: `CommandEncoder` starts with `Device& device_` and then `CudaStream stream_`,
+// a `CudaHandle` whose one member is the `cudaStream_t` (mlx/backend/cuda/device.h,
+// cuda_utils.h).
 // That layout is MLX 0.32.4's: another version gets null, and the caller its other route.
 void* encoder_stream(const mlx::core::Stream& s) {
   using GetEncoder = mlx::core::cu::CommandEncoder& (*)(mlx::core::Stream);
@@ -143,15 +144,22 @@ void* encoder_stream(const mlx::core::Stream& s) {
   return reinterpret_cast<void* const*>(&encoder)[1];
 }
 
+// The stream `mlx_ep_eval_then_copy` queues its copies on, or null when it cannot copy here:
+// MLX 0.32.4's CUDA backend, the driver's copy functions, and a CUDA context current.
+void* copy_stream(const Driver& d, const mlx::core::Stream& s) {
+  if (d.memcpy_async == nullptr || d.stream_synchronize == nullptr || !context_current(d)) {
+    return nullptr;
+  }
+  return encoder_stream(s);
+}
+
 } // namespace mlx_ep
 
 // Whether `mlx_ep_eval_then_copy` can copy on stream `s` here: MLX 0.32.4's CUDA backend with
 // the driver's copy functions and a CUDA context current. Sets up nothing MLX would not.
 extern "C" bool mlx_ep_copies_on_stream(mlx_stream s) {
   try {
-    const auto& d = mlx_ep::driver();
-    return d.memcpy_async != nullptr && d.stream_synchronize != nullptr &&
-           mlx_ep::context_current(d) && mlx_ep::encoder_stream(mlx_stream_get_(s)) != nullptr;
+    return mlx_ep::copy_stream(mlx_ep::driver(), mlx_stream_get_(s)) != nullptr;
   } catch (...) {
     return false;
   }
@@ -174,11 +182,7 @@ extern "C" int mlx_ep_eval_then_copy(mlx_vector_array arrays, const mlx_array* s
   const auto& d = mlx_ep::driver();
   void* stream = nullptr;
   try {
-    if (d.memcpy_async == nullptr || d.stream_synchronize == nullptr ||
-        !mlx_ep::context_current(d)) {
-      return 1;
-    }
-    stream = mlx_ep::encoder_stream(mlx_stream_get_(s));
+    stream = mlx_ep::copy_stream(d, mlx_stream_get_(s));
     if (stream == nullptr) {
       return 1;
     }

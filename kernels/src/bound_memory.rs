@@ -124,12 +124,12 @@ pub unsafe fn array_over(bytes: &[u8], shape: &[i64], dtype: Dtype) -> Option<Re
 /// touched them since the last time (see the module's comment): before the GPU writes them
 /// without an array over them (`stream_copy`). Nothing for memory that is not ours.
 pub fn toward_gpu(bytes: &[u8]) {
-    let Some(allocation) = (!bytes.is_empty()).then(|| allocation_of(bytes)).flatten() else {
-        return;
-    };
-    if allocation.on_gpu {
+    if bytes.is_empty() {
         return;
     }
+    let Some(allocation) = allocation_of(bytes).filter(|a| !a.on_gpu) else {
+        return;
+    };
     let len = [bytes.len() as i64];
     // SAFETY: the allocation is live and holds `bytes`; the array is dropped here, before ORT
     // can free it.

@@ -47,9 +47,9 @@ pub fn available(stream: &Stream) -> bool {
 /// Evaluates `arrays`, then copies each `(src, dst)`: the bytes of `src` (evaluated with
 /// `arrays`, as many bytes as `dst` holds) to `dst`. Returns, for each copy, whether it was
 /// made: one that was not (a source computed on another stream, or of another size) is the
-/// caller's to make after. A strided source is made row-major first, on the same stream. `None` when this route is not
-/// [`available`]: nothing was evaluated. MLX does not know that a destination changes: nothing
-/// in `arrays` may read one.
+/// caller's to make after. A strided source is made row-major first, on the same stream.
+/// `None` when this route is not [`available`]: nothing was evaluated. MLX does not know that a
+/// destination changes: nothing in `arrays` may read one.
 pub fn eval_then_copy(
     arrays: &[Array],
     copies: &[(&Array, &Destination)],

@@ -232,6 +232,7 @@ fn run(
         plan: &info.plan,
         buffers: &buffers,
         stream: &runtime.stream,
+        copies_on_stream: stream_copy::available(&runtime.stream),
         stored: vec![None; info.plan.outputs.len()],
     };
     let evaluated = {
@@ -346,6 +347,8 @@ struct RunOutputs<'a> {
     plan: &'a Plan,
     buffers: &'a [Option<(usize, usize)>],
     stream: &'a Stream,
+    /// Whether this run's outputs can be copied on MLX's stream (`stream_copy::available`).
+    copies_on_stream: bool,
     /// How the evaluation wrote each output, if it did.
     stored: Vec<Option<Stored>>,
 }
@@ -358,7 +361,7 @@ impl OutputSink for RunOutputs<'_> {
         };
         *stored = None;
         let elem = self.plan.outputs[index].elem;
-        let on_stream = stream_copy::available(self.stream);
+        let on_stream = self.copies_on_stream;
         let by_kernel =
             custom::store_bytes_runs_on(self.stream) && custom::store_bytes_takes(output.nbytes());
         if elem.is_narrow() || output.nbytes() == 0 || !(on_stream || by_kernel) {
@@ -442,18 +445,14 @@ fn write_outputs(
     let outputs = &evaluated.outputs;
     for ((index, array), output) in outputs.iter().enumerate().zip(&plan.outputs) {
         if let Some(Some(how)) = stored.get(index) {
-            match how {
-                Stored::ByKernel => traffic.stored_out += 1,
-                Stored::OnStreamIntoOurs => {
-                    traffic.stored_out += 1;
-                    traffic.stored_on_stream += 1;
-                }
-                Stored::OnStreamIntoHost => {
-                    traffic.copied_out += array.nbytes();
-                    traffic.read_on_stream += 1;
-                }
+            if let Stored::OnStreamIntoHost = how {
+                traffic.copied_out += array.nbytes();
+                traffic.read_on_stream += 1;
+            } else {
+                traffic.bound_out += 1;
+                traffic.stored_out += 1;
+                traffic.stored_on_stream += u64::from(matches!(how, Stored::OnStreamIntoOurs));
             }
-            traffic.bound_out += u64::from(!matches!(how, Stored::OnStreamIntoHost));
             continue;
         }
         let shape = array.shape();
