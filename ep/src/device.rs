@@ -1,9 +1,9 @@
 //! Which MLX device a session's plans run on (the `device` setting: cpu, gpu, or unset for the
 //! GPU when the loaded libmlx has one), and whether the hand-written GPU kernels
-//! (`mlx_kernels::custom`) join the graphs lowered from then on (`no_cuda_kernels`, and
-//! `metal_kernels` for their Metal twins).
+//! (`mlx_kernels::custom`) join the session's graphs (`no_cuda_kernels`, and `metal_kernels`
+//! for their Metal twins).
 
-use mlx_kernels::{Result, Stream};
+use mlx_kernels::{KernelChoice, Result, Stream};
 
 use crate::options::Options;
 
@@ -47,14 +47,18 @@ impl Device {
         }
     }
 
+    /// The session's stream, carrying its choice of hand-written kernels: the choice is the
+    /// session's own, whatever other sessions in the process chose.
     pub fn stream(self) -> Result<Stream> {
-        mlx_kernels::custom::set_enabled(self.cuda_kernels);
-        mlx_kernels::custom::set_metal_enabled(self.metal_kernels);
-        match self.named {
+        let stream = match self.named {
             Named::Cpu => Stream::cpu(),
             Named::Gpu => Stream::gpu(),
             Named::Best => Stream::best(),
-        }
+        }?;
+        Ok(stream.with_kernels(KernelChoice {
+            hand_written: self.cuda_kernels,
+            metal_twins: self.metal_kernels,
+        }))
     }
 
     /// "gpu" or "cpu": what `stream()` picks, for device metadata and summaries.

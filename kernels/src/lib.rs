@@ -30,5 +30,5 @@ pub use dtype::{Dtype, Element};
 pub use error::{Error, Result, EVAL_WHILE_TRACING};
 pub use runtime::{init, mlx_version};
 pub use shape::to_mlx_shape;
-pub use stream::{DeviceKind, Stream};
+pub use stream::{DeviceKind, KernelChoice, Stream};
 pub use vector::VectorArray;

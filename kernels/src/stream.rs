@@ -11,10 +11,33 @@ pub enum DeviceKind {
     Gpu,
 }
 
-/// An owned MLX stream handle.
+/// Which hand-written kernels (`crate::custom`, and the copies of `crate::stream_copy`) the
+/// work lowered onto a stream may use. It travels with the [`Stream`] handle rather than living
+/// in a process-wide switch, so two sessions in one process can choose differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelChoice {
+    /// The hand-written GPU work at all; off, MLX's own composed path runs everywhere (a
+    /// switch for comparisons and for working around a kernel).
+    pub hand_written: bool,
+    /// The Metal twins of the CUDA kernels. Off by default: no machine here runs Metal, so
+    /// they wait for a macOS run (the macOS workflow turns them on).
+    pub metal_twins: bool,
+}
+
+impl Default for KernelChoice {
+    fn default() -> KernelChoice {
+        KernelChoice {
+            hand_written: true,
+            metal_twins: false,
+        }
+    }
+}
+
+/// An owned MLX stream handle, with the kernels work on it may use.
 pub struct Stream {
     raw: sys::mlx_stream,
     kind: DeviceKind,
+    kernels: KernelChoice,
 }
 
 impl Stream {
@@ -27,6 +50,7 @@ impl Stream {
         Ok(Stream {
             raw,
             kind: DeviceKind::Cpu,
+            kernels: KernelChoice::default(),
         })
     }
 
@@ -42,6 +66,7 @@ impl Stream {
         Ok(Stream {
             raw,
             kind: DeviceKind::Gpu,
+            kernels: KernelChoice::default(),
         })
     }
 
@@ -72,6 +97,16 @@ impl Stream {
         self.kind
     }
 
+    /// The same stream, its work limited to `kernels`.
+    pub fn with_kernels(mut self, kernels: KernelChoice) -> Stream {
+        self.kernels = kernels;
+        self
+    }
+
+    pub fn kernels(&self) -> KernelChoice {
+        self.kernels
+    }
+
     /// Waits for all work queued on this stream.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: `raw` is a live stream handle.
@@ -96,6 +131,7 @@ impl Clone for Stream {
         Stream {
             raw,
             kind: self.kind,
+            kernels: self.kernels,
         }
     }
 }
@@ -109,6 +145,9 @@ impl Drop for Stream {
 
 impl fmt::Debug for Stream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Stream").field("kind", &self.kind).finish()
+        f.debug_struct("Stream")
+            .field("kind", &self.kind)
+            .field("kernels", &self.kernels)
+            .finish()
     }
 }

@@ -35,10 +35,10 @@ impl Destination {
 }
 
 /// Whether [`eval_then_copy`] copies on `stream` in this process: MLX 0.32.4's CUDA backend,
-/// with the CUDA driver's copy functions, and the hand-written GPU work on
-/// ([`crate::custom::set_enabled`]: off, a run takes MLX's plain path, for comparisons).
+/// with the CUDA driver's copy functions, and the stream's hand-written GPU work on
+/// ([`KernelChoice`](crate::KernelChoice): off, a run takes MLX's plain path, for comparisons).
 pub fn available(stream: &Stream) -> bool {
-    crate::custom::enabled()
+    stream.kernels().hand_written
         && stream.kind() == DeviceKind::Gpu
         // SAFETY: `stream` is a live handle; the shim catches every exception.
         && unsafe { sys::mlx_ep_copies_on_stream(stream.raw()) }

@@ -23,22 +23,24 @@ def our_memory():
     return mlx_devices()[0].memory_info(ort.OrtDeviceMemoryType.HOST_ACCESSIBLE)
 
 
-def session(model):
+def session(model, **options):
     so = ort.SessionOptions()
     so.enable_profiling = True
     so.profile_file_prefix = profile_prefix("mlx_ep_bound")
-    so.add_provider_for_devices(mlx_devices(), {"verbose": "1"})
+    so.add_provider_for_devices(mlx_devices(), {"verbose": "1", **options})
     made = ort.InferenceSession(model, so)
     assert made.get_providers()[0] == MLX
     return made
 
 
-def traffic(capfd):
+def traffic(capfd, hand_written=True):
     """(MiB copied in, MiB copied out, inputs in MLX memory, outputs in MLX memory) from the
     session summary, printed when the session is released. On MLX's CUDA backend the run's own
     evaluation writes the outputs: with MLX 0.32.4, whose stream the EP can reach, every output
     by a copy on that stream (into MLX memory or ORT's); otherwise those in MLX memory by a
-    store kernel. Elsewhere they are copied after it. Checked here for every summary."""
+    store kernel. Elsewhere, or for a session without the hand-written GPU work
+    (`hand_written=False`: `no_cuda_kernels`), they are copied after it. Checked here for every
+    summary."""
     gc.collect()
     summary = capfd.readouterr().err
     found = re.search(r"device (\w+);.*host copies ([\d.]+) MiB in, ([\d.]+) MiB out \((\d+) output\(s\) by a copy "
@@ -46,7 +48,7 @@ def traffic(capfd):
                       r"(\d+) of them stored by MLX's evaluation \((\d+) by a copy on its stream\)", summary)
     assert found, summary
     device, copied_in, copied_out, read_on_stream, bound_in, bound_out, stored, on_stream = found.groups()
-    on_cuda = device == "gpu" and platform.system() == "Linux"
+    on_cuda = device == "gpu" and platform.system() == "Linux" and hand_written
     reachable = on_cuda and version("mlx") == "0.32.4"
     assert int(stored) == (int(bound_out) if on_cuda else 0), summary
     assert int(on_stream) == (int(stored) if reachable else 0), summary
@@ -122,6 +124,30 @@ def test_bound_inputs_and_outputs_cross_no_host_memory(capfd):
     assert {p for _, p in kernel_placements(bound)} == {MLX}
     del bound, binding
     assert traffic(capfd) == (0.0, 0.0, 3 * round(readers), 6)
+
+
+def test_a_sessions_kernel_choice_is_its_own(capfd):
+    """`no_cuda_kernels` in one session leaves another session's kernels and copies on MLX's
+    stream alone, whichever was made or ran last (on the GPU; elsewhere both copy after)."""
+    model = conv_block()
+    x = np.random.default_rng(1).standard_normal((8, 3, 64, 64)).astype(np.float32)
+    expected = cpu_outputs(model, {"x": x})
+    ours = session(model)
+    plain = session(model, no_cuda_kernels="1")
+    for run in range(3):
+        for s in (ours, plain) if run % 2 else (plain, ours):
+            y_ours = in_our_memory(shape=[8, 16, 64, 64], dtype=np.float32)
+            binding = s.io_binding()
+            binding.bind_ortvalue_input("x", in_our_memory(x))
+            binding.bind_ortvalue_output("y", y_ours)
+            binding.bind_output("z")
+            s.run_with_iobinding(binding)
+            np.testing.assert_allclose(to_host(y_ours), expected[0], rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(binding.copy_outputs_to_cpu()[1], expected[1], rtol=1e-5, atol=1e-5)
+    del plain, s, binding
+    assert traffic(capfd, hand_written=False)[3] == 3
+    del ours
+    assert traffic(capfd)[3] == 3
 
 
 def test_a_bound_input_fed_without_io_binding_is_not_copied(capfd):

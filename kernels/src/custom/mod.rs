@@ -26,7 +26,6 @@ mod store_bytes;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Error, Result};
 use crate::{sys, Array, DeviceKind, Dtype, Stream};
@@ -46,28 +45,6 @@ pub use quantized_matvec::{quantized_matvec, quantized_matvec_runs_on, QUANTIZED
 pub use rms_norm::{rms_norm, rms_norm_runs_on, rms_norm_takes, RMS_NORM_MAX_WIDTH};
 pub use skip_norm::{norm_of_skip_sum, skip_norm_runs_on, skip_norm_takes, SkipNorm};
 pub use store_bytes::{store_bytes, store_bytes_runs_on, store_bytes_takes};
-
-static ENABLED: AtomicBool = AtomicBool::new(true);
-static METAL_ENABLED: AtomicBool = AtomicBool::new(false);
-
-/// Turns the hand-written kernels off (or on again) for graphs lowered from now on: the
-/// composed MLX path then runs everywhere (a switch for comparisons and for working around a
-/// kernel).
-pub fn set_enabled(enabled: bool) {
-    ENABLED.store(enabled, Ordering::Relaxed);
-}
-
-/// Whether the hand-written kernels are on ([`set_enabled`]).
-pub(crate) fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
-}
-
-/// Lets the Metal twins run (or not) for graphs lowered from now on. Off by default: no
-/// machine here runs Metal, so they wait for a macOS run (the macOS workflow turns them on);
-/// `set_enabled(false)` still turns them off with the rest.
-pub fn set_metal_enabled(enabled: bool) {
-    METAL_ENABLED.store(enabled, Ordering::Relaxed);
-}
 
 /// The GPU backends MLX builds with, each with its own kernel language.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,12 +70,13 @@ fn backend(stream: &Stream) -> Option<Backend> {
     })
 }
 
-/// Whether a kernel with sources for `backends` runs on `stream` (and kernels are enabled,
-/// Metal's by their own switch too).
+/// Whether a kernel with sources for `backends` runs on `stream`: its backend is one of them
+/// and the stream's [`KernelChoice`](crate::KernelChoice) allows it (Metal's twins by their own
+/// switch too).
 fn runs_on(stream: &Stream, backends: &[Backend]) -> bool {
-    let on = |b: Backend| b != Backend::Metal || METAL_ENABLED.load(Ordering::Relaxed);
-    ENABLED.load(Ordering::Relaxed)
-        && backend(stream).is_some_and(|b| backends.contains(&b) && on(b))
+    let choice = stream.kernels();
+    let allowed = |b: Backend| b != Backend::Metal || choice.metal_twins;
+    choice.hand_written && backend(stream).is_some_and(|b| backends.contains(&b) && allowed(b))
 }
 
 /// A compile-time constant of a kernel's source (`constexpr int` / `using T = ...` on CUDA,

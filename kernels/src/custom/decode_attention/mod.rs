@@ -16,7 +16,8 @@ use crate::{ops, Array, Dtype, Stream};
 const MAX_HEAD: i64 = 256;
 
 /// Whether these kernels (contiguous, paged, and the join of splits) run on `stream`: MLX's
-/// CUDA backend, or Metal through their twins once `set_metal_enabled`.
+/// CUDA backend, or Metal through their twins when the stream's `KernelChoice::metal_twins`
+/// is on.
 pub fn decode_attention_runs_on(stream: &Stream) -> bool {
     super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }

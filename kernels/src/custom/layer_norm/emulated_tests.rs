@@ -5,7 +5,7 @@
 use super::super::emulator::{emulate, rounded, values};
 use super::super::Backend;
 use super::{layer_norm, layer_norm_of_sum};
-use crate::{ops, Array, Dtype, Stream};
+use crate::{ops, Array, Dtype, KernelChoice, Stream};
 
 #[test]
 fn the_body_normalises_like_the_reference() {
@@ -174,11 +174,26 @@ fn operands_that_do_not_fit_are_refused() {
 }
 
 #[test]
-fn it_runs_on_cuda_and_on_metal_once_the_twins_are_enabled() {
-    let cpu = Stream::cpu().unwrap();
-    assert!(emulate(Backend::Cuda, || super::layer_norm_runs_on(&cpu)));
-    // The Metal twins wait for `set_metal_enabled` (off here, as by default).
-    assert!(!emulate(Backend::Metal, || super::layer_norm_runs_on(&cpu)));
+fn it_runs_where_the_streams_kernel_choice_allows() {
+    let runs =
+        |backend: Backend, stream: &Stream| emulate(backend, || super::layer_norm_runs_on(stream));
+    let choose = |hand_written: bool, metal_twins: bool| {
+        Stream::cpu().unwrap().with_kernels(KernelChoice {
+            hand_written,
+            metal_twins,
+        })
+    };
+    let default = Stream::cpu().unwrap();
+    assert!(runs(Backend::Cuda, &default));
+    // The Metal twins wait for the stream's `metal_twins` (off by default).
+    assert!(!runs(Backend::Metal, &default));
+    let twins = choose(true, true);
+    let none = choose(false, true);
+    assert!(runs(Backend::Metal, &twins));
+    // Hand-written work off turns the twins off with the rest; each handle keeps its own.
+    assert!(!runs(Backend::Cuda, &none));
+    assert!(!runs(Backend::Metal, &none));
+    assert!(runs(Backend::Metal, &twins) && runs(Backend::Cuda, &default));
 }
 
 #[test]

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::{Array, Dtype, Stream};
 
 /// Whether this kernel (and [`layer_norm_of_sum`]) runs on `stream`: MLX's CUDA backend, or
-/// Metal through the twins once `set_metal_enabled`.
+/// Metal through the twins when the stream's `KernelChoice::metal_twins` is on.
 pub fn layer_norm_runs_on(stream: &Stream) -> bool {
     super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }

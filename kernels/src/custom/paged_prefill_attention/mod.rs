@@ -13,7 +13,7 @@ use crate::{Array, Dtype, Stream};
 const WARPS: i32 = 4;
 
 /// Whether this kernel runs on `stream`: MLX's CUDA backend, or Metal through its twin once
-/// `set_metal_enabled`.
+/// the stream's `KernelChoice::metal_twins` is on.
 pub fn paged_prefill_attention_runs_on(stream: &Stream) -> bool {
     super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::{Array, Dtype, Stream};
 
 /// Whether this kernel runs on `stream`: MLX's CUDA backend, or Metal through its twin once
-/// `set_metal_enabled`.
+/// the stream's `KernelChoice::metal_twins` is on.
 pub fn rms_norm_runs_on(stream: &Stream) -> bool {
     super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }

@@ -21,7 +21,7 @@ pub enum SkipNorm<'a> {
 }
 
 /// Whether these kernels run on `stream`: MLX's CUDA backend, or Metal through the twins once
-/// `set_metal_enabled`.
+/// the stream's `KernelChoice::metal_twins` is on.
 pub fn skip_norm_runs_on(stream: &Stream) -> bool {
     super::runs_on(stream, &[Backend::Cuda, Backend::Metal])
 }
