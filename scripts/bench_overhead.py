@@ -5,10 +5,12 @@ disabled, and the same computation written directly in MLX, alone and with one m
 primitive on its result (what MLX's backend costs for one more kernel).
 
 Every runner is timed in one process, in interleaved rounds (`bench_models.interleaved_ms`).
-Models: a trivial one (Add -> Relu on 32 floats), or bench_models' MLP. Meant for the GPU:
-the EP's excess over direct MLX there is host work, and these runners take it apart.
+Models: a trivial one (Add -> Relu on 32 floats), bench_models' MLP, or its encoder layer at
+seq 64 (the benchmark model whose bound run stayed above 1.05x direct MLX on an H100 in session
+37). Meant for the GPU: the EP's excess over direct MLX there is host work, and these runners
+take it apart.
 
-Usage: bench_overhead.py [--model trivial|mlp] [--runs N]   (prints one line per runner, µs)
+Usage: bench_overhead.py [--model trivial|mlp|encoder] [--runs N]   (one line per runner, µs)
 """
 
 from __future__ import annotations
@@ -80,14 +82,14 @@ def runners(model: bytes, feeds: dict[str, np.ndarray], direct) -> dict:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=["trivial", "mlp"], default="trivial")
+    parser.add_argument("--model", choices=["trivial", "mlp", "encoder"], default="trivial")
     parser.add_argument("--runs", type=int, default=1000, help="interleaved rounds")
     args = parser.parse_args(argv)
     mlx_ep.register_execution_provider_library()
     if args.model == "trivial":
         model, feeds, direct = trivial()
     else:
-        bench = bench_models.mlp()
+        bench = bench_models.mlp() if args.model == "mlp" else bench_models.encoder(64)
         model, feeds, direct = bench.model, bench.feeds, bench.direct()
     medians = bench_models.interleaved_ms(runners(model, feeds, direct), args.runs)
     for label, ms in medians.items():

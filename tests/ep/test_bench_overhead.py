@@ -6,13 +6,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_overhead.py"
 
 
-def test_every_runner_is_timed():
-    done = subprocess.run([sys.executable, str(SCRIPT), "--runs", "3"], capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("model", ["trivial", "encoder"])
+def test_every_runner_is_timed(model):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--model", model, "--runs", "2"], capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    timed = re.findall(r"^trivial  (.+?)\s+([\d.]+) µs$", done.stdout, re.MULTILINE)
+    timed = re.findall(rf"^{model}\s+(.+?)\s+([\d.]+) µs$", done.stdout, re.MULTILINE)
     assert [label for label, _ in timed] == [
         "EP, bound in its memory", "EP, bound, output copied after (no_cuda_kernels)", "EP, numpy in and out",
         "ORT's CPU EP alone, bound", "ORT's CPU EP, MLX EP registered but disabled", "direct MLX, resident",
