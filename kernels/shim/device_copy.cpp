@@ -169,8 +169,8 @@ extern "C" bool mlx_ep_copies_on_stream(mlx_stream s) {
 // (`sizes[i]` bytes: host memory, or an MLX buffer), on MLX's CUDA stream behind the
 // evaluation's kernels, and waits once for all of it. Why: a result copied after MLX's
 // evaluation costs a second round trip to the GPU, and a store kernel evaluated with the run
-// costs MLX's host work for one more primitive (12.7 us a run on an H100: a trivial model's bound
-// run was twice direct MLX's); a copy queued on the stream costs one driver call. Sets
+// costs MLX's host work for one more primitive (12.7 us a run on an H100, measured in direct
+// MLX); a copy queued on the stream costs one driver call. Sets
 // `copied[i]` to 1 for each copy made, 0 for one the caller must make after (a source of
 // another size, or not made on this stream, a failed copy). Returns
 // 0 when evaluated; 1 when nothing was done (not MLX 0.32.4's CUDA backend: evaluate the usual

@@ -4,8 +4,8 @@
 //!
 //! Why not the other two ways: a copy after MLX's evaluation is a second round trip to the GPU,
 //! and a store kernel evaluated with the run ([`crate::custom::store_bytes`]) is one more MLX
-//! primitive, whose host work (12.7 us a run on an H100) was half of what separated a small
-//! model's bound run from direct MLX. A copy queued on the stream costs one driver call.
+//! primitive, whose host work is what any second primitive costs MLX's CUDA backend (12.7 us a
+//! run on an H100, measured in direct MLX). A copy queued on the stream costs one driver call.
 //!
 //! MLX has no public way to its stream: the shim reads it where MLX 0.32.4 keeps it, so this
 //! route is MLX 0.32.4's CUDA backend only ([`available`]); elsewhere the callers keep theirs.
