@@ -183,9 +183,17 @@ fn hand_written_kernels_refuse_cleanly_where_they_cannot_run() {
     assert!(!mlx_kernels::custom::decode_attention_takes(3, Dtype::F32));
     assert!(mlx_kernels::custom::decode_attention_takes(64, Dtype::F16));
     assert!(mlx_kernels::custom::decode_attention_takes(64, Dtype::BF16));
+    assert!(mlx_kernels::custom::paged_prefill_attention_takes(
+        128,
+        Dtype::F32
+    ));
+    assert!(!mlx_kernels::custom::paged_prefill_attention_takes(
+        256,
+        Dtype::F32
+    ));
     assert!(!mlx_kernels::custom::paged_prefill_attention_takes(
         64,
-        Dtype::F32
+        Dtype::I32
     ));
     assert!(mlx_kernels::custom::paged_prefill_attention_takes(
         256,

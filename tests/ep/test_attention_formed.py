@@ -5,6 +5,7 @@ mask makes NaN included); the chains it must not fuse (another softmax axis, bro
 scale only known at run time or after the mask) answer the same, unfused."""
 
 import gc
+import platform
 import re
 import sys
 from pathlib import Path
@@ -205,6 +206,34 @@ def test_a_half_precision_encoder_fuses_every_layer(monkeypatch, capfd):
     fused, summary = fused_in_summary(capfd)
     assert "precision fp16" in summary, summary
     assert fused == 2 * 3, summary
+
+
+@pytest.mark.parametrize("no_cuda_kernels", [False, True], ids=["kernels", "no-cuda-kernels"])
+def test_a_float32_encoders_short_attention_runs_in_one_kernel_on_cuda(no_cuda_kernels, monkeypatch, capfd):
+    """The benchmark's encoder in float32 (heads split by Reshape and Transpose, so the plan is
+    keyed by shape), 3 layers of 24 keys: on MLX's CUDA backend every fused attention runs as
+    one hand-written kernel (`custom::dense_attention`), unless the session turns the kernels
+    off; elsewhere none does. Answers as ORT's CPU EP either way."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import bench_models
+
+    bench = bench_models.encoder(seq=24, batch=2, dim=64, heads=4, ffn=128, layers=3)
+    set_env(monkeypatch, {"ONNXRUNTIME_EP_MLX_COMPILE_AFTER": "1"})
+    gc.collect()
+    capfd.readouterr()
+    (expected,) = cpu_outputs(bench.model, bench.feeds)
+    options = {"verbose": "1", **({"no_cuda_kernels": "1"} if no_cuda_kernels else {})}
+    session = profiled_session(bench.model, options)
+    for _ in range(3):
+        (got,) = session.run(None, bench.feeds)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert_kernels_on_mlx(session)
+    del session
+    fused, summary = fused_in_summary(capfd)
+    assert fused == 2 * 3, summary
+    in_kernel = sum(int(n) for n in re.findall(r"(\d+) attention\(s\) in one hand-written kernel", summary))
+    on_cuda = "device gpu" in summary and platform.system() == "Linux" and not no_cuda_kernels
+    assert in_kernel == (fused if on_cuda else 0), summary
 
 
 def random_chain(rng):

@@ -39,7 +39,8 @@ pub use pack_bytes::{
     pack_bytes, pack_bytes_runs_on, pack_bytes_takes, PACK_BYTES_MAX_PARTS, PACK_BYTES_MAX_TOTAL,
 };
 pub use paged_prefill_attention::{
-    paged_prefill_attention, paged_prefill_attention_runs_on, paged_prefill_attention_takes,
+    dense_attention, dense_attention_takes, paged_prefill_attention,
+    paged_prefill_attention_runs_on, paged_prefill_attention_takes,
 };
 pub use quantized_matvec::{quantized_matvec, quantized_matvec_runs_on, QUANTIZED_MATVEC_MAX_ROWS};
 pub use rms_norm::{rms_norm, rms_norm_runs_on, rms_norm_takes, RMS_NORM_MAX_WIDTH};

@@ -19,14 +19,21 @@ pub fn paged_prefill_attention_runs_on(stream: &Stream) -> bool {
 }
 /// Tokens a block serves: 4 rows per warp (`RPW` in the source).
 const TOKENS_PER_BLOCK: i64 = WARPS as i64 * 4;
-/// Apple GPUs give a threadgroup 32 KiB: the tiles of heads of 256 take 43.
-const MAX_HEAD: i64 = if cfg!(target_os = "macos") { 128 } else { 256 };
+/// The bytes of one head the tiles are sized for. A block's tiles (16 query rows, 32 keys and
+/// 32 values) of heads of 512 bytes take 43 KiB, under CUDA's 48 KiB of static shared memory;
+/// Apple GPUs give a threadgroup 32 KiB, so there heads of 256 bytes.
+const MAX_HEAD_BYTES: i64 = if cfg!(target_os = "macos") { 256 } else { 512 };
 
-/// Whether the kernel takes heads of `head` elements of `dtype`: float16 or bfloat16 (its
-/// tiles are sized for 2-byte elements), a multiple of 8 of at most 256 elements (128 on
-/// macOS, where the GPU is Metal's).
+/// Whether the kernel takes heads of `head` elements of `dtype`: float16, bfloat16 or float32,
+/// a multiple of 8 elements of at most 512 bytes (256 elements of a half type, 128 of float32;
+/// half that on macOS, where the GPU is Metal's).
 pub fn paged_prefill_attention_takes(head: i64, dtype: Dtype) -> bool {
-    matches!(dtype, Dtype::F16 | Dtype::BF16) && (1..=MAX_HEAD).contains(&head) && head % 8 == 0
+    let element = match dtype {
+        Dtype::F16 | Dtype::BF16 => 2,
+        Dtype::F32 => 4,
+        _ => return false,
+    };
+    head > 0 && head % 8 == 0 && head * element <= MAX_HEAD_BYTES
 }
 
 /// `softmax(scale · q · kᵀ) · v` for each packed token `t` over keys `lo[t] ≤ j < hi[t]` of its
@@ -144,3 +151,6 @@ mod tests {
 
 #[cfg(test)]
 mod emulated_tests;
+
+mod dense;
+pub use dense::{dense_attention, dense_attention_takes};

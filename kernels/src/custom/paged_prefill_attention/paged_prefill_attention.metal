@@ -2,7 +2,7 @@
 // dialect (MLX's metal_kernel wraps it in a [[kernel]] function templated on the same
 // constants). Only the spelling differs: threadgroup memory and barriers, SIMD-group shuffles,
 // and element loads where CUDA moves 16-byte chunks. Apple GPUs give a threadgroup 32 KiB, so
-// the wrapper sends it heads of at most 128 elements.
+// the wrapper sends it heads of at most 256 bytes.
 constexpr int RPW = 4;              // rows a warp owns
 constexpr int TQ = WARPS * RPW;     // tokens a block serves
 constexpr int KT = 32;              // keys a tile: one per lane
