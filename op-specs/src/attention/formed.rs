@@ -4,7 +4,8 @@
 //! `nn.MultiheadAttention` exports them, `[B·H, L, D]`. Each of those lowerings answers as usual
 //! and records beside its answer what the answer is made of ([`Lower::record_form`]); the last
 //! MatMul, finding the whole chain behind its left operand, answers with one call of MLX's
-//! fused `scaled_dot_product_attention` instead. The chain's own arrays are then left unread,
+//! fused `scaled_dot_product_attention` instead (or, for short unmasked float32 heads on a GPU,
+//! one hand-written kernel: [`in_one_kernel`]). The chain's own arrays are then left unread,
 //! and MLX evaluates only what an output depends on, so they cost nothing unless another node
 //! (or a graph output) reads them.
 //!
