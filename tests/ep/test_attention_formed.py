@@ -188,48 +188,46 @@ def test_chains_that_are_not_attention_stay_unfused(case, monkeypatch, capfd):
     assert fused == 0, summary
 
 
-def test_a_half_precision_encoder_fuses_every_layer(monkeypatch, capfd):
-    """The benchmark's encoder (Q, K, V split into heads by Reshape and Transpose, as exported)
-    under `precision=fp16`: every layer's attention fused, the output close to float32's."""
+def encoder_on_mlx(options, tolerance, monkeypatch, capfd, **shape):
+    """Three runs of the benchmark's encoder (`bench_models.encoder(**shape)`: Q, K, V split
+    into heads by Reshape and Transpose, as exported; the plan compiled after its first run)
+    on MLX with the EP's `options`, each answering as ORT's CPU EP; returns how many lowerings
+    formed a fused attention, and the session summary."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     import bench_models
 
-    bench = bench_models.encoder(seq=16, dim=64, heads=4, ffn=128, layers=3)
+    bench = bench_models.encoder(**shape)
     set_env(monkeypatch, {"ONNXRUNTIME_EP_MLX_COMPILE_AFTER": "1"})
+    gc.collect()
+    capfd.readouterr()  # an earlier test's session, released late, is not this one's
     (expected,) = cpu_outputs(bench.model, bench.feeds)
-    session = profiled_session(bench.model, {"precision": "fp16", "verbose": "1"})
+    session = profiled_session(bench.model, {"verbose": "1", **options})
     for _ in range(3):
         (got,) = session.run(None, bench.feeds)
-        np.testing.assert_allclose(got, expected, rtol=2e-2, atol=2e-2)
+        np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
     assert_kernels_on_mlx(session)
     del session
-    fused, summary = fused_in_summary(capfd)
+    return fused_in_summary(capfd)
+
+
+def test_a_half_precision_encoder_fuses_every_layer(monkeypatch, capfd):
+    """The benchmark's encoder under `precision=fp16`: every layer's attention fused, the
+    output close to float32's."""
+    fused, summary = encoder_on_mlx({"precision": "fp16"}, 2e-2, monkeypatch, capfd, seq=16, dim=64, heads=4,
+                                    ffn=128, layers=3)
     assert "precision fp16" in summary, summary
     assert fused == 2 * 3, summary
 
 
 @pytest.mark.parametrize("no_cuda_kernels", [False, True], ids=["kernels", "no-cuda-kernels"])
 def test_a_float32_encoders_short_attention_runs_in_one_kernel_on_cuda(no_cuda_kernels, monkeypatch, capfd):
-    """The benchmark's encoder in float32 (heads split by Reshape and Transpose, so the plan is
-    keyed by shape), 3 layers of 24 keys: on MLX's CUDA backend every fused attention runs as
-    one hand-written kernel (`custom::dense_attention`), unless the session turns the kernels
-    off; elsewhere none does. Answers as ORT's CPU EP either way."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    import bench_models
-
-    bench = bench_models.encoder(seq=24, batch=2, dim=64, heads=4, ffn=128, layers=3)
-    set_env(monkeypatch, {"ONNXRUNTIME_EP_MLX_COMPILE_AFTER": "1"})
-    gc.collect()
-    capfd.readouterr()
-    (expected,) = cpu_outputs(bench.model, bench.feeds)
-    options = {"verbose": "1", **({"no_cuda_kernels": "1"} if no_cuda_kernels else {})}
-    session = profiled_session(bench.model, options)
-    for _ in range(3):
-        (got,) = session.run(None, bench.feeds)
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
-    assert_kernels_on_mlx(session)
-    del session
-    fused, summary = fused_in_summary(capfd)
+    """The benchmark's encoder in float32 (its Reshapes key the plan by shape), 3 layers of 24
+    keys: on MLX's CUDA backend every fused attention runs as one hand-written kernel
+    (`custom::dense_attention`), unless the session turns the kernels off; elsewhere none
+    does. Answers as ORT's CPU EP either way."""
+    options = {"no_cuda_kernels": "1"} if no_cuda_kernels else {}
+    fused, summary = encoder_on_mlx(options, 1e-5, monkeypatch, capfd, seq=24, batch=2, dim=64, heads=4, ffn=128,
+                                    layers=3)
     assert fused == 2 * 3, summary
     in_kernel = sum(int(n) for n in re.findall(r"(\d+) attention\(s\) in one hand-written kernel", summary))
     on_cuda = "device gpu" in summary and platform.system() == "Linux" and not no_cuda_kernels
