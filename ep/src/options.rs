@@ -102,7 +102,7 @@ pub const SETTINGS: &[Setting] = &[
         key: "no_cuda_kernels",
         env: "ONNXRUNTIME_EP_MLX_NO_CUDA_KERNELS",
         kind: Kind::Flag { default: false },
-        doc: "The composed MLX path instead of the hand-written GPU kernels (`kernels/src/custom/`: decode attention over a buffer or a paged cache, paged prefill attention, RMS and layer normalisation, a residual sum with its layer norm; on CUDA only, the 4-bit matrix-vector product, the packing of what the host reads, the store of a bound output and the copies of outputs on MLX's stream)",
+        doc: "The composed MLX path instead of the hand-written GPU kernels (`kernels/src/custom/`: decode attention over a buffer or a paged cache, paged prefill attention (also short float32 attention over dense heads), RMS and layer normalisation, a residual sum with its layer norm; on CUDA only, the 4-bit matrix-vector product, the packing of what the host reads, the store of a bound output and the copies of outputs on MLX's stream)",
     },
     Setting {
         key: "metal_kernels",
