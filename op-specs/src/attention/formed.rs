@@ -215,9 +215,9 @@ fn in_one_kernel(
     let s = cx.stream();
     let (qs, ks) = (q.shape(), k.shape());
     let short = ks.len() == 4 && ks[2] <= ONE_KERNEL_MAX_KEYS;
-    let takes = q.dtype() == Dtype::F32
-        && [k, v].iter().all(|a| a.dtype() == Dtype::F32)
-        && custom::dense_attention_takes(&qs, &ks, &v.shape(), Dtype::F32);
+    // The chain's operands share one type: MatMul's, and `fused_product` checked `v`'s.
+    let takes =
+        q.dtype() == Dtype::F32 && custom::dense_attention_takes(&qs, &ks, &v.shape(), Dtype::F32);
     if !(short && takes && cx.shapes_fixed() && custom::paged_prefill_attention_runs_on(s)) {
         return Ok(None);
     }
