@@ -3,7 +3,7 @@
 //! row is held to a float64 reference over the same rounded inputs.
 
 use super::super::emulator::{
-    attend_row, check_cases_in_both_dialects, emulate, rounded, values, Pool,
+    assert_near, attend_row, check_cases_in_both_dialects, emulate, rounded, values, Pool,
 };
 use super::super::Backend;
 use super::{decode_attention, paged_decode_attention};
@@ -192,11 +192,9 @@ fn check(case: &Case, seed: u64) -> crate::Result<()> {
             for e in 0..d {
                 let want = want[e as usize];
                 let found = f64::from(got[((s * hq + h) * d + e) as usize]);
-                assert!(
-                    (found - want).abs() <= tolerance * (1.0 + want.abs()),
-                    "{:?} sequence {s} head {h} element {e}: {found} against {want}",
-                    case.dtype
-                );
+                assert_near(found, want, tolerance, || {
+                    format!("{:?} sequence {s} head {h} element {e}", case.dtype)
+                });
             }
         }
     }

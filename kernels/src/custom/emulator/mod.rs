@@ -303,6 +303,17 @@ pub(crate) fn rounded(
     (array, back)
 }
 
+/// Holds a kernel's value to its float64 reference, within `tolerance` relative to the
+/// reference's size (absolute near zero); `place` names the element when it is not.
+#[track_caller]
+pub(crate) fn assert_near(found: f64, want: f64, tolerance: f64, place: impl FnOnce() -> String) {
+    assert!(
+        (found - want).abs() <= tolerance * (1.0 + want.abs()),
+        "{}: {found} against {want}",
+        place()
+    );
+}
+
 /// One query row's attention in float64 over keys `range` (zeros when it is empty).
 pub(crate) fn attend_row<'a>(
     query: &[f32],

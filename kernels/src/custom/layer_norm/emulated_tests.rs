@@ -2,7 +2,7 @@
 //! reference, for pairs of input and output types, with and without a bias; the norm of a
 //! residual sum against MLX's add and the plain body, bit for bit.
 
-use super::super::emulator::{emulate, rounded, values};
+use super::super::emulator::{assert_near, emulate, rounded, values};
 use super::super::Backend;
 use super::{layer_norm, layer_norm_of_sum};
 use crate::{ops, Array, Dtype, KernelChoice, Stream};
@@ -76,11 +76,9 @@ fn normalises_like_the_reference(dialect: Backend) {
                 };
                 let want = (f64::from(*v) - mean) * inverse * f64::from(weight_values[i]) + shift;
                 let found = f64::from(got[r * width as usize + i]);
-                assert!(
-                    (found - want).abs() <= tolerance * (1.0 + want.abs()),
-                    "{dialect:?}, {input:?} to {output:?} (bias {with_bias}), row {r} element {i}: \
-                     {found} against {want}"
-                );
+                assert_near(found, want, tolerance, || {
+                    format!("{dialect:?}, {input:?} to {output:?} (bias {with_bias}), row {r} element {i}")
+                });
             }
         }
     }

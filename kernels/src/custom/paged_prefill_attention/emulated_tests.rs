@@ -2,7 +2,9 @@
 //! packed tokens of several sequences share 16-token tiles, against a float64 reference over
 //! the same rounded inputs.
 
-use super::super::emulator::{attend_row, check_cases_in_both_dialects, rounded, values, Pool};
+use super::super::emulator::{
+    assert_near, attend_row, check_cases_in_both_dialects, rounded, values, Pool,
+};
 use super::paged_prefill_attention;
 use crate::{Array, Dtype, Stream};
 
@@ -158,11 +160,9 @@ fn check(case: &Case, seed: u64) -> crate::Result<()> {
             );
             for (e, want) in want.iter().enumerate() {
                 let found = f64::from(got[row as usize + e]);
-                assert!(
-                    (found - want).abs() <= tolerance * (1.0 + want.abs()),
-                    "{:?} token {i} head {h} element {e}: {found} against {want}",
-                    case.dtype
-                );
+                assert_near(found, *want, tolerance, || {
+                    format!("{:?} token {i} head {h} element {e}", case.dtype)
+                });
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The quantized matrix-vector body runs in the host emulator (`custom/emulator`) against a
 //! float64 reference of MatMulNBits' 4-bit packing.
 
-use super::super::emulator::{emulate, rounded, values};
+use super::super::emulator::{assert_near, emulate, rounded, values};
 use super::super::Backend;
 use super::quantized_matvec;
 use crate::{ops, Array, Dtype, Stream};
@@ -45,10 +45,9 @@ fn the_body_multiplies_like_the_reference() {
                     .sum();
                 let found = f64::from(got[(row * n + column) as usize]);
                 let tolerance = if dtype == Dtype::F16 { 2e-3 } else { 1e-5 };
-                assert!(
-                    (found - want).abs() <= tolerance * (1.0 + want.abs()),
-                    "{dtype:?} row {row} column {column}: {found} against {want}"
-                );
+                assert_near(found, want, tolerance, || {
+                    format!("{dtype:?} row {row} column {column}")
+                });
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The RMS-norm body runs in the host emulator (`custom/emulator`) against a float64
 //! reference, for each pair of input and output types.
 
-use super::super::emulator::{emulate, rounded, values};
+use super::super::emulator::{assert_near, emulate, rounded, values};
 use super::super::Backend;
 use super::rms_norm;
 use crate::{ops, Array, Dtype, Stream};
@@ -47,10 +47,9 @@ fn normalises_like_the_reference(dialect: Backend) {
                 let want = f64::from(*v) * inverse * f64::from(weight_values[i]);
                 let found = f64::from(got[r * width as usize + i]);
                 let tolerance = if output == Dtype::F16 { 2e-3 } else { 1e-5 };
-                assert!(
-                    (found - want).abs() <= tolerance * (1.0 + want.abs()),
-                    "{input:?} to {output:?}, row {r} element {i}: {found} against {want}"
-                );
+                assert_near(found, want, tolerance, || {
+                    format!("{input:?} to {output:?}, row {r} element {i}")
+                });
             }
         }
     }

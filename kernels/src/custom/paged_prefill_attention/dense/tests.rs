@@ -2,7 +2,9 @@
 //! float64 reference over the same rounded inputs; the heads split from `[B, L, H, D]` rows by
 //! a transpose, as attention's projections make them.
 
-use super::super::super::emulator::{attend_row, check_cases_in_both_dialects, rounded, values};
+use super::super::super::emulator::{
+    assert_near, attend_row, check_cases_in_both_dialects, rounded, values,
+};
 use super::{dense_attention, dense_attention_takes};
 use crate::{ops, Array, Dtype, Stream};
 
@@ -129,11 +131,12 @@ fn check(case: &Case, seed: u64) -> crate::Result<()> {
                 let at = (((batch * hq + h) * l + i) * d) as usize;
                 for (e, want) in want.iter().enumerate() {
                     let found = f64::from(got[at + e]);
-                    assert!(
-                        (found - want).abs() <= tolerance * (1.0 + want.abs()),
-                        "{:?} batch {batch} head {h} query {i} element {e}: {found} against {want}",
-                        case.dtype
-                    );
+                    assert_near(found, *want, tolerance, || {
+                        format!(
+                            "{:?} batch {batch} head {h} query {i} element {e}",
+                            case.dtype
+                        )
+                    });
                 }
             }
         }
