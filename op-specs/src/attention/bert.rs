@@ -148,7 +148,7 @@ fn attention(
         want_scores: false,
         out: dtype,
     };
-    let (out, _) = attend(&q, &k, &v, p, &step, s)?;
+    let (out, _) = attend(cx, &q, &k, &v, p, &step)?;
     if !cx.node().output_present(1) {
         return Ok(vec![out]);
     }

@@ -134,7 +134,7 @@ fn decoder_masked_multi_head_attention(
         let (k, v) = cross_operands(&key, &value, b, n, h, s)?;
         let l = dims4(&k)?[2];
         let padding = key_padding(mask_index, b, l)?;
-        let (out, qk) = attend(&q, &k, &v, 0, &step(padding, None), s)?;
+        let (out, qk) = attend(cx, &q, &k, &v, 0, &step(padding, None))?;
         let qk = finish(out.clone(), qk)?;
         return Ok(vec![out.clone(), out.clone(), out, qk]);
     };
@@ -230,7 +230,7 @@ fn decoder_masked_multi_head_attention(
             let k = ops::concatenate(&[rows(&present_key, p, s)?, k_new], 2, s)?;
             let v = ops::concatenate(&[rows(&present_value, p, s)?, v_new], 2, s)?;
             let padding = key_padding(mask_index, b, t)?;
-            attend(&q, &k, &v, p, &step(padding, attention_bias.as_ref()), s)?
+            attend(cx, &q, &k, &v, p, &step(padding, attention_bias.as_ref()))?
         }
         Some(indirection) => {
             let source = beam_sources(cx, &indirection, beams, b, m, p)?;
@@ -263,7 +263,7 @@ fn decoder_masked_multi_head_attention(
                 }
                 other => other,
             };
-            attend(&q, &k, &v, p, &step(padding, attention_bias.as_ref()), s)?
+            attend(cx, &q, &k, &v, p, &step(padding, attention_bias.as_ref()))?
         }
     };
     let qk = finish(out.clone(), qk)?;

@@ -16,9 +16,9 @@
 //! alone (a NaN or +inf in it, or every key at -inf), MLX's kernels promise nothing, so those
 //! rows are set to NaN after the fused call.
 
-use mlx_kernels::{custom, ops, Array, Dtype};
+use mlx_kernels::{ops, Array, Dtype};
 
-use super::{fused_attention, AttentionMask};
+use super::{fused_attention, in_one_kernel, AttentionMask};
 use crate::{Lower, Result};
 
 /// Recorded on `scale · q·kᵀ + mask` (a scale of 1 for the bare product, no mask until an Add).
@@ -188,42 +188,6 @@ fn fused_attention_of(cx: &mut Lower, scores: &Scores, v: &Array) -> Result<Arra
     })?;
     let nan = ops::astype(&Array::scalar(f32::NAN)?, y.dtype(), s)?;
     Ok(ops::where_(&poisoned, &nan, &y, s)?)
-}
-
-/// The most keys for which unmasked float32 attention runs as one hand-written kernel
-/// ([`custom::dense_attention`]) on a GPU. MLX composes float32 attention from its scores'
-/// product, a softmax and the mix, after copying the heads out of their rows: five launches
-/// or more, each costing MLX's backend host time (11–20 µs a primitive on an H100 host,
-/// `docs/PERFORMANCE.md`), where the kernel is one. Its arithmetic runs on CUDA cores with
-/// tiles in shared memory, where the scores' products run on cuBLAS, so for long rows of keys
-/// MLX's path stays: up to 128 keys the products are small beside the launches.
-const ONE_KERNEL_MAX_KEYS: i64 = 128;
-
-/// The rewrite the plan's summary counts when [`in_one_kernel`] answers.
-pub(crate) const ONE_KERNEL: &str = "attention(s) in one hand-written kernel";
-
-/// `softmax(scale · q·kᵀ) · v` for `[B, H, L, D]` float32 heads as one hand-written kernel,
-/// where the stream runs it, the plan's shapes are fixed (the kernel's launch is built for
-/// them) and the keys are few ([`ONE_KERNEL_MAX_KEYS`]); `None` otherwise.
-fn in_one_kernel(
-    cx: &mut Lower,
-    q: &Array,
-    k: &Array,
-    v: &Array,
-    scale: f32,
-) -> Result<Option<Array>> {
-    let s = cx.stream();
-    let (qs, ks) = (q.shape(), k.shape());
-    let short = ks.len() == 4 && ks[2] <= ONE_KERNEL_MAX_KEYS;
-    // The chain's operands share one type: MatMul's, and `fused_product` checked `v`'s.
-    let takes =
-        q.dtype() == Dtype::F32 && custom::dense_attention_takes(&qs, &ks, &v.shape(), Dtype::F32);
-    if !(short && takes && cx.shapes_fixed() && custom::paged_prefill_attention_runs_on(s)) {
-        return Ok(None);
-    }
-    let y = custom::dense_attention(q, k, v, scale, s)?;
-    cx.note_rewrite(ONE_KERNEL);
-    Ok(Some(y))
 }
 
 /// Shared by every layer that reads one mask.

@@ -15,7 +15,7 @@
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
-use super::{fused_attention, mix, scores, softmax_rows, AttentionMask};
+use super::{fused_attention, in_one_kernel, mix, scores, softmax_rows, AttentionMask};
 use crate::table::consts::zeros;
 use crate::{onnx_op, Lower, Node, OpError, Result, Verdict};
 
@@ -51,13 +51,14 @@ pub(super) struct Step<'a> {
 /// first `past` positions are the past: the output `[B, S, N·Hv]` (in `step.out`) and, when asked
 /// for, the float32 scores `[B, N, S, T]` after the bias and the mask.
 pub(super) fn attend(
+    cx: &Lower,
     q: &Array,
     k: &Array,
     v: &Array,
     past: i64,
     step: &Step<'_>,
-    s: &Stream,
 ) -> Result<(Array, Option<Array>)> {
+    let s = cx.stream();
     let [b, n, sq, h] = dims4(q)?;
     let t = dims4(k)?[2];
     let hv = dims4(v)?[3];
@@ -83,6 +84,13 @@ pub(super) fn attend(
         // hidden key whose score is infinite or NaN still poisons its row, as on ORT's CPU EP
         // (MLX's own causal mask would skip it; fuzz s1-MultiHeadAttention-1-40).
         let causal_mask = additive_mask(step, b, sq, t, past, causal, s)?;
+        // Nothing masked: short float32 heads run as one hand-written kernel on a GPU, which
+        // scores in float32 and poisons a row as ORT's softmax does (NaN, +inf, all -inf).
+        if causal_mask.is_none() {
+            if let Some(o) = in_one_kernel(cx, q, k, v, scale)? {
+                return Ok((merge_heads(&o, s)?, None));
+            }
+        }
         let mask = match &causal_mask {
             Some(m) => AttentionMask::Array(m),
             None => AttentionMask::None,
@@ -437,7 +445,7 @@ fn multi_head_attention(
         want_scores: cx.node().output_present(3),
         out: dtype,
     };
-    let (out, qk) = attend(&q, &k, &v, past, &step, s)?;
+    let (out, qk) = attend(cx, &q, &k, &v, past, &step)?;
     let qk = match qk {
         Some(qk) => ops::astype(&qk, cx.output_dtype(3)?, s)?,
         None => out.clone(),

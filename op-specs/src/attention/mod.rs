@@ -18,10 +18,10 @@ mod packed;
 mod paged;
 mod rotary;
 
-use mlx_kernels::{ops, Array, Dtype, Stream};
+use mlx_kernels::{custom, ops, Array, Dtype, Stream};
 
 use crate::table::lower::float32;
-use crate::{OpError, Result};
+use crate::{Lower, OpError, Result};
 
 /// An extra logit in every softmax row: it takes probability mass without contributing a value.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +30,50 @@ pub enum Sink<'a> {
     Zero,
     /// One logit per query head, shape `[Hq]` (ORT's `head_sink`).
     PerHead(&'a Array),
+}
+
+/// The most keys for which unmasked float32 attention runs as one hand-written kernel
+/// ([`custom::dense_attention`]) on a GPU. MLX composes float32 attention from its scores'
+/// product, a softmax and the mix, after copying the heads out of their rows: five launches
+/// or more, each costing MLX's backend host time (11–20 µs a primitive on an H100 host,
+/// `docs/PERFORMANCE.md`), where the kernel is one. Its arithmetic runs on CUDA cores with
+/// tiles in shared memory, where the scores' products run on cuBLAS, so for long rows of keys
+/// MLX's path stays: up to 128 keys the products are small beside the launches.
+const ONE_KERNEL_MAX_KEYS: i64 = 128;
+
+/// The rewrite the plan's summary counts when [`in_one_kernel`] answers.
+pub(crate) const ONE_KERNEL: &str = "attention(s) in one hand-written kernel";
+
+/// `softmax(scale · q·kᵀ) · v` over every key, for `q` `[B, Hq, L, D]` and `k`, `v`
+/// `[B, Hkv, S, D]` float32 heads, as one hand-written kernel where the stream runs it, the
+/// plan's shapes are fixed (the kernel's launch is built for them) and the keys are few
+/// ([`ONE_KERNEL_MAX_KEYS`]); `None` otherwise, for the caller's own path. Like a
+/// max-subtracted softmax, the kernel answers NaN on a row holding a NaN or +inf score, or
+/// only -inf ones.
+pub(crate) fn in_one_kernel(
+    cx: &Lower,
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f32,
+) -> Result<Option<Array>> {
+    let s = cx.stream();
+    let (qs, ks) = (q.shape(), k.shape());
+    let short = ks.len() == 4 && ks[2] <= ONE_KERNEL_MAX_KEYS;
+    let float32 = [q, k, v].iter().all(|a| a.dtype() == Dtype::F32);
+    let takes = float32 && custom::dense_attention_takes(&qs, &ks, &v.shape(), Dtype::F32);
+    if !(short && takes && cx.shapes_fixed() && custom::paged_prefill_attention_runs_on(s)) {
+        return Ok(None);
+    }
+    // The kernel is held to its reference with positive scales; a negated query with the
+    // scale's magnitude is the same product exactly (negation is exact).
+    let y = if scale < 0.0 {
+        custom::dense_attention(&ops::negative(q, s)?, k, v, -scale, s)?
+    } else {
+        custom::dense_attention(q, k, v, scale, s)?
+    };
+    cx.note_rewrite(ONE_KERNEL);
+    Ok(Some(y))
 }
 
 /// `(batch, heads, seq, dim)` of a 4-D attention operand.
