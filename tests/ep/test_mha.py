@@ -3,14 +3,11 @@ refuses them, crashes on them, or answers with memory it never wrote), read from
 report. The claimed forms are compared with ORT's CPU EP in tests/ops (families/attention_mha.py)."""
 
 import json
-import platform
-import re
 
-import numpy as np
 import onnxruntime as ort
 import pytest
-from conftest import MLX, make_model, summary_of_runs, tensor
-from onnx import TensorProto, helper, numpy_helper
+from conftest import MLX, make_model, tensor
+from onnx import TensorProto, helper
 
 F, I32 = TensorProto.FLOAT, TensorProto.INT32
 MS = [("com.microsoft", 1)]
@@ -91,32 +88,3 @@ def test_attention_declines(tmp_path, monkeypatch, name, inputs, graph_inputs, a
     line = _claim(tmp_path, monkeypatch, node, graph_inputs, [tensor(o) for o in outputs])
     assert not line["claimed"] and why in line["reason"], line
 
-
-@pytest.mark.parametrize("no_cuda_kernels", [False, True], ids=["kernels", "no-cuda-kernels"])
-def test_unmasked_float32_attention_runs_in_one_kernel_on_cuda(no_cuda_kernels, monkeypatch, capfd):
-    """A MultiHeadAttention node (a negative scale, more keys than queries) and an Attention node
-    (Q, K and V projected with a bias), float32, 2 x 24 tokens, 4 heads of 16, no mask: on MLX's
-    CUDA backend each lowering of each runs as one hand-written kernel
-    (`custom::dense_attention`), unless the kernels are off; elsewhere none does. Answers as
-    ORT's CPU EP either way, eager and compiled."""
-    rng = np.random.default_rng(7)
-    batch, tokens, keys, heads, head = 2, 24, 40, 4, 16
-    width = heads * head
-    nodes = [
-        helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], domain="com.microsoft", num_heads=heads,
-                         scale=-0.3),
-        helper.make_node("Attention", ["x", "w", "b"], ["z"], domain="com.microsoft", num_heads=heads),
-    ]
-    weights = [numpy_helper.from_array((rng.standard_normal((width, 3 * width)) / 8).astype(np.float32), "w"),
-               numpy_helper.from_array(rng.standard_normal(3 * width).astype(np.float32), "b")]
-    shapes = {"q": [batch, tokens, width], "k": [batch, keys, width], "v": [batch, keys, width],
-              "x": [batch, tokens, width]}
-    model = make_model(nodes, [tensor(name, F, shape) for name, shape in shapes.items()],
-                       [tensor("y"), tensor("z")], weights, domains=MS)
-    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
-    env = {"ONNXRUNTIME_EP_MLX_COMPILE_AFTER": "1", "ONNXRUNTIME_EP_MLX_NO_CUDA_KERNELS": str(int(no_cuda_kernels))}
-    summary = summary_of_runs(model, [feeds], 1e-5, monkeypatch, capfd, env)
-    in_kernel = sum(int(n) for n in re.findall(r"(\d+) attention\(s\) in one hand-written kernel", summary))
-    on_cuda = "device gpu" in summary and platform.system() == "Linux" and not no_cuda_kernels
-    # Two nodes, each lowered twice: the eager first run and the compiled plan's trace.
-    assert in_kernel == (2 * 2 if on_cuda else 0), summary

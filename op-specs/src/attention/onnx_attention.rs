@@ -26,14 +26,16 @@
 //!   all positive) fail the run; on 4-D inputs `q_num_heads`/`kv_num_heads` are read as ORT's
 //!   `int` (low 32 bits) and only checked against the shapes when positive.
 //!
-//! Every node takes the composed path (scores, masks, softmax and mix as MLX ops). MLX's fused
+//! Nodes take the composed path (scores, masks, softmax and mix as MLX ops). MLX's fused
 //! attention is not used here: it drops NaN/+∞ scores and masked keys where ORT's arithmetic
 //! keeps them, and which rows that touches depends on the values, not on anything the claim or
-//! the lowering can see (the fuzzer's triggers are in tests/ep/test_attention_edges.py).
+//! the lowering can see (the fuzzer's triggers are in tests/ep/test_attention_edges.py). The
+//! exception is short unmasked float32 attention on a GPU, which runs as one hand-written
+//! kernel ([`in_one_kernel`]) that poisons rows as ORT does.
 
 use mlx_kernels::{ops, Array, Dtype, Stream};
 
-use super::{mix, scores, soft_cap};
+use super::{in_one_kernel, mix, scores, soft_cap};
 use crate::{onnx_op, ElemType, Lower, Node, OpError, Result, Verdict};
 
 /// The attributes of an Attention node, as ORT's kernel reads them.
@@ -368,6 +370,15 @@ fn attend(
     };
 
     let want_qk = cx.node().output_present(3);
+    // Nothing masked or capped, and only the output asked for: short float32 heads run as one
+    // hand-written kernel on a GPU, the same float32 arithmetic (`scale·(q·k)`, a
+    // max-subtracted softmax whose row a NaN, a +∞ or only −∞ poisons).
+    let unmasked = bool_mask.is_none() && float_mask.is_none() && !causal && nonpad.is_none();
+    if unmasked && a.softcap <= 0.0 && !want_qk {
+        if let Some(y) = in_one_kernel(cx, &q4, &keys, &values, scale)? {
+            return Ok(vec![merge_heads(&y, rank, s)?, keys, values]);
+        }
+    }
     let mode = a.qk_mode;
     let fill = lowest(dtype);
     let fill_array = Array::scalar(fill)?;
