@@ -59,6 +59,13 @@ def uniform(rng, shape, np_dtype):
     return rng.uniform(-1, 1, shape).astype(np_dtype)
 
 
+# ORT 1.30's CPU kernel (the GPU machine's ORT) answers self-attention over a shared buffer
+# without beams from rows it should not read: at past length 0, where the one key is the new one,
+# its output is not the new value. ORT 1.31.1, which the EP follows, is right there.
+ORT_WITH_SHARED_BUFFER_FIX = pytest.mark.skipif(
+    tuple(int(part) for part in ort.__version__.split(".")[:2]) < (1, 31),
+    reason="ORT before 1.31 answers a shared buffer's self-attention from rows past its past length")
+
 ELEMS = [(TensorProto.FLOAT, np.float32), (TensorProto.FLOAT16, np.float16)]
 ELEM_IDS = ["float32", "float16"]
 
@@ -126,6 +133,7 @@ def _decode(np_dtype, elem, rows, variant, beams=None, steps=5, seed=0, width_fe
     return mlx
 
 
+@ORT_WITH_SHARED_BUFFER_FIX
 @pytest.mark.parametrize("elem, np_dtype", ELEMS, ids=ELEM_IDS)
 @pytest.mark.parametrize("variant", SELF_VARIANTS.values(), ids=SELF_VARIANTS.keys())
 def test_decode_steps_over_a_shared_buffer_match_cpu_on_mlx(elem, np_dtype, variant):
@@ -259,6 +267,7 @@ def test_a_batched_head_broadcast_bias_with_beams_fails_on_mlx():
         profiled_session(model).run(None, feed)
 
 
+@ORT_WITH_SHARED_BUFFER_FIX
 def test_a_buffer_bound_as_past_and_present_is_updated_in_place(monkeypatch, capfd):
     """The past and present bound to one OrtValue each (IO binding, as the shared buffer is
     meant): the EP feeds each step from its device mirror and copies only the new row of each
