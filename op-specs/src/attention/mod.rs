@@ -38,7 +38,9 @@ pub enum Sink<'a> {
 /// or more, each costing MLX's backend host time (11–20 µs a primitive on an H100 host,
 /// `docs/PERFORMANCE.md`), where the kernel is one. Its arithmetic runs on CUDA cores with
 /// tiles in shared memory, where the scores' products run on cuBLAS, so for long rows of keys
-/// MLX's path stays: up to 128 keys the products are small beside the launches.
+/// MLX's path stays: up to 128 keys the products are small beside the launches, and at 256
+/// the kernel measured slower (an H100, the encoder layer at seq 256: 256 µs a run against
+/// 229 with MLX's path, `docs/PERFORMANCE.md`).
 const ONE_KERNEL_MAX_KEYS: i64 = 128;
 
 /// The rewrite the plan's summary counts when [`in_one_kernel`] answers.
