@@ -3,6 +3,7 @@
 import gc
 import json
 import os
+import platform
 import re
 import tempfile
 from pathlib import Path
@@ -46,6 +47,17 @@ def mlx_devices():
     devices = [d for d in ort.get_ep_devices() if d.ep_name == MLX]
     assert devices, "the EP library registered no device"
     return devices
+
+
+def attentions_in_one_kernel(summary):
+    """How many attentions the session `summary` says ran as one hand-written kernel."""
+    return sum(int(n) for n in re.findall(r"(\d+) attention\(s\) in one hand-written kernel", summary))
+
+
+def cuda_kernels_run(summary, no_cuda_kernels):
+    """Whether the session of `summary` runs the hand-written CUDA kernels: on MLX's CUDA
+    backend, unless it turned them off."""
+    return "device gpu" in summary and platform.system() == "Linux" and not no_cuda_kernels
 
 
 def shared_buffer_counts(capfd):

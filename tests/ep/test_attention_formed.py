@@ -5,7 +5,6 @@ mask makes NaN included); the chains it must not fuse (another softmax axis, bro
 scale only known at run time or after the mask) answer the same, unfused."""
 
 import gc
-import platform
 import re
 import sys
 from pathlib import Path
@@ -14,8 +13,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import (COMPILE_MODES, assert_kernels_on_mlx, cpu_outputs, make_model, profiled_session, set_env,
-                      tensor)
+from conftest import (COMPILE_MODES, assert_kernels_on_mlx, attentions_in_one_kernel, cpu_outputs, cuda_kernels_run,
+                      make_model, profiled_session, set_env, tensor)
 
 RNG = np.random.default_rng(11)
 
@@ -229,9 +228,8 @@ def test_a_float32_encoders_short_attention_runs_in_one_kernel_on_cuda(no_cuda_k
     fused, summary = encoder_on_mlx(options, 1e-5, monkeypatch, capfd, seq=24, batch=2, dim=64, heads=4, ffn=128,
                                     layers=3)
     assert fused == 2 * 3, summary
-    in_kernel = sum(int(n) for n in re.findall(r"(\d+) attention\(s\) in one hand-written kernel", summary))
-    on_cuda = "device gpu" in summary and platform.system() == "Linux" and not no_cuda_kernels
-    assert in_kernel == (fused if on_cuda else 0), summary
+    expected = fused if cuda_kernels_run(summary, no_cuda_kernels) else 0
+    assert attentions_in_one_kernel(summary) == expected, summary
 
 
 def random_chain(rng):

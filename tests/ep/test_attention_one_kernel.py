@@ -5,12 +5,9 @@ the kernel unless the session turns the kernels off; elsewhere none does. Either
 outputs are ORT's CPU EP's, rows a NaN or an infinite score poisons included. (Attention formed
 from MatMul, Softmax and MatMul: tests/ep/test_attention_formed.py.)"""
 
-import platform
-import re
-
 import numpy as np
 import pytest
-from conftest import make_model, summary_of_runs, tensor
+from conftest import attentions_in_one_kernel, cuda_kernels_run, make_model, summary_of_runs, tensor
 from onnx import TensorProto, helper, numpy_helper
 
 F = TensorProto.FLOAT
@@ -33,9 +30,8 @@ def runs_in_one_kernel(model, feeds, lowerings, no_cuda_kernels, monkeypatch, ca
     elsewhere or with the kernels off."""
     env = {"ONNXRUNTIME_EP_MLX_COMPILE_AFTER": "1", "ONNXRUNTIME_EP_MLX_NO_CUDA_KERNELS": str(int(no_cuda_kernels))}
     summary = summary_of_runs(model, [feeds, poisoned(feeds)], 1e-5, monkeypatch, capfd, env)
-    in_kernel = sum(int(n) for n in re.findall(r"(\d+) attention\(s\) in one hand-written kernel", summary))
-    on_cuda = "device gpu" in summary and platform.system() == "Linux" and not no_cuda_kernels
-    assert in_kernel == (lowerings if on_cuda else 0), summary
+    expected = lowerings if cuda_kernels_run(summary, no_cuda_kernels) else 0
+    assert attentions_in_one_kernel(summary) == expected, summary
 
 
 def random_feeds(shapes, seed):

@@ -87,4 +87,3 @@ def test_attention_declines(tmp_path, monkeypatch, name, inputs, graph_inputs, a
     node = _attention(inputs, outputs, **attrs)
     line = _claim(tmp_path, monkeypatch, node, graph_inputs, [tensor(o) for o in outputs])
     assert not line["claimed"] and why in line["reason"], line
-
