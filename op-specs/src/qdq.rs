@@ -344,7 +344,15 @@ fn quantize_linear(
     )?;
     if is_float8(Some(out)) {
         let f32 = |a: &Array| ops::astype(a, Dtype::F32, s);
-        let v = ops::divide(&f32(&x)?, &f32(&p.scale)?, s)?;
+        let x = f32(&x)?;
+        // A NaN x stays itself, sign included, as the CPU's division keeps it (MLX's CUDA
+        // backend answers the canonical NaN).
+        let v = ops::where_(
+            &ops::isnan(&x, s)?,
+            &x,
+            &ops::divide(&x, &f32(&p.scale)?, s)?,
+            s,
+        )?;
         return float8_grid(&v, out, saturate != 0, s);
     }
     // ORT's kernel picks its loop by x's type and the layout; each saturates differently.
@@ -508,9 +516,18 @@ pub(crate) fn float8_grid(v: &Array, elem: ElemType, saturate: bool, s: &Stream)
     let signed = |value: f64| -> Result<Array> {
         Ok(ops::where_(&negative, &float(-value)?, &float(value)?, s)?)
     };
+    // A NaN's sign is set by bits: MLX's CUDA backend answers arithmetic on NaN (negation
+    // included) with the canonical, positive NaN.
     let signed_nan = || -> Result<Array> {
-        let nan = float(f64::NAN)?;
-        Ok(ops::where_(&negative, &ops::negative(&nan, s)?, &nan, s)?)
+        let nan_with_sign = |bits: u32| -> Result<Array> {
+            Ok(ops::view(&int(i64::from(bits as i32))?, Dtype::F32, s)?)
+        };
+        Ok(ops::where_(
+            &negative,
+            &nan_with_sign(0xFFC0_0000)?,
+            &nan_with_sign(0x7FC0_0000)?,
+            s,
+        )?)
     };
     let within = |low: f64, high: f64| -> Result<Array> {
         Ok(ops::logical_and(
@@ -546,7 +563,28 @@ pub(crate) fn float8_grid(v: &Array, elem: ElemType, saturate: bool, s: &Stream)
         let zero = float(0.0)?;
         r = ops::where_(&ops::equal(&r, &zero, s)?, &zero, &r, s)?;
     }
-    Ok(ops::astype(&r, Dtype::F16, s)?)
+    to_f16_keeping_sign(&r, s)
+}
+
+/// Float32 `v` as float16, each value's sign bit kept, NaN's included: the conversion itself
+/// gives every NaN the canonical positive one on MLX's CUDA backend, and a float8 code keeps
+/// the sign of its NaN (ORT's `0xFF` against `0x7F` for e4m3fn).
+fn to_f16_keeping_sign(v: &Array, s: &Stream) -> Result<Array> {
+    let sign = |bits: u32| scalar(f64::from(bits), Dtype::U32, s);
+    let half = |bits: u16| scalar(f64::from(bits), Dtype::U16, s);
+    let converted = ops::view(&ops::astype(v, Dtype::F16, s)?, Dtype::U16, s)?;
+    let sign_bit = ops::bitwise_and(
+        &ops::view(&ops::contiguous(v, s)?, Dtype::U32, s)?,
+        &sign(0x8000_0000)?,
+        s,
+    )?;
+    let sign_bit = ops::astype(&ops::right_shift(&sign_bit, &sign(16)?, s)?, Dtype::U16, s)?;
+    let magnitude = ops::bitwise_and(&converted, &half(0x7FFF)?, s)?;
+    Ok(ops::view(
+        &ops::bitwise_or(&magnitude, &sign_bit, s)?,
+        Dtype::F16,
+        s,
+    )?)
 }
 
 /// uint8 quantisation of float32 `x` with parameters from its range, as ORT's kernel computes

@@ -194,17 +194,33 @@ def test_scatter_indices_larger_than_data_on_another_axis_fail_like_cpu(op):
     assert_fails_like_cpu(model, feeds, "put", "exceed data")
 
 
-@pytest.mark.parametrize("pads", [[-(2**63), 0, 0, 0], [0, -3, 0, -2], [0, 2**40, 0, 0]])
-def test_pads_that_leave_no_valid_length_fail_like_cpu(pads):
-    # Fuzz trigger: pads [INT64_MIN, ...] wrapped around and we returned values; ORT raises.
+def pad_model(pads):
     pads_init = numpy_helper.from_array(np.array(pads, np.int64), "pads")
     node = helper.make_node("Pad", ["x", "pads"], ["y"], name="pad")
-    model = make_model([node], [tensor("x", shape=[2, 4])], [tensor("y")], [pads_init], opset=13)
+    return make_model([node], [tensor("x", shape=[2, 4])], [tensor("y")], [pads_init], opset=13)
+
+
+@pytest.mark.parametrize("pads", [[-(2**63), 0, 0, 0], [0, -3, 0, -2]])
+def test_pads_that_leave_no_valid_length_fail_like_cpu(pads):
+    # Fuzz trigger: pads [INT64_MIN, ...] wrapped around and we returned values; ORT raises.
+    model = pad_model(pads)
     feeds = {"x": np.ones((2, 4), np.float32)}
     with pytest.raises(Exception):
         cpu_outputs(model, feeds)
     with pytest.raises(Exception, match="node 'pad'|Pad"):
         mlx_session(model).run(None, feeds)
+
+
+def test_pads_past_32_bits_are_declined(monkeypatch, capfd):
+    # [2, 2^40 + 4]: MLX's dimensions are 32-bit, so the node goes to ORT's CPU EP. The model is
+    # not run: ORT's CPU EP asks for 8 TiB, which fails where the kernel refuses to overcommit
+    # (here) and where it allows it fills memory until the OOM killer ends the process (the
+    # 128 GiB GPU machine, 2026-12-06).
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_CLAIM_DEBUG", "1")
+    session = ort.InferenceSession(pad_model([0, 2**40, 0, 0]), providers=[MLX, "CPUExecutionProvider"])
+    err = capfd.readouterr().err
+    assert "declined 'pad' (Pad)" in err and "MLX dims are 32-bit" in err, err
+    assert session.get_providers()[0] == MLX
 
 
 def test_gather_nd_reading_nothing_checks_no_index():
