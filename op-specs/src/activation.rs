@@ -45,12 +45,15 @@ pub(crate) fn leaky_relu_of(x: &Array, alpha: f64, s: &Stream) -> Result<Array> 
 /// `e^x - 1` as ORT's kernels compute it for Elu, Selu and Celu, not `expm1`: where `e^x`
 /// rounds to 1 (x = -1e-10) it is 0, and a huge alpha or gamma keeps it 0, where `expm1`'s
 /// exact -1e-10 became -1e28 (found by the fuzzer, Selu with gamma 1e38).
+///
+/// `e^x` itself is `1 + expm1(x)`, rounded once: the correctly rounded `e^x` but where the sum
+/// falls within expm1's error of a tie. Near 0 the subtraction keeps every unit of `e^x`'s last
+/// place, and MLX's `exp` on its CUDA backend is not correctly rounded: one unit off at x = -1e-3
+/// gave -9.9945e-4 against ORT's -9.9951e-4 (6e-5 relative; 6% at x = -1e-6).
 fn exp_minus_one(x: &Array, s: &Stream) -> Result<Array> {
-    Ok(ops::subtract(
-        &ops::exp(x, s)?,
-        &scalar_like(1.0, x, s)?,
-        s,
-    )?)
+    let one = scalar_like(1.0, x, s)?;
+    let exp = ops::add(&one, &ops::expm1(x, s)?, s)?;
+    Ok(ops::subtract(&exp, &one, s)?)
 }
 
 /// `alpha * (e^x - 1)` for `x < 0`, else `x`.
