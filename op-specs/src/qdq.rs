@@ -694,6 +694,31 @@ mod tests {
     }
 
     #[test]
+    fn float8_nans_keep_their_sign_in_the_carrier() {
+        // -NaN stays -NaN; without saturation -inf overflows to -NaN and +inf to +NaN; -0 stays.
+        let negative_nan = f32::from_bits(0xFFC0_0000);
+        let x = [
+            negative_nan,
+            f32::NAN,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            -0.0,
+        ];
+        let s = stream();
+        let out = run(
+            &q(21, E::Float8E4M3FN, 0),
+            &[Some(f32s(&x, &[5])), Some(Array::scalar(1.0f32).unwrap())],
+        )
+        .unwrap()
+        .remove(0);
+        let bits = ops::view(&out, Dtype::U16, &s).unwrap();
+        let bits = bits.to_vec::<u16>(&s).unwrap();
+        let signs: Vec<u16> = bits.iter().map(|b| b >> 15).collect();
+        assert_eq!(signs, [1, 0, 1, 0, 1], "{bits:x?}");
+        assert!(bits[..4].iter().all(|b| b & 0x7FFF > 0x7C00), "{bits:x?}");
+    }
+
+    #[test]
     fn float8_rounds_to_nearest_even_and_saturates_as_ort() {
         let nan = f32::NAN;
         let x = [
