@@ -213,9 +213,9 @@ def test_pads_that_leave_no_valid_length_fail_like_cpu(pads):
 
 def test_pads_past_32_bits_are_declined(monkeypatch, capfd):
     # [2, 2^40 + 4]: MLX's dimensions are 32-bit, so the node goes to ORT's CPU EP. The model is
-    # not run: ORT's CPU EP asks for 8 TiB, which fails where the kernel refuses to overcommit
-    # (here) and where it allows it fills memory until the OOM killer ends the process (the
-    # 128 GiB GPU machine, 2026-12-06).
+    # not run: ORT's CPU EP asks for 8 TiB, which fails on a host that refuses to overcommit
+    # (the dev machine) and on one that allows it fills memory until the OOM killer ends the
+    # process (the 128 GiB GPU machine, 2026-12-06).
     monkeypatch.setenv("ONNXRUNTIME_EP_MLX_CLAIM_DEBUG", "1")
     session = ort.InferenceSession(pad_model([0, 2**40, 0, 0]), providers=[MLX, "CPUExecutionProvider"])
     err = capfd.readouterr().err
