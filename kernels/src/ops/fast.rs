@@ -59,14 +59,20 @@ pub fn scaled_dot_product_attention(
 /// cuDNN not turned off with `MLX_CUDA_USE_CUDNN_SDPA=0`, which MLX too reads once; the masks
 /// callers pass are arrays, never a causal mode with more queries than keys). Elsewhere MLX
 /// composes the attention in the operands' type and would round the scores to it, so 16-bit
-/// operands go in as float32.
+/// operands go in as float32. So do they beside an additive `mask` of a wider type (float32):
+/// MLX refuses a mask whose type does not promote to the operands' ("Mask type must promote to
+/// output type bfloat16", an H100 run).
 pub fn attention_operand_dtype(
     dtype: Dtype,
     query_rows: i64,
     qk_head: i64,
     v_head: i64,
+    mask: Option<Dtype>,
     stream: &Stream,
 ) -> Dtype {
+    if matches!(mask, Some(Dtype::F32 | Dtype::F64)) {
+        return Dtype::F32;
+    }
     static CUDNN_OFF: OnceLock<bool> = OnceLock::new();
     let cudnn_off = *CUDNN_OFF
         .get_or_init(|| std::env::var("MLX_CUDA_USE_CUDNN_SDPA").is_ok_and(|v| v.trim() == "0"));

@@ -311,14 +311,10 @@ fn group_query_attention(
             // as ORT scores it. 16-bit operands stay 16-bit where MLX's kernel scores them in
             // float32 (cuDNN's flash attention, which rounds only the probabilities to the
             // operands' type for their product with V); elsewhere MLX's composed fallback would
-            // round the scores, so they go in as float32. So do they beside a bias: its mask
-            // (the bias, -inf where hidden) is float32, and MLX refuses a mask whose type does
-            // not promote to the operands' (an H100 run: "Mask type must promote to output
-            // type bfloat16").
-            let operand = match bias {
-                Some(_) => Dtype::F32,
-                None => ops::attention_operand_dtype(dtype, seq, head, head, s),
-            };
+            // round the scores, so they go in as float32. A bias makes the mask float32 (the
+            // bias, -inf where hidden), which keeps the operands float32 too.
+            let mask_dtype = bias.as_ref().map(|_| Dtype::F32);
+            let operand = ops::attention_operand_dtype(dtype, seq, head, head, mask_dtype, s);
             let wide = |x: &Array| ops::astype(x, operand, s);
             let mask = match &bias {
                 Some(b) => masked(&wide(b)?, &keep, f32::NEG_INFINITY, s)?,

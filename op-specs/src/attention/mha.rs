@@ -97,12 +97,10 @@ pub(super) fn attend(
         };
         // Scored in float32 whatever the node's type, rounded once at the end, as ORT computes
         // it: scores rounded to float16 would overflow where ORT's stay finite. 16-bit operands
-        // stay 16-bit only where MLX's kernel scores them in float32, and with no mask: the
-        // causal mask is float32, which MLX refuses beside operands of a narrower type.
-        let operand = match causal_mask {
-            Some(_) => Dtype::F32,
-            None => ops::attention_operand_dtype(q.dtype(), sq, h, hv, s),
-        };
+        // stay 16-bit only where MLX's kernel scores them in float32, and not beside the
+        // float32 causal mask.
+        let mask_dtype = causal_mask.as_ref().map(Array::dtype);
+        let operand = ops::attention_operand_dtype(q.dtype(), sq, h, hv, mask_dtype, s);
         let cast = |a: &Array| ops::astype(a, operand, s);
         let o = fused_attention(&cast(q)?, &cast(k)?, &cast(v)?, scale, mask, s)?;
         let o = ops::astype(&o, step.out, s)?;
